@@ -1,0 +1,270 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atcr-io/appview/database"
+)
+
+// ErrSuperseded means a renewal, release or fenced write matched no lease
+// row: another instance has taken custody (or the grant expired on the
+// database's clock). The caller must stop acting as the holder at once.
+var ErrSuperseded = errors.New("lease superseded")
+
+// Custody is one grant of a named lease: who holds it and under which fence
+// token. Workers receive it when they are spawned and stamp their writes
+// with it.
+type Custody struct {
+	// Lease is the lease name (SPEC §4), e.g. "jetstream-consumer".
+	Lease string
+	// Holder is the instance_id of this process.
+	Holder string
+	// Fence is the fence token of this grant; it grows by one on every
+	// change of custody. 0 means "not fenced": leases are disabled or the
+	// worker is unleased, and fenced writes run unconditionally.
+	Fence int64
+}
+
+// Fenced reports whether writes under this custody are conditional on the lease.
+func (c Custody) Fenced() bool { return c.Fence > 0 }
+
+// String renders "lease:fence" (the X-Appview-Fence header of SPEC §9).
+func (c Custody) String() string { return fmt.Sprintf("%s:%d", c.Lease, c.Fence) }
+
+// Grant is the outcome of an acquire attempt.
+type Grant struct {
+	// Granted is true when this call took custody.
+	Granted bool
+	// Fence is the new fence when granted, else the current holder's fence.
+	Fence int64
+	// Holder is the current holder when not granted.
+	Holder string
+	// TimeLeft is how long the current grant has left on the database's
+	// clock when not granted (<= 0 means it has already expired).
+	TimeLeft time.Duration
+}
+
+// Row is one row of the leases table (SPEC §4) as seen at Now.
+type Row struct {
+	Name       string `json:"name"`
+	Holder     string `json:"holder"`
+	Fence      int64  `json:"fence"`
+	AcquiredAt int64  `json:"acquired_at"` // Unix ms
+	RenewedAt  int64  `json:"renewed_at"`  // Unix ms
+	ExpiresAt  int64  `json:"expires_at"`  // Unix ms
+	// Now is the database clock when the row was read, Unix ms.
+	Now int64 `json:"now"`
+}
+
+// Row states shown by `appview leases` (SPEC §2).
+const (
+	StateHeld     = "held"
+	StateExpired  = "expired"
+	StateReleased = "released"
+)
+
+// State is held (unexpired), released (expired in place by a clean release,
+// which sets renewed_at = expires_at) or expired (ran out its TTL).
+func (r Row) State() string {
+	switch {
+	case r.ExpiresAt > r.Now:
+		return StateHeld
+	case r.ExpiresAt == r.RenewedAt:
+		return StateReleased
+	default:
+		return StateExpired
+	}
+}
+
+// TimeLeft is how long the grant has left (0 when not held).
+func (r Row) TimeLeft() time.Duration {
+	if r.ExpiresAt <= r.Now {
+		return 0
+	}
+	return time.Duration(r.ExpiresAt-r.Now) * time.Millisecond
+}
+
+// Store is the SQL side of named leases. Every statement takes "now" from
+// the database's own clock (database.NowMS), so instances whose clocks
+// disagree still agree on who holds what.
+type Store struct {
+	db  *sql.DB
+	ttl time.Duration
+}
+
+// NewStore returns a store granting leases of the given TTL.
+func NewStore(db *sql.DB, ttl time.Duration) *Store { return &Store{db: db, ttl: ttl} }
+
+// TTL is the grant length this store writes.
+func (s *Store) TTL() time.Duration { return s.ttl }
+
+const (
+	// acquireSQL is the whole acquire: one statement, so two contenders for
+	// one expired lease cannot both win; the loser's DO UPDATE ... WHERE
+	// matches no row and RETURNING yields nothing.
+	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+SELECT ?1, ?2, 1, n, n, n + ?3 FROM (SELECT ` + database.NowMS + ` AS n) WHERE 1
+ON CONFLICT(name) DO UPDATE SET
+  holder      = excluded.holder,
+  fence       = leases.fence + 1,
+  acquired_at = excluded.acquired_at,
+  renewed_at  = excluded.renewed_at,
+  expires_at  = excluded.expires_at
+WHERE leases.expires_at <= excluded.acquired_at
+RETURNING fence`
+
+	contendedSQL = `SELECT holder, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
+
+	// renewSQL never changes the fence: renewal is not a change of custody.
+	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
+WHERE name = ?1 AND holder = ?2 AND fence = ?3`
+
+	// releaseSQL expires the row in place and keeps holder and fence, so a
+	// stalled former holder can never match again. renewed_at = expires_at
+	// marks a clean release; an already expired row keeps its expiry.
+	releaseSQL = `UPDATE leases SET
+  renewed_at = MIN(expires_at, ` + database.NowMS + `),
+  expires_at = MIN(expires_at, ` + database.NowMS + `)
+WHERE name = ?1 AND holder = ?2 AND fence = ?3`
+
+	// guardSQL is the first statement of every fenced transaction: it both
+	// checks the custody and takes the write lock, so no change of custody
+	// can commit between the check and the transaction's commit.
+	guardSQL = `UPDATE leases SET fence = fence
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
+
+	listSQL = `SELECT name, holder, fence, acquired_at, renewed_at, expires_at, ` + database.NowMS + ` FROM leases ORDER BY name`
+)
+
+// Acquire tries to take the named lease for holder. It grants when the
+// lease has no row or its grant has expired on the database's clock; the
+// new fence is the old fence + 1 (1 for a new row). When it does not grant
+// it reports the current holder and how long its grant has left.
+func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	rows, err := s.db.QueryContext(ctx, acquireSQL, name, holder, s.ttl.Milliseconds())
+	if err != nil {
+		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
+	}
+	var g Grant
+	if rows.Next() {
+		g.Granted = true
+		err = rows.Scan(&g.Fence)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	rows.Close()
+	if err != nil {
+		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
+	}
+	if g.Granted {
+		return g, nil
+	}
+	var leftMS int64
+	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS); err != nil {
+		return Grant{}, fmt.Errorf("read contended lease %q: %w", name, err)
+	}
+	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
+	return g, nil
+}
+
+// Renew extends the grant to now + TTL. It returns ErrSuperseded when the
+// row no longer carries this holder and fence.
+func (s *Store) Renew(ctx context.Context, c Custody) error {
+	return s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds())
+}
+
+// Release expires the grant in place (expires_at = now), keeping holder
+// and fence. It returns ErrSuperseded when the row no longer carries this
+// holder and fence.
+func (s *Store) Release(ctx context.Context, c Custody) error {
+	return s.matchOne(ctx, "release", releaseSQL, c)
+}
+
+func (s *Store) matchOne(ctx context.Context, op, query string, c Custody, extra ...any) error {
+	args := append([]any{c.Lease, c.Holder, c.Fence}, extra...)
+	res, err := s.db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s lease %q (fence %d): %w", op, c.Lease, c.Fence, ErrSuperseded)
+	}
+	return nil
+}
+
+// List returns every lease row, read at one instant of the database clock.
+func (s *Store) List(ctx context.Context) ([]Row, error) {
+	return List(ctx, s.db)
+}
+
+// List returns every lease row in the database.
+func List(ctx context.Context, db *sql.DB) ([]Row, error) {
+	rows, err := db.QueryContext(ctx, listSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.Name, &r.Holder, &r.Fence, &r.AcquiredAt, &r.RenewedAt, &r.ExpiresAt, &r.Now); err != nil {
+			return nil, fmt.Errorf("list leases: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Fenced runs fn inside a transaction that commits only while c is the
+// current, unexpired custody of its lease on the database's clock. The
+// first statement of the transaction checks the fence and takes the write
+// lock, so a takeover cannot interleave before commit. When the check fails
+// nothing of fn runs and the error wraps ErrSuperseded. An unfenced custody
+// (Fence 0) runs fn in a plain transaction. If ctx is done before commit
+// the transaction is rolled back and ctx.Err() returned: a stopping worker
+// writes nothing more.
+func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fenced write under %s: begin: %w", c, err)
+	}
+	if c.Fenced() {
+		res, err := tx.ExecContext(ctx, guardSQL, c.Lease, c.Holder, c.Fence)
+		if err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			_ = tx.Rollback()
+			if err != nil {
+				return fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+			}
+			return fmt.Errorf("fenced write under %s: %w", c, ErrSuperseded)
+		}
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("fenced write under %s: commit: %w", c, err)
+	}
+	return nil
+}

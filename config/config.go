@@ -1,0 +1,217 @@
+// Package config defines the appview configuration (SPEC §3): its defaults,
+// strict YAML loading, APPVIEW_* environment overrides and validation.
+//
+// Precedence, lowest to highest: built-in defaults, the YAML file, the
+// environment, then flags (--set key=value). Every error names the key it is
+// about, as a *Error, so the command line can print one line and exit 2.
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config is the whole configuration tree. YAML keys are the `yaml` tags;
+// the environment variable for a key is APPVIEW_ + its dotted path in upper
+// case with "_" for ".", e.g. APPVIEW_LEASES_TTL.
+type Config struct {
+	// InstanceID names this process in lease rows (leases.holder) and logs.
+	// Empty means <hostname>-<pid>-<random>, unique per process start.
+	InstanceID string `yaml:"instance_id"`
+	// ShutdownTimeout bounds a graceful stop: workers drain, leases released.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	Database  Database  `yaml:"database"`
+	Admin     Admin     `yaml:"admin"`
+	Leases    Leases    `yaml:"leases"`
+	Jetstream Jetstream `yaml:"jetstream"`
+	Backfill  Backfill  `yaml:"backfill"`
+	Identity  Identity  `yaml:"identity"`
+	Labeler   Labeler   `yaml:"labeler"`
+	Cleanup   Cleanup   `yaml:"cleanup"`
+	Billing   Billing   `yaml:"billing"`
+	Health    Health    `yaml:"health"`
+	Webhooks  Webhooks  `yaml:"webhooks"`
+}
+
+// Database selects the libSQL database every instance shares.
+type Database struct {
+	// URL is file:PATH (embedded), http://HOST:PORT (sqld) or libsql://HOST (Turso).
+	URL string `yaml:"url"`
+	// AuthToken is sent to a libSQL server; unused for file databases.
+	AuthToken string `yaml:"auth_token"`
+	// BusyTimeout is how long a file-database connection waits on a lock
+	// before SQLITE_BUSY (PRAGMA busy_timeout, set on every connection).
+	BusyTimeout time.Duration `yaml:"busy_timeout"`
+}
+
+// Admin is the operator HTTP endpoint (SPEC §7).
+type Admin struct {
+	// Addr is host:port for /healthz /readyz /metrics /debug/*. Empty disables it.
+	Addr string `yaml:"addr"`
+}
+
+// Leases tunes the named leases (SPEC §4). Invariants: RenewInterval < TTL/2,
+// RenewInterval < RenewDeadline < TTL.
+type Leases struct {
+	// Enabled false runs every worker unconditionally (single instance only).
+	Enabled bool `yaml:"enabled"`
+	// TTL is how long a grant lasts without renewal, on the database's clock.
+	TTL time.Duration `yaml:"ttl"`
+	// RenewInterval is how often the holder renews.
+	RenewInterval time.Duration `yaml:"renew_interval"`
+	// RenewDeadline is how long the holder keeps its worker running without a
+	// successful renewal (measured locally from the start of the last
+	// successful attempt) before it declares the lease lost.
+	RenewDeadline time.Duration `yaml:"renew_deadline"`
+	// RetryInterval is how often a contender retries, with jitter.
+	RetryInterval time.Duration `yaml:"retry_interval"`
+}
+
+// Jetstream configures the consumer (SPEC §6).
+type Jetstream struct {
+	// URLs are Jetstream /subscribe endpoints, tried in order.
+	URLs []string `yaml:"urls"`
+	// Collections are NSIDs or "prefix.*" wildcards sent as wantedCollections.
+	Collections []string `yaml:"collections"`
+	// Compress asks for zstd-compressed binary frames (compress=true).
+	Compress bool `yaml:"compress"`
+	// Rewind is subtracted from the stored cursor on (re)connect.
+	Rewind time.Duration `yaml:"rewind"`
+	// StaleTimeout reconnects when no frame arrives for this long.
+	StaleTimeout time.Duration `yaml:"stale_timeout"`
+	// MaxMessageBytes is the websocket read limit per frame, in bytes.
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+}
+
+// Backfill configures the backfill worker.
+type Backfill struct {
+	Enabled bool `yaml:"enabled"`
+	// Interval 0 runs once when first granted, then holds the lease; >0 is periodic.
+	Interval time.Duration `yaml:"interval"`
+	// RerunAfter: with Interval 0, a new holder skips a run completed more recently.
+	RerunAfter time.Duration `yaml:"rerun_after"`
+	// RelayEndpoints serve com.atproto.sync.listReposByCollection, tried in order.
+	RelayEndpoints []string `yaml:"relay_endpoints"`
+	// Concurrency bounds how many repositories are fetched at once.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Identity configures DID resolution.
+type Identity struct {
+	// PLCURL is the did:plc directory.
+	PLCURL string `yaml:"plc_url"`
+}
+
+// Labeler configures the labeler subscriber.
+type Labeler struct {
+	// URL of the labeler service (https://HOST or wss://HOST); empty disables it.
+	URL string `yaml:"url"`
+}
+
+// Cleanup configures the periodic cleanup sweep.
+type Cleanup struct {
+	Interval time.Duration `yaml:"interval"`
+	// Retention is how long finished webhook deliveries and backfill runs are kept.
+	Retention time.Duration `yaml:"retention"`
+}
+
+// Billing configures the billing tier refresh.
+type Billing struct {
+	Enabled  bool          `yaml:"enabled"`
+	Interval time.Duration `yaml:"interval"`
+	// StripeSecretKey authenticates to the Stripe API (the billing source).
+	StripeSecretKey string `yaml:"stripe_secret_key"`
+	// StripeAPIURL is the Stripe API base URL.
+	StripeAPIURL string `yaml:"stripe_api_url"`
+}
+
+// Health configures the hold health checker (runs on every instance).
+type Health struct {
+	CheckInterval time.Duration `yaml:"check_interval"`
+	// Timeout bounds one GET /xrpc/_health.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Webhooks configures webhook delivery (SPEC §9).
+type Webhooks struct {
+	// AllowPrivate permits URLs that resolve to loopback/private/link-local addresses.
+	AllowPrivate bool `yaml:"allow_private"`
+	// RetrySchedule is the delay before each attempt; its length is the attempt count.
+	RetrySchedule []time.Duration `yaml:"retry_schedule"`
+	// Timeout bounds one delivery attempt.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Default returns the built-in configuration (SPEC §3). InstanceID is left
+// empty; Load fills it.
+func Default() Config {
+	return Config{
+		ShutdownTimeout: 30 * time.Second,
+		Database: Database{
+			URL:         "file:./data/appview.db",
+			BusyTimeout: 5 * time.Second,
+		},
+		Admin: Admin{Addr: "127.0.0.1:5001"},
+		Leases: Leases{
+			Enabled:       true,
+			TTL:           15 * time.Second,
+			RenewInterval: 5 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			RetryInterval: 2 * time.Second,
+		},
+		Jetstream: Jetstream{
+			URLs: []string{
+				"wss://jetstream2.us-east.bsky.network/subscribe",
+				"wss://jetstream1.us-east.bsky.network/subscribe",
+			},
+			Collections:     []string{"io.atcr.*"},
+			Compress:        true,
+			Rewind:          5 * time.Second,
+			StaleTimeout:    60 * time.Second,
+			MaxMessageBytes: 2 << 20,
+		},
+		Backfill: Backfill{
+			Enabled:        true,
+			RerunAfter:     24 * time.Hour,
+			RelayEndpoints: []string{"https://relay1.us-east.bsky.network"},
+			Concurrency:    4,
+		},
+		Identity: Identity{PLCURL: "https://plc.directory"},
+		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour},
+		Billing:  Billing{Interval: time.Hour, StripeAPIURL: "https://api.stripe.com"},
+		Health:   Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second},
+		Webhooks: Webhooks{
+			RetrySchedule: []time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute},
+			Timeout:       10 * time.Second,
+		},
+	}
+}
+
+// Error is a configuration problem about one key.
+type Error struct {
+	// Key is the dotted YAML path, e.g. "leases.ttl".
+	Key string
+	// Reason says what is wrong, in words an operator can act on.
+	Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("config: %s: %s", e.Key, e.Reason) }
+
+func keyErr(key, format string, args ...any) *Error {
+	return &Error{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// NewInstanceID returns <hostname>-<pid>-<6 random hex digits>.
+func NewInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "appview"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

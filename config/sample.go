@@ -1,0 +1,67 @@
+package config
+
+// Sample is the commented default configuration printed by
+// `appview config init`. Loading it yields Default() (a test keeps them equal).
+const Sample = `# appview configuration. Every key can also be set from the environment:
+# APPVIEW_ + the dotted path in upper case with "_" for ".", e.g.
+# APPVIEW_DATABASE_URL, APPVIEW_LEASES_TTL. Environment beats this file;
+# --set key=value flags beat the environment. Durations: 500ms, 15s, 2m, 24h.
+
+instance_id: ""                 # default: <hostname>-<pid>-<random>; unique per process start
+shutdown_timeout: 30s           # upper bound on a graceful stop (workers drain, leases released)
+
+database:
+  url: "file:./data/appview.db" # or http://HOST:PORT / libsql://HOST (sqld or Turso)
+  auth_token: ""                # for a libSQL server
+  busy_timeout: 5s              # file databases: wait this long on a lock before failing
+
+admin:
+  addr: "127.0.0.1:5001"        # /healthz /readyz /metrics /debug/leases /debug/holds; "" disables
+
+leases:
+  enabled: true                 # false: every worker runs unconditionally (single instance only)
+  ttl: 15s                      # how long a grant lasts without renewal (database clock)
+  renew_interval: 5s            # holder renews this often (< ttl/2)
+  renew_deadline: 10s           # holder stops its worker when no renewal has succeeded for this long (< ttl)
+  retry_interval: 2s            # a contender retries this often (with jitter)
+
+jetstream:
+  urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]
+  collections: ["io.atcr.*"]    # sent as repeated wantedCollections
+  compress: true                # zstd binary frames with the Jetstream dictionary
+  rewind: 5s                    # resume from the stored cursor minus this (replay is idempotent)
+  stale_timeout: 60s            # reconnect when no frame arrives for this long
+  max_message_bytes: 2097152    # websocket read limit per frame
+
+backfill:
+  enabled: true
+  interval: 0s                  # 0: once, when first granted (lease then held); >0: periodic
+  rerun_after: 24h              # interval 0: a new holder skips a run that completed more recently
+  relay_endpoints: ["https://relay1.us-east.bsky.network"]
+  concurrency: 4                # repositories fetched at once
+
+identity:
+  plc_url: "https://plc.directory"  # DID resolution for did:plc
+
+labeler:
+  url: ""                       # empty disables the labeler subscriber
+
+cleanup:
+  interval: 1h
+  retention: 720h               # keep finished webhook deliveries and backfill runs this long
+
+billing:
+  enabled: false
+  interval: 1h
+  stripe_secret_key: ""         # required when enabled
+  stripe_api_url: "https://api.stripe.com"
+
+health:
+  check_interval: 15s
+  timeout: 5s                   # per GET /xrpc/_health
+
+webhooks:
+  allow_private: false          # refuse webhook URLs that resolve to loopback/private addresses
+  retry_schedule: [0s, 30s, 2m, 8m]
+  timeout: 10s                  # per delivery attempt
+`

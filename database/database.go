@@ -1,0 +1,206 @@
+// Package database opens the libSQL database every instance shares (an
+// embedded file, or a libSQL server such as sqld or Turso) and applies the
+// embedded, versioned migrations.
+//
+// go-libsql facts this package exists to hide: the context passed to a query
+// is ignored; busy_timeout starts at 0 on every new connection; a statement
+// that returns rows fails under Exec; a multi-statement Exec runs only the
+// first statement. Open therefore wraps the driver's connector so every
+// pooled connection is configured before use, and Migrate splits each
+// migration into statements.
+package database
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
+)
+
+// Options says which database to open and how.
+type Options struct {
+	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST.
+	URL string
+	// AuthToken is sent to a libSQL server.
+	AuthToken string
+	// BusyTimeout is PRAGMA busy_timeout for file databases (ms resolution).
+	BusyTimeout time.Duration
+	// MaxOpenConns bounds the pool; 0 means 8.
+	MaxOpenConns int
+}
+
+// DB is an open database: the pool plus what kind of database it is.
+type DB struct {
+	*sql.DB
+	// Remote is true for a libSQL server (http, https, libsql URLs).
+	Remote bool
+	// Path is the file path of an embedded database ("" when remote).
+	Path      string
+	connector *connector
+}
+
+// Open opens the database and checks that it answers. For a file URL the
+// parent directory is created. Errors say which part failed.
+func Open(ctx context.Context, o Options) (*DB, error) {
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	var (
+		inner  driver.Connector
+		remote bool
+		path   string
+	)
+	switch u.Scheme {
+	case "file":
+		path = strings.TrimPrefix(o.URL, "file:")
+		path = strings.TrimPrefix(path, "//")
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			path = path[:i]
+		}
+		if path == "" {
+			return nil, errors.New("database url: file: needs a path")
+		}
+		if dir := filepath.Dir(path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create database directory: %w", err)
+			}
+		}
+		inner, err = libsqlConnector("file:" + path)
+	case "http", "https", "libsql":
+		remote = true
+		dsn := *u
+		if o.AuthToken != "" {
+			q := dsn.Query()
+			q.Set("authToken", o.AuthToken)
+			dsn.RawQuery = q.Encode()
+		}
+		inner, err = libsqlConnector(dsn.String())
+	default:
+		return nil, fmt.Errorf("database url: unsupported scheme %q (want file:, http://, https:// or libsql://)", u.Scheme)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	c := &connector{inner: inner, remote: remote, busyTimeout: o.BusyTimeout}
+	pool := sql.OpenDB(c)
+	max := o.MaxOpenConns
+	if max <= 0 {
+		max = 8
+	}
+	pool.SetMaxOpenConns(max)
+	pool.SetMaxIdleConns(max)
+	db := &DB{DB: pool, Remote: remote, Path: path, connector: c}
+	if err := db.Ping(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Ping runs SELECT 1 and waits at most until ctx is done. The driver ignores
+// contexts, so a hung call is abandoned (its goroutine finishes on its own).
+func (db *DB) Ping(ctx context.Context) error {
+	return Bounded(ctx, func() error {
+		var one int
+		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+			return fmt.Errorf("database not answering: %w", err)
+		}
+		return nil
+	})
+}
+
+// Close closes the pool and then the native database handle.
+func (db *DB) Close() error {
+	err := db.DB.Close()
+	if c, ok := db.connector.inner.(interface{ Close() error }); ok {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Bounded runs fn and returns its error, or ctx.Err() if ctx ends first. The
+// driver ignores contexts, so this is how a caller puts a bound on a call;
+// fn keeps running in its goroutine until the driver returns.
+func Bounded(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// libsqlConnector asks the registered go-libsql driver for a connector, so
+// one native database handle backs the whole pool.
+func libsqlConnector(dsn string) (driver.Connector, error) {
+	probe, err := sql.Open("libsql", "file::memory:")
+	if err != nil {
+		return nil, err
+	}
+	drv := probe.Driver()
+	_ = probe.Close()
+	dc, ok := drv.(driver.DriverContext)
+	if !ok {
+		return nil, errors.New("go-libsql driver has no OpenConnector")
+	}
+	return dc.OpenConnector(dsn)
+}
+
+// connector configures each new connection before database/sql uses it.
+type connector struct {
+	inner       driver.Connector
+	remote      bool
+	busyTimeout time.Duration
+}
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.remote { // sqld refuses PRAGMA busy_timeout; the server handles locking
+		return conn, nil
+	}
+	pragmas := []string{
+		fmt.Sprintf("PRAGMA busy_timeout = %d", c.busyTimeout.Milliseconds()),
+		"PRAGMA journal_mode = WAL",
+		"PRAGMA synchronous = NORMAL",
+		"PRAGMA foreign_keys = ON",
+	}
+	q, ok := conn.(driver.QueryerContext)
+	if !ok {
+		_ = conn.Close()
+		return nil, errors.New("libsql connection cannot run queries")
+	}
+	for _, p := range pragmas {
+		rows, err := q.QueryContext(ctx, p, nil) // PRAGMAs return rows: Query, not Exec
+		if err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		dest := make([]driver.Value, len(rows.Columns()))
+		for rows.Next(dest) == nil {
+		}
+		_ = rows.Close()
+	}
+	return conn, nil
+}
+
+func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
+
+// NowMS is the SQL expression for the database's clock in Unix milliseconds.
+// Every expiry comparison uses it, so all instances share one clock.
+const NowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"

@@ -1,0 +1,162 @@
+package database
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/libsql/sqlite-antlr4-parser/sqliteparserutils"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migration is one versioned schema change, from migrations/NNNN_name.sql.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	seen := map[int]string{}
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", name)
+		}
+		if prev, dup := seen[v]; dup {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", prev, name, v)
+		}
+		seen[v] = name
+		body, err := migrationFiles.ReadFile("migrations/" + name)
+		if err != nil {
+			return nil, err
+		}
+		stmts, _ := sqliteparserutils.SplitStatement(string(body))
+		var clean []string
+		for _, s := range stmts {
+			if s = strings.TrimSpace(s); s != "" && !onlyComments(s) {
+				clean = append(clean, s)
+			}
+		}
+		out = append(out, Migration{Version: v, Name: rest, Statements: clean})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+func onlyComments(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "--") {
+			return false
+		}
+	}
+	return true
+}
+
+// Migrate applies every migration not yet recorded in schema_migrations,
+// all in one write transaction taken up front (BEGIN IMMEDIATE), so two
+// processes starting at once on a new database serialise: the second waits
+// for the first and then finds nothing left to do. It returns the versions
+// it applied.
+func (db *DB) Migrate(ctx context.Context) ([]int, error) {
+	migs, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("migrate: begin: %w", err)
+	}
+	applied, err := migrateLocked(ctx, conn, migs)
+	if err != nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		return nil, fmt.Errorf("migrate: commit: %w", err)
+	}
+	return applied, nil
+}
+
+func migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int, error) {
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
+	}
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		done[v] = true
+	}
+	rows.Close()
+	var applied []int
+	for _, m := range migs {
+		if done[m.Version] {
+			continue
+		}
+		for i, stmt := range m.Statements {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return nil, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx,
+			"INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, "+NowMS+")",
+			m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("migrate: record %d: %w", m.Version, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}
+
+// Ready reports whether the database answers and every embedded migration
+// is recorded (for /readyz).
+func (db *DB) Ready(ctx context.Context) error {
+	migs, err := Migrations()
+	if err != nil {
+		return err
+	}
+	want := migs[len(migs)-1].Version
+	return Bounded(ctx, func() error {
+		var have sql.NullInt64
+		if err := db.QueryRow("SELECT MAX(version) FROM schema_migrations").Scan(&have); err != nil {
+			return fmt.Errorf("database not answering: %w", err)
+		}
+		if !have.Valid || have.Int64 < int64(want) {
+			return fmt.Errorf("migrations pending: at %d, want %d", have.Int64, want)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,113 @@
+// Package events defines the custody events of SPEC §5. They are published
+// on the actor system's EventStream by the actors that own custody (the
+// LeaseActor and the unleased supervisor) and logged as JSON lines by the
+// system's subscriber.
+package events
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Kind is the value of the "event" field in the log line.
+type Kind string
+
+// The custody event kinds (SPEC §5).
+const (
+	LeaseAcquired   Kind = "lease.acquired"
+	LeaseContended  Kind = "lease.contended" // logged at debug
+	LeaseRenewed    Kind = "lease.renewed"   // logged at debug
+	LeaseLost       Kind = "lease.lost"
+	LeaseReleased   Kind = "lease.released"
+	WorkerStarted   Kind = "worker.started"
+	WorkerStopped   Kind = "worker.stopped"
+	WorkerFailed    Kind = "worker.failed"
+	WorkerRestarted Kind = "worker.restarted"
+)
+
+// Kinds lists every kind, in the order of SPEC §5.
+var Kinds = []Kind{LeaseAcquired, LeaseContended, LeaseRenewed, LeaseLost,
+	LeaseReleased, WorkerStarted, WorkerStopped, WorkerFailed, WorkerRestarted}
+
+// Reasons carried by lease.lost (SPEC §5) and by lease.released.
+const (
+	// ReasonSuperseded: a renewal (or a fenced write) matched no row: another
+	// instance holds the lease now.
+	ReasonSuperseded = "superseded"
+	// ReasonBlackout: no renewal succeeded within renew_deadline and a call
+	// was still unanswered (database unreachable or hung).
+	ReasonBlackout = "blackout"
+	// ReasonError: no renewal succeeded within renew_deadline and the last
+	// attempt returned an error.
+	ReasonError = "error"
+	// ReasonShutdown: released because the process is stopping.
+	ReasonShutdown = "shutdown"
+	// ReasonWorkerFailed: released because the worker failed too often.
+	ReasonWorkerFailed = "worker-failed"
+	// ReasonStaleGrant: released because a grant arrived too late to trust.
+	ReasonStaleGrant = "stale-grant"
+)
+
+// Custody is one custody event. Lease is the lease name, or for an unleased
+// worker its worker name; Fence is 0 where no lease applies.
+type Custody struct {
+	Kind     Kind
+	Lease    string
+	Instance string
+	Fence    int64
+	Reason   string
+	// Holder is, for lease.contended, the instance that holds the lease.
+	Holder string
+	// TimeLeft is, for lease.contended, how long the current grant has left
+	// on the database's clock.
+	TimeLeft time.Duration
+	// Attempt counts restarts, for worker.restarted.
+	Attempt int
+	// Err is the cause, where there is one.
+	Err error
+	// At is when the event happened (wall clock, for the log line).
+	At time.Time
+}
+
+// Level is the log level SPEC §5 gives the event.
+func (e Custody) Level() zerolog.Level {
+	switch e.Kind {
+	case LeaseContended, LeaseRenewed:
+		return zerolog.DebugLevel
+	case LeaseLost, WorkerFailed:
+		return zerolog.WarnLevel
+	default:
+		return zerolog.InfoLevel
+	}
+}
+
+// Log writes the event as one JSON line with the SPEC §5 fields.
+func (e Custody) Log(l zerolog.Logger) {
+	ev := l.WithLevel(e.Level()).
+		Str("event", string(e.Kind)).
+		Str("lease", e.Lease).
+		Str("instance", e.Instance)
+	if e.Fence != 0 {
+		ev = ev.Int64("fence", e.Fence)
+	}
+	if e.Reason != "" {
+		ev = ev.Str("reason", e.Reason)
+	}
+	if e.Holder != "" {
+		ev = ev.Str("holder", e.Holder)
+	}
+	if e.Kind == LeaseContended {
+		ev = ev.Int64("time_left_ms", e.TimeLeft.Milliseconds())
+	}
+	if e.Attempt != 0 {
+		ev = ev.Int("attempt", e.Attempt)
+	}
+	if e.Err != nil {
+		ev = ev.Str("error", e.Err.Error())
+	}
+	if !e.At.IsZero() {
+		ev = ev.Time("at", e.At)
+	}
+	ev.Send()
+}
