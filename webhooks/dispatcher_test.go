@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/system"
 )
 
 func TestReplayedPushIsDeliveredOnceWithSignedFencedHeaders(t *testing.T) {
@@ -578,5 +581,41 @@ func TestCheckConfigNamesTheOffendingKey(t *testing.T) {
 		if err := CheckConfig(c); !errors.As(err, &ce) || ce.Key != key {
 			t.Errorf("breaking %s: got %v", key, err)
 		}
+	}
+}
+
+func TestDispatcherOptionsFromDepsShareCollectorsAcrossCalls(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	d := system.Deps{Config: config.Default(), Metrics: reg, Log: zerolog.Nop()}
+	first, err := NewDispatcherOptions(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewDispatcherOptions(d)
+	if err != nil {
+		t.Fatalf("second registration: %v", err)
+	}
+	first.Metrics.deliveries.WithLabelValues(OutcomeDelivered).Inc()
+	if v := metricValue(second.Metrics.deliveries.WithLabelValues(OutcomeDelivered)); v != 1 {
+		t.Fatalf("second options count %v deliveries, want the shared collector's 1", v)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, n := range []string{"appview_webhook_deliveries_total", "appview_webhook_attempt_duration_seconds", "appview_webhook_deliveries_pending"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered (have %v)", n, names)
+		}
+	}
+
+	d.Config.Webhooks.PublicURL = ""
+	var ce *config.Error
+	if _, err := NewDispatcherOptions(d); !errors.As(err, &ce) || ce.Key != "webhooks.public_url" {
+		t.Fatalf("bad public_url: %v", err)
 	}
 }
