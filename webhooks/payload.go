@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/atcr-io/appview/identity"
 )
 
 // PushPayload is the JSON body of a "push" delivery. Its shape follows
@@ -59,7 +61,8 @@ type HoldInfo struct {
 	// DID is the hold's DID ("" when unknown).
 	DID string `json:"did"`
 	// Endpoint is the hold's URL: the manifest's hold_endpoint, or derived
-	// from a did:web hold DID.
+	// from a did:web hold DID (identity.HoldEndpointFromDID); "" for other
+	// DID methods, which would need resolution.
 	Endpoint string `json:"endpoint"`
 }
 
@@ -97,7 +100,8 @@ func buildPushPayload(ctx context.Context, tx *sql.Tx, triggerData, publicURL st
 		return nil, fmt.Errorf("read manifest %s: %w", p.EventKey, err)
 	}
 	holdDID = firstNonEmpty(p.HoldDID, holdDID)
-	holdEndpoint = firstNonEmpty(holdEndpoint, p.HoldEndpoint, holdEndpointFromDID(holdDID))
+	derived, _ := identity.HoldEndpointFromDID(holdDID, "https")
+	holdEndpoint = firstNonEmpty(holdEndpoint, p.HoldEndpoint, derived)
 	mediaType = firstNonEmpty(p.MediaType, mediaType)
 
 	var tag string
@@ -147,26 +151,6 @@ func repoURL(base, namespace, name string) string {
 		segs[i] = url.PathEscape(s)
 	}
 	return strings.TrimRight(base, "/") + "/" + strings.Join(segs, "/")
-}
-
-// holdEndpointFromDID derives a hold's URL from a did:web DID (W3C did:web
-// method: the id is the host, a percent-encoded port, then ":"-separated
-// path segments), e.g. did:web:hold01.example.com → https://hold01.example.com.
-// Other methods need resolution and yield "".
-func holdEndpointFromDID(did string) string {
-	id, ok := strings.CutPrefix(did, "did:web:")
-	if !ok || id == "" {
-		return ""
-	}
-	parts := strings.Split(id, ":")
-	for i, part := range parts {
-		decoded, err := url.PathUnescape(part)
-		if err != nil || decoded == "" {
-			return ""
-		}
-		parts[i] = decoded
-	}
-	return "https://" + strings.Join(parts, "/")
 }
 
 func firstNonEmpty(vals ...string) string {

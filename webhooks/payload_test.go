@@ -71,7 +71,7 @@ func TestPushPayloadFallsBackToDIDAndDerivedHoldEndpoint(t *testing.T) {
 	rc := newReceiver(t, func(*http.Request, int) int { return http.StatusAccepted })
 	hook := e.addWebhook(rc.srv.URL, "")
 	p := push("app", "sha256:aaa")
-	p.HoldDID = "did:web:hold02.example.com%3A8443:storage"
+	p.HoldDID = "did:web:hold02.example.com%3A8443"
 	e.enqueue(e.custody, p)
 	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true}, nil))
 	e.waitStatus(hook, p.EventKey, "delivered")
@@ -83,22 +83,7 @@ func TestPushPayloadFallsBackToDIDAndDerivedHoldEndpoint(t *testing.T) {
 	if got.PushData.Pusher != testOwner || got.Repository.Namespace != testOwner ||
 		got.Repository.RepoURL != "https://atcr.io/r/"+testOwner+"/app" || got.PushData.Tag != "" ||
 		got.Repository.MediaType != p.MediaType || got.Repository.StarCount != 0 ||
-		got.Hold.Endpoint != "https://hold02.example.com:8443/storage" {
+		got.Hold.Endpoint != "https://hold02.example.com:8443" {
 		t.Fatalf("payload without users/tags/stats rows = %+v", got)
-	}
-}
-
-func TestHoldEndpointFromDIDFollowsDidWeb(t *testing.T) {
-	for in, want := range map[string]string{
-		"did:web:hold01.example.com":    "https://hold01.example.com",
-		"did:web:localhost%3A8080":      "https://localhost:8080",
-		"did:web:example.com:holds:one": "https://example.com/holds/one",
-		"did:plc:abc":                   "",
-		"did:web:":                      "",
-		"did:web:bad%zz":                "",
-	} {
-		if got := holdEndpointFromDID(in); got != want {
-			t.Errorf("holdEndpointFromDID(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
