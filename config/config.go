@@ -142,8 +142,13 @@ type Webhooks struct {
 	AllowPrivate bool `yaml:"allow_private"`
 	// RetrySchedule is the delay before each attempt; its length is the attempt count.
 	RetrySchedule []time.Duration `yaml:"retry_schedule"`
-	// Timeout bounds one delivery attempt.
+	// Timeout bounds one delivery attempt (SPEC §9: 10 s).
 	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency bounds how many deliveries are in flight at once.
+	Concurrency int `yaml:"concurrency"`
+	// PublicURL is the registry's public base URL; payloads link to
+	// <PublicURL>/r/<namespace>/<repository>.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Default returns the built-in configuration (SPEC §3). InstanceID is left
@@ -187,6 +192,8 @@ func Default() Config {
 		Webhooks: Webhooks{
 			RetrySchedule: []time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute},
 			Timeout:       10 * time.Second,
+			Concurrency:   4,
+			PublicURL:     "https://atcr.io",
 		},
 	}
 }

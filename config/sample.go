@@ -64,4 +64,6 @@ webhooks:
   allow_private: false          # refuse webhook URLs that resolve to loopback/private addresses
   retry_schedule: [0s, 30s, 2m, 8m]
   timeout: 10s                  # per delivery attempt
+  concurrency: 4                # deliveries in flight at once
+  public_url: "https://atcr.io" # payloads link to <public_url>/r/<namespace>/<repository>
 `
