@@ -112,11 +112,14 @@ type Labeler struct {
 	URL string `yaml:"url"`
 }
 
-// Cleanup configures the periodic cleanup sweep.
+// Cleanup configures the periodic cleanup sweep (lease "cleanup").
 type Cleanup struct {
 	Interval time.Duration `yaml:"interval"`
 	// Retention is how long finished webhook deliveries and backfill runs are kept.
 	Retention time.Duration `yaml:"retention"`
+	// ChunkRows bounds how many rows one delete transaction removes, so a
+	// large backlog never holds the database's write lock for long.
+	ChunkRows int `yaml:"chunk_rows"`
 }
 
 // Billing configures the billing tier refresh.
@@ -127,13 +130,20 @@ type Billing struct {
 	StripeSecretKey string `yaml:"stripe_secret_key"`
 	// StripeAPIURL is the Stripe API base URL.
 	StripeAPIURL string `yaml:"stripe_api_url"`
+	// Timeout bounds one HTTP request to Stripe or to a hold.
+	Timeout time.Duration `yaml:"timeout"`
+	// DefaultTierRank is pushed to a hold for a user who has no active
+	// subscription any more but was earlier pushed another rank.
+	DefaultTierRank int `yaml:"default_tier_rank"`
 }
 
 // Health configures the hold health checker (runs on every instance).
 type Health struct {
 	CheckInterval time.Duration `yaml:"check_interval"`
-	// Timeout bounds one GET /xrpc/_health.
+	// Timeout bounds one GET /xrpc/_health; it must be below CheckInterval.
 	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency bounds how many holds are checked at once.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // Webhooks configures webhook delivery (SPEC §9).
@@ -186,9 +196,13 @@ func Default() Config {
 			Concurrency:    4,
 		},
 		Identity: Identity{PLCURL: "https://plc.directory"},
-		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour},
-		Billing:  Billing{Interval: time.Hour, StripeAPIURL: "https://api.stripe.com"},
-		Health:   Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second},
+		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour, ChunkRows: 500},
+		Billing: Billing{
+			Interval:     time.Hour,
+			StripeAPIURL: "https://api.stripe.com",
+			Timeout:      10 * time.Second,
+		},
+		Health: Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second, Concurrency: 8},
 		Webhooks: Webhooks{
 			RetrySchedule: []time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute},
 			Timeout:       10 * time.Second,

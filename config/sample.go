@@ -49,16 +49,20 @@ labeler:
 cleanup:
   interval: 1h
   retention: 720h               # keep finished webhook deliveries and backfill runs this long
+  chunk_rows: 500               # rows deleted per transaction (bounds write-lock time)
 
 billing:
   enabled: false
   interval: 1h
   stripe_secret_key: ""         # required when enabled
   stripe_api_url: "https://api.stripe.com"
+  timeout: 10s                  # per request to Stripe or to a hold
+  default_tier_rank: 0          # pushed when a user's subscription ends (after an earlier push)
 
 health:
   check_interval: 15s
-  timeout: 5s                   # per GET /xrpc/_health
+  timeout: 5s                   # per GET /xrpc/_health (< check_interval)
+  concurrency: 8                # holds checked at once
 
 webhooks:
   allow_private: false          # refuse webhook URLs that resolve to loopback/private addresses
