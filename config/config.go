@@ -110,6 +110,10 @@ type Identity struct {
 type Labeler struct {
 	// URL of the labeler service (https://HOST or wss://HOST); empty disables it.
 	URL string `yaml:"url"`
+	// StaleTimeout reconnects when neither a frame nor a pong to our pings
+	// has arrived for this long (pings go out every StaleTimeout/3), so a
+	// quiet labeler is not mistaken for a dead connection.
+	StaleTimeout time.Duration `yaml:"stale_timeout"`
 }
 
 // Cleanup configures the periodic cleanup sweep.
@@ -181,6 +185,7 @@ func Default() Config {
 			Concurrency:    4,
 		},
 		Identity: Identity{PLCURL: "https://plc.directory"},
+		Labeler:  Labeler{StaleTimeout: 60 * time.Second},
 		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour},
 		Billing:  Billing{Interval: time.Hour, StripeAPIURL: "https://api.stripe.com"},
 		Health:   Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second},
