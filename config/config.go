@@ -110,6 +110,10 @@ type Identity struct {
 type Labeler struct {
 	// URL of the labeler service (https://HOST or wss://HOST); empty disables it.
 	URL string `yaml:"url"`
+	// StaleTimeout reconnects when neither a frame nor a pong to our pings
+	// has arrived for this long (pings go out every StaleTimeout/3), so a
+	// quiet labeler is not mistaken for a dead connection.
+	StaleTimeout time.Duration `yaml:"stale_timeout"`
 }
 
 // Cleanup configures the periodic cleanup sweep (lease "cleanup").
@@ -196,6 +200,7 @@ func Default() Config {
 			Concurrency:    4,
 		},
 		Identity: Identity{PLCURL: "https://plc.directory"},
+		Labeler:  Labeler{StaleTimeout: 60 * time.Second},
 		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour, ChunkRows: 500},
 		Billing: Billing{
 			Interval:     time.Hour,

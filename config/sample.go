@@ -45,6 +45,7 @@ identity:
 
 labeler:
   url: ""                       # empty disables the labeler subscriber
+  stale_timeout: 60s            # reconnect when no frame or pong arrives for this long
 
 cleanup:
   interval: 1h
