@@ -32,16 +32,6 @@ const (
 	ttl       = 15 * time.Second
 )
 
-// otherHelpersSchema stands in for migrations 0003 (webhooks) and 0004
-// (feeds), which are not on this branch: only the documented columns.
-const otherHelpersSchema = `
-CREATE TABLE webhook_deliveries (
-  id INTEGER PRIMARY KEY, webhook_id INTEGER NOT NULL, event_key TEXT NOT NULL,
-  status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, updated_at INTEGER NOT NULL,
-  UNIQUE (webhook_id, event_key));
-CREATE TABLE backfill_runs (
-  id INTEGER PRIMARY KEY, started_at INTEGER NOT NULL, completed_at INTEGER, fence INTEGER NOT NULL)`
-
 type fixture struct {
 	db  *database.DB
 	now int64 // database clock when the fixture was built, Unix ms
@@ -60,9 +50,8 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	for _, stmt := range strings.Split(otherHelpersSchema, ";") {
-		mustExec(t, db.DB, stmt)
-	}
+	mustExec(t, db.DB, `INSERT INTO webhooks (id, did, url, created_at) VALUES
+	  (1, 'did:plc:owner', 'https://hooks.example/1', 0), (2, 'did:plc:owner', 'https://hooks.example/2', 0)`)
 	f := &fixture{db: db, cfg: config.Default()}
 	f.cfg.Cleanup.Retention = retention
 	f.cfg.Leases.TTL = ttl
@@ -136,13 +125,14 @@ func (f *fixture) seed(t *testing.T) {
 		{"keep-old-pending", "pending", old}, {"keep-recent-delivered", "delivered", recent},
 		{"keep-recent-failed", "failed", recent},
 	} {
-		mustExec(t, db, `INSERT INTO webhook_deliveries (webhook_id, event_key, status, attempts, updated_at) VALUES (1, ?1, ?2, ?3, ?4)`,
+		mustExec(t, db, `INSERT INTO webhook_deliveries (webhook_id, event_key, trigger_name, trigger_data, status, attempts, next_attempt_at, created_at, updated_at)
+		  VALUES (1, ?1, 'push', '{}', ?2, ?3, ?4, ?4, ?4)`,
 			d.key, d.status, i, d.at)
 	}
 	// Run 1 and 2 completed long ago; 2 is the latest completed run and
 	// must survive. Run 3 started long ago and is still running.
-	mustExec(t, db, `INSERT INTO backfill_runs (id, started_at, completed_at, fence) VALUES
-	  (1, ?1, ?2, 1), (2, ?3, ?4, 1), (3, ?5, NULL, 2)`, old-3*hour, old-2*hour, old-hour, old, old)
+	mustExec(t, db, `INSERT INTO backfill_runs (id, started_at, completed_at, fence, updated_at) VALUES
+	  (1, ?1, ?2, 1, ?2), (2, ?3, ?4, 1, ?4), (3, ?5, NULL, 2, ?5)`, old-3*hour, old-2*hour, old-hour, old, old)
 	stale := f.now - ContenderStaleTTLs*ttl.Milliseconds() - 1000
 	mustExec(t, db, `INSERT INTO lease_contenders (name, instance, nudge_url, seen_at) VALUES
 	  ('cleanup', 'gone', 'http://gone', ?1), ('cleanup', 'alive', 'http://alive', ?2)`, stale, f.now-1000)
@@ -356,7 +346,8 @@ func TestSmallChunksStillDeleteEveryMatchingRow(t *testing.T) {
 			c := f.acquire(t, "inst-a")
 			old := f.now - retention.Milliseconds() - hour
 			for i := 0; i < rows; i++ {
-				mustExec(t, f.db.DB, `INSERT INTO webhook_deliveries (webhook_id, event_key, status, updated_at) VALUES (2, ?1, 'delivered', ?2)`,
+				mustExec(t, f.db.DB, `INSERT INTO webhook_deliveries (webhook_id, event_key, trigger_name, trigger_data, status, next_attempt_at, created_at, updated_at)
+				  VALUES (2, ?1, 'push', '{}', 'delivered', ?2, ?2, ?2)`,
 					fmt.Sprintf("k%d", i), old)
 			}
 			rep, err := f.sweeper(t, 3, zerolog.Nop(), nil).Sweep(context.Background(), c)
