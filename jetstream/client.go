@@ -322,7 +322,7 @@ func (c *Client) attach(conn *websocket.Conn, sent []string) error {
 	c.conn = conn
 	now := slices.Clone(c.collections)
 	c.mu.Unlock()
-	if conn == nil || slices.Equal(now, sent) {
+	if slices.Equal(now, sent) {
 		return nil
 	}
 	return writeOptionsUpdate(conn, now)
@@ -409,7 +409,11 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	handlerErr = c.deliver(ctx, items)
 
 	close(stop)
-	c.attach(nil, nil)
+	// Not attach: an options_update stuck writing to a dead socket holds
+	// writeMu, and teardown must not wait for it (conn.Close frees it).
+	c.mu.Lock()
+	c.conn = nil
+	c.mu.Unlock()
 	if ctx.Err() != nil || handlerErr != nil {
 		// We are the ones leaving: say so, briefly.
 		_ = conn.WriteControl(websocket.CloseMessage,

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -506,6 +507,53 @@ func TestClientCloseReturnsWithin100msWhileTheHandlerIsBlocked(t *testing.T) {
 	}
 	if err := <-ran; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestClientCloseReturnsWithin100msWhileAnOptionsUpdateIsStuck(t *testing.T) {
+	silent := startSilent(t)
+	// Small socket buffers on our side make a 1 MB options_update block
+	// for good against a server that never reads.
+	dialer := &websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			conn.(*net.TCPConn).SetWriteBuffer(4 << 10)
+		}
+		return conn, err
+	}}
+	c, err := NewClient(ClientOptions{URLs: []string{silent.url()}, Dialer: dialer}, newSink().handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	silent.waitConnections(t, 1)
+	huge := make([]string, 40_000)
+	for i := range huge {
+		huge[i] = fmt.Sprintf("io.atcr.generated.collection%d", i)
+	}
+	updating := make(chan error, 1)
+	go func() { updating <- c.UpdateOptions(huge) }()
+	// Wait until UpdateOptions holds the write lock: it is then writing,
+	// and with these buffers the write cannot finish.
+	deadline := time.Now().Add(testWait)
+	for c.writeMu.TryLock() {
+		c.writeMu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("UpdateOptions never started writing")
+		}
+		runtime.Gosched()
+	}
+	start := time.Now()
+	c.Close()
+	if el := time.Since(start); el > closeBound {
+		t.Fatalf("Close took %v behind a stuck options_update", el)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := <-updating; err == nil {
+		t.Fatal("the stuck options_update reported success")
 	}
 }
 
