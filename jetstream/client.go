@@ -50,6 +50,9 @@ const (
 	// window, so a healthy but quiet server (a narrow collection filter
 	// can mean minutes without an event) proves itself alive with pongs.
 	pingsPerStaleTimeout = 3
+	// minPingInterval keeps a tiny StaleTimeout from turning the pinger
+	// into a busy loop.
+	minPingInterval = 10 * time.Millisecond
 	// backoffMultiplier and backoffJitter shape the reconnect delay.
 	backoffMultiplier = 2
 	backoffJitter     = 0.5
@@ -494,7 +497,9 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 			it.fail = &DecodeError{Class: ClassOversized, Size: n,
 				Err: fmt.Errorf("frame exceeds the %d-byte limit; skipped", limit)}
 		} else if ev, err := c.dec.Decode(buf.Bytes(), typ == websocket.BinaryMessage); err != nil {
-			it.fail = err.(*DecodeError)
+			if !errors.As(err, &it.fail) {
+				it.fail = &DecodeError{Class: ClassMalformedJSON, Size: n, Err: err}
+			}
 		} else {
 			it.ev = ev
 		}
@@ -514,7 +519,7 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 
 // ping is the connection's pinger goroutine.
 func (c *Client) ping(conn *websocket.Conn, stop <-chan struct{}) {
-	t := time.NewTicker(c.opts.StaleTimeout / pingsPerStaleTimeout)
+	t := time.NewTicker(max(c.opts.StaleTimeout/pingsPerStaleTimeout, minPingInterval))
 	defer t.Stop()
 	for {
 		select {

@@ -60,7 +60,7 @@ type Account struct {
 
 // Collection is the commit's collection NSID, or "" for identity and account
 // events (which is why they pass every wantedCollections filter).
-func (e *Event) Collection() string {
+func (e Event) Collection() string {
 	if e.Commit == nil {
 		return ""
 	}

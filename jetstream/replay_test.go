@@ -27,7 +27,7 @@ func capturePath(name string) string { return filepath.Join("testdata", name) }
 
 // startReplay serves opts (File defaulting to expected_v1.jsonl) on a
 // loopback port until the test ends.
-func startReplay(t *testing.T, opts ReplayOptions) *ReplayServer {
+func startReplay(t testing.TB, opts ReplayOptions) *ReplayServer {
 	t.Helper()
 	if opts.File == "" {
 		opts.File = capturePath("expected_v1.jsonl")
