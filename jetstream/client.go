@@ -123,6 +123,8 @@ func (b *Batch) Len() int { return len(b.Events) + len(b.Failures) }
 // is the backpressure. ctx ends when the client stops; a handler blocked
 // on anything must give up when it does. Returning an error stops the
 // client: Run returns it. The Batch and its slices belong to the handler.
+// A handler must not call Close (Close waits for the handler); it may call
+// UpdateOptions.
 type Handler func(ctx context.Context, b Batch) error
 
 // Client subscribes to Jetstream and delivers decoded events, in order and

@@ -463,6 +463,20 @@ func TestClientTriesTheNextURLWhenOneRefuses(t *testing.T) {
 	}
 }
 
+func TestClientRetriesAHealthyURLBeforeRotating(t *testing.T) {
+	first := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), DropAfter: 3})
+	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{first.URL(), second.URL()}}, s.handle)
+	s.waitEvents(t, 9) // three connections' worth
+	if n := second.Connections(); n != 0 {
+		t.Fatalf("rotated to the second URL (%d connections) although the first kept delivering", n)
+	}
+	if n := first.Connections(); n < 3 {
+		t.Fatalf("first URL saw %d connections, want 3", n)
+	}
+}
+
 func TestClientCloseReturnsWithin100msWhileTheServerIsSilent(t *testing.T) {
 	silent := startSilent(t)
 	c, err := NewClient(ClientOptions{URLs: []string{silent.url()}}, newSink().handle)

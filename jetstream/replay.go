@@ -268,10 +268,6 @@ func (e *replayEvent) frame(shift int64, compress bool) []byte {
 // Len is the number of events in the capture (one loop).
 func (s *ReplayServer) Len() int { return len(s.events) }
 
-// Handler is the server's HTTP handler (/subscribe), for mounting it in
-// another server.
-func (s *ReplayServer) Handler() http.Handler { return s.mux }
-
 // ListenAndServe listens on opts.Listen and serves until ctx is cancelled
 // (then it closes the server, like Close, and returns nil) or serving fails.
 func (s *ReplayServer) ListenAndServe(ctx context.Context) error {
@@ -396,9 +392,13 @@ func (s *ReplayServer) Close() error {
 		}
 		cancel()
 	}
+	// In parallel: each close frame may wait replayCloseWait on a client
+	// that does not read, and there may be many.
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.goAway()
+		wg.Go(c.goAway)
 	}
+	wg.Wait()
 	s.handlers.Wait()
 	return err
 }
