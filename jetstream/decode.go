@@ -20,9 +20,10 @@ const DictionaryID uint32 = 1612007021
 // matches config.Default().Jetstream.MaxMessageBytes.
 const DefaultMaxEventBytes = 2 << 20
 
-// dictionary is Jetstream's published zstd dictionary
-// (github.com/bluesky-social/jetstream pkg/models/zstd_dictionary), copied
-// from testdata/jetstream/legacy_subscribe.zdict.
+// dictionary is the zstd dictionary Jetstream v1 compresses compress=true
+// frames with, copied byte for byte from the shared fixture
+// testdata/jetstream/legacy_subscribe.zdict (embed cannot reach outside the
+// package).
 //
 //go:embed legacy_subscribe.zdict
 var dictionary []byte
