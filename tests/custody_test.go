@@ -1,0 +1,387 @@
+package tests
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/tests/harness"
+)
+
+// Generous bounds for the handovers: a test proves the mechanism works (a
+// release is what hands over, not the TTL); the figures themselves are
+// measured by `appview bench`, never asserted tightly in a test.
+const (
+	gracefulHandoverBound = time.Second
+	crashHandoverSlack    = time.Second // SIGKILL: handover within TTL + this
+)
+
+var timing = harness.ShortTiming
+
+const (
+	sigStop = syscall.SIGSTOP
+	sigCont = syscall.SIGCONT
+)
+
+func TestEveryLeasedWorkerRunsOnExactlyOneInstanceOnAFileDatabase(t *testing.T) {
+	exclusiveCustody(t, fileDB(t))
+}
+
+func TestEveryLeasedWorkerRunsOnExactlyOneInstanceOnSqld(t *testing.T) {
+	exclusiveCustody(t, startSqld(t).URL)
+}
+
+// exclusiveCustody races two instances for every lease, lets the holder
+// renew a few times while the other contends, then stops them one after
+// the other (so the second also takes over), and checks from the logs that
+// no lease ever had its worker on two instances at once, while the
+// unleased health checker ran on both.
+func exclusiveCustody(t *testing.T, db string) {
+	c := newCluster(t)
+	stripe := stripeStub(t)
+	ctx := within(t, 60*time.Second)
+	insts, err := c.StartAll(ctx, leasedSpec("a", db, stripe), leasedSpec("b", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		holder, got, err := harness.WaitAny(ctx, harness.Is(harness.WorkerStarted, l), insts...)
+		if err != nil {
+			t.Fatalf("no instance started the %s worker: %v", l, err)
+		}
+		other := insts[0]
+		if other == holder {
+			other = insts[1]
+		}
+		// The other instance keeps contending and does not start it.
+		from := other.Log.Len()
+		for range 2 {
+			e, err := other.Log.WaitFrom(ctx, from, harness.Is(harness.LeaseContended, l))
+			if err != nil {
+				t.Fatalf("%s never contended for %s: %v", other.ID, l, err)
+			}
+			if h := e.Str("holder"); h != holder.ID {
+				t.Errorf("%s sees %s held by %q, want %s", other.ID, l, h, holder.ID)
+			}
+			from = e.Seq + 1
+		}
+		// The holder keeps it: three renewals in a row.
+		from = got.Seq
+		for range 3 {
+			e, err := holder.Log.WaitFrom(ctx, from, harness.Is(harness.LeaseRenewed, l))
+			if err != nil {
+				t.Fatalf("%s never renewed %s: %v", holder.ID, l, err)
+			}
+			from = e.Seq + 1
+		}
+	}
+	for _, i := range insts {
+		if _, err := i.Wait(ctx, harness.Is(harness.WorkerStarted, workerHealth)); err != nil {
+			t.Errorf("the health checker is not leased and must run on every instance: %v", err)
+		}
+	}
+	for _, i := range insts {
+		if code, err := i.Stop(ctx); err != nil || code != 0 {
+			t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
+		}
+	}
+	tl := c.Timeline()
+	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
+		t.Error(err)
+	}
+	if err := harness.CheckFences(tl, map[string]int64{leaseCleanup: 1, leaseBilling: 1}); err != nil {
+		t.Error(err)
+	}
+	rows, err := harness.Leases(ctx, bin, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := harness.Grants(tl)
+	for _, l := range leasedWorkers {
+		r, ok := rows[l]
+		gs := grants[l]
+		switch {
+		case !ok:
+			t.Errorf("no lease row for %s", l)
+		case len(gs) == 0:
+			t.Errorf("no grant of %s was logged", l)
+		case r.State != "released" || r.Fence != gs[len(gs)-1].Fence || r.Holder != gs[len(gs)-1].Instance:
+			t.Errorf("lease row %+v after both stopped; want released by the last grant %s", r, gs[len(gs)-1].Event)
+		}
+	}
+}
+
+func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) {
+	c := newCluster(t)
+	db := fileDB(t)
+	stripe := stripeStub(t)
+	ctx := within(t, 60*time.Second)
+
+	// Alone, a takes every lease and releases it on SIGTERM.
+	a, err := c.Start(ctx, leasedSpec("a", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, err := a.Wait(ctx, harness.Is(harness.WorkerStarted, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, err := a.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("a: SIGTERM exit code %d, %v; want 0", code, err)
+	}
+	rows, err := harness.Leases(ctx, bin, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		r := rows[l]
+		if r.Holder != "a" || r.Fence != 1 || r.State != "released" || r.ExpiresAt != r.RenewedAt || r.ExpiresAt > r.Now {
+			t.Errorf("after a's release the %s row is %+v; want it expired in place: holder a, fence 1, expires_at = renewed_at <= now", l, r)
+		}
+	}
+
+	// b and c race for the released rows: the winner gets fence 2; when it
+	// is stopped, the other takes over through the release with fence 3.
+	insts, err := c.StartAll(ctx, leasedSpec("b", db, stripe), leasedSpec("c", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, _, err := harness.WaitAny(ctx, harness.Is(harness.LeaseAcquired, leaseCleanup), insts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := insts[0]
+	if other == holder {
+		other = insts[1]
+	}
+	for _, l := range leasedWorkers {
+		if _, err := other.Wait(ctx, harness.Is(harness.LeaseContended, l)); err != nil {
+			// b and c raced per lease; the other may hold this one.
+			if _, err2 := other.Wait(ctx, harness.Is(harness.LeaseAcquired, l)); err2 != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mark := other.Log.Len()
+	if code, err := holder.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", holder.ID, code, err)
+	}
+	released, err := holder.Wait(ctx, harness.Is(harness.LeaseReleased, leaseCleanup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if released.Reason != "shutdown" {
+		t.Errorf("release reason %q, want shutdown", released.Reason)
+	}
+	acquired, err := other.Log.WaitFrom(ctx, mark, harness.Is(harness.LeaseAcquired, leaseCleanup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acquired.Fence != released.Fence+1 {
+		t.Errorf("%s acquired fence %d after %s released fence %d; want +1", other.ID, acquired.Fence, holder.ID, released.Fence)
+	}
+	handover := acquired.Time.Sub(released.Time)
+	t.Logf("graceful handover of %s: %s released at %s, %s acquired at %s: %v",
+		leaseCleanup, holder.ID, released.Time.Format("15:04:05.000"), other.ID, acquired.Time.Format("15:04:05.000"), handover)
+	if handover > gracefulHandoverBound {
+		t.Errorf("graceful handover took %v; want it driven by the release (well under %v), not by the TTL (%v)",
+			handover, gracefulHandoverBound, timing.TTL)
+	}
+	if code, err := other.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", other.ID, code, err)
+	}
+	tl := c.Timeline()
+	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
+		t.Error(err)
+	}
+	if err := harness.CheckFences(tl, map[string]int64{leaseCleanup: 1, leaseBilling: 1}); err != nil {
+		t.Error(err)
+	}
+	rows, err = harness.Leases(ctx, bin, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rows[leaseCleanup]; r.Fence != 3 || r.Holder != other.ID || r.State != "released" {
+		t.Errorf("final %s row %+v; want fence 3 released by %s (one row, never deleted)", leaseCleanup, r, other.ID)
+	}
+}
+
+func TestSigkillHandsOverWithinTTLPlusOneSecond(t *testing.T) {
+	c := newCluster(t)
+	db := fileDB(t)
+	stripe := stripeStub(t)
+	ctx := within(t, 60*time.Second)
+	a, err := c.Start(ctx, leasedSpec("a", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, err := a.Wait(ctx, harness.Is(harness.WorkerStarted, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := c.Start(ctx, leasedSpec("b", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, err := b.Wait(ctx, harness.Is(harness.LeaseContended, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed := time.Now()
+	a.Kill()
+	// The row still names a until its grant runs out: a contender may not
+	// take it before expires_at (database clock; one host, so comparable
+	// with b's log time to the millisecond).
+	rows, err := harness.Leases(ctx, bin, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		acq, err := b.Wait(ctx, harness.Is(harness.LeaseAcquired, l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := acq.Time.Sub(killed)
+		t.Logf("%s: SIGKILL of a → b acquired fence %d after %v (ttl %v)", l, acq.Fence, took, timing.TTL)
+		if took > timing.TTL+crashHandoverSlack {
+			t.Errorf("%s: crash handover took %v; want within ttl + %v = %v", l, took, crashHandoverSlack, timing.TTL+crashHandoverSlack)
+		}
+		if r := rows[l]; r.Holder == "a" {
+			if early := time.UnixMilli(r.ExpiresAt).Sub(acq.Time); early > time.Millisecond {
+				t.Errorf("%s: b acquired %v before a's grant expired (row %+v, acquired %s)", l, early, r, acq)
+			}
+			if acq.Fence != r.Fence+1 {
+				t.Errorf("%s: b acquired fence %d after a's fence %d; want +1", l, acq.Fence, r.Fence)
+			}
+		}
+	}
+	if code, err := b.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("b: SIGTERM exit code %d, %v; want 0", code, err)
+	}
+	tl := c.Timeline()
+	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
+		t.Error(err)
+	}
+	if err := harness.CheckFences(tl, map[string]int64{leaseCleanup: 1, leaseBilling: 1}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *testing.T) {
+	c := newCluster(t)
+	db := fileDB(t)
+	stripe := stripeStub(t)
+	ctx := within(t, 60*time.Second)
+	a, err := c.Start(ctx, leasedSpec("a", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences := map[string]int64{}
+	for _, l := range leasedWorkers {
+		e, err := a.Wait(ctx, harness.Is(harness.WorkerStarted, l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences[l] = e.Fence
+	}
+	// a's cleanup sweeps write (fenced) every 200 ms: wait for one to land,
+	// so the check below is about a worker that really was writing.
+	if _, err := a.Wait(ctx, sweep("ok")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Start(ctx, leasedSpec("b", db, stripe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, err := b.Wait(ctx, harness.Is(harness.LeaseContended, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Signal(sigStop); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	for _, l := range leasedWorkers {
+		e, err := b.Wait(ctx, harness.Is(harness.WorkerStarted, l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Fence != fences[l]+1 {
+			t.Errorf("%s: b took over with fence %d; want a's %d + 1", l, e.Fence, fences[l])
+		}
+	}
+	if _, err := b.Wait(ctx, sweep("ok")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a frozen at %s; b took over every lease after %v", frozen.Format("15:04:05.000"), time.Since(frozen))
+	resumeMark := a.Log.Len()
+	resumed := time.Now()
+	if err := a.Signal(sigCont); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		lost, err := a.Log.WaitFrom(ctx, resumeMark, harness.Is(harness.LeaseLost, l))
+		if err != nil {
+			t.Fatalf("a resumed and never declared %s lost: %v", l, err)
+		}
+		stopped, err := a.Log.WaitFrom(ctx, resumeMark, harness.Is(harness.WorkerStopped, l))
+		if err != nil {
+			t.Fatalf("a resumed and never stopped its %s worker: %v", l, err)
+		}
+		t.Logf("%s: a resumed, lost it (%s) and stopped its worker %v later", l, lost.Reason, stopped.Time.Sub(resumed))
+		if lost.Reason != "blackout" && lost.Reason != "superseded" {
+			t.Errorf("%s: a lost it with reason %q; want blackout (its deadline passed while frozen) or superseded", l, lost.Reason)
+		}
+		if d := stopped.Time.Sub(resumed); d > timing.RenewDeadline {
+			t.Errorf("%s: a's worker stopped %v after resuming; want at its next renewal or deadline (< %v)", l, d, timing.RenewDeadline)
+		}
+	}
+	// Let a run a while after resuming: b renews each lease twice more,
+	// time enough for any stale write of a to have been attempted.
+	for _, l := range leasedWorkers {
+		from := b.Log.Len()
+		for range 2 {
+			e, err := b.Log.WaitFrom(ctx, from, harness.Is(harness.LeaseRenewed, l))
+			if err != nil {
+				t.Fatal(err)
+			}
+			from = e.Seq + 1
+		}
+	}
+	for _, e := range a.Log.Find(resumeMark, func(e harness.Event) bool {
+		return e.Event == harness.LeaseRenewed || e.Event == harness.LeaseAcquired ||
+			e.Event == harness.WorkerStarted && e.Lease != workerHealth || sweep("ok")(e)
+	}) {
+		t.Errorf("a acted as a holder after the takeover: %s\n  %s", e, e.Line)
+	}
+	rows, err := harness.Leases(ctx, bin, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if r := rows[l]; r.Holder != "b" || r.Fence != fences[l]+1 || r.State != "held" {
+			t.Errorf("%s row %+v after a resumed; want held by b with fence %d", l, r, fences[l]+1)
+		}
+	}
+	// a first, so b's release does not hand over to a.
+	for _, i := range []*harness.Instance{a, b} {
+		if code, err := i.Stop(ctx); err != nil || code != 0 {
+			t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
+		}
+	}
+	if err := harness.CheckFences(c.Timeline(), nil); err != nil {
+		t.Error(err)
+	}
+}
+
+// sweep matches a cleanup sweep's log line with the given outcome (ok,
+// error or superseded): an ok sweep is a fenced write that committed.
+func sweep(outcome string) harness.Match {
+	return func(e harness.Event) bool {
+		return e.Event == "cleanup.sweep" && e.Str("outcome") == outcome
+	}
+}

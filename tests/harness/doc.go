@@ -1,0 +1,34 @@
+// Package harness runs real `appview serve` processes (and sqld, the
+// libSQL server) on one host and turns what they log into custody events
+// that a test or a benchmark can wait on and check.
+//
+// It exists because the seed's one real bug (the process exited before its
+// release landed, so a rolling deploy paused for a whole TTL) was invisible
+// to unit tests and obvious in a two-instance run. Everything here is about
+// running that kind of check on demand:
+//
+//   - Start writes a YAML configuration for one instance (SPEC §3) into its
+//     own directory, starts the binary with it and reads its stderr, where
+//     every line is one JSON object (SPEC §5). Each line becomes an Event;
+//     Log.Wait blocks until a matching event arrives, the process exits or
+//     the context ends. Nothing polls with sleeps.
+//   - Cluster keeps every instance it started, merges their logs into one
+//     timeline ordered by the logged time, and adds a synthetic
+//     process.exited event when a process dies, so a SIGKILLed holder's
+//     custody ends in the timeline even though it logged nothing.
+//   - CheckExclusive and CheckFences read a timeline and report the first
+//     moment two instances ran one leased worker, or a grant whose fence did
+//     not grow by exactly one.
+//   - StartSqld runs `sqld --db-path DIR --http-listen-addr 127.0.0.1:PORT`
+//     and waits until it answers.
+//
+// Clocks: the logged "time" is wall clock with millisecond resolution, taken
+// when the line is written. Events of different processes that share a
+// millisecond cannot be ordered by the log alone; the timeline orders them
+// causally (a worker stops before another starts, a lease is released
+// before another instance acquires it), which is the only order the lease
+// protocol allows. A real overlap of a millisecond or more is still seen.
+//
+// The harness takes no *testing.T: the multi-process tests in tests/ and
+// `appview bench` both use it, and it reports problems as errors.
+package harness

