@@ -71,6 +71,9 @@ type Custody struct {
 	At time.Time
 }
 
+// AtFormat is the layout of the "at" field: RFC 3339 with microseconds, UTC.
+const AtFormat = "2006-01-02T15:04:05.000000Z07:00"
+
 // Level is the log level SPEC §5 gives the event.
 func (e Custody) Level() zerolog.Level {
 	switch e.Kind {
@@ -83,12 +86,19 @@ func (e Custody) Level() zerolog.Level {
 	}
 }
 
-// Log writes the event as one JSON line with the SPEC §5 fields.
+// Log writes the event as one JSON line with the SPEC §5 fields, plus
+// "at" (AtFormat) when At is set.
 func (e Custody) Log(l zerolog.Logger) {
 	ev := l.WithLevel(e.Level()).
 		Str("event", string(e.Kind)).
 		Str("lease", e.Lease).
 		Str("instance", e.Instance)
+	if !e.At.IsZero() {
+		// "time" is when the line was written, by a relay goroutine that may
+		// run a few milliseconds behind; "at" is when custody changed, which
+		// is what orders events across instances.
+		ev = ev.Str("at", e.At.UTC().Format(AtFormat))
+	}
 	if e.Fence != 0 {
 		ev = ev.Int64("fence", e.Fence)
 	}
