@@ -257,27 +257,40 @@ func List(ctx context.Context, db Querier) ([]Row, error) {
 // (Fence 0) runs fn in a plain transaction. If ctx is done before commit
 // the transaction is rolled back and ctx.Err() returned: a stopping worker
 // writes nothing more.
+//
+// The driver ignores contexts, and a call on a connection whose peer has
+// vanished (a network partition) can hang for minutes. Fenced therefore
+// stops waiting for the begin and the fence check when ctx ends, returns
+// ctx.Err() and leaves them to finish in the background, where the
+// transaction is rolled back and fn never runs; so a worker told to stop
+// can stop. fn itself runs on the caller's goroutine as before.
 func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("fenced write under %s: begin: %w", c, err)
+	type begun struct {
+		tx  *sql.Tx
+		err error
 	}
-	if c.Fenced() {
-		res, err := tx.ExecContext(ctx, guardSQL, c.Lease, c.Holder, c.Fence)
-		if err != nil {
-			_ = tx.Rollback()
-			return fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+	ch := make(chan begun, 1)
+	go func() {
+		tx, err := beginFenced(ctx, db, c)
+		ch <- begun{tx, err}
+	}()
+	var tx *sql.Tx
+	select {
+	case b := <-ch:
+		if b.err != nil {
+			return b.err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			_ = tx.Rollback()
-			if err != nil {
-				return fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+		tx = b.tx
+	case <-ctx.Done():
+		go func() {
+			if b := <-ch; b.tx != nil {
+				_ = b.tx.Rollback()
 			}
-			return fmt.Errorf("fenced write under %s: %w", c, ErrSuperseded)
-		}
+		}()
+		return ctx.Err()
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
@@ -292,4 +305,29 @@ func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) erro
 		return fmt.Errorf("fenced write under %s: commit: %w", c, err)
 	}
 	return nil
+}
+
+// beginFenced begins the transaction of Fenced and, for a fenced custody,
+// runs the guard. On any error the transaction is already rolled back.
+func beginFenced(ctx context.Context, db *sql.DB, c Custody) (*sql.Tx, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fenced write under %s: begin: %w", c, err)
+	}
+	if !c.Fenced() {
+		return tx, nil
+	}
+	res, err := tx.ExecContext(ctx, guardSQL, c.Lease, c.Holder, c.Fence)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		_ = tx.Rollback()
+		if err != nil {
+			return nil, fmt.Errorf("fenced write under %s: check fence: %w", c, err)
+		}
+		return nil, fmt.Errorf("fenced write under %s: %w", c, ErrSuperseded)
+	}
+	return tx, nil
 }
