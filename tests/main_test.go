@@ -81,6 +81,7 @@ func newCluster(t *testing.T) *harness.Cluster {
 		}
 		if t.Failed() {
 			t.Log("\n" + c.Dump(40))
+			keepLogs(t, c.Dir)
 		}
 	})
 	return c
@@ -153,4 +154,21 @@ func within(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// keepLogs copies a failed test's instance directories (configs, full
+// stderr logs) to $APPVIEW_TESTS_KEEP/<test name>, when that is set.
+func keepLogs(t *testing.T, dir string) {
+	keep := os.Getenv("APPVIEW_TESTS_KEEP")
+	if keep == "" {
+		return
+	}
+	dst := filepath.Join(keep, t.Name())
+	if err := os.RemoveAll(dst); err == nil {
+		if err := os.CopyFS(dst, os.DirFS(dir)); err != nil {
+			t.Logf("keep logs: %v", err)
+			return
+		}
+	}
+	t.Logf("logs kept in %s", dst)
 }

@@ -108,3 +108,19 @@ func CheckFences(timeline []Event, first map[string]int64) error {
 	}
 	return nil
 }
+
+// Holding returns the leases an instance's log says it holds now: the
+// fence of each lease.acquired not yet followed by lease.released or
+// lease.lost.
+func Holding(log []Event) map[string]int64 {
+	held := map[string]int64{}
+	for _, e := range log {
+		switch e.Event {
+		case LeaseAcquired:
+			held[e.Lease] = e.Fence
+		case LeaseReleased, LeaseLost:
+			delete(held, e.Lease)
+		}
+	}
+	return held
+}

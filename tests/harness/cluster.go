@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,7 +63,7 @@ func (c *Cluster) Running() []*Instance {
 }
 
 // Timeline merges every instance's events, plus one ProcessExited event
-// per exited process, in causal order (see Merge).
+// per exited process, in time order (see Merge).
 func (c *Cluster) Timeline() []Event {
 	var logs [][]Event
 	for _, i := range c.Instances() {
@@ -93,34 +94,27 @@ func causalRank(kind string) int {
 	return 2
 }
 
-// Merge merges per-process logs into one timeline. Each log keeps its own
-// order (a process's custody events are written by one goroutine, in the
-// order they happened); across logs the earlier logged time comes first,
-// and within one millisecond custody ends come before custody begins.
+// Merge merges per-process logs into one timeline ordered by Time.
+// Custody events are stamped when custody changed (see Event.Time), so
+// their order across processes is the order of the changes; other lines
+// carry the time they were written and fall where that puts them. Events
+// with equal times are ordered causally (custody ends before custody
+// begins), then by their position in their own log.
 func Merge(logs ...[]Event) []Event {
-	heads := make([]int, len(logs))
 	var out []Event
-	for {
-		best := -1
-		for li, evs := range logs {
-			if heads[li] >= len(evs) {
-				continue
-			}
-			if best < 0 {
-				best = li
-				continue
-			}
-			a, b := evs[heads[li]], logs[best][heads[best]]
-			if c := a.Time.Compare(b.Time); c < 0 || c == 0 && causalRank(a.Event) < causalRank(b.Event) {
-				best = li
-			}
-		}
-		if best < 0 {
-			return out
-		}
-		out = append(out, logs[best][heads[best]])
-		heads[best]++
+	for _, l := range logs {
+		out = append(out, l...)
 	}
+	slices.SortStableFunc(out, func(a, b Event) int {
+		if c := a.Time.Compare(b.Time); c != 0 {
+			return c
+		}
+		if c := causalRank(a.Event) - causalRank(b.Event); c != 0 {
+			return c
+		}
+		return a.Seq - b.Seq
+	})
+	return out
 }
 
 // Close stops every running instance: SIGTERM (and SIGCONT, in case it

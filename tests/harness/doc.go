@@ -22,12 +22,13 @@
 //   - StartSqld runs `sqld --db-path DIR --http-listen-addr 127.0.0.1:PORT`
 //     and waits until it answers.
 //
-// Clocks: the logged "time" is wall clock with millisecond resolution, taken
-// when the line is written. Events of different processes that share a
-// millisecond cannot be ordered by the log alone; the timeline orders them
-// causally (a worker stops before another starts, a lease is released
-// before another instance acquires it), which is the only order the lease
-// protocol allows. A real overlap of a millisecond or more is still seen.
+// Clocks: custody events carry "at", when the custody changed (wall
+// clock, microseconds), besides "time", when the line was written
+// (milliseconds, possibly a little later: a relay goroutine writes them).
+// The timeline orders by "at" where a line has it. Events of different
+// processes that share a timestamp are ordered causally (a worker stops
+// before another starts, a lease is released before another instance
+// acquires it), the only order the lease protocol allows.
 //
 // The harness takes no *testing.T: the multi-process tests in tests/ and
 // `appview bench` both use it, and it reports problems as errors.

@@ -32,8 +32,11 @@ const logTimeLayout = time.RFC3339Nano
 
 // Event is one JSON line of an appview process's stderr.
 type Event struct {
-	// Time is the logged "time" (millisecond resolution, wall clock).
+	// Time is when the event happened: the custody event's "at"
+	// (microseconds) where the line has one, else its "time".
 	Time time.Time
+	// Logged is the line's "time": when it was written (milliseconds).
+	Logged time.Time
 	// Seq is the line's position in its process's log (0-based).
 	Seq      int
 	Level    string
@@ -95,6 +98,7 @@ func parseEvent(line string) (Event, bool) {
 	}
 	var raw struct {
 		Time     string `json:"time"`
+		At       string `json:"at"`
 		Level    string `json:"level"`
 		Event    string `json:"event"`
 		Lease    string `json:"lease"`
@@ -107,11 +111,15 @@ func parseEvent(line string) (Event, bool) {
 	if json.Unmarshal([]byte(line), &raw) != nil {
 		return Event{}, false
 	}
-	t, err := time.Parse(logTimeLayout, raw.Time)
+	logged, err := time.Parse(logTimeLayout, raw.Time)
 	if err != nil {
 		return Event{}, false
 	}
-	return Event{Time: t, Level: raw.Level, Event: raw.Event, Lease: raw.Lease, Instance: raw.Instance,
+	t := logged
+	if at, err := time.Parse(logTimeLayout, raw.At); err == nil {
+		t = at
+	}
+	return Event{Time: t, Logged: logged, Level: raw.Level, Event: raw.Event, Lease: raw.Lease, Instance: raw.Instance,
 		Fence: raw.Fence, Reason: raw.Reason, Msg: raw.Msg, Error: raw.Error, Fields: fields, Line: line}, true
 }
 
@@ -125,6 +133,21 @@ func Is(kind, lease string) Match {
 
 // Msg matches lines whose "msg" is msg.
 func Msg(msg string) Match { return func(e Event) bool { return e.Msg == msg } }
+
+// Fence matches events that carry fence f.
+func Fence(f int64) Match { return func(e Event) bool { return e.Fence == f } }
+
+// Or matches events any m matches.
+func Or(ms ...Match) Match {
+	return func(e Event) bool {
+		for _, m := range ms {
+			if m(e) {
+				return true
+			}
+		}
+		return false
+	}
+}
 
 // And matches events every m matches.
 func And(ms ...Match) Match {
