@@ -1,0 +1,46 @@
+package tests
+
+import (
+	"bytes"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview bench
+// --quick`: the real scenarios with a few rounds each. It checks the
+// output's shape, not the figures (performance targets belong to the
+// benchmark itself, never to a timed test).
+func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
+	cmd := exec.CommandContext(within(t, 2*time.Minute), bin, "bench", "--quick", "--sqld", sqldBin(t), "--dir", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("appview bench --quick: %v\n%s", err, stderr.String())
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			t.Errorf("line %q is not \"name value unit\"", line)
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err != nil || v < 0 {
+			t.Errorf("line %q: value is not a non-negative number", line)
+		}
+		got[f[0]] = f[2]
+	}
+	for name, unit := range map[string]string{
+		"graceful_handover_p50_ms": "ms", "graceful_handover_p99_ms": "ms",
+		"acquire_rtt_p50_ms_file": "ms", "acquire_rtt_p50_ms_sqld": "ms",
+		"renew_rtt_p50_ms_file": "ms", "renew_rtt_p50_ms_sqld": "ms",
+		"crash_handover_minus_ttl_p50_ms": "ms", "renew_cost_ratio": "ratio", "idle_rss_mb": "MB",
+	} {
+		if got[name] != unit {
+			t.Errorf("figure %s: unit %q, want %q (output:\n%s)", name, got[name], unit, stdout.String())
+		}
+	}
+	t.Logf("quick figures (race-enabled binary, few rounds: not a measurement):\n%s", stdout.String())
+}
