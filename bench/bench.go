@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/atcr-io/appview/tests/harness"
@@ -25,6 +26,9 @@ type Options struct {
 	Quick bool
 	// Out receives the figures, one "name value unit" a line.
 	Out io.Writer
+	// Only, when not empty, names the steps to run (see Steps); the others
+	// are skipped.
+	Only []string
 	// Progress receives notes on what is running (stderr); nil discards them.
 	Progress io.Writer
 }
@@ -35,13 +39,16 @@ type Options struct {
 // smoke run. It is nil until the consumer's processor provides it.
 var IngestRatio func(ctx context.Context, dir string, quick bool) (float64, error)
 
+// Steps names the scenarios in the order Run runs them (for Options.Only).
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest"}
+
 // rounds is how many samples each scenario takes.
 type rounds struct {
 	graceful, crash, rtt, renewLeases, renewRounds int
 }
 
 var (
-	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 5}
+	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 11}
 	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1}
 )
 
@@ -75,15 +82,18 @@ func Run(ctx context.Context, o Options) error {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"graceful handover", r.graceful},
-		{"store round trips (file)", func(ctx context.Context) error { return r.roundTrips(ctx, "file") }},
-		{"store round trips (sqld)", func(ctx context.Context) error { return r.roundTrips(ctx, "sqld") }},
-		{"crash handover", r.crash},
-		{"renew cost", r.renewCost},
-		{"idle rss", r.idleRSS},
+		{"graceful", r.graceful},
+		{"rtt-file", func(ctx context.Context) error { return r.roundTrips(ctx, "file") }},
+		{"rtt-sqld", func(ctx context.Context) error { return r.roundTrips(ctx, "sqld") }},
+		{"crash", r.crash},
+		{"renew-cost", r.renewCost},
+		{"rss", r.idleRSS},
 		{"ingest", r.ingest},
 	}
 	for _, s := range steps {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
+			continue
+		}
 		start := time.Now()
 		r.note("%s ...", s.name)
 		if err := s.fn(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atcr-io/appview/actors/lease"
@@ -131,6 +132,10 @@ func (r *runner) renewCost(ctx context.Context) error {
 		}
 		insts[k] = in
 	}
+	// slow counts renewals that took a millisecond or more: on a file
+	// database that is a writer that found the lock taken and slept in
+	// SQLite's busy handler (whose first sleep is 1 ms).
+	var slow atomic.Int64
 	round := func(renew func(in *instance, c lease.Custody) error) (time.Duration, error) {
 		var wg sync.WaitGroup
 		errs := make([]error, len(insts))
@@ -140,9 +145,13 @@ func (r *runner) renewCost(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				for _, c := range in.grants {
+					t := time.Now()
 					if err := renew(in, c); err != nil {
 						errs[k] = err
 						return
+					}
+					if time.Since(t) >= time.Millisecond {
+						slow.Add(1)
 					}
 				}
 			}()
@@ -163,16 +172,38 @@ func (r *runner) renewCost(ctx context.Context) error {
 		return err
 	}
 	var storeRounds, bareRounds []time.Duration
-	for range r.n.renewRounds {
-		d, err := round(viaStore)
+	for k := range r.n.renewRounds {
+		// Alternate which goes first, so neither always follows the other
+		// (a WAL checkpoint falls on whichever round fills the log).
+		var s, b time.Duration
+		var sSlow, bSlow int64
+		var err error
+		storeRound := func() {
+			slow.Store(0)
+			if s, err = round(viaStore); err == nil {
+				sSlow = slow.Load()
+			}
+		}
+		bareRound := func() {
+			slow.Store(0)
+			if b, err = round(bare); err == nil {
+				bSlow = slow.Load()
+			}
+		}
+		if k%2 == 0 {
+			if storeRound(); err == nil {
+				bareRound()
+			}
+		} else {
+			if bareRound(); err == nil {
+				storeRound()
+			}
+		}
 		if err != nil {
 			return err
 		}
-		storeRounds = append(storeRounds, d)
-		if d, err = round(bare); err != nil {
-			return err
-		}
-		bareRounds = append(bareRounds, d)
+		r.note("renew round %d: store %v (%d waits >= 1 ms), bare %v (%d)", k, s, sSlow, b, bSlow)
+		storeRounds, bareRounds = append(storeRounds, s), append(bareRounds, b)
 	}
 	s, b := percentile(storeRounds, 50), percentile(bareRounds, 50)
 	r.note("renew rounds of %d×%d leases: store median %v, bare median %v", renewCostInstances, r.n.renewLeases, s, b)

