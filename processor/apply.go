@@ -14,15 +14,14 @@ type applier struct {
 	tx    *sql.Tx
 	fence int64
 	res   Result
-	// touched maps each repository whose stars or hold stats changed to the
-	// latest event time (ms) that changed it; its aggregate is recomputed
-	// at the end of the batch.
-	touched map[repoKey]int64
 	// pending collects the effects of the current event, published to res
 	// only when its savepoint is released.
 	pendingStats     []HoldStat
 	pendingManifests []NewManifest
-	pendingTouched   []repoKey
+	// pendingTouched are the repositories whose stars or hold stats the
+	// event changed: their aggregate is recomputed before its savepoint
+	// is released.
+	pendingTouched []repoKey
 }
 
 // savepointError means the transaction cannot isolate events any more.
@@ -61,6 +60,15 @@ func (a *applier) applyInSavepoint(o *op) (bool, error) {
 	}
 	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
 	changed, err := a.apply(o)
+	if err == nil {
+		// Per event, not per batch, so the stored row (its updated_at
+		// included) does not depend on where batch boundaries fell.
+		for _, k := range a.pendingTouched {
+			if err = RefreshRepositoryStats(a.ctx, a.tx, k.did, k.repository, a.fence, o.ev.TimeUS/1000); err != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		if _, rerr := a.tx.ExecContext(a.ctx, "ROLLBACK TO ev"); rerr != nil {
 			return false, &savepointError{rerr}
@@ -75,12 +83,6 @@ func (a *applier) applyInSavepoint(o *op) (bool, error) {
 	}
 	a.res.HoldStats = append(a.res.HoldStats, a.pendingStats...)
 	a.res.NewManifests = append(a.res.NewManifests, a.pendingManifests...)
-	at := o.ev.TimeUS / 1000
-	for _, k := range a.pendingTouched {
-		if at > a.touched[k] {
-			a.touched[k] = at
-		}
-	}
 	return changed, nil
 }
 
@@ -466,20 +468,6 @@ FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3
 		return false, fmt.Errorf("delete %s: %w", o.collection, err)
 	}
 	return tomb > 0 || n > 0, nil
-}
-
-// refreshAggregates recomputes repository_stats for every repository the
-// batch changed, from the persisted per-hold and star rows inside this
-// transaction: never from a cache, so a writer that saw only some holds
-// cannot store a partial sum. A row whose values are already right is left
-// alone (its fence and updated_at keep naming the writer that set them).
-func (a *applier) refreshAggregates() error {
-	for _, k := range sortedKeys(a.touched) {
-		if err := RefreshRepositoryStats(a.ctx, a.tx, k.did, k.repository, a.fence, a.touched[k]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // refreshSQL is the aggregate of one repository (SPEC §8 repository_stats):

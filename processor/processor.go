@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -193,15 +192,15 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 // Each event runs under its own SAVEPOINT: an invalid event is skipped
 // before it touches the database, and an event the database refuses is
 // rolled back alone and counted under ReasonDatabase; the rest of the batch
-// still lands. Aggregates (repository_stats) of every repository the batch
-// touched are recomputed at the end from the persisted per-hold and star
-// rows. ApplyTx returns an error only when the transaction itself is no
+// still lands. The aggregate (repository_stats) of a repository whose stars
+// or hold stats an event changed is recomputed, within that event's
+// savepoint, from the persisted per-hold and star rows. ApplyTx returns an error only when the transaction itself is no
 // longer usable (a savepoint cannot be taken or rolled back, the database
 // is locked or failing, ctx is done); the caller must then roll back and
 // retry the whole batch.
 func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, fence int64, events []jetstream.Event) (Result, error) {
 	start := time.Now()
-	a := &applier{ctx: ctx, tx: tx, fence: fence, touched: map[repoKey]int64{}}
+	a := &applier{ctx: ctx, tx: tx, fence: fence}
 	res := &a.res
 	res.Events = len(events)
 	for i := range events {
@@ -251,9 +250,6 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, fence int64, events
 			res.Unchanged++
 			p.metrics.event(collection, operation, OutcomeUnchanged)
 		}
-	}
-	if err := a.refreshAggregates(); err != nil {
-		return Result{}, err
 	}
 	p.metrics.batch(time.Since(start))
 	return *res, nil
@@ -327,20 +323,6 @@ func knownCollection(c string) bool {
 
 // repoKey names one repository: its owner's DID and its name.
 type repoKey struct{ did, repository string }
-
-func sortedKeys(m map[repoKey]int64) []repoKey {
-	out := make([]repoKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].did != out[j].did {
-			return out[i].did < out[j].did
-		}
-		return out[i].repository < out[j].repository
-	})
-	return out
-}
 
 // Metrics are the processor's Prometheus collectors.
 type Metrics struct {

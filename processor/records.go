@@ -226,7 +226,7 @@ func HoldDIDFromEndpoint(endpoint string) (string, error) {
 	if u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return "", fmt.Errorf("%q is not an http(s) URL with a host", endpoint)
 	}
-	did := "did:web:" + strings.ToLower(strings.ReplaceAll(u.Host, ":", "%3A"))
+	did := "did:web:" + strings.ReplaceAll(strings.ToLower(u.Host), ":", "%3A")
 	for _, seg := range strings.Split(strings.Trim(u.Path, "/"), "/") {
 		if seg != "" {
 			did += ":" + seg
