@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 )
 
 // applier applies the ops of one batch inside one transaction.
@@ -19,9 +21,15 @@ type applier struct {
 	pendingStats     []HoldStat
 	pendingManifests []NewManifest
 	// pendingTouched are the repositories whose stars or hold stats the
-	// event changed: their aggregate is recomputed before its savepoint
-	// is released.
+	// event changed: their aggregate is recomputed at the end of the batch.
 	pendingTouched []repoKey
+	// touched maps each repository whose stars or hold stats the batch
+	// changed to the time (ms) of the latest event that changed them.
+	touched map[repoKey]int64
+	// users are the DIDs whose users row this transaction has ensured.
+	users map[string]bool
+	// tombstones are the newest delete (time_us) of the batch's records.
+	tombstones map[recordKey]int64
 }
 
 // savepointError means the transaction cannot isolate events any more.
@@ -52,24 +60,77 @@ func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, e
 	return err == nil, err
 }
 
+// run applies the decoded ops of a batch (nil where decoding skipped the
+// event) inside SAVEPOINT batch. With perEvent false it stops at the first
+// failing event and returns its error with the batch savepoint still open,
+// for the caller to roll back and run again with perEvent true; then each
+// event has its own savepoint and a failing one is rolled back alone and
+// recorded in outs. Only a fatal error is returned with perEvent true.
+func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) {
+	a.res = Result{}
+	a.users = map[string]bool{}
+	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT batch"); err != nil {
+		return Result{}, &savepointError{err}
+	}
+	if err := a.loadTombstones(ops); err != nil {
+		return Result{}, err
+	}
+	a.touched = map[repoKey]int64{}
+	for i, o := range ops {
+		if o == nil {
+			continue
+		}
+		if err := a.ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		var (
+			changed bool
+			err     error
+		)
+		if perEvent {
+			changed, err = a.applyInSavepoint(o)
+		} else {
+			changed, err = a.applyOne(o)
+		}
+		switch {
+		case err == nil:
+			outs[i] = outcome{changed: changed}
+		case fatal(err):
+			return Result{}, fmt.Errorf("apply event time_us=%d: %w", o.ev.TimeUS, err)
+		case !perEvent:
+			return Result{}, err
+		default:
+			var ie *invalidError
+			if errors.As(err, &ie) {
+				outs[i] = outcome{reason: ie.reason, err: err}
+			} else {
+				outs[i] = outcome{reason: ReasonDatabase, err: err}
+			}
+		}
+	}
+	// Once per repository per batch: the aggregate depends only on the
+	// persisted rows, and updated_at is the latest event that changed them,
+	// so where batch boundaries fall does not change the stored row.
+	if err := a.refreshTouched(); err != nil {
+		return Result{}, err
+	}
+	if _, err := a.tx.ExecContext(a.ctx, "RELEASE batch"); err != nil {
+		return Result{}, &savepointError{err}
+	}
+	return a.res, nil
+}
+
 // applyInSavepoint applies one op under SAVEPOINT ev; on error everything
 // it wrote is rolled back and its effects are not reported.
 func (a *applier) applyInSavepoint(o *op) (bool, error) {
 	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT ev"); err != nil {
 		return false, &savepointError{err}
 	}
-	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
-	changed, err := a.apply(o)
-	if err == nil {
-		// Per event, not per batch, so the stored row (its updated_at
-		// included) does not depend on where batch boundaries fell.
-		for _, k := range a.pendingTouched {
-			if err = RefreshRepositoryStats(a.ctx, a.tx, k.did, k.repository, a.fence, o.ev.TimeUS/1000); err != nil {
-				break
-			}
-		}
-	}
+	users := maps.Clone(a.users)
+	tombs := maps.Clone(a.tombstones)
+	changed, err := a.applyOne(o)
 	if err != nil {
+		a.users, a.tombstones = users, tombs
 		if _, rerr := a.tx.ExecContext(a.ctx, "ROLLBACK TO ev"); rerr != nil {
 			return false, &savepointError{rerr}
 		}
@@ -81,9 +142,81 @@ func (a *applier) applyInSavepoint(o *op) (bool, error) {
 	if _, err := a.tx.ExecContext(a.ctx, "RELEASE ev"); err != nil {
 		return false, &savepointError{err}
 	}
+	return changed, nil
+}
+
+// applyOne applies one op and, when it succeeds, publishes its effects.
+func (a *applier) applyOne(o *op) (bool, error) {
+	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
+	changed, err := a.apply(o)
+	if err != nil {
+		return false, err
+	}
 	a.res.HoldStats = append(a.res.HoldStats, a.pendingStats...)
 	a.res.NewManifests = append(a.res.NewManifests, a.pendingManifests...)
+	for _, k := range a.pendingTouched {
+		a.touched[k] = max(a.touched[k], o.ev.TimeUS/1000)
+	}
 	return changed, nil
+}
+
+// recordKey names a record: the repo it lives in, its collection and rkey.
+type recordKey struct{ did, collection, rkey string }
+
+// tombstoneChunk bounds the keys per tombstone query (3 parameters each).
+const tombstoneChunk = 200
+
+// loadTombstones reads the tombstones of every record the batch creates
+// or updates, in a few queries instead of one per event; deletes in the
+// batch then keep the map current.
+func (a *applier) loadTombstones(ops []*op) error {
+	a.tombstones = map[recordKey]int64{}
+	var keys []recordKey
+	seen := map[recordKey]bool{}
+	for _, o := range ops {
+		if o == nil || o.collection == "" || o.delete {
+			continue
+		}
+		k := recordKey{o.did, o.collection, o.rkey}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), tombstoneChunk)]
+		keys = keys[len(chunk):]
+		args := make([]any, 0, 3*len(chunk))
+		var q strings.Builder
+		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
+		q.WriteString(`SELECT t.did, t.collection, t.rkey, t.source_us FROM (VALUES `)
+		q.WriteString(values(len(chunk), 3))
+		q.WriteString(`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`)
+		for _, k := range chunk {
+			args = append(args, k.did, k.collection, k.rkey)
+		}
+		rows, err := a.tx.QueryContext(a.ctx, q.String(), args...)
+		if err != nil {
+			return fmt.Errorf("read tombstones: %w", err)
+		}
+		for rows.Next() {
+			var (
+				k  recordKey
+				us int64
+			)
+			if err := rows.Scan(&k.did, &k.collection, &k.rkey, &us); err != nil {
+				rows.Close()
+				return fmt.Errorf("read tombstones: %w", err)
+			}
+			a.tombstones[k] = us
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("read tombstones: %w", err)
+		}
+	}
+	return nil
 }
 
 func (a *applier) apply(o *op) (bool, error) {
@@ -97,13 +230,7 @@ func (a *applier) apply(o *op) (bool, error) {
 	}
 	// A create or update older than the record's last delete must not bring
 	// it back.
-	var deletedUS int64
-	found, err := a.queryRow(`SELECT source_us FROM record_tombstones WHERE did = ?1 AND collection = ?2 AND rkey = ?3`,
-		[]any{o.did, o.collection, o.rkey}, &deletedUS)
-	if err != nil {
-		return false, fmt.Errorf("read tombstone: %w", err)
-	}
-	if found && deletedUS >= o.ev.TimeUS {
+	if deletedUS, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deletedUS >= o.ev.TimeUS {
 		return false, nil
 	}
 	switch o.collection {
@@ -132,11 +259,15 @@ func (a *applier) apply(o *op) (bool, error) {
 // or account event, replayed later, must not change the row when the first
 // pass (which had no row to update) left it alone.
 func (a *applier) ensureUser(o *op) error {
+	if a.users[o.did] {
+		return nil
+	}
 	_, err := a.exec(`INSERT INTO users (did, identity_us, account_us, updated_at) VALUES (?1, ?2, ?2, ?3)
 ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000)
 	if err != nil {
 		return fmt.Errorf("ensure user: %w", err)
 	}
+	a.users[o.did] = true
 	return nil
 }
 
@@ -168,40 +299,45 @@ WHERE did = ?5 AND account_us < ?3`, o.account.Active, status, o.ev.TimeUS, o.ev
 
 func (a *applier) putManifest(o *op) (bool, error) {
 	m := o.manifest
-	var (
-		id       int64
-		sourceUS int64
-	)
-	found, err := a.queryRow(`SELECT id, source_us FROM manifests WHERE did = ?1 AND repository = ?2 AND digest = ?3`,
-		[]any{o.did, m.Repository, m.Digest}, &id, &sourceUS)
-	if err != nil {
-		return false, fmt.Errorf("read manifest: %w", err)
-	}
-	if found && sourceUS >= o.ev.TimeUS {
-		return false, nil
-	}
 	if err := a.ensureUser(o); err != nil {
 		return false, err
 	}
-	if !found {
-		args := []any{o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
-			m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS / 1000, o.ev.TimeUS}
-		if _, err := a.queryRow(`INSERT INTO manifests (did, repository, digest, rkey, cid, hold_did, hold_endpoint, media_type,
+	// Exec, not INSERT ... RETURNING: go-libsql's query path costs about
+	// three times its exec path, and the new row's id is LastInsertId.
+	r, err := a.tx.ExecContext(a.ctx, `INSERT INTO manifests (did, repository, digest, rkey, cid, hold_did, hold_endpoint, media_type,
   schema_version, config_digest, config_size, subject_digest, created_at, indexed_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) RETURNING id`, args, &id); err != nil {
-			return false, fmt.Errorf("insert manifest: %w", err)
-		}
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+ON CONFLICT (did, repository, digest) DO NOTHING`,
+		o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
+		m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS/1000, o.ev.TimeUS)
+	var inserted int64
+	if err == nil {
+		inserted, err = r.RowsAffected()
+	}
+	var id int64
+	if err == nil && inserted > 0 {
+		id, err = r.LastInsertId()
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert manifest: %w", err)
+	}
+	if inserted > 0 {
 		a.pendingManifests = append(a.pendingManifests, NewManifest{
 			OwnerDID: o.did, Repository: m.Repository, Digest: m.Digest, MediaType: m.MediaType,
 			HoldDID: m.HoldDID, HoldEndpoint: m.HoldEndpoint, PushedAt: m.CreatedAt,
 		})
 	} else {
 		// indexed_at keeps the time the row was first stored.
-		if _, err := a.exec(`UPDATE manifests SET rkey = ?2, cid = ?3, hold_did = ?4, hold_endpoint = ?5, media_type = ?6,
-  schema_version = ?7, config_digest = ?8, config_size = ?9, subject_digest = ?10, created_at = ?11, source_us = ?12
-WHERE id = ?1`, id, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
-			m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS); err != nil {
+		updated, err := a.queryRow(`UPDATE manifests SET rkey = ?4, cid = ?5, hold_did = ?6, hold_endpoint = ?7, media_type = ?8,
+  schema_version = ?9, config_digest = ?10, config_size = ?11, subject_digest = ?12, created_at = ?13, source_us = ?14
+WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND source_us < ?14 RETURNING id`,
+			[]any{o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
+				m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS}, &id)
+		if err != nil {
 			return false, fmt.Errorf("update manifest: %w", err)
+		}
+		if !updated {
+			return false, nil
 		}
 		for _, q := range []string{
 			`DELETE FROM manifest_layers WHERE manifest_id = ?1`,
@@ -213,20 +349,34 @@ WHERE id = ?1`, id, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
 			}
 		}
 	}
-	for i, l := range m.Layers {
-		if _, err := a.exec(`INSERT INTO manifest_layers (manifest_id, position, digest, size, media_type) VALUES (?1, ?2, ?3, ?4, ?5)`,
-			id, i, l.Digest, l.Size, l.MediaType); err != nil {
-			return false, fmt.Errorf("insert layer: %w", err)
+	return true, a.putManifestChildren(id, m)
+}
+
+// putManifestChildren inserts layers, references and annotations, one
+// multi-row INSERT per kind.
+func (a *applier) putManifestChildren(id int64, m *manifest) error {
+	if len(m.Layers) > 0 {
+		args := make([]any, 0, 5*len(m.Layers))
+		for i, l := range m.Layers {
+			args = append(args, id, i, l.Digest, l.Size, l.MediaType)
+		}
+		if _, err := a.exec(`INSERT INTO manifest_layers (manifest_id, position, digest, size, media_type) VALUES `+
+			values(len(m.Layers), 5), args...); err != nil {
+			return fmt.Errorf("insert layers: %w", err)
 		}
 	}
-	for i, r := range m.Manifests {
-		var p platform
-		if r.Platform != nil {
-			p = *r.Platform
+	if len(m.Manifests) > 0 {
+		args := make([]any, 0, 8*len(m.Manifests))
+		for i, r := range m.Manifests {
+			var p platform
+			if r.Platform != nil {
+				p = *r.Platform
+			}
+			args = append(args, id, i, r.Digest, r.Size, r.MediaType, p.OS, p.Architecture, p.Variant)
 		}
-		if _, err := a.exec(`INSERT INTO manifest_references (manifest_id, position, digest, size, media_type, platform_os, platform_arch, platform_variant)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`, id, i, r.Digest, r.Size, r.MediaType, p.OS, p.Architecture, p.Variant); err != nil {
-			return false, fmt.Errorf("insert manifest reference: %w", err)
+		if _, err := a.exec(`INSERT INTO manifest_references (manifest_id, position, digest, size, media_type,
+  platform_os, platform_arch, platform_variant) VALUES `+values(len(m.Manifests), 8), args...); err != nil {
+			return fmt.Errorf("insert manifest references: %w", err)
 		}
 	}
 	if len(m.Annotations) > 0 {
@@ -235,43 +385,25 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`, id, i, r.Digest, r.Size, r.MediaType, 
 			keys = append(keys, k)
 		}
 		sort.Strings(keys) // a stable insert order keeps two databases fed the same events identical
+		args := make([]any, 0, 3*len(keys))
 		for _, k := range keys {
-			if _, err := a.exec(`INSERT INTO manifest_annotations (manifest_id, key, value) VALUES (?1, ?2, ?3)`, id, k, m.Annotations[k]); err != nil {
-				return false, fmt.Errorf("insert annotation: %w", err)
-			}
+			args = append(args, id, k, m.Annotations[k])
+		}
+		if _, err := a.exec(`INSERT INTO manifest_annotations (manifest_id, key, value) VALUES `+values(len(keys), 3), args...); err != nil {
+			return fmt.Errorf("insert annotations: %w", err)
 		}
 	}
-	return true, nil
+	return nil
+}
+
+// values renders n placeholder tuples of width w: "(?, ?), (?, ?)".
+func values(n, w int) string {
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", w), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
 }
 
 func (a *applier) putTag(o *op) (bool, error) {
 	t := o.tag
-	var sourceUS int64
-	found, err := a.queryRow(`SELECT source_us FROM tags WHERE did = ?1 AND repository = ?2 AND tag = ?3`,
-		[]any{o.did, t.Repository, t.Tag}, &sourceUS)
-	if err != nil {
-		return false, fmt.Errorf("read tag: %w", err)
-	}
-	if found && sourceUS >= o.ev.TimeUS {
-		return false, nil
-	}
-	digest := ""
-	if t.ManifestRKey != "" {
-		if _, err := a.queryRow(`SELECT digest FROM manifests WHERE did = ?1 AND rkey = ?2 ORDER BY source_us DESC LIMIT 1`,
-			[]any{t.ManifestDID, t.ManifestRKey}, &digest); err != nil {
-			return false, fmt.Errorf("resolve tag manifest: %w", err)
-		}
-	}
-	if digest == "" {
-		digest = t.ManifestDigest
-	}
-	if digest == "" {
-		return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s is not stored and the tag has no manifestDigest",
-			t.ManifestDID, CollectionManifest, t.ManifestRKey)
-	}
-	if err := a.ensureUser(o); err != nil {
-		return false, err
-	}
 	at := o.ev.TimeUS / 1000
 	createdAt, updatedAt := t.CreatedAt, t.UpdatedAt
 	if createdAt == 0 {
@@ -280,44 +412,70 @@ func (a *applier) putTag(o *op) (bool, error) {
 	if updatedAt == 0 {
 		updatedAt = createdAt
 	}
+	// The digest comes from the manifest record the at-uri names, else
+	// from manifestDigest; resolving inside the upsert saves a query.
 	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8 FROM (SELECT COALESCE(
+    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY source_us DESC LIMIT 1), ?4) AS d)
+WHERE d <> ''
 ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
   created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us
-WHERE excluded.source_us > tags.source_us`, o.did, t.Repository, t.Tag, digest, o.rkey, createdAt, updatedAt, o.ev.TimeUS)
+WHERE excluded.source_us > tags.source_us`,
+		o.did, t.Repository, t.Tag, t.ManifestDigest, o.rkey, createdAt, updatedAt, o.ev.TimeUS, t.ManifestDID, t.ManifestRKey)
 	if err != nil {
 		return false, fmt.Errorf("upsert tag: %w", err)
 	}
-	return n > 0, nil
+	if n > 0 {
+		return true, a.ensureUser(o)
+	}
+	if t.ManifestDigest != "" {
+		return false, nil // older than the stored tag
+	}
+	var digest string
+	found, err := a.queryRow(`SELECT digest FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKey}, &digest)
+	if err != nil {
+		return false, fmt.Errorf("resolve tag manifest: %w", err)
+	}
+	if !found {
+		return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s is not stored and the tag has no manifestDigest",
+			t.ManifestDID, CollectionManifest, t.ManifestRKey)
+	}
+	return false, nil // older than the stored tag
 }
 
 func (a *applier) putStar(o *op) (bool, error) {
 	s := o.star
-	var (
-		oldOwner, oldRepo string
-		sourceUS          int64
-	)
-	found, err := a.queryRow(`SELECT owner_did, repository, source_us FROM stars WHERE did = ?1 AND rkey = ?2`,
-		[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &sourceUS)
+	n, err := a.exec(`INSERT INTO stars (did, rkey, owner_did, repository, created_at, source_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (did, rkey) DO NOTHING`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS)
 	if err != nil {
-		return false, fmt.Errorf("read star: %w", err)
+		return false, fmt.Errorf("insert star: %w", err)
 	}
-	if found && sourceUS >= o.ev.TimeUS {
-		return false, nil
+	if n == 0 {
+		// An update of a stored star, or a replay: it may move the star to
+		// another repository, whose count changes too.
+		var (
+			oldOwner, oldRepo string
+			sourceUS          int64
+		)
+		if _, err := a.queryRow(`SELECT owner_did, repository, source_us FROM stars WHERE did = ?1 AND rkey = ?2`,
+			[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &sourceUS); err != nil {
+			return false, fmt.Errorf("read star: %w", err)
+		}
+		if sourceUS >= o.ev.TimeUS {
+			return false, nil
+		}
+		if _, err := a.exec(`UPDATE stars SET owner_did = ?3, repository = ?4, created_at = ?5, source_us = ?6
+WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS); err != nil {
+			return false, fmt.Errorf("update star: %w", err)
+		}
+		if oldOwner != s.OwnerDID || oldRepo != s.Repository {
+			a.pendingTouched = append(a.pendingTouched, repoKey{oldOwner, oldRepo})
+		}
 	}
 	if err := a.ensureUser(o); err != nil {
 		return false, err
 	}
-	if _, err := a.exec(`INSERT INTO stars (did, rkey, owner_did, repository, created_at, source_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-ON CONFLICT (did, rkey) DO UPDATE SET owner_did = excluded.owner_did, repository = excluded.repository,
-  created_at = excluded.created_at, source_us = excluded.source_us`,
-		o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS); err != nil {
-		return false, fmt.Errorf("upsert star: %w", err)
-	}
 	a.pendingTouched = append(a.pendingTouched, repoKey{s.OwnerDID, s.Repository})
-	if found && (oldOwner != s.OwnerDID || oldRepo != s.Repository) {
-		a.pendingTouched = append(a.pendingTouched, repoKey{oldOwner, oldRepo})
-	}
 	return true, nil
 }
 
@@ -422,6 +580,9 @@ WHERE excluded.source_us > record_tombstones.source_us`, o.did, o.collection, o.
 	if err != nil {
 		return false, fmt.Errorf("record tombstone: %w", err)
 	}
+	if k := (recordKey{o.did, o.collection, o.rkey}); t > a.tombstones[k] {
+		a.tombstones[k] = t
+	}
 	var n int64
 	switch o.collection {
 	case CollectionManifest:
@@ -470,22 +631,62 @@ FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3
 	return tomb > 0 || n > 0, nil
 }
 
+// refreshChunk bounds the repositories per refresh statement (3 parameters each).
+const refreshChunk = 200
+
+// refreshTouched recomputes the aggregate of every touched repository, a
+// chunk of repositories per statement.
+func (a *applier) refreshTouched() error {
+	keys := sortedKeys(a.touched)
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), refreshChunk)]
+		keys = keys[len(chunk):]
+		args := make([]any, 0, 3*len(chunk)+1)
+		for _, k := range chunk {
+			args = append(args, k.did, k.repository, a.touched[k])
+		}
+		args = append(args, a.fence) // after the VALUES: ? parameters bind in text order
+		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, values(len(chunk), 3)), args...); err != nil {
+			return fmt.Errorf("refresh repository_stats: %w", err)
+		}
+	}
+	return nil
+}
+
+// refreshManySQL is refreshSQL for a list of (did, repository, updated_at)
+// tuples (the %s); the last parameter is the fence.
+const refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
+INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
+SELECT k.did, k.repository, COALESCE(SUM(h.pull_count), 0), COALESCE(SUM(h.push_count), 0), MAX(h.last_pull), MAX(h.last_push),
+  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?, k.at
+FROM k LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
+WHERE true
+GROUP BY k.did, k.repository
+` + refreshConflict
+
+// refreshConflict writes a recomputed row when its values changed or its
+// updated_at is newer.
+const refreshConflict = `ON CONFLICT (did, repository) DO UPDATE SET pull_count = excluded.pull_count, push_count = excluded.push_count,
+  last_pull = excluded.last_pull, last_push = excluded.last_push, star_count = excluded.star_count,
+  fence = excluded.fence, updated_at = excluded.updated_at
+WHERE excluded.updated_at > repository_stats.updated_at
+   OR (repository_stats.pull_count, repository_stats.push_count, repository_stats.last_pull, repository_stats.last_push,
+       repository_stats.star_count)
+   IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
+
 // refreshSQL is the aggregate of one repository (SPEC §8 repository_stats):
 // sums over holds, latest last_pull/last_push, the star count.
 const refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT ?1, ?2, COALESCE(SUM(pull_count), 0), COALESCE(SUM(push_count), 0), MAX(last_pull), MAX(last_push),
   (SELECT COUNT(*) FROM stars WHERE owner_did = ?1 AND repository = ?2), ?3, ?4
 FROM repository_hold_stats WHERE did = ?1 AND repository = ?2
-ON CONFLICT (did, repository) DO UPDATE SET pull_count = excluded.pull_count, push_count = excluded.push_count,
-  last_pull = excluded.last_pull, last_push = excluded.last_push, star_count = excluded.star_count,
-  fence = excluded.fence, updated_at = excluded.updated_at
-WHERE (repository_stats.pull_count, repository_stats.push_count, repository_stats.last_pull, repository_stats.last_push,
-       repository_stats.star_count)
-   IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
+` + refreshConflict
 
 // RefreshRepositoryStats recomputes the repository_stats row of (did,
 // repository) inside tx from the persisted repository_hold_stats and stars
-// rows, stamping fence and updatedAtMS (Unix ms) when the values change.
+// rows, stamping fence and updatedAtMS (Unix ms: the time of the latest
+// event that changed the repository's stars or hold stats) when the values
+// change or updatedAtMS is newer than the row's.
 // Call it only inside a lease.Fenced transaction of the custody whose
 // fence it stamps.
 func RefreshRepositoryStats(ctx context.Context, tx *sql.Tx, did, repository string, fence, updatedAtMS int64) error {

@@ -3,8 +3,8 @@ package processor
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -192,67 +192,84 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 // Each event runs under its own SAVEPOINT: an invalid event is skipped
 // before it touches the database, and an event the database refuses is
 // rolled back alone and counted under ReasonDatabase; the rest of the batch
-// still lands. The aggregate (repository_stats) of a repository whose stars
-// or hold stats an event changed is recomputed, within that event's
-// savepoint, from the persisted per-hold and star rows. ApplyTx returns an error only when the transaction itself is no
+// still lands. The aggregate (repository_stats) of every repository whose
+// stars or hold stats the batch changed is recomputed at the end of the
+// batch from the persisted per-hold and star rows. ApplyTx returns an error only when the transaction itself is no
 // longer usable (a savepoint cannot be taken or rolled back, the database
 // is locked or failing, ctx is done); the caller must then roll back and
 // retry the whole batch.
 func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, fence int64, events []jetstream.Event) (Result, error) {
 	start := time.Now()
-	a := &applier{ctx: ctx, tx: tx, fence: fence}
-	res := &a.res
-	res.Events = len(events)
+	outs := make([]outcome, len(events))
+	ops := make([]*op, len(events))
+	var maxUS int64
 	for i := range events {
 		ev := &events[i]
-		if ev.TimeUS > res.MaxTimeUS {
-			res.MaxTimeUS = ev.TimeUS
+		maxUS = max(maxUS, ev.TimeUS)
+		var err error
+		ops[i], outs[i].reason, err = decode(ev)
+		outs[i].err = err
+	}
+	a := &applier{ctx: ctx, tx: tx, fence: fence}
+	// Fast path: the whole batch under one savepoint, no savepoint per event.
+	// If any event fails, roll the batch back to it and redo it with a
+	// savepoint per event, so only the failing events are lost.
+	res, err := a.run(ops, outs, false)
+	if err != nil && !fatal(err) {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO batch"); rerr != nil {
+			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
 		}
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
+		if _, rerr := tx.ExecContext(ctx, "RELEASE batch"); rerr != nil {
+			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
 		}
-		collection, operation := labelsOf(ev)
-		op, reason, err := decode(ev)
-		if reason != "" {
-			res.skip(reason)
-			p.metrics.event(collection, operation, OutcomeSkipped)
-			p.metrics.skipped(reason)
-			if reason != ReasonNotATCR && reason != ReasonUnknownCollection {
-				p.sampled.Warn().Str("reason", reason).Str("collection", collection).Str("operation", operation).
-					Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
-					Str("error", errString(err)).Msg("invalid event skipped")
-			}
-			continue
-		}
-		changed, err := a.applyInSavepoint(op)
-		var ie *invalidError
-		switch {
-		case errors.As(err, &ie):
-			res.skip(ie.reason)
-			p.metrics.event(collection, operation, OutcomeSkipped)
-			p.metrics.skipped(ie.reason)
-			p.sampled.Warn().Str("reason", ie.reason).Str("collection", collection).Str("operation", operation).
-				Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
-				Str("error", ie.detail).Msg("invalid event skipped")
-		case err != nil && fatal(err):
-			return Result{}, fmt.Errorf("apply event time_us=%d: %w", ev.TimeUS, err)
-		case err != nil:
-			res.skip(ReasonDatabase)
-			p.metrics.event(collection, operation, OutcomeSkipped)
-			p.metrics.skipped(ReasonDatabase)
-			p.sampled.Error().Str("reason", ReasonDatabase).Str("collection", collection).Str("operation", operation).
-				Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
-				Err(err).Msg("event refused by the database; rolled back and skipped")
-		case changed:
-			res.Applied++
-			p.metrics.event(collection, operation, OutcomeApplied)
-		default:
-			res.Unchanged++
-			p.metrics.event(collection, operation, OutcomeUnchanged)
-		}
+		res, err = a.run(ops, outs, true)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.Events, res.MaxTimeUS = len(events), maxUS
+	for i := range events {
+		p.report(&events[i], &outs[i], &res)
 	}
 	p.metrics.batch(time.Since(start))
-	return *res, nil
+	return res, nil
+}
+
+// outcome is what happened to one event of a batch.
+type outcome struct {
+	reason  string // skip reason; "" when applied or unchanged
+	err     error  // why it was skipped
+	changed bool
+}
+
+// report counts, meters and (sampled) logs one event's outcome.
+func (p *Processor) report(ev *jetstream.Event, o *outcome, res *Result) {
+	collection, operation := labelsOf(ev)
+	switch {
+	case o.reason == "" && o.changed:
+		res.Applied++
+		p.metrics.event(collection, operation, OutcomeApplied)
+		return
+	case o.reason == "":
+		res.Unchanged++
+		p.metrics.event(collection, operation, OutcomeUnchanged)
+		return
+	}
+	res.skip(o.reason)
+	p.metrics.event(collection, operation, OutcomeSkipped)
+	p.metrics.skipped(o.reason)
+	var l *zerolog.Event
+	switch o.reason {
+	case ReasonNotATCR, ReasonUnknownCollection:
+		return
+	case ReasonDatabase:
+		l = p.sampled.Error()
+	default:
+		l = p.sampled.Warn()
+	}
+	l.Str("reason", o.reason).Str("collection", collection).Str("operation", operation).
+		Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
+		Str("error", errString(o.err)).Msg("event skipped")
 }
 
 // fatal reports whether err leaves the transaction unusable or is
@@ -323,6 +340,20 @@ func knownCollection(c string) bool {
 
 // repoKey names one repository: its owner's DID and its name.
 type repoKey struct{ did, repository string }
+
+func sortedKeys(m map[repoKey]int64) []repoKey {
+	out := make([]repoKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].did != out[j].did {
+			return out[i].did < out[j].did
+		}
+		return out[i].repository < out[j].repository
+	})
+	return out
+}
 
 // Metrics are the processor's Prometheus collectors.
 type Metrics struct {

@@ -710,11 +710,6 @@ type aggM struct {
 	updatedAt          int64
 }
 
-func (a aggM) sameValues(b aggM) bool {
-	eq := func(x, y *int64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
-	return a.pull == b.pull && a.push == b.push && a.stars == b.stars && eq(a.lastPull, b.lastPull) && eq(a.lastPush, b.lastPush)
-}
-
 type pageM struct {
 	description, avatar  string
 	createdAt, updatedAt int64
@@ -838,7 +833,8 @@ func (m *model) holdsOf(k repoKey) map[string]*holdStatM {
 }
 
 // refresh mirrors processor.RefreshRepositoryStats after an event at t
-// changed k's stars or hold stats.
+// changed k's stars or hold stats: updated_at is the time of the latest
+// such event.
 func (m *model) refresh(k repoKey, t int64) {
 	next := aggM{stars: m.starCount[k]}
 	for _, h := range m.byRepo[k] {
@@ -846,10 +842,6 @@ func (m *model) refresh(k repoKey, t int64) {
 		next.push += h.push
 		next.lastPull = maxPtr(next.lastPull, h.lastPull)
 		next.lastPush = maxPtr(next.lastPush, h.lastPush)
-	}
-	cur := m.aggs[k]
-	if cur != nil && cur.sameValues(next) {
-		return
 	}
 	next.updatedAt = t / 1000
 	m.aggs[k] = &next
