@@ -110,13 +110,20 @@ type Identity struct {
 type Labeler struct {
 	// URL of the labeler service (https://HOST or wss://HOST); empty disables it.
 	URL string `yaml:"url"`
+	// StaleTimeout reconnects when neither a frame nor a pong to our pings
+	// has arrived for this long (pings go out every StaleTimeout/3), so a
+	// quiet labeler is not mistaken for a dead connection.
+	StaleTimeout time.Duration `yaml:"stale_timeout"`
 }
 
-// Cleanup configures the periodic cleanup sweep.
+// Cleanup configures the periodic cleanup sweep (lease "cleanup").
 type Cleanup struct {
 	Interval time.Duration `yaml:"interval"`
 	// Retention is how long finished webhook deliveries and backfill runs are kept.
 	Retention time.Duration `yaml:"retention"`
+	// ChunkRows bounds how many rows one delete transaction removes, so a
+	// large backlog never holds the database's write lock for long.
+	ChunkRows int `yaml:"chunk_rows"`
 }
 
 // Billing configures the billing tier refresh.
@@ -127,13 +134,20 @@ type Billing struct {
 	StripeSecretKey string `yaml:"stripe_secret_key"`
 	// StripeAPIURL is the Stripe API base URL.
 	StripeAPIURL string `yaml:"stripe_api_url"`
+	// Timeout bounds one HTTP request to Stripe or to a hold.
+	Timeout time.Duration `yaml:"timeout"`
+	// DefaultTierRank is pushed to a hold for a user who has no active
+	// subscription any more but was earlier pushed another rank.
+	DefaultTierRank int `yaml:"default_tier_rank"`
 }
 
 // Health configures the hold health checker (runs on every instance).
 type Health struct {
 	CheckInterval time.Duration `yaml:"check_interval"`
-	// Timeout bounds one GET /xrpc/_health.
+	// Timeout bounds one GET /xrpc/_health; it must be below CheckInterval.
 	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency bounds how many holds are checked at once.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // Webhooks configures webhook delivery (SPEC §9).
@@ -142,8 +156,13 @@ type Webhooks struct {
 	AllowPrivate bool `yaml:"allow_private"`
 	// RetrySchedule is the delay before each attempt; its length is the attempt count.
 	RetrySchedule []time.Duration `yaml:"retry_schedule"`
-	// Timeout bounds one delivery attempt.
+	// Timeout bounds one delivery attempt (SPEC §9: 10 s).
 	Timeout time.Duration `yaml:"timeout"`
+	// Concurrency bounds how many deliveries are in flight at once.
+	Concurrency int `yaml:"concurrency"`
+	// PublicURL is the registry's public base URL; payloads link to
+	// <PublicURL>/r/<namespace>/<repository>.
+	PublicURL string `yaml:"public_url"`
 }
 
 // Default returns the built-in configuration (SPEC §3). InstanceID is left
@@ -181,12 +200,19 @@ func Default() Config {
 			Concurrency:    4,
 		},
 		Identity: Identity{PLCURL: "https://plc.directory"},
-		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour},
-		Billing:  Billing{Interval: time.Hour, StripeAPIURL: "https://api.stripe.com"},
-		Health:   Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second},
+		Labeler:  Labeler{StaleTimeout: 60 * time.Second},
+		Cleanup:  Cleanup{Interval: time.Hour, Retention: 30 * 24 * time.Hour, ChunkRows: 500},
+		Billing: Billing{
+			Interval:     time.Hour,
+			StripeAPIURL: "https://api.stripe.com",
+			Timeout:      10 * time.Second,
+		},
+		Health: Health{CheckInterval: 15 * time.Second, Timeout: 5 * time.Second, Concurrency: 8},
 		Webhooks: Webhooks{
 			RetrySchedule: []time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute},
 			Timeout:       10 * time.Second,
+			Concurrency:   4,
+			PublicURL:     "https://atcr.io",
 		},
 	}
 }

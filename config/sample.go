@@ -45,23 +45,30 @@ identity:
 
 labeler:
   url: ""                       # empty disables the labeler subscriber
+  stale_timeout: 60s            # reconnect when no frame or pong arrives for this long
 
 cleanup:
   interval: 1h
   retention: 720h               # keep finished webhook deliveries and backfill runs this long
+  chunk_rows: 500               # rows deleted per transaction (bounds write-lock time)
 
 billing:
   enabled: false
   interval: 1h
   stripe_secret_key: ""         # required when enabled
   stripe_api_url: "https://api.stripe.com"
+  timeout: 10s                  # per request to Stripe or to a hold
+  default_tier_rank: 0          # pushed when a user's subscription ends (after an earlier push)
 
 health:
   check_interval: 15s
-  timeout: 5s                   # per GET /xrpc/_health
+  timeout: 5s                   # per GET /xrpc/_health (< check_interval)
+  concurrency: 8                # holds checked at once
 
 webhooks:
   allow_private: false          # refuse webhook URLs that resolve to loopback/private addresses
   retry_schedule: [0s, 30s, 2m, 8m]
   timeout: 10s                  # per delivery attempt
+  concurrency: 4                # deliveries in flight at once
+  public_url: "https://atcr.io" # payloads link to <public_url>/r/<namespace>/<repository>
 `

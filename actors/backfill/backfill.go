@@ -1,0 +1,668 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/jetstream"
+)
+
+// LeaseName is the lease the backfill runs under (SPEC §4).
+const LeaseName = "backfill"
+
+// Collections are the io.atcr.* NSIDs backfilled (LEXICONS.md), in the
+// order they are walked: manifests before the tags that point at them.
+var Collections = []string{
+	"io.atcr.manifest",
+	"io.atcr.tag",
+	"io.atcr.sailor.star",
+	"io.atcr.sailor.profile",
+	"io.atcr.repo.page",
+	"io.atcr.hold.captain",
+	"io.atcr.hold.crew",
+	"io.atcr.hold.stats",
+}
+
+// Page sizes: listRecords allows at most 100; listReposByCollection is
+// cheap for the relay, so ask for many.
+const (
+	recordPageSizeDefault = 100
+	relayPageSizeDefault  = 1000
+)
+
+// Log sampling for per-repository failures and invalid records: a broken
+// PDS hosting many repositories must not flood the log.
+const (
+	skipLogBurst  = 20
+	skipLogPeriod = time.Minute
+)
+
+// Applier applies backfilled records, as synthetic Jetstream create
+// events, inside the caller's transaction: the backfill commits a page of
+// records together with its checkpoint, so a resumed run never applies a
+// page twice nor skips one. The transaction is already fenced by c (see
+// lease.Fenced); the applier must not commit or roll it back. Like the
+// Jetstream processor it must be idempotent and must skip (not fail on) an
+// invalid record. An error aborts the page: nothing of it commits.
+type Applier interface {
+	ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error)
+}
+
+// Applied counts the outcome of one ApplyTx call.
+type Applied struct {
+	// Applied events changed or confirmed a row.
+	Applied int
+	// Skipped events were invalid or not for this registry.
+	Skipped int
+}
+
+// ApplierFunc adapts a function to Applier.
+type ApplierFunc func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error)
+
+// ApplyTx calls f.
+func (f ApplierFunc) ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
+	return f(ctx, tx, c, events)
+}
+
+// Resolver finds the PDS hosting a DID's repository
+// (*identity.Resolver satisfies it).
+type Resolver interface {
+	// PDSEndpoint returns the PDS base URL (no trailing slash).
+	PDSEndpoint(ctx context.Context, did string) (string, error)
+}
+
+// Options configure a Backfiller. DB, Applier, Resolver and RelayEndpoints
+// are required.
+type Options struct {
+	DB       *sql.DB
+	Log      zerolog.Logger
+	Applier  Applier
+	Resolver Resolver
+	// HTTP makes the relay and PDS calls; nil means a client of its own.
+	// Each attempt is bounded by Retry.RequestTimeout.
+	HTTP *http.Client
+	// RelayEndpoints serve listReposByCollection, tried in order.
+	RelayEndpoints []string
+	// Collections to backfill; nil means Collections.
+	Collections []string
+	// Concurrency bounds how many repositories are fetched at once; 0 means 4.
+	Concurrency int
+	// RerunAfter: a run is skipped when one completed less than this ago.
+	// Worker sets it from backfill.rerun_after when backfill.interval is 0,
+	// and leaves it 0 (never skip) for periodic runs.
+	RerunAfter time.Duration
+	// RelayPageSize is the listReposByCollection limit; 0 means 1000.
+	RelayPageSize int
+	// RecordPageSize is the listRecords limit (at most 100); 0 means 100.
+	RecordPageSize int
+	// Retry bounds the retries of each XRPC request.
+	Retry RetryPolicy
+	// Metrics are shared across grants of custody; nil builds unregistered ones.
+	Metrics *Metrics
+	// AfterWrite, when set, runs after every committed database write with
+	// what was written (claim, page, repo_failed, relay_cursor,
+	// collection_done, complete): a hook for tests and instrumentation.
+	AfterWrite func(what string)
+	// Now is the clock stamped on synthetic events (TimeUS); nil means time.Now.
+	Now func() time.Time
+	// OnceRetryMin and OnceRetryMax bound the delay before Once resumes an
+	// unfinished run; 0 means 1 min and 30 min.
+	OnceRetryMin, OnceRetryMax time.Duration
+}
+
+// Backfiller walks every io.atcr.* record on the network into the database.
+// Run is its job function; it is safe to call Run again after it returned.
+type Backfiller struct {
+	o       Options
+	xrpc    *xrpcClient
+	log     zerolog.Logger
+	skipLog zerolog.Logger
+}
+
+// New checks o and builds a Backfiller.
+func New(o Options) (*Backfiller, error) {
+	switch {
+	case o.DB == nil:
+		return nil, errors.New("backfill: no database")
+	case o.Applier == nil:
+		return nil, errors.New("backfill: no applier")
+	case o.Resolver == nil:
+		return nil, errors.New("backfill: no DID resolver")
+	case len(o.RelayEndpoints) == 0:
+		return nil, errors.New("backfill: no relay endpoints")
+	case o.RecordPageSize > 100:
+		return nil, fmt.Errorf("backfill: record page size %d exceeds listRecords' limit of 100", o.RecordPageSize)
+	}
+	if o.Collections == nil {
+		o.Collections = Collections
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.RelayPageSize <= 0 {
+		o.RelayPageSize = relayPageSizeDefault
+	}
+	if o.RecordPageSize <= 0 {
+		o.RecordPageSize = recordPageSizeDefault
+	}
+	if o.Metrics == nil {
+		o.Metrics, _ = NewMetrics(nil) // unregistered: cannot fail
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.OnceRetryMin <= 0 {
+		o.OnceRetryMin = onceRetryMinDefault
+	}
+	if o.OnceRetryMax < o.OnceRetryMin {
+		o.OnceRetryMax = max(onceRetryMaxDefault, o.OnceRetryMin)
+	}
+	o.Retry = o.Retry.withDefaults()
+	b := &Backfiller{o: o, log: o.Log.With().Str("worker", LeaseName).Logger()}
+	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
+	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, onRetry: func(err error, wait time.Duration) {
+		o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+		b.skipLog.Debug().Err(err).Dur("retry_in", wait).Msg("backfill request retried")
+	}}
+	return b, nil
+}
+
+// errAllRelaysFailed marks a collection that no relay could list; the run
+// goes on with the other collections and stays unfinished.
+var errAllRelaysFailed = errors.New("every relay failed")
+
+// Run is the backfill job for one grant of custody c. It resumes the
+// latest unfinished run, or skips when a run completed less than
+// RerunAfter ago, or starts a new run; then walks each collection (relay
+// pages, then each listed DID's records on its PDS) and marks the run
+// completed. Every write is fenced by c and every request carries ctx:
+// when ctx ends, requests in flight are cancelled and Run returns only
+// after every goroutine it started has returned, so nothing is written
+// after it returns.
+//
+// Errors: ctx's error when custody ended; one wrapping
+// lease.ErrSuperseded when custody was taken over; one wrapping
+// errAllRelaysFailed when a collection could not be listed (the run stays
+// unfinished for the next call to resume); a database error.
+// An unresolvable DID or a broken PDS is not an error: it is recorded in
+// the checkpoint, logged, counted and skipped.
+func (b *Backfiller) Run(ctx context.Context, c lease.Custody) (err error) {
+	started := time.Now()
+	outcome := runFailed
+	defer func() {
+		b.o.Metrics.Runs.WithLabelValues(outcome).Inc()
+		b.o.Metrics.RunDuration.WithLabelValues(outcome).Observe(time.Since(started).Seconds())
+	}()
+	log := b.log.With().Str("lease", c.Lease).Int64("fence", c.Fence).Logger()
+
+	var cl claim
+	err = b.write(ctx, c, "claim", func(tx *sql.Tx) error {
+		var err error
+		cl, err = claimRun(ctx, tx, c.Fence, c.Holder, b.o.RerunAfter)
+		return err
+	})
+	if err != nil {
+		outcome = interruption(ctx, err, outcome)
+		return fmt.Errorf("backfill: %w", err)
+	}
+	if cl.skip {
+		outcome = runSkipped
+		log.Info().Dur("completed_ago", cl.lastCompletedAgo).Dur("rerun_after", b.o.RerunAfter).
+			Msg("backfill skipped: a run completed recently")
+		return nil
+	}
+	r := &run{b: b, custody: c, id: cl.runID, log: log.With().Int64("run", cl.runID).Logger(),
+		brokenPDS: map[string]error{}}
+	r.log.Info().Bool("resumed", cl.resumed).Strs("collections", b.o.Collections).Msg("backfill run started")
+
+	var incomplete []error
+	for _, col := range b.o.Collections {
+		if err := r.collection(ctx, col); err != nil {
+			if !errors.Is(err, errAllRelaysFailed) {
+				outcome = interruption(ctx, err, outcome)
+				r.log.Warn().Err(err).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
+				return fmt.Errorf("backfill run %d: %w", r.id, err)
+			}
+			r.log.Error().Err(err).Str("collection", col).Msg("backfill could not list a collection")
+			incomplete = append(incomplete, err)
+		}
+	}
+	if len(incomplete) > 0 {
+		outcome = runIncomplete
+		return fmt.Errorf("backfill run %d left unfinished: %w", r.id, errors.Join(incomplete...))
+	}
+	err = b.write(ctx, c, "complete", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, completeRunSQL, r.id, c.Fence)
+		return err
+	})
+	if err != nil {
+		outcome = interruption(ctx, err, outcome)
+		return fmt.Errorf("complete backfill run %d: %w", r.id, err)
+	}
+	outcome = runCompleted
+	var done, failed, records int64
+	if err := b.o.DB.QueryRowContext(ctx, runTotalsSQL, r.id).Scan(&done, &failed, &records); err != nil {
+		r.log.Warn().Err(err).Msg("read backfill run totals")
+	}
+	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).
+		Dur("took", time.Since(started)).Msg("backfill run completed")
+	return nil
+}
+
+// interruption classifies a run-ending error for the metrics.
+func interruption(ctx context.Context, err error, otherwise string) string {
+	if ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) || errors.Is(err, context.Canceled) {
+		return runInterrupted
+	}
+	return otherwise
+}
+
+// fatal reports whether err must end the run (rather than skip a repo or a
+// relay): custody ended or was lost, or the database failed.
+func fatal(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) || errors.Is(err, context.Canceled)
+}
+
+// write runs fn in a transaction fenced by c and reports it to AfterWrite.
+func (b *Backfiller) write(ctx context.Context, c lease.Custody, what string, fn func(tx *sql.Tx) error) error {
+	if err := lease.Fenced(ctx, b.o.DB, c, fn); err != nil {
+		return err
+	}
+	if b.o.AfterWrite != nil {
+		b.o.AfterWrite(what)
+	}
+	return nil
+}
+
+// run is one backfill run in progress under one custody.
+type run struct {
+	b       *Backfiller
+	custody lease.Custody
+	id      int64
+	log     zerolog.Logger
+
+	mu sync.Mutex
+	// brokenPDS remembers PDSes that failed without an answer or with 5xx
+	// or 429 after retries, so their other repositories fail fast in this
+	// run instead of each waiting out the retries.
+	brokenPDS map[string]error
+}
+
+func (r *run) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	return r.b.write(ctx, r.custody, what, fn)
+}
+
+// collection backfills one collection: the stored relay first (from its
+// stored cursor), then the other relays in order, each from the start.
+func (r *run) collection(ctx context.Context, col string) error {
+	var st collectionState
+	var done int
+	err := r.b.o.DB.QueryRowContext(ctx, collectionSQL, r.id, col).Scan(&st.relay, &st.cursor, &done)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read checkpoint of %s: %w", col, err)
+	}
+	if done != 0 {
+		return nil
+	}
+	repos, err := r.repoStates(ctx, col)
+	if err != nil {
+		return err
+	}
+	relays := make([]string, 0, len(r.b.o.RelayEndpoints))
+	for _, rel := range r.b.o.RelayEndpoints {
+		if rel == st.relay {
+			relays = append([]string{rel}, relays...)
+		} else {
+			relays = append(relays, rel)
+		}
+	}
+	var errs []error
+	for _, relay := range relays {
+		cursor := ""
+		if relay == st.relay {
+			cursor = st.cursor
+		} else if err := r.saveCollection(ctx, col, relay, "", false); err != nil {
+			return err
+		}
+		err := r.walk(ctx, col, relay, cursor, repos)
+		if err == nil {
+			return r.saveCollection(ctx, col, relay, "", true)
+		}
+		var xe *xrpcError
+		if fatal(ctx, err) || !errors.As(err, &xe) {
+			return err
+		}
+		r.b.o.Metrics.Errors.WithLabelValues(classRelay).Inc()
+		r.log.Warn().Err(err).Str("collection", col).Str("relay", relay).Msg("relay failed; trying the next")
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("list %s: %w: %w", col, errAllRelaysFailed, errors.Join(errs...))
+}
+
+func (r *run) saveCollection(ctx context.Context, col, relay, cursor string, done bool) error {
+	what := "relay_cursor"
+	if done {
+		what = "collection_done"
+	}
+	return r.write(ctx, what, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, saveCollectionSQL, r.id, col, relay, cursor, done)
+		return err
+	})
+}
+
+// repoSet is the checkpoint of every DID of one collection, kept current
+// as DIDs finish.
+type repoSet struct {
+	mu     sync.Mutex
+	states map[string]repoState
+}
+
+func (s *repoSet) get(did string) repoState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.states[did]
+}
+
+func (s *repoSet) set(did, state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.states[did] = repoState{state: state}
+}
+
+func (r *run) repoStates(ctx context.Context, col string) (*repoSet, error) {
+	rows, err := r.b.o.DB.QueryContext(ctx, repoStatesSQL, r.id, col)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint of %s repositories: %w", col, err)
+	}
+	defer rows.Close()
+	set := &repoSet{states: map[string]repoState{}}
+	for rows.Next() {
+		var did string
+		var st repoState
+		if err := rows.Scan(&did, &st.state, &st.cursor); err != nil {
+			return nil, fmt.Errorf("read checkpoint of %s repositories: %w", col, err)
+		}
+		set.states[did] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read checkpoint of %s repositories: %w", col, err)
+	}
+	return set, nil
+}
+
+// walk pages through one relay's listing of col from cursor, backfilling
+// each page's DIDs before checkpointing the next page's cursor.
+func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	for {
+		params := url.Values{"collection": {col}, "limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
+		if cursor != "" {
+			params.Set("cursor", cursor)
+		}
+		var page reposPage
+		if err := r.b.xrpc.get(ctx, relay, methodListRepos, params, &page); err != nil {
+			if !fatal(ctx, err) {
+				r.b.o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+			}
+			return err
+		}
+		if err := r.repos(ctx, col, page.Repos, repos); err != nil {
+			return err
+		}
+		if page.Cursor == "" || len(page.Repos) == 0 {
+			return nil
+		}
+		if page.Cursor == cursor {
+			return &xrpcError{method: methodListRepos, host: relay, class: classProtocol,
+				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
+		}
+		cursor = page.Cursor
+		if err := r.saveCollection(ctx, col, relay, cursor, false); err != nil {
+			return err
+		}
+	}
+}
+
+// repos backfills the DIDs of one relay page, at most Concurrency at once.
+// Only a fatal error (ctx, custody, database) is returned; the first one
+// cancels the others.
+func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repoSet) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan string)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for i := 0; i < r.b.o.Concurrency && i < len(refs); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for did := range work {
+				if err := r.repo(wctx, col, did, repos); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+	seen := make(map[string]bool, len(refs))
+feed:
+	for _, ref := range refs {
+		if ref.DID == "" || seen[ref.DID] {
+			continue
+		}
+		seen[ref.DID] = true
+		if st := repos.get(ref.DID).state; st == repoDone || st == repoFailed {
+			continue
+		}
+		select {
+		case work <- ref.DID:
+		case <-wctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// repo backfills one DID's records of col, page by page from its
+// checkpointed cursor. A DID that does not resolve or whose PDS fails is
+// recorded as failed and skipped (nil error).
+func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
+	pds, err := r.b.o.Resolver.PDSEndpoint(ctx, did)
+	if err != nil {
+		if fatal(ctx, err) {
+			return err
+		}
+		return r.failRepo(ctx, col, did, classResolve, err, repos)
+	}
+	if err := r.broken(pds); err != nil {
+		return r.failRepo(ctx, col, did, "", fmt.Errorf("PDS %s failed earlier in this run: %w", pds, err), repos)
+	}
+	cursor := repos.get(did).cursor
+	for {
+		params := url.Values{"repo": {did}, "collection": {col}, "limit": {strconv.Itoa(r.b.o.RecordPageSize)}}
+		if cursor != "" {
+			params.Set("cursor", cursor)
+		}
+		var page recordsPage
+		if err := r.b.xrpc.get(ctx, pds, methodListRecords, params, &page); err != nil {
+			if fatal(ctx, err) {
+				return err
+			}
+			class := errorClass(err)
+			if class == classNetwork || class == classServer || class == classRateLimited {
+				r.markBroken(pds, err)
+			}
+			return r.failRepo(ctx, col, did, class, err, repos)
+		}
+		if page.Cursor != "" && page.Cursor == cursor {
+			return r.failRepo(ctx, col, did, classProtocol,
+				fmt.Errorf("%s on %s repeated cursor %q", methodListRecords, pds, cursor), repos)
+		}
+		last := page.Cursor == "" || len(page.Records) == 0
+		if err := r.savePage(ctx, col, did, page, last); err != nil {
+			return err
+		}
+		if last {
+			repos.set(did, repoDone)
+			r.b.o.Metrics.Repos.WithLabelValues(col, repoDone).Inc()
+			return nil
+		}
+		cursor = page.Cursor
+	}
+}
+
+// savePage applies one page of records and checkpoints the DID's cursor
+// (and, on its last page, marks it done) in one fenced transaction.
+func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, last bool) error {
+	events, invalid := r.events(col, did, page.Records)
+	state, doneRepos := repoRunning, 0
+	if last {
+		state, doneRepos = repoDone, 1
+	}
+	var applied Applied
+	err := r.write(ctx, "page", func(tx *sql.Tx) error {
+		var err error
+		if len(events) > 0 {
+			if applied, err = r.b.o.Applier.ApplyTx(ctx, tx, r.custody, events); err != nil {
+				return fmt.Errorf("apply %d %s records of %s: %w", len(events), col, did, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, saveRepoPageSQL, r.id, col, did, state, page.Cursor, len(events)); err != nil {
+			return fmt.Errorf("checkpoint %s of %s: %w", col, did, err)
+		}
+		if _, err := tx.ExecContext(ctx, countRunSQL, r.id, len(events), doneRepos, 0); err != nil {
+			return fmt.Errorf("count backfill run %d: %w", r.id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m := r.b.o.Metrics
+	m.Records.WithLabelValues(col, "applied").Add(float64(applied.Applied))
+	m.Records.WithLabelValues(col, "skipped").Add(float64(applied.Skipped))
+	if invalid > 0 {
+		m.Records.WithLabelValues(col, "invalid").Add(float64(invalid))
+		m.Errors.WithLabelValues(classInvalid).Add(float64(invalid))
+	}
+	return nil
+}
+
+// events turns listRecords entries into synthetic Jetstream create events.
+// TimeUS is the time the page was fetched: the records are the
+// repository's state at that instant, so a live event newer than that wins
+// over them and an older one does not (the processor's source_us rule).
+// Entries whose uri is not at://DID/COL/RKEY of this repository and
+// collection, or whose value is not a JSON object, are skipped and counted.
+func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, int) {
+	now := r.b.o.Now().UnixMicro()
+	events := make([]jetstream.Event, 0, len(records))
+	invalid := 0
+	for _, rec := range records {
+		rkey, err := rkeyOf(rec.URI, did, col)
+		if err == nil && !isObject(rec.Value) {
+			err = errors.New("value is not a JSON object")
+		}
+		if err != nil {
+			invalid++
+			r.b.skipLog.Warn().Err(err).Str("did", did).Str("collection", col).Str("uri", rec.URI).
+				Msg("backfill record skipped")
+			continue
+		}
+		events = append(events, jetstream.Event{
+			DID:    did,
+			TimeUS: now,
+			Kind:   jetstream.KindCommit,
+			Commit: &jetstream.Commit{
+				Operation:  jetstream.OpCreate,
+				Collection: col,
+				RKey:       rkey,
+				Record:     rec.Value,
+				CID:        rec.CID,
+			},
+		})
+	}
+	return events, invalid
+}
+
+// rkeyOf returns the record key of at://DID/COLLECTION/RKEY, checking that
+// the URI names this repository and collection.
+func rkeyOf(uri, did, col string) (string, error) {
+	rest, ok := strings.CutPrefix(uri, "at://")
+	parts := strings.Split(rest, "/")
+	switch {
+	case !ok || len(parts) != 3 || parts[2] == "":
+		return "", fmt.Errorf("record uri %q is not at://DID/COLLECTION/RKEY", uri)
+	case parts[0] != did:
+		return "", fmt.Errorf("record uri %q is not in repository %s", uri, did)
+	case parts[1] != col:
+		return "", fmt.Errorf("record uri %q is not in collection %s", uri, col)
+	}
+	return parts[2], nil
+}
+
+func isObject(v []byte) bool {
+	v = bytes.TrimSpace(v)
+	return len(v) > 0 && v[0] == '{'
+}
+
+// failRepo records a DID as failed (skipped) for col in this run, logs and
+// counts it. Only a failed write is returned.
+func (r *run) failRepo(ctx context.Context, col, did, class string, cause error, repos *repoSet) error {
+	err := r.write(ctx, "repo_failed", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, failRepoSQL, r.id, col, did, cause.Error()); err != nil {
+			return fmt.Errorf("checkpoint failed %s of %s: %w", col, did, err)
+		}
+		if _, err := tx.ExecContext(ctx, countRunSQL, r.id, 0, 0, 1); err != nil {
+			return fmt.Errorf("count backfill run %d: %w", r.id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	repos.set(did, repoFailed)
+	r.b.o.Metrics.Repos.WithLabelValues(col, repoFailed).Inc()
+	if class != "" {
+		r.b.o.Metrics.Errors.WithLabelValues(class).Inc()
+	}
+	r.b.skipLog.Warn().Err(cause).Str("did", did).Str("collection", col).Str("class", class).
+		Msg("backfill skipped a repository")
+	return nil
+}
+
+func (r *run) broken(pds string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.brokenPDS[pds]
+}
+
+func (r *run) markBroken(pds string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.brokenPDS[pds]; !ok {
+		r.brokenPDS[pds] = err
+		r.log.Warn().Err(err).Str("pds", pds).Msg("PDS failed; skipping its other repositories in this run")
+	}
+}

@@ -1,0 +1,123 @@
+package backfill
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atcr-io/appview/database"
+)
+
+// Repo states in backfill_repos.
+const (
+	repoRunning = "running"
+	repoDone    = "done"
+	repoFailed  = "failed"
+)
+
+const (
+	unfinishedRunSQL = `SELECT id FROM backfill_runs WHERE completed_at IS NULL ORDER BY id DESC LIMIT 1`
+
+	resumeRunSQL = `UPDATE backfill_runs SET fence = ?2, holder = ?3, updated_at = ` + database.NowMS + ` WHERE id = ?1`
+
+	lastCompletedSQL = `SELECT completed_at, ` + database.NowMS + ` FROM backfill_runs
+WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 1`
+
+	newRunSQL = `INSERT INTO backfill_runs (started_at, fence, holder, updated_at)
+SELECT n, ?1, ?2, n FROM (SELECT ` + database.NowMS + ` AS n) RETURNING id`
+
+	completeRunSQL = `UPDATE backfill_runs SET completed_at = ` + database.NowMS + `, fence = ?2, updated_at = ` + database.NowMS + `
+WHERE id = ?1 AND completed_at IS NULL`
+
+	runTotalsSQL = `SELECT repos_done, repos_failed, records FROM backfill_runs WHERE id = ?1`
+
+	collectionSQL = `SELECT relay, relay_cursor, done FROM backfill_collections WHERE run_id = ?1 AND collection = ?2`
+
+	saveCollectionSQL = `INSERT INTO backfill_collections (run_id, collection, relay, relay_cursor, done, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ` + database.NowMS + `)
+ON CONFLICT (run_id, collection) DO UPDATE SET
+  relay        = excluded.relay,
+  relay_cursor = excluded.relay_cursor,
+  done         = excluded.done,
+  updated_at   = excluded.updated_at`
+
+	repoStatesSQL = `SELECT did, state, record_cursor FROM backfill_repos WHERE run_id = ?1 AND collection = ?2`
+
+	saveRepoPageSQL = `INSERT INTO backfill_repos (run_id, collection, did, state, record_cursor, records, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ` + database.NowMS + `)
+ON CONFLICT (run_id, collection, did) DO UPDATE SET
+  state         = excluded.state,
+  record_cursor = excluded.record_cursor,
+  records       = backfill_repos.records + excluded.records,
+  updated_at    = excluded.updated_at`
+
+	failRepoSQL = `INSERT INTO backfill_repos (run_id, collection, did, state, error, updated_at)
+VALUES (?1, ?2, ?3, 'failed', ?4, ` + database.NowMS + `)
+ON CONFLICT (run_id, collection, did) DO UPDATE SET
+  state      = 'failed',
+  error      = excluded.error,
+  updated_at = excluded.updated_at`
+
+	countRunSQL = `UPDATE backfill_runs SET
+  records      = records + ?2,
+  repos_done   = repos_done + ?3,
+  repos_failed = repos_failed + ?4,
+  updated_at   = ` + database.NowMS + `
+WHERE id = ?1`
+)
+
+// claim is the outcome of the first write of a Run.
+type claim struct {
+	runID   int64
+	resumed bool
+	// skip is true when a run completed less than rerun_after ago.
+	skip bool
+	// lastCompletedAgo is how long ago the last run completed (when skip).
+	lastCompletedAgo time.Duration
+}
+
+// claimRun, inside a fenced transaction, resumes the latest unfinished run
+// (stamping it with this custody), or skips when rerunAfter > 0 and a run
+// completed less than rerunAfter ago, or starts a new run.
+func claimRun(ctx context.Context, tx *sql.Tx, fence int64, holder string, rerunAfter time.Duration) (claim, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, unfinishedRunSQL).Scan(&id)
+	switch {
+	case err == nil:
+		if _, err := tx.ExecContext(ctx, resumeRunSQL, id, fence, holder); err != nil {
+			return claim{}, fmt.Errorf("resume backfill run %d: %w", id, err)
+		}
+		return claim{runID: id, resumed: true}, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return claim{}, fmt.Errorf("find unfinished backfill run: %w", err)
+	}
+	if rerunAfter > 0 {
+		var completedAt, now int64
+		err := tx.QueryRowContext(ctx, lastCompletedSQL).Scan(&completedAt, &now)
+		switch {
+		case err == nil:
+			if ago := time.Duration(now-completedAt) * time.Millisecond; ago < rerunAfter {
+				return claim{skip: true, lastCompletedAgo: ago}, nil
+			}
+		case !errors.Is(err, sql.ErrNoRows):
+			return claim{}, fmt.Errorf("find last completed backfill run: %w", err)
+		}
+	}
+	if err := tx.QueryRowContext(ctx, newRunSQL, fence, holder).Scan(&id); err != nil {
+		return claim{}, fmt.Errorf("start backfill run: %w", err)
+	}
+	return claim{runID: id}, nil
+}
+
+// collectionState is the checkpoint of one collection in one run.
+type collectionState struct {
+	relay, cursor string
+	done          bool
+}
+
+// repoState is the checkpoint of one (collection, DID) in one run.
+type repoState struct {
+	state, cursor string
+}

@@ -1,0 +1,78 @@
+package backfill
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the backfill's Prometheus collectors. Build them once per
+// process (NewMetrics) and share them across grants of custody.
+type Metrics struct {
+	// Runs counts Run calls by outcome: completed, skipped (a recent run
+	// completed), incomplete (a collection could not be listed from any
+	// relay), interrupted (custody ended or was superseded) and failed (a
+	// database error).
+	Runs *prometheus.CounterVec
+	// RunDuration observes the seconds each Run call took, by outcome.
+	RunDuration *prometheus.HistogramVec
+	// Repos counts (collection, DID) pairs finished, by outcome: done or
+	// failed (skipped: unresolvable DID or broken PDS).
+	Repos *prometheus.CounterVec
+	// Records counts records by collection and outcome: applied or
+	// skipped (by the applier), invalid (unusable uri or value).
+	Records *prometheus.CounterVec
+	// Errors counts failures by class: rate_limited, server, client,
+	// network, decode, resolve, protocol, invalid_record, relay. Retried
+	// attempts count too, so a PDS that rate-limits shows here.
+	Errors *prometheus.CounterVec
+}
+
+// Run outcomes, the `outcome` label of the run metrics.
+const (
+	runCompleted   = "completed"
+	runSkipped     = "skipped"
+	runIncomplete  = "incomplete"
+	runInterrupted = "interrupted"
+	runFailed      = "failed"
+)
+
+// NewMetrics builds the collectors and registers them on reg (nil: not
+// registered). It returns an error when one is already registered.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_runs_total",
+			Help: "Backfill job runs, by outcome (completed, skipped, incomplete, interrupted, failed).",
+		}, []string{"outcome"}),
+		RunDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "appview_backfill_run_duration_seconds",
+			Help:    "Wall time of a backfill job run, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9), // 1 s .. ~18 h
+		}, []string{"outcome"}),
+		Repos: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_repos_total",
+			Help: "Repositories backfilled per collection, by outcome (done, failed).",
+		}, []string{"collection", "outcome"}),
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_records_total",
+			Help: "Records backfilled, by collection and outcome (applied, skipped, invalid).",
+		}, []string{"collection", "outcome"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_errors_total",
+			Help: "Backfill errors by class, retried attempts included.",
+		}, []string{"class"}),
+	}
+	for _, c := range errorClasses {
+		m.Errors.WithLabelValues(c)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.Runs, m.RunDuration, m.Repos, m.Records, m.Errors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register backfill metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,150 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/system"
+)
+
+func TestRetryAfterTakesSecondsOrAnHTTPDate(t *testing.T) {
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for h, want := range map[string]time.Duration{
+		"0":                             0,
+		"7":                             7 * time.Second,
+		" 120 ":                         2 * time.Minute,
+		"Thu, 02 Jan 2025 03:04:35 GMT": 30 * time.Second,
+		"Thu, 02 Jan 2025 03:00:00 GMT": 0, // in the past: retry now
+	} {
+		got, ok := retryAfter(h, now)
+		if !ok || got != want {
+			t.Errorf("retryAfter(%q) = %s, %v; want %s", h, got, ok, want)
+		}
+	}
+	for _, h := range []string{"", "-1", "soon"} {
+		if _, ok := retryAfter(h, now); ok {
+			t.Errorf("retryAfter(%q) accepted", h)
+		}
+	}
+}
+
+func TestRateLimitedRequestsWaitAsToldAndThenSucceed(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	pds := e.pds(3, "did:plc:a")
+	relay.Add(colManifest, "did:plc:a")
+	var limited atomic.Int32
+	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+		if limited.Add(1) <= 2 {
+			w.Header().Set("Retry-After", "0")
+			fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "slow down")
+			return true
+		}
+		return false
+	})
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	o.Retry.Initial = time.Hour // Retry-After, not the backoff, decides the wait
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 3 {
+		t.Fatalf("%d records after rate limiting, want 3", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Errors.WithLabelValues(classRateLimited)); got != 2 {
+		t.Errorf("errors{rate_limited} = %v, want 2", got)
+	}
+}
+
+func TestAPeerAskingToWaitTooLongOrRefusingTheRepoIsSkippedWithoutRetries(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	pds := e.pds(1, "did:plc:slow")
+	other := e.pds(1, "did:plc:known")
+	e.plc.Register("did:plc:gone", other.URL()) // resolves, but the PDS does not host it
+	relay.Add(colManifest, "did:plc:slow", "did:plc:gone", "did:plc:known")
+	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+		w.Header().Set("Retry-After", "3600")
+		fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "come back in an hour")
+		return true
+	})
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := pds.Count("did:plc:slow", colManifest); n != 1 {
+		t.Errorf("asked the PDS that wants an hour %d times, want 1", n)
+	}
+	if n := other.Count("did:plc:gone", colManifest); n != 1 {
+		t.Errorf("asked for a repo the PDS does not host %d times, want 1 (4xx is not retried)", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 2 {
+		t.Errorf("%d repositories failed, want 2", n)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 1 {
+		t.Errorf("%d records, want known's 1", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Errors.WithLabelValues(classClient)); got != 1 {
+		t.Errorf("errors{client} = %v, want 1", got)
+	}
+}
+
+func TestRecordURIsMustNameTheRepositoryAndCollectionListed(t *testing.T) {
+	if rkey, err := rkeyOf("at://did:plc:a/io.atcr.tag/latest", "did:plc:a", "io.atcr.tag"); err != nil || rkey != "latest" {
+		t.Fatalf("rkeyOf = %q, %v", rkey, err)
+	}
+	for _, uri := range []string{
+		"at://did:plc:b/io.atcr.tag/latest",
+		"at://did:plc:a/io.atcr.manifest/latest",
+		"at://did:plc:a/io.atcr.tag/",
+		"at://did:plc:a/io.atcr.tag",
+		"https://did:plc:a/io.atcr.tag/latest",
+		"at://did:plc:a/io.atcr.tag/a/b",
+	} {
+		if _, err := rkeyOf(uri, "did:plc:a", "io.atcr.tag"); err == nil {
+			t.Errorf("rkeyOf(%q) accepted", uri)
+		}
+	}
+}
+
+func TestWorkerRegistersALeasedJobOnceOrPeriodic(t *testing.T) {
+	d := system.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
+	d.Config.Backfill.Enabled = false
+	if _, err := Worker(d, fakeApplier); !errors.Is(err, ErrDisabled) {
+		t.Fatalf("disabled: %v, want ErrDisabled", err)
+	}
+	d.Config.Backfill.Enabled = true
+	d.Config.Backfill.RelayEndpoints = nil
+	var cerr *config.Error
+	if _, err := Worker(d, fakeApplier); !errors.As(err, &cerr) || cerr.Key != "backfill.relay_endpoints" {
+		t.Fatalf("no relays: %v, want a config error on backfill.relay_endpoints", err)
+	}
+	d.Config.Backfill.RelayEndpoints = []string{"https://relay.example.com"}
+	w, err := Worker(d, fakeApplier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Name != LeaseName || !w.Leased || w.Job == nil || w.Actor != nil || w.Interval != 0 {
+		t.Fatalf("Worker = %+v, want a leased job named %s with interval 0", w, LeaseName)
+	}
+	if err := new(system.Registry).Register(w); err != nil {
+		t.Fatalf("the registry refuses the worker: %v", err)
+	}
+
+	d.Metrics = prometheus.NewRegistry()
+	d.Config.Backfill.Interval = time.Hour
+	w, err = Worker(d, fakeApplier)
+	if err != nil || w.Interval != time.Hour {
+		t.Fatalf("periodic Worker = %+v, %v; want interval 1h", w, err)
+	}
+}

@@ -1,0 +1,99 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/system"
+)
+
+// ErrDisabled is returned by Worker when backfill.enabled is false: the
+// caller does not register the worker.
+var ErrDisabled = errors.New("backfill disabled (backfill.enabled is false)")
+
+// Delays between attempts of an unfinished run under interval 0 (see Once).
+const (
+	onceRetryMinDefault = time.Minute
+	onceRetryMaxDefault = 30 * time.Minute
+)
+
+// Worker describes the backfill to the registry: a leased Job named
+// LeaseName. With backfill.interval 0 the job is Once (one completed run,
+// then the registry holds the lease idle, so a run happens once per
+// deployment rather than once per instance) and a new holder skips the run
+// when one completed less than backfill.rerun_after ago; with an interval
+// the job is Run, every interval. Records go to applier inside the
+// backfill's fenced transactions. Errors: ErrDisabled; a *config.Error for
+// an empty backfill.relay_endpoints; a metrics registration error.
+func Worker(d system.Deps, applier Applier) (system.Worker, error) {
+	cfg := d.Config.Backfill
+	if !cfg.Enabled {
+		return system.Worker{}, ErrDisabled
+	}
+	if len(cfg.RelayEndpoints) == 0 {
+		return system.Worker{}, &config.Error{Key: "backfill.relay_endpoints", Reason: "must list at least one relay when backfill.enabled is true"}
+	}
+	metrics, err := NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	o := Options{
+		DB:             d.DB,
+		Log:            d.Log,
+		Applier:        applier,
+		Resolver:       &identity.Resolver{PLCURL: d.Config.Identity.PLCURL},
+		RelayEndpoints: cfg.RelayEndpoints,
+		Concurrency:    cfg.Concurrency,
+		Metrics:        metrics,
+	}
+	if cfg.Interval == 0 {
+		o.RerunAfter = cfg.RerunAfter
+	}
+	b, err := New(o)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	job := b.Run
+	if cfg.Interval == 0 {
+		job = b.Once
+	}
+	return system.Worker{Name: LeaseName, Leased: true, Job: job, Interval: cfg.Interval}, nil
+}
+
+// Once calls Run until a run completes or is skipped: an unfinished run
+// (a collection no relay could list, or a database error) is resumed after
+// a jittered exponential delay (Options.OnceRetryMin..OnceRetryMax),
+// because under interval 0 nothing else would ever finish it. It returns
+// nil when done, ctx's error when custody ends, or an error wrapping
+// lease.ErrSuperseded.
+func (b *Backfiller) Once(ctx context.Context, c lease.Custody) error {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval:     b.o.OnceRetryMin,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         b.o.OnceRetryMax,
+	}
+	bo.Reset()
+	for {
+		err := b.Run(ctx, c)
+		if err == nil || ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) {
+			return err
+		}
+		wait := bo.NextBackOff()
+		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("backfill run unfinished; resuming it later")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("backfill: %w (last run: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// XRPC methods the backfill calls (AT Protocol lexicons).
+const (
+	methodListRepos   = "com.atproto.sync.listReposByCollection"
+	methodListRecords = "com.atproto.repo.listRecords"
+)
+
+// maxResponseBytes bounds one XRPC response body (a page of 100 records
+// is far below it).
+const maxResponseBytes = 16 << 20
+
+// userAgent identifies the backfill to relays and PDSes.
+const userAgent = "atcr-appview-backfill"
+
+// Error classes, the `class` label of appview_backfill_errors_total.
+const (
+	classRateLimited = "rate_limited"   // HTTP 429
+	classServer      = "server"         // HTTP 5xx
+	classClient      = "client"         // other HTTP 4xx, e.g. RepoNotFound
+	classNetwork     = "network"        // no HTTP answer: refused, reset, timeout
+	classDecode      = "decode"         // a 2xx whose body is not the expected JSON
+	classResolve     = "resolve"        // the DID did not resolve to a PDS
+	classProtocol    = "protocol"       // a peer repeated a pagination cursor
+	classInvalid     = "invalid_record" // a record whose uri or value is unusable
+	classRelay       = "relay"          // a relay failed; the next one is tried
+)
+
+var errorClasses = []string{
+	classRateLimited, classServer, classClient, classNetwork, classDecode,
+	classResolve, classProtocol, classInvalid, classRelay,
+}
+
+// xrpcError is a failed XRPC call: the HTTP status (0 when there was no
+// answer) and the XRPC error body {error, message} when there was one.
+type xrpcError struct {
+	method  string
+	host    string
+	status  int
+	code    string
+	message string
+	class   string
+}
+
+func (e *xrpcError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s on %s", e.method, e.host)
+	if e.status != 0 {
+		fmt.Fprintf(&b, ": HTTP %d", e.status)
+	}
+	if e.code != "" {
+		fmt.Fprintf(&b, " %s", e.code)
+	}
+	if e.message != "" {
+		fmt.Fprintf(&b, ": %s", e.message)
+	}
+	return b.String()
+}
+
+// errorClass returns the metrics class of an XRPC failure.
+func errorClass(err error) string {
+	var xe *xrpcError
+	if errors.As(err, &xe) {
+		return xe.class
+	}
+	return classNetwork
+}
+
+// RetryPolicy bounds the retries of one XRPC request. Zero fields take the
+// defaults noted.
+type RetryPolicy struct {
+	// Initial and Max bound the exponential backoff between attempts
+	// (jittered ±50%); defaults 500 ms and 30 s.
+	Initial, Max time.Duration
+	// MaxTries counts every attempt, the first included; default 5.
+	MaxTries uint
+	// MaxRetryAfter is the longest Retry-After honoured; a peer asking for
+	// longer is given up on for this request (default 2 min).
+	MaxRetryAfter time.Duration
+	// RequestTimeout bounds one attempt; default 30 s.
+	RequestTimeout time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Initial <= 0 {
+		p.Initial = 500 * time.Millisecond
+	}
+	if p.Max <= 0 {
+		p.Max = 30 * time.Second
+	}
+	if p.MaxTries == 0 {
+		p.MaxTries = 5
+	}
+	if p.MaxRetryAfter <= 0 {
+		p.MaxRetryAfter = 2 * time.Minute
+	}
+	if p.RequestTimeout <= 0 {
+		p.RequestTimeout = 30 * time.Second
+	}
+	return p
+}
+
+// xrpcClient makes XRPC GET calls with retries: 429 and 5xx (and no
+// answer at all) are retried with exponential backoff, waiting as long as
+// a Retry-After header asks; other 4xx and undecodable answers are not.
+type xrpcClient struct {
+	http    *http.Client
+	policy  RetryPolicy
+	onRetry func(err error, wait time.Duration)
+}
+
+// get calls base/xrpc/method?params and decodes the JSON answer into out.
+// The request carries ctx: cancelling it aborts the call in flight. Errors
+// are an *xrpcError (possibly joined with a *backoff.RetryAfterError) or
+// ctx's error.
+func (c *xrpcClient) get(ctx context.Context, base, method string, params url.Values, out any) error {
+	target := strings.TrimRight(base, "/") + "/xrpc/" + method + "?" + params.Encode()
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval:     c.policy.Initial,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         c.policy.Max,
+	}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		return struct{}{}, c.once(ctx, target, method, out)
+	},
+		backoff.WithBackOff(bo),
+		backoff.WithMaxTries(c.policy.MaxTries),
+		backoff.WithMaxElapsedTime(0), // bounded by MaxTries and MaxRetryAfter instead
+		backoff.WithNotify(func(err error, wait time.Duration) {
+			if c.onRetry != nil {
+				c.onRetry(err, wait)
+			}
+		}))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (c *xrpcClient) once(ctx context.Context, target, method string, out any) error {
+	reqCtx, cancel := context.WithTimeout(ctx, c.policy.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, target, nil)
+	if err != nil {
+		return backoff.Permanent(fmt.Errorf("%s: %w", method, err))
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	host := req.URL.Host
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		return &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
+	}
+	defer resp.Body.Close()
+	body := io.LimitReader(resp.Body, maxResponseBytes)
+	if resp.StatusCode/100 == 2 {
+		if err := json.NewDecoder(body).Decode(out); err != nil {
+			return backoff.Permanent(&xrpcError{method: method, host: host, status: resp.StatusCode,
+				message: "decode response: " + err.Error(), class: classDecode})
+		}
+		return nil
+	}
+	xe := &xrpcError{method: method, host: host, status: resp.StatusCode}
+	var xb struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&xb) == nil {
+		xe.code, xe.message = xb.Error, xb.Message
+	}
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		xe.class = classRateLimited
+	case resp.StatusCode >= 500:
+		xe.class = classServer
+	default:
+		xe.class = classClient
+		return backoff.Permanent(xe)
+	}
+	wait, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	switch {
+	case !ok:
+		return xe
+	case wait > c.policy.MaxRetryAfter:
+		xe.message = strings.TrimSpace(xe.message + fmt.Sprintf(" (asked to wait %s, more than the %s honoured)", wait, c.policy.MaxRetryAfter))
+		return backoff.Permanent(xe)
+	default:
+		return errors.Join(xe, &backoff.RetryAfterError{Duration: wait})
+	}
+}
+
+// retryAfter parses a Retry-After header (RFC 9110 §10.2.3): delay-seconds
+// or an HTTP-date. ok is false when the header is absent or unparsable.
+func retryAfter(h string, now time.Time) (time.Duration, bool) {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0, false
+	}
+	if secs, err := strconv.Atoi(h); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+// repoRef is one entry of listReposByCollection.
+type repoRef struct {
+	DID string `json:"did"`
+}
+
+// reposPage is the output of com.atproto.sync.listReposByCollection.
+type reposPage struct {
+	Repos  []repoRef `json:"repos"`
+	Cursor string    `json:"cursor"`
+}
+
+// recordRef is one entry of listRecords.
+type recordRef struct {
+	URI   string          `json:"uri"`
+	CID   string          `json:"cid"`
+	Value json.RawMessage `json:"value"`
+}
+
+// recordsPage is the output of com.atproto.repo.listRecords.
+type recordsPage struct {
+	Records []recordRef `json:"records"`
+	Cursor  string      `json:"cursor"`
+}

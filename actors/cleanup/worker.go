@@ -1,0 +1,34 @@
+package cleanup
+
+import (
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/system"
+)
+
+// LeaseName is the lease the sweep runs under (SPEC §4).
+const LeaseName = "cleanup"
+
+// Worker builds the registration of the cleanup sweep: a leased Job run
+// every cleanup.interval with the default Rules. It returns a *config.Error
+// for an invalid cleanup.chunk_rows, and the metrics registerer's error.
+func Worker(d system.Deps) (system.Worker, error) {
+	cfg := d.Config.Cleanup
+	if cfg.ChunkRows < 1 {
+		return system.Worker{}, &config.Error{Key: "cleanup.chunk_rows", Reason: "must be at least 1"}
+	}
+	m, err := NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	s, err := New(Options{
+		DB:        d.DB,
+		Rules:     Rules(d.Config),
+		ChunkRows: cfg.ChunkRows,
+		Log:       d.Log.With().Str("worker", LeaseName).Logger(),
+		Metrics:   m,
+	})
+	if err != nil {
+		return system.Worker{}, err
+	}
+	return system.Worker{Name: LeaseName, Leased: true, Job: s.Run, Interval: cfg.Interval}, nil
+}

@@ -1,0 +1,533 @@
+package labeler
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/fakepeer"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor bounds every wait on the subscriber or the fake labeler.
+const waitFor = 10 * time.Second
+
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := database.Open(context.Background(), database.Options{
+		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("open database: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return db.DB
+}
+
+func acquire(t *testing.T, db *sql.DB, holder string) lease.Custody {
+	t.Helper()
+	g, err := lease.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
+	if err != nil || !g.Granted {
+		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
+	}
+	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+}
+
+func newActorSystem(t *testing.T) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// logBuffer is a zerolog sink safe for the subscriber's goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) count(substr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), substr)
+}
+
+// harness is one subscriber against one fake labeler.
+type harness struct {
+	t       *testing.T
+	db      *sql.DB
+	sys     *actor.ActorSystem
+	fake    *fakepeer.Labeler
+	metrics *Metrics
+	logs    *logBuffer
+	writes  atomic.Int64
+	opts    Options
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{t: t, db: openDB(t), sys: newActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &logBuffer{}}
+	endpoint, err := SubscribeURL(h.fake.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.metrics, _ = NewMetrics(nil)
+	h.opts = Options{
+		DB:           h.db,
+		Log:          zerolog.New(h.logs).Level(zerolog.DebugLevel),
+		Endpoint:     endpoint,
+		StaleTimeout: 5 * time.Second,
+		Metrics:      h.metrics,
+		ReconnectMin: 5 * time.Millisecond,
+		ReconnectMax: 20 * time.Millisecond,
+		AfterWrite:   func() { h.writes.Add(1) },
+	}
+	return h
+}
+
+// start spawns a subscriber under custody c and stops it at cleanup.
+func (h *harness) start(c lease.Custody) *actor.PID {
+	h.t.Helper()
+	pid := h.sys.Root.Spawn(NewProps(h.opts, c))
+	h.t.Cleanup(func() { _ = h.sys.Root.StopFuture(pid).Wait() })
+	return pid
+}
+
+func (h *harness) cursor() int64 {
+	var seq int64 = -1
+	_ = h.db.QueryRow(`SELECT seq FROM labeler_cursors WHERE endpoint = ?1`, h.opts.Endpoint).Scan(&seq)
+	return seq
+}
+
+func (h *harness) waitCursor(seq int64) {
+	h.t.Helper()
+	eventually(h.t, "cursor "+strconv.FormatInt(seq, 10), func() bool { return h.cursor() == seq })
+}
+
+type takedown struct {
+	src, did, repo string
+}
+
+func (h *harness) takedowns() map[takedown]bool {
+	h.t.Helper()
+	rows, err := h.db.Query(`SELECT src, did, repo FROM taken_down_subjects`)
+	if err != nil {
+		h.t.Fatalf("read taken_down_subjects: %v", err)
+	}
+	defer rows.Close()
+	out := map[takedown]bool{}
+	for rows.Next() {
+		var td takedown
+		if err := rows.Scan(&td.src, &td.did, &td.repo); err != nil {
+			h.t.Fatal(err)
+		}
+		out[td] = true
+	}
+	return out
+}
+
+const src = "did:plc:labeler"
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func takedownLabel(uri string) fakepeer.Label {
+	return fakepeer.Label{"ver": 1, "src": src, "uri": uri, "val": ValTakedown, "cts": rfc3339(time.Now())}
+}
+
+func with(l fakepeer.Label, key string, value any) fakepeer.Label {
+	out := fakepeer.Label{}
+	for k, v := range l {
+		out[k] = v
+	}
+	if value == nil {
+		delete(out, key)
+	} else {
+		out[key] = value
+	}
+	return out
+}
+
+func TestTakedownsNegationsAndExpiriesShapeTakenDownSubjects(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.db.Exec(`INSERT INTO manifests (did, repository, digest, rkey, media_type, schema_version, created_at, indexed_at)
+VALUES ('did:plc:erin', 'api', 'sha256:aa', '3kmanifest1', 'application/vnd.oci.image.manifest.v1+json', 2, 0, 0)`); err != nil {
+		t.Fatalf("seed manifest: %v", err)
+	}
+	c := acquire(t, h.db, "instance-a")
+	h.start(c)
+	conn := h.fake.Accept(t, waitFor)
+	if conn.Cursor != "0" {
+		t.Fatalf("first connection cursor = %q, want 0 (the labeler's whole history)", conn.Cursor)
+	}
+	future, past := rfc3339(time.Now().Add(time.Hour)), rfc3339(time.Now().Add(-time.Hour))
+	cts := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	conn.SendLabels(t, 1, with(takedownLabel("at://did:plc:alice/io.atcr.repo.page/web"), "cts", rfc3339(cts)))
+	conn.SendLabels(t, 2, takedownLabel("did:plc:bob"))
+	conn.SendLabels(t, 3, takedownLabel("at://did:plc:carol/io.atcr.repo.page/tools"))
+	conn.SendLabels(t, 4, with(takedownLabel("at://did:plc:carol/io.atcr.repo.page/tools"), "neg", true))
+	conn.SendLabels(t, 5, with(takedownLabel("at://did:plc:dave/io.atcr.repo.page/old"), "exp", future))
+	conn.SendLabels(t, 6,
+		with(takedownLabel("at://did:plc:dave/io.atcr.repo.page/old"), "exp", past),
+		with(takedownLabel("at://did:plc:dave/io.atcr.repo.page/gone"), "exp", past))
+	conn.SendLabels(t, 7,
+		takedownLabel("at://did:plc:erin/io.atcr.manifest/3kmanifest1"),
+		with(takedownLabel("at://did:plc:erin/io.atcr.repo.page/api"), "val", "porn"),
+		takedownLabel("at://did:plc:erin/app.bsky.feed.post/3kpost"),
+		takedownLabel("at://did:plc:erin/io.atcr.manifest/3knotindexed"),
+		with(takedownLabel("did:plc:frank"), "cts", nil))
+	h.waitCursor(7)
+
+	want := map[takedown]bool{
+		{src, "did:plc:alice", "web"}: true,
+		{src, "did:plc:bob", ""}:      true,
+		{src, "did:plc:erin", "api"}:  true,
+	}
+	got := h.takedowns()
+	if len(got) != len(want) {
+		t.Fatalf("taken_down_subjects = %v, want %v", got, want)
+	}
+	for td := range want {
+		if !got[td] {
+			t.Fatalf("taken_down_subjects = %v, missing %v", got, td)
+		}
+	}
+	var (
+		uri            string
+		createdAt, seq int64
+		fence          int64
+		expires        sql.NullInt64
+	)
+	if err := h.db.QueryRow(`SELECT uri, created_at, expires_at, seq, fence FROM taken_down_subjects WHERE did = 'did:plc:alice'`).
+		Scan(&uri, &createdAt, &expires, &seq, &fence); err != nil {
+		t.Fatal(err)
+	}
+	if uri != "at://did:plc:alice/io.atcr.repo.page/web" || createdAt != cts.UnixMilli() || expires.Valid || seq != 1 || fence != c.Fence {
+		t.Fatalf("alice row = uri %q created_at %d expires %v seq %d fence %d", uri, createdAt, expires, seq, fence)
+	}
+
+	for outcome, n := range map[string]float64{
+		outcomeTakedown: 5, outcomeNegated: 1, outcomeExpired: 2, outcomeIgnored: 1,
+		outcomeUnsupported: 1, outcomeUnresolved: 1, outcomeMalformed: 1,
+	} {
+		if got := testutil.ToFloat64(h.metrics.Labels.WithLabelValues(outcome)); got != n {
+			t.Errorf("labels{outcome=%s} = %v, want %v", outcome, got, n)
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameLabels)); got != 7 {
+		t.Errorf("frames{kind=labels} = %v, want 7", got)
+	}
+}
+
+func TestAFutureExpiryIsStoredForReadersToHonour(t *testing.T) {
+	h := newHarness(t)
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	exp := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	conn.SendLabels(t, 1, with(takedownLabel("did:plc:bob"), "exp", rfc3339(exp)))
+	h.waitCursor(1)
+	var expires sql.NullInt64
+	if err := h.db.QueryRow(`SELECT expires_at FROM taken_down_subjects WHERE did = 'did:plc:bob'`).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
+	if !expires.Valid || expires.Int64 != exp.UnixMilli() {
+		t.Fatalf("expires_at = %v, want %d", expires, exp.UnixMilli())
+	}
+}
+
+func TestInfoIsLoggedAndErrorFramesAreHandledByCode(t *testing.T) {
+	h := newHarness(t)
+	h.start(acquire(t, h.db, "instance-a"))
+
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendInfo(t, "OutdatedCursor", "cursor is older than retention")
+	conn.SendLabels(t, 10, takedownLabel("did:plc:alice"))
+	h.waitCursor(10)
+	if h.logs.count(`"name":"OutdatedCursor"`) != 1 {
+		t.Fatalf("OutdatedCursor info not logged once:\n%s", h.logs.buf.String())
+	}
+
+	// ConsumerTooSlow: the labeler drops us; we come back from the stored cursor.
+	conn.SendError(t, "ConsumerTooSlow", "buffer full")
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "10" {
+		t.Fatalf("after ConsumerTooSlow reconnected with cursor %q, want 10", conn.Cursor)
+	}
+
+	// FutureCursor: the labeler's sequence was reset; replay it from 0.
+	conn.SendError(t, "FutureCursor", "cursor in the future")
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "0" {
+		t.Fatalf("after FutureCursor reconnected with cursor %q, want 0", conn.Cursor)
+	}
+	if got := h.cursor(); got != 0 {
+		t.Fatalf("stored cursor after FutureCursor = %d, want 0", got)
+	}
+	if !h.takedowns()[takedown{src, "did:plc:alice", ""}] {
+		t.Fatal("a FutureCursor reset lost an applied takedown")
+	}
+
+	// An unknown error code: reconnect from the stored cursor.
+	conn.SendLabels(t, 1, takedownLabel("did:plc:bob"))
+	h.waitCursor(1)
+	conn.SendError(t, "InternalError", "oops")
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "1" {
+		t.Fatalf("after InternalError reconnected with cursor %q, want 1", conn.Cursor)
+	}
+
+	for code, n := range map[string]float64{"ConsumerTooSlow": 1, "FutureCursor": 1, "other": 1} {
+		if got := testutil.ToFloat64(h.metrics.StreamErrors.WithLabelValues(code)); got != n {
+			t.Errorf("stream_errors{error=%s} = %v, want %v", code, got, n)
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameInfo)); got != 1 {
+		t.Errorf("frames{kind=info} = %v, want 1", got)
+	}
+}
+
+func TestMalformedFramesAreSkippedLoggedAndCountedAndTheStreamGoesOn(t *testing.T) {
+	h := newHarness(t)
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+
+	header := map[string]any{"op": 1, "t": "#labels"}
+	malformed := [][]byte{
+		{0xff, 0x00, 0x13},                                                                   // not CBOR
+		fakepeer.Frame(t, header, "x")[:7],                                                   // header and no body
+		fakepeer.Frame(t, header, map[string]any{"labels": []any{}}),                         // #labels without seq
+		fakepeer.Frame(t, map[string]any{"t": "#labels"}, map[string]any{"seq": 1}),          // header without op
+		append(fakepeer.Frame(t, header, map[string]any{"seq": 1, "labels": []any{}}), 0x01), // trailing bytes
+		fakepeer.Frame(t, map[string]any{"op": 7}, map[string]any{}),                         // unknown op
+		fakepeer.Frame(t, header, map[string]any{"seq": "one", "labels": []any{}}),           // mistyped seq
+	}
+	for _, m := range malformed {
+		conn.SendRaw(t, m)
+	}
+	conn.SendText(t, `{"op":1}`)
+	for i := 0; i < 10; i++ { // enough to exceed the log sampler's burst
+		conn.SendRaw(t, []byte{0xff})
+	}
+	conn.SendRaw(t, fakepeer.Frame(t, map[string]any{"op": 1, "t": "#future"}, map[string]any{"x": 1}))
+	conn.SendLabels(t, 3, takedownLabel("did:plc:alice"))
+	h.waitCursor(3)
+
+	wantMalformed := float64(len(malformed) + 1 + 10)
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameMalformed)); got != wantMalformed {
+		t.Errorf("frames{kind=malformed} = %v, want %v", got, wantMalformed)
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameUnknown)); got != 1 {
+		t.Errorf("frames{kind=unknown} = %v, want 1", got)
+	}
+	if n := h.logs.count("labeler frame skipped"); n != skipLogBurst {
+		t.Errorf("logged %d skipped frames, want the sampler's burst of %d", n, skipLogBurst)
+	}
+	select {
+	case <-conn.Closed():
+		t.Fatal("a malformed frame ended the connection")
+	default:
+	}
+	if !h.takedowns()[takedown{src, "did:plc:alice", ""}] {
+		t.Fatal("the frame after the malformed ones was not applied")
+	}
+}
+
+func TestReconnectResumesFromTheLastAppliedSeq(t *testing.T) {
+	h := newHarness(t)
+	pid := h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendLabels(t, 5, takedownLabel("did:plc:alice"))
+	conn.SendLabels(t, 6, takedownLabel("did:plc:bob"))
+	h.waitCursor(6)
+
+	conn.Close()
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "6" {
+		t.Fatalf("reconnected with cursor %q, want 6", conn.Cursor)
+	}
+	conn.SendLabels(t, 7, takedownLabel("did:plc:carol"))
+	h.waitCursor(7)
+
+	// A handover: the next holder resumes from the same cursor.
+	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.NewStore(h.db, time.Minute).Release(context.Background(), lease.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire(t, h.db, "instance-b")
+	h.start(next)
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "7" {
+		t.Fatalf("new holder connected with cursor %q, want 7", conn.Cursor)
+	}
+	conn.SendLabels(t, 8, takedownLabel("did:plc:dave"))
+	h.waitCursor(8)
+	var fence int64
+	if err := h.db.QueryRow(`SELECT fence FROM labeler_cursors`).Scan(&fence); err != nil || fence != next.Fence {
+		t.Fatalf("cursor fence = %d (%v), want the new holder's %d", fence, err, next.Fence)
+	}
+}
+
+func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
+	h := newHarness(t)
+	pid := h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendLabels(t, 1, takedownLabel("did:plc:alice"))
+	h.waitCursor(1)
+
+	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	writes := h.writes.Load()
+	select {
+	case <-conn.Closed():
+	case <-time.After(waitFor):
+		t.Fatal("stopping the subscriber did not close its socket")
+	}
+	if writes != 1 || h.writes.Load() != writes || h.cursor() != 1 {
+		t.Fatalf("writes %d then %d, cursor %d: want exactly the one frame before stop", writes, h.writes.Load(), h.cursor())
+	}
+}
+
+func TestStoppingWhileWaitingToReconnectCancelsTheTimer(t *testing.T) {
+	h := newHarness(t)
+	h.opts.ReconnectMin, h.opts.ReconnectMax = time.Hour, time.Hour
+	pid := h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	conn.Close()
+	eventually(t, "the session to end", func() bool {
+		return h.logs.count("reconnecting") == 1
+	})
+	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// goleak (TestMain) proves the timer and session goroutines are gone.
+}
+
+func TestAStaleStreamIsReconnected(t *testing.T) {
+	h := newHarness(t)
+	h.opts.StaleTimeout = 300 * time.Millisecond
+	h.fake.SetQuiet(true)
+	h.start(acquire(t, h.db, "instance-a"))
+	first := h.fake.Accept(t, waitFor)
+	h.fake.Accept(t, waitFor) // the reconnect
+	select {
+	case <-first.Closed():
+	case <-time.After(waitFor):
+		t.Fatal("the stale connection was not closed")
+	}
+	if h.logs.count("labeler stream stale") < 1 {
+		t.Fatalf("staleness not logged:\n%s", h.logs.buf.String())
+	}
+}
+
+func TestAQuietStreamThatAnswersPingsIsNotStale(t *testing.T) {
+	h := newHarness(t)
+	h.opts.StaleTimeout = 150 * time.Millisecond
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	// Several stale timeouts pass with no frame; pongs keep it alive.
+	deadline := time.After(5 * h.opts.StaleTimeout)
+	select {
+	case <-conn.Closed():
+		t.Fatal("a quiet but live connection was dropped as stale")
+	case <-deadline:
+	}
+	conn.SendLabels(t, 1, takedownLabel("did:plc:alice"))
+	h.waitCursor(1)
+}
+
+// failureRecorder is a parent that records why its child failed and stops it.
+type failureRecorder struct {
+	props  *actor.Props
+	reason chan any
+}
+
+func (p *failureRecorder) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*actor.Started); ok {
+		ctx.Spawn(p.props)
+	}
+}
+
+func TestASupersededCustodyWritesNothingAndFailsTheWorker(t *testing.T) {
+	h := newHarness(t)
+	c := acquire(t, h.db, "instance-a")
+	reasons := make(chan any, 4)
+	strategy := actor.NewOneForOneStrategy(0, 0, func(reason any) actor.Directive {
+		reasons <- reason
+		return actor.StopDirective
+	})
+	parent := &failureRecorder{props: NewProps(h.opts, c)}
+	pid := h.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return parent }, actor.WithSupervisor(strategy)))
+	t.Cleanup(func() { _ = h.sys.Root.StopFuture(pid).Wait() })
+
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendLabels(t, 1, takedownLabel("did:plc:alice"))
+	h.waitCursor(1)
+
+	// Another instance takes the lease over.
+	if _, err := h.db.Exec(`UPDATE leases SET holder = 'instance-b', fence = fence + 1 WHERE name = ?1`, LeaseName); err != nil {
+		t.Fatal(err)
+	}
+	conn.SendLabels(t, 2, takedownLabel("did:plc:bob"))
+	select {
+	case r := <-reasons:
+		err, ok := r.(error)
+		if !ok || !errors.Is(err, lease.ErrSuperseded) {
+			t.Fatalf("worker failed with %v, want lease.ErrSuperseded", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the worker did not fail after its custody was superseded")
+	}
+	select {
+	case <-conn.Closed():
+	case <-time.After(waitFor):
+		t.Fatal("the superseded worker left its socket open")
+	}
+	if h.cursor() != 1 || h.takedowns()[takedown{src, "did:plc:bob", ""}] {
+		t.Fatalf("a superseded custody wrote: cursor %d, takedowns %v", h.cursor(), h.takedowns())
+	}
+}

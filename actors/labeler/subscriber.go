@@ -1,0 +1,411 @@
+package labeler
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/scheduler"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+)
+
+// Timings and limits. The stale timeout comes from labeler.stale_timeout.
+const (
+	// DefaultStaleTimeout applies when Options.StaleTimeout is 0.
+	DefaultStaleTimeout = 60 * time.Second
+	// pingsPerStaleTimeout: a ping goes out every StaleTimeout/3, so two
+	// lost pongs in a row are still not taken for a dead connection.
+	pingsPerStaleTimeout = 3
+	// reconnectMinDefault and reconnectMaxDefault bound the reconnect
+	// delay; it doubles per failed attempt with ±50% jitter and starts over
+	// once a connection has applied a frame.
+	reconnectMinDefault = 1 * time.Second
+	reconnectMaxDefault = 2 * time.Minute
+	// handshakeTimeout bounds the websocket opening handshake.
+	handshakeTimeout = 30 * time.Second
+	// maxFrameBytesDefault is the websocket read limit per frame (1 MiB).
+	maxFrameBytesDefault = 1 << 20
+	// skipLogBurst bad frames or labels are logged per skipLogPeriod; the
+	// rest only counted.
+	skipLogBurst  = 10
+	skipLogPeriod = time.Minute
+)
+
+// Options configure a subscriber. DB and Endpoint are required.
+type Options struct {
+	// DB holds taken_down_subjects and labeler_cursors (migration 0004).
+	DB *sql.DB
+	// Log receives the subscriber's events (JSON lines on stderr in serve).
+	Log zerolog.Logger
+	// Endpoint is the websocket URL of com.atproto.label.subscribeLabels,
+	// as returned by SubscribeURL. It is also the key of the stored cursor.
+	Endpoint string
+	// StaleTimeout reconnects when neither a frame nor a pong has arrived
+	// for this long. 0 means DefaultStaleTimeout.
+	StaleTimeout time.Duration
+	// Metrics are shared across grants of custody; nil builds unregistered ones.
+	Metrics *Metrics
+	// Dialer opens the websocket; nil uses one with a 30 s handshake timeout.
+	Dialer *websocket.Dialer
+	// ReconnectMin and ReconnectMax bound the jittered exponential
+	// reconnect delay; 0 means 1 s and 2 min.
+	ReconnectMin, ReconnectMax time.Duration
+	// MaxFrameBytes is the read limit per websocket message; 0 means 1 MiB.
+	MaxFrameBytes int64
+	// AfterWrite, when set, runs after every committed database write (a
+	// hook for tests and instrumentation: it proves when writes happen).
+	AfterWrite func()
+}
+
+func (o Options) withDefaults() Options {
+	if o.StaleTimeout <= 0 {
+		o.StaleTimeout = DefaultStaleTimeout
+	}
+	if o.Metrics == nil {
+		o.Metrics, _ = NewMetrics(nil) // unregistered: cannot fail
+	}
+	if o.Dialer == nil {
+		o.Dialer = &websocket.Dialer{Proxy: websocket.DefaultDialer.Proxy, HandshakeTimeout: handshakeTimeout}
+	}
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = reconnectMinDefault
+	}
+	if o.ReconnectMax <= 0 {
+		o.ReconnectMax = reconnectMaxDefault
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		o.ReconnectMax = o.ReconnectMin
+	}
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = maxFrameBytesDefault
+	}
+	return o
+}
+
+// NewProps builds the subscriber actor for one grant of custody c of the
+// labeler-subscriber lease. Every database write is fenced by c.
+func NewProps(o Options, c lease.Custody) *actor.Props {
+	o = o.withDefaults()
+	return actor.PropsFromProducer(func() actor.Actor { return newSubscriber(o, c) })
+}
+
+// subscriber is the worker actor: it owns at most one session goroutine
+// (one websocket connection) at a time and schedules reconnects.
+type subscriber struct {
+	o       Options
+	custody lease.Custody
+	store   *store
+	log     zerolog.Logger
+	skipLog zerolog.Logger
+	backoff *backoff.ExponentialBackOff
+
+	root  *actor.RootContext
+	self  *actor.PID
+	timer *scheduler.TimerScheduler
+
+	cancelTimer   scheduler.CancelFunc
+	cancelSession context.CancelFunc
+	sessions      sync.WaitGroup
+	stopping      bool
+}
+
+// connect asks the subscriber to open a connection (sent by the reconnect timer).
+type connect struct{}
+
+// sessionEnded reports that a connection ended without the actor asking.
+type sessionEnded struct {
+	// progressed is true when the connection applied at least one frame.
+	progressed bool
+	err        error
+}
+
+func newSubscriber(o Options, c lease.Custody) *subscriber {
+	log := o.Log.With().Str("worker", LeaseName).Str("lease", c.Lease).Int64("fence", c.Fence).
+		Str("endpoint", o.Endpoint).Logger()
+	skipLog := log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval:     o.ReconnectMin,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         o.ReconnectMax,
+	}
+	bo.Reset()
+	return &subscriber{
+		o:       o,
+		custody: c,
+		log:     log,
+		skipLog: skipLog,
+		backoff: bo,
+		store: &store{
+			db: o.DB, endpoint: o.Endpoint, custody: c,
+			skipLog: skipLog, afterWrite: o.AfterWrite,
+		},
+	}
+}
+
+// Receive handles the actor's lifecycle and its two messages.
+func (s *subscriber) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		s.self = ctx.Self()
+		s.root = ctx.ActorSystem().Root
+		// The root context may be used from the timer's goroutine; the
+		// actor's own context may not.
+		s.timer = scheduler.NewTimerScheduler(s.root)
+		s.log.Info().Msg("labeler subscriber started")
+		s.connect()
+	case *connect:
+		s.cancelTimer = nil
+		s.connect()
+	case *sessionEnded:
+		s.ended(msg)
+	case *actor.Stopping:
+		s.stop()
+	case *actor.Restarting:
+		s.stop()
+	case *actor.Stopped:
+		s.log.Info().Msg("labeler subscriber stopped")
+	}
+}
+
+// connect starts a session goroutine unless one is running or the actor is stopping.
+func (s *subscriber) connect() {
+	if s.stopping || s.cancelSession != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancelSession = cancel
+	s.sessions.Add(1)
+	go func() {
+		defer s.sessions.Done()
+		progressed, err := s.session(ctx)
+		if ctx.Err() != nil {
+			return // the actor cancelled it: it is stopping and not listening
+		}
+		s.root.Send(s.self, &sessionEnded{progressed: progressed, err: err})
+	}()
+}
+
+func (s *subscriber) ended(msg *sessionEnded) {
+	if s.cancelSession != nil {
+		s.cancelSession()
+		s.cancelSession = nil
+	}
+	if s.stopping {
+		return
+	}
+	if errors.Is(msg.err, lease.ErrSuperseded) {
+		// Fail like every leased worker does on a failed fence: the parent
+		// LeaseActor treats it as lost custody, and nothing here writes again.
+		s.log.Error().Err(msg.err).Msg("labeler subscriber lost custody")
+		panic(fmt.Errorf("labeler subscriber under %s: %w", s.custody, msg.err))
+	}
+	if msg.progressed {
+		s.backoff.Reset()
+	}
+	delay := s.backoff.NextBackOff()
+	s.log.Warn().Err(msg.err).Dur("retry_in", delay).Msg("labeler stream ended; reconnecting")
+	s.cancelTimer = s.timer.SendOnce(delay, s.self, &connect{})
+}
+
+// stop cancels the reconnect timer and the session, and waits for the
+// session goroutine: once it returns, nothing of this actor writes again.
+func (s *subscriber) stop() {
+	s.stopping = true
+	if s.cancelTimer != nil {
+		s.cancelTimer()
+		s.cancelTimer = nil
+	}
+	if s.cancelSession != nil {
+		s.cancelSession()
+		s.cancelSession = nil
+	}
+	s.sessions.Wait()
+}
+
+// streamError is an error frame from the labeler (op -1).
+type streamError struct {
+	code, message string
+}
+
+func (e *streamError) Error() string {
+	return fmt.Sprintf("labeler stream error %s: %s", e.code, e.message)
+}
+
+// session runs one connection: dial from the stored cursor, apply frames
+// until the stream ends, goes stale, sends an error frame, a write fails,
+// or ctx is cancelled (then it closes the socket at once). progressed
+// reports whether any #labels frame was applied.
+func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
+	seq, err := s.store.cursor(ctx)
+	if err != nil {
+		return false, err
+	}
+	target, err := withCursor(s.o.Endpoint, seq)
+	if err != nil {
+		return false, err
+	}
+	conn, resp, err := s.o.Dialer.DialContext(ctx, target, nil)
+	if err != nil {
+		s.o.Metrics.Connections.WithLabelValues("failed").Inc()
+		if resp != nil {
+			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
+		}
+		return false, fmt.Errorf("connect to labeler %s: %w", target, err)
+	}
+	s.o.Metrics.Connections.WithLabelValues("connected").Inc()
+	s.log.Info().Int64("cursor", seq).Msg("labeler stream connected")
+
+	connCtx, cancel := context.WithCancel(ctx)
+	var keepalive sync.WaitGroup
+	keepalive.Add(1)
+	go func() {
+		defer keepalive.Done()
+		s.keepalive(connCtx, conn)
+	}()
+	defer func() {
+		cancel()
+		keepalive.Wait()
+		_ = conn.Close()
+	}()
+
+	conn.SetReadLimit(s.o.MaxFrameBytes)
+	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(s.o.StaleTimeout)) }
+	alive()
+	conn.SetPongHandler(func(string) error { alive(); return nil })
+	for {
+		mt, data, err := conn.ReadMessage()
+		if err != nil {
+			if ctx.Err() != nil {
+				return progressed, ctx.Err()
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return progressed, fmt.Errorf("labeler stream stale: no frame or pong for %s", s.o.StaleTimeout)
+			}
+			return progressed, fmt.Errorf("read labeler stream: %w", err)
+		}
+		alive()
+		applied, err := s.handle(ctx, mt, data)
+		progressed = progressed || applied
+		if err != nil {
+			return progressed, err
+		}
+	}
+}
+
+// keepalive pings every StaleTimeout/3 and closes the socket as soon as
+// ctx is done, which unblocks the session's read at once.
+func (s *subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
+	every := s.o.StaleTimeout / pingsPerStaleTimeout
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = conn.Close()
+			return
+		case <-t.C:
+			// A failed ping needs no handling: the read deadline notices.
+			_ = conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(every))
+		}
+	}
+}
+
+// handle processes one websocket message. It returns applied true when a
+// #labels frame was committed, and an error when the session must end: an
+// error frame, a failed write, or lost custody. A bad frame is skipped.
+func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied bool, err error) {
+	m := s.o.Metrics
+	if mt != websocket.BinaryMessage {
+		m.Frames.WithLabelValues(frameMalformed).Inc()
+		s.skipLog.Warn().Int("type", mt).Int("bytes", len(data)).Msg("labeler frame skipped: not a binary frame")
+		return false, nil
+	}
+	f, err := decodeFrame(data)
+	if err != nil {
+		m.Frames.WithLabelValues(frameMalformed).Inc()
+		s.skipLog.Warn().Err(err).Int("bytes", len(data)).Msg("labeler frame skipped")
+		return false, nil
+	}
+	switch f.kind {
+	case kindLabels:
+		outcomes, err := s.store.applyFrame(ctx, f)
+		if err != nil {
+			return false, err
+		}
+		m.Frames.WithLabelValues(frameLabels).Inc()
+		for outcome, n := range outcomes {
+			m.Labels.WithLabelValues(outcome).Add(float64(n))
+		}
+		m.Cursor.Set(float64(f.seq))
+		s.log.Debug().Int64("seq", f.seq).Int("labels", len(f.labels)).Msg("labels applied")
+		return true, nil
+	case kindInfo:
+		m.Frames.WithLabelValues(frameInfo).Inc()
+		ev := s.log.Info()
+		if f.name == infoOutdatedCursorName {
+			// The labeler no longer has every label after our cursor; it
+			// streams from the oldest it has. Nothing to do but say so.
+			ev = s.log.Warn()
+		}
+		ev.Str("name", f.name).Str("message", f.message).Msg("labeler info")
+		return false, nil
+	case kindError:
+		m.Frames.WithLabelValues(frameError).Inc()
+		m.StreamErrors.WithLabelValues(streamErrorCode(f.name)).Inc()
+		serr := &streamError{code: f.name, message: f.message}
+		switch f.name {
+		case errFutureCursorName:
+			// Our cursor is past the labeler's last seq: its sequence was
+			// reset. Replaying its whole history is safe (idempotent), so
+			// start over from 0 rather than retry a cursor it will refuse.
+			if err := s.resetCursor(ctx); err != nil {
+				return false, err
+			}
+			s.log.Error().Str("message", f.message).Msg("labeler cursor is in the labeler's future; replaying from seq 0")
+		case errConsumerTooSlowName:
+			s.log.Warn().Str("message", f.message).Msg("labeler dropped us as too slow; reconnecting from the stored cursor")
+		default:
+			s.log.Error().Str("error", f.name).Str("message", f.message).Msg("labeler stream error")
+		}
+		return false, serr
+	default:
+		m.Frames.WithLabelValues(frameUnknown).Inc()
+		s.skipLog.Debug().Str("t", f.t).Msg("labeler frame of unknown type ignored")
+		return false, nil
+	}
+}
+
+// resetCursor sets the stored cursor to 0 unless it already is, so a
+// labeler that keeps answering FutureCursor does not cost a write per try.
+func (s *subscriber) resetCursor(ctx context.Context) error {
+	cur, err := s.store.cursor(ctx)
+	if err != nil || cur == 0 {
+		return err
+	}
+	return s.store.resetCursor(ctx)
+}
+
+// withCursor adds ?cursor=SEQ to the subscribeLabels URL.
+func withCursor(endpoint string, seq int64) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("labeler endpoint %q: %w", endpoint, err)
+	}
+	q := u.Query()
+	q.Set("cursor", strconv.FormatInt(seq, 10))
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}

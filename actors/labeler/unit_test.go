@@ -1,0 +1,106 @@
+package labeler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/system"
+)
+
+func TestSubscribeURLTurnsTheConfiguredURLIntoTheXRPCWebsocket(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://mod.example.com":            "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"https://mod.example.com/":           "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"http://127.0.0.1:8080":              "ws://127.0.0.1:8080/xrpc/com.atproto.label.subscribeLabels",
+		"wss://mod.example.com":              "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"wss://mod.example.com/custom":       "wss://mod.example.com/custom",
+		"wss://mod.example.com/x?cursor=5#f": "wss://mod.example.com/x",
+	} {
+		got, err := SubscribeURL(in)
+		if err != nil || got != want {
+			t.Errorf("SubscribeURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"ftp://mod.example.com", "https://", "mod.example.com", "::"} {
+		if got, err := SubscribeURL(bad); err == nil {
+			t.Errorf("SubscribeURL(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+func TestSubjectsMapToAnAccountOrARepository(t *testing.T) {
+	db := openDB(t)
+	if _, err := db.Exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at)
+VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != nil {
+		t.Fatalf("seed tag: %v", err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ctx := context.Background()
+	for uri, want := range map[string]subject{
+		"did:plc:bob":                               {did: "did:plc:bob"},
+		"did:web:hold01.example.com":                {did: "did:web:hold01.example.com"},
+		"at://did:plc:bob":                          {did: "did:plc:bob"},
+		"at://did:plc:bob/io.atcr.repo.page/my-app": {did: "did:plc:bob", repo: "my-app"},
+		"at://did:plc:erin/io.atcr.tag/3ktag":       {did: "did:plc:erin", repo: "api"},
+	} {
+		got, err := resolveSubject(ctx, tx, uri)
+		if err != nil || got != want {
+			t.Errorf("resolveSubject(%q) = %+v, %v; want %+v", uri, got, err, want)
+		}
+	}
+	for uri, want := range map[string]error{
+		"at://did:plc:erin/io.atcr.tag/3kmissing":    errUnknownRecord,
+		"at://did:plc:erin/app.bsky.feed.post/3k":    errUnsupportedSubject,
+		"at://alice.example.com/io.atcr.repo.page/x": errMalformed,
+		"at://did:plc:bob/io.atcr.repo.page":         errMalformed,
+		"at://did:plc:bob/io.atcr.repo.page/x?y=1":   errMalformed,
+		"did:":                errMalformed,
+		"https://example.com": errMalformed,
+	} {
+		if _, err := resolveSubject(ctx, tx, uri); !errors.Is(err, want) {
+			t.Errorf("resolveSubject(%q) error = %v, want %v", uri, err, want)
+		}
+	}
+}
+
+func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
+	d := system.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
+	if _, err := Worker(d); !errors.Is(err, ErrDisabled) {
+		t.Fatalf("Worker without labeler.url: %v, want ErrDisabled", err)
+	}
+
+	d.Config.Labeler.URL = "ftp://mod.example.com"
+	var cerr *config.Error
+	if _, err := Worker(d); !errors.As(err, &cerr) || cerr.Key != "labeler.url" {
+		t.Fatalf("Worker with a bad URL: %v, want a config error on labeler.url", err)
+	}
+	d.Config.Labeler.URL = "https://mod.example.com"
+	d.Config.Labeler.StaleTimeout = 0
+	if _, err := Worker(d); !errors.As(err, &cerr) || cerr.Key != "labeler.stale_timeout" {
+		t.Fatalf("Worker with stale_timeout 0: %v, want a config error on labeler.stale_timeout", err)
+	}
+
+	d.Config.Labeler.StaleTimeout = time.Minute
+	w, err := Worker(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Name != LeaseName || !w.Leased || w.Actor == nil || w.Job != nil {
+		t.Fatalf("Worker = %+v, want a leased actor worker named %s", w, LeaseName)
+	}
+	if err := new(system.Registry).Register(w); err != nil {
+		t.Fatalf("the registry refuses the worker: %v", err)
+	}
+	if _, err := Worker(d); err == nil {
+		t.Fatal("a second Worker on the same metrics registry did not report the duplicate collectors")
+	}
+}

@@ -1,0 +1,87 @@
+package labeler
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/system"
+)
+
+// LeaseName is the lease the subscriber runs under (SPEC §4).
+const LeaseName = "labeler-subscriber"
+
+// subscribePath is the XRPC path of com.atproto.label.subscribeLabels.
+const subscribePath = "/xrpc/com.atproto.label.subscribeLabels"
+
+// ErrDisabled is returned by Worker when labeler.url is empty: the caller
+// does not register the worker.
+var ErrDisabled = errors.New("labeler subscriber disabled (labeler.url is empty)")
+
+// Worker describes the labeler subscriber to the registry: a leased actor
+// worker named LeaseName. Its metrics are registered on d.Metrics here,
+// once per process. Errors: ErrDisabled; a *config.Error for a bad
+// labeler.url or labeler.stale_timeout; a metrics registration error.
+func Worker(d system.Deps) (system.Worker, error) {
+	cfg := d.Config.Labeler
+	if cfg.URL == "" {
+		return system.Worker{}, ErrDisabled
+	}
+	endpoint, err := SubscribeURL(cfg.URL)
+	if err != nil {
+		return system.Worker{}, &config.Error{Key: "labeler.url", Reason: err.Error()}
+	}
+	if cfg.StaleTimeout <= 0 {
+		return system.Worker{}, &config.Error{Key: "labeler.stale_timeout", Reason: fmt.Sprintf("must be positive, got %s", cfg.StaleTimeout)}
+	}
+	metrics, err := NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	o := Options{
+		DB:           d.DB,
+		Log:          d.Log,
+		Endpoint:     endpoint,
+		StaleTimeout: cfg.StaleTimeout,
+		Metrics:      metrics,
+	}
+	return system.Worker{
+		Name:   LeaseName,
+		Leased: true,
+		Actor:  func(c lease.Custody) *actor.Props { return NewProps(o, c) },
+	}, nil
+}
+
+// SubscribeURL turns labeler.url into the websocket URL of
+// com.atproto.label.subscribeLabels: https://HOST becomes
+// wss://HOST/xrpc/com.atproto.label.subscribeLabels (http → ws, for local
+// labelers); a ws:// or wss:// URL with a path is used as given, without
+// one it gets the XRPC path. Query and fragment are dropped (the cursor
+// is added per connection).
+func SubscribeURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("unparsable URL %q: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	case "http":
+		u.Scheme = "ws"
+	case "ws", "wss":
+	default:
+		return "", fmt.Errorf("URL %q: scheme must be https, http, wss or ws", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("URL %q has no host", raw)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = subscribePath
+	}
+	u.RawQuery, u.Fragment, u.User = "", "", nil
+	return u.String(), nil
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+// newWebhooksCommand is `appview webhooks add|list|rm`: managing webhook
+// subscriptions (SPEC §8 webhooks table, §9 deliveries). open returns a
+// migrated database; each subcommand opens it once and closes it.
+func newWebhooksCommand(open func(ctx context.Context) (*database.DB, error)) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "webhooks",
+		Short: "Manage webhook subscriptions",
+		Long: "Manage webhook subscriptions. Each webhook receives a signed POST (SPEC §9) for\n" +
+			"every trigger it subscribes to about repositories of its DID.",
+	}
+
+	var (
+		added        webhooks.Webhook
+		allowPrivate bool
+	)
+	add := &cobra.Command{
+		Use:   "add --did DID --url URL [--secret S] [--trigger push]",
+		Short: "Add a webhook and print its id",
+		Long: "Add a webhook and print its id. The URL must be http(s) and resolve to public\n" +
+			"addresses unless --allow-private (deliveries are checked again, at connect time,\n" +
+			"against webhooks.allow_private). --secret - reads the secret from the first line\n" +
+			"of standard input, keeping it out of the shell history.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := added
+			if w.Secret == "-" {
+				line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if err != nil && line == "" {
+					return fmt.Errorf("read secret from stdin: %w", err)
+				}
+				w.Secret = strings.TrimRight(line, "\r\n")
+			}
+			db, err := open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			id, err := webhooks.Add(cmd.Context(), db.DB, w, webhooks.Guard{AllowPrivate: allowPrivate})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), id)
+			return err
+		},
+	}
+	af := add.Flags()
+	af.StringVar(&added.DID, "did", "", "DID whose repositories trigger the webhook (required)")
+	af.StringVar(&added.URL, "url", "", "http(s) URL receiving the POSTs (required)")
+	af.StringVar(&added.Secret, "secret", "", `HMAC-SHA256 signing secret ("-": read from stdin; empty: unsigned)`)
+	af.StringSliceVar(&added.Triggers, "trigger", []string{webhooks.TriggerPush}, "trigger to subscribe to (repeatable)")
+	af.BoolVar(&allowPrivate, "allow-private", false, "accept a URL that resolves to a loopback/private address")
+	_ = add.MarkFlagRequired("did")
+	_ = add.MarkFlagRequired("url")
+
+	var (
+		listDID string
+		asJSON  bool
+	)
+	list := &cobra.Command{
+		Use:   "list [--did DID] [--json]",
+		Short: "List webhooks (secrets are never printed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			hooks, err := webhooks.List(cmd.Context(), db.DB, listDID)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				// Webhook never marshals its secret; say whether there is one.
+				type listed struct {
+					webhooks.Webhook
+					Signed bool `json:"signed"`
+				}
+				rows := make([]listed, 0, len(hooks))
+				for _, h := range hooks {
+					rows = append(rows, listed{Webhook: h, Signed: h.Signed()})
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tDID\tURL\tTRIGGERS\tSIGNED\tCREATED")
+			for _, h := range hooks {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%t\t%s\n", h.ID, h.DID, h.URL, strings.Join(h.Triggers, ","),
+					h.Signed(), time.UnixMilli(h.CreatedAt).UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&listDID, "did", "", "only webhooks of this DID")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	rm := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Remove a webhook and drop its pending deliveries",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("webhook id %q: want a positive integer (see `appview webhooks list`)", args[0])
+			}
+			db, err := open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			if err := webhooks.Remove(cmd.Context(), db.DB, id); err != nil {
+				if errors.Is(err, webhooks.ErrNotFound) {
+					return fmt.Errorf("no webhook with id %d", id)
+				}
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed webhook %d\n", id)
+			return err
+		},
+	}
+
+	cmd.AddCommand(add, list, rm)
+	return cmd
+}

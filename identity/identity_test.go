@@ -1,0 +1,102 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func TestWebDIDURLFollowsTheDidWebMethod(t *testing.T) {
+	cases := map[string]string{
+		"did:web:example.com":            "https://example.com/.well-known/did.json",
+		"did:web:localhost%3A8080":       "https://localhost:8080/.well-known/did.json",
+		"did:web:example.com:user:alice": "https://example.com/user/alice/did.json",
+		"did:web:hold01.example.com":     "https://hold01.example.com/.well-known/did.json",
+	}
+	for did, want := range cases {
+		got, err := WebDIDURL(did, "https")
+		if err != nil || got != want {
+			t.Errorf("WebDIDURL(%q) = %q, %v; want %q", did, got, err, want)
+		}
+	}
+	for _, bad := range []string{"did:plc:abc", "did:web:", "did:web:a%2Fb"} {
+		if _, err := WebDIDURL(bad, "https"); err == nil {
+			t.Errorf("WebDIDURL(%q) accepted", bad)
+		}
+	}
+}
+
+func TestHoldEndpointAndDIDAreInverse(t *testing.T) {
+	did, err := DIDFromHoldEndpoint("https://hold01.example.com")
+	if err != nil || did != "did:web:hold01.example.com" {
+		t.Fatalf("DIDFromHoldEndpoint = %q, %v", did, err)
+	}
+	ep, ok := HoldEndpointFromDID(did, "https")
+	if !ok || ep != "https://hold01.example.com" {
+		t.Fatalf("HoldEndpointFromDID = %q, %v", ep, ok)
+	}
+	did, _ = DIDFromHoldEndpoint("http://127.0.0.1:9000/")
+	if did != "did:web:127.0.0.1%3A9000" {
+		t.Fatalf("port not percent-encoded: %q", did)
+	}
+	if _, err := DIDFromHoldEndpoint("ftp://x"); err == nil {
+		t.Fatal("ftp endpoint accepted")
+	}
+}
+
+func TestResolverReadsPLCAndWebDocumentsAndCachesThem(t *testing.T) {
+	var plcHits, webHits atomic.Int32
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plcHits.Add(1)
+		did := strings.TrimPrefix(r.URL.Path, "/")
+		if did != "did:plc:alice" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"id":%q,"alsoKnownAs":["at://alice.test"],"service":[{"id":"#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":"https://pds.test/"}]}`, did)
+	}))
+	defer plc.Close()
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		webHits.Add(1)
+		if r.URL.Path != "/.well-known/did.json" {
+			http.NotFound(w, r)
+			return
+		}
+		host := strings.ReplaceAll(r.Host, ":", "%3A")
+		fmt.Fprintf(w, `{"id":"did:web:%s","service":[{"id":"did:web:%s#atcr_hold","type":"AtcrHoldService","serviceEndpoint":"http://%s"}]}`, host, host, r.Host)
+	}))
+	defer web.Close()
+
+	r := &Resolver{PLCURL: plc.URL, WebScheme: "http"}
+	ctx := context.Background()
+	for range 3 {
+		pds, err := r.PDSEndpoint(ctx, "did:plc:alice")
+		if err != nil || pds != "https://pds.test" {
+			t.Fatalf("PDSEndpoint = %q, %v", pds, err)
+		}
+	}
+	if plcHits.Load() != 1 {
+		t.Fatalf("PLC asked %d times, want 1 (cache)", plcHits.Load())
+	}
+	doc, _ := r.Resolve(ctx, "did:plc:alice")
+	if doc.Handle() != "alice.test" {
+		t.Fatalf("handle = %q", doc.Handle())
+	}
+	if _, err := r.Resolve(ctx, "did:plc:nobody"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown DID: %v, want ErrNotFound", err)
+	}
+	host := strings.TrimPrefix(web.URL, "http://")
+	holdDID := "did:web:" + strings.ReplaceAll(host, ":", "%3A")
+	ep, err := r.HoldEndpoint(ctx, holdDID)
+	if err != nil || ep != web.URL {
+		t.Fatalf("HoldEndpoint = %q, %v; want %q", ep, err, web.URL)
+	}
+	if _, err := r.Resolve(ctx, "did:key:z6Mk"); err == nil {
+		t.Fatal("did:key accepted")
+	}
+}
