@@ -196,3 +196,25 @@ func acquire(t testing.TB, db *sql.DB, name, holder string) lease.Custody {
 	}
 	return lease.Custody{Lease: name, Holder: holder, Fence: g.Fence}
 }
+
+func TestTwoProcessorsShareOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := processor.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := processor.NewMetrics(reg)
+	if err != nil {
+		t.Fatalf("second registration: %v", err)
+	}
+	db := openDB(t)
+	ev := []jetstream.Event{commit("did:plc:x", 1, "create", "app.bsky.feed.like", "r", map[string]any{})}
+	for _, m := range []*processor.Metrics{a, b} {
+		if _, err := processor.New(processor.Options{Log: zerolog.Nop(), Metrics: m}).Apply(context.Background(), db.DB, unfenced, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := metricSum(t, reg, "appview_processor_skipped_total"); got != 2 {
+		t.Fatalf("shared counter = %v, want 2", got)
+	}
+}

@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -175,7 +176,7 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 	var res Result
 	err := lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		var err error
-		res, err = p.ApplyTx(ctx, tx, c.Fence, events)
+		res, err = p.ApplyTx(ctx, tx, c, events)
 		return err
 	})
 	if err != nil {
@@ -185,9 +186,10 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 }
 
 // ApplyTx applies events, in order, inside tx: the caller's lease.Fenced
-// transaction, so the caller can commit other effects (webhook deliveries,
-// the cursor) atomically with the records. fence is stamped on the
-// repository_stats rows the batch writes (the custody's Fence).
+// transaction under c, so the caller can commit other effects (webhook
+// deliveries, the cursor, a backfill checkpoint) atomically with the
+// records. c.Fence is stamped on the repository_stats rows the batch
+// writes. ApplyTx never commits or rolls back tx.
 //
 // Each event runs under its own SAVEPOINT: an invalid event is skipped
 // before it touches the database, and an event the database refuses is
@@ -198,7 +200,7 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 // longer usable (a savepoint cannot be taken or rolled back, the database
 // is locked or failing, ctx is done); the caller must then roll back and
 // retry the whole batch.
-func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, fence int64, events []jetstream.Event) (Result, error) {
+func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Result, error) {
 	start := time.Now()
 	outs := make([]outcome, len(events))
 	ops := make([]*op, len(events))
@@ -210,7 +212,7 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, fence int64, events
 		ops[i], outs[i].reason, err = decode(ev)
 		outs[i].err = err
 	}
-	a := &applier{ctx: ctx, tx: tx, fence: fence}
+	a := &applier{ctx: ctx, tx: tx, fence: c.Fence}
 	// Fast path: the whole batch under one savepoint, no savepoint per event.
 	// If any event fails, roll the batch back to it and redo it with a
 	// savepoint per event, so only the failing events are lost.
@@ -362,7 +364,8 @@ type Metrics struct {
 	latency prometheus.Histogram
 }
 
-// NewMetrics registers the processor's collectors on reg:
+// NewMetrics registers the processor's collectors on reg (reusing them when
+// another Processor registered them first):
 // appview_processor_events_total{collection,operation,outcome},
 // appview_processor_skipped_total{reason} and
 // appview_processor_batch_apply_seconds (a histogram of ApplyTx latency).
@@ -382,12 +385,34 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.skips, m.latency} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register processor metrics: %w", err)
-		}
+	var err error
+	if m.events, err = register(reg, m.events); err != nil {
+		return nil, err
+	}
+	if m.skips, err = register(reg, m.skips); err != nil {
+		return nil, err
+	}
+	if m.latency, err = register(reg, m.latency); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its name, so the consumer's and the backfill's processors can share one
+// registry.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.As(err, &are):
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("register processor metrics: %w", err)
 }
 
 func (m *Metrics) event(collection, operation, outcome string) {
