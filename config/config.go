@@ -23,6 +23,8 @@ type Config struct {
 	InstanceID string `yaml:"instance_id"`
 	// ShutdownTimeout bounds a graceful stop: workers drain, leases released.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is the least level logged: debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
 
 	Database  Database  `yaml:"database"`
 	Admin     Admin     `yaml:"admin"`
@@ -50,8 +52,13 @@ type Database struct {
 
 // Admin is the operator HTTP endpoint (SPEC §7).
 type Admin struct {
-	// Addr is host:port for /healthz /readyz /metrics /debug/*. Empty disables it.
+	// Addr is host:port for /healthz /readyz /metrics /debug/*. Empty disables
+	// it (and with it the nudges that make graceful handover fast). Port 0
+	// picks a free port.
 	Addr string `yaml:"addr"`
+	// AdvertiseURL is how other instances reach this endpoint (for lease
+	// nudges), e.g. http://10.0.0.5:5001. Empty: derived from Addr.
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // Leases tunes the named leases (SPEC §4). Invariants: RenewInterval < TTL/2,
@@ -170,6 +177,7 @@ type Webhooks struct {
 func Default() Config {
 	return Config{
 		ShutdownTimeout: 30 * time.Second,
+		LogLevel:        "info",
 		Database: Database{
 			URL:         "file:./data/appview.db",
 			BusyTimeout: 5 * time.Second,

@@ -262,6 +262,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.ShutdownTimeout <= 0:
 		return keyErr("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	case !validLogLevel(c.LogLevel):
+		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
 	case c.Database.URL == "":
 		return keyErr("database.url", "must not be empty")
 	case c.Database.BusyTimeout < 0:
@@ -285,6 +287,11 @@ func (c Config) Validate() error {
 	if c.Admin.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
 			return keyErr("admin.addr", "want host:port: %v", err)
+		}
+	}
+	if c.Admin.AdvertiseURL != "" {
+		if err := checkURL("admin.advertise_url", c.Admin.AdvertiseURL, "http", "https"); err != nil {
+			return err
 		}
 	}
 	if len(c.Jetstream.URLs) == 0 {
@@ -357,6 +364,14 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+func validLogLevel(s string) bool {
+	switch s {
+	case "debug", "info", "warn", "error":
+		return true
+	}
+	return false
 }
 
 func checkURL(key, raw string, schemes ...string) error {

@@ -9,6 +9,7 @@ const Sample = `# appview configuration. Every key can also be set from the envi
 
 instance_id: ""                 # default: <hostname>-<pid>-<random>; unique per process start
 shutdown_timeout: 30s           # upper bound on a graceful stop (workers drain, leases released)
+log_level: info                 # debug shows lease.renewed and lease.contended
 
 database:
   url: "file:./data/appview.db" # or http://HOST:PORT / libsql://HOST (sqld or Turso)
@@ -16,7 +17,8 @@ database:
   busy_timeout: 5s              # file databases: wait this long on a lock before failing
 
 admin:
-  addr: "127.0.0.1:5001"        # /healthz /readyz /metrics /debug/leases /debug/holds; "" disables
+  addr: "127.0.0.1:5001"        # /healthz /readyz /metrics /debug/leases /debug/holds; "" disables; port 0 = any
+  advertise_url: ""             # how other instances reach this endpoint for lease nudges; "" = from addr
 
 leases:
   enabled: true                 # false: every worker runs unconditionally (single instance only)

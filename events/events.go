@@ -66,7 +66,8 @@ type Custody struct {
 	Attempt int
 	// Err is the cause, where there is one.
 	Err error
-	// At is when the event happened (wall clock, for the log line).
+	// At is when the event happened (wall clock); the log line's "time" is
+	// when it was written, normally within microseconds.
 	At time.Time
 }
 
@@ -105,9 +106,6 @@ func (e Custody) Log(l zerolog.Logger) {
 	}
 	if e.Err != nil {
 		ev = ev.Str("error", e.Err.Error())
-	}
-	if !e.At.IsZero() {
-		ev = ev.Time("at", e.At)
 	}
 	ev.Send()
 }

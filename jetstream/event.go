@@ -1,6 +1,3 @@
-// Package jetstream speaks Jetstream v1 (github.com/bluesky-social/jetstream):
-// the event model, frame decoding (JSON text frames, or zstd binary frames
-// with the published dictionary), a websocket client and a replay server.
 package jetstream
 
 import "encoding/json"
@@ -59,4 +56,13 @@ type Account struct {
 	Seq    int64  `json:"seq"`
 	Time   string `json:"time"`
 	Status string `json:"status,omitempty"`
+}
+
+// Collection is the commit's collection NSID, or "" for identity and account
+// events (which is why they pass every wantedCollections filter).
+func (e Event) Collection() string {
+	if e.Commit == nil {
+		return ""
+	}
+	return e.Commit.Collection
 }

@@ -206,8 +206,33 @@ func (s *Store) List(ctx context.Context) ([]Row, error) {
 	return List(ctx, s.db)
 }
 
+// Querier is the part of *sql.DB that reading the lease table needs.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// ListBounded is List that returns ctx.Err() when ctx ends first (the
+// driver ignores contexts).
+func ListBounded(ctx context.Context, db Querier) ([]Row, error) {
+	type result struct {
+		rows []Row
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rows, err := List(ctx, db)
+		done <- result{rows, err}
+	}()
+	select {
+	case r := <-done:
+		return r.rows, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("list leases: %w", ctx.Err())
+	}
+}
+
 // List returns every lease row in the database.
-func List(ctx context.Context, db *sql.DB) ([]Row, error) {
+func List(ctx context.Context, db Querier) ([]Row, error) {
 	rows, err := db.QueryContext(ctx, listSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)

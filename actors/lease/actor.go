@@ -1,0 +1,350 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/events"
+)
+
+// StoreAPI is what a LeaseActor needs from the lease store. *Store
+// implements it; tests inject faults through it.
+type StoreAPI interface {
+	Acquire(ctx context.Context, name, holder string) (Grant, error)
+	Renew(ctx context.Context, c Custody) error
+	Release(ctx context.Context, c Custody) error
+}
+
+// Options configures one LeaseActor.
+type Options struct {
+	// Name is the lease name (SPEC §4), also the worker's name.
+	Name string
+	// Instance is this process's instance_id (the holder).
+	Instance string
+	Timing   Timing
+	// Store decides custody. Nil with Unleased set.
+	Store StoreAPI
+	// Unleased runs the worker unconditionally (leases disabled, or a worker
+	// every instance runs): custody is granted at once with fence 0, nothing
+	// is written, and no lease.* events are published. Supervision (restart
+	// with backoff, give up after repeated failures) is the same.
+	Unleased bool
+	// Worker builds the worker actor for one grant of custody.
+	Worker func(c Custody) *actor.Props
+	// Publish receives every custody event (normally the EventStream's
+	// Publish). It must not block.
+	Publish func(events.Custody)
+	// Metrics is optional.
+	Metrics *Metrics
+	// Contenders is optional: with it, a contender records itself so a
+	// releasing holder can nudge it, and a holder nudges on release.
+	Contenders *Contenders
+	Log        zerolog.Logger
+	// Seed seeds the retry jitter; 0 picks a random seed.
+	Seed uint64
+}
+
+// StatusRequest asks a LeaseActor for its Status (use RequestFuture).
+type StatusRequest struct{}
+
+// Status is one LeaseActor's own view of its lease, for /debug/leases.
+type Status struct {
+	Lease string `json:"lease"`
+	Phase string `json:"phase"`
+	// Fence is the fence this instance holds (0: none).
+	Fence int64 `json:"fence,omitempty"`
+	// TrustedForMS is how much longer, by the local monotonic clock, this
+	// instance trusts its grant without another successful renewal.
+	TrustedForMS int64  `json:"trusted_for_ms,omitempty"`
+	WorkerActive bool   `json:"worker_active"`
+	Unleased     bool   `json:"unleased,omitempty"`
+	LastError    string `json:"last_error,omitempty"`
+}
+
+// NewProps returns the props of a LeaseActor. Send it StopRequested{} to
+// stop gracefully (stop the worker, release, stop itself) and Nudge{} when
+// a holder has released. The actor is its worker's supervisor.
+func NewProps(o Options) *actor.Props {
+	if o.Unleased {
+		o.Store = unleasedStore{}
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o} })
+}
+
+type (
+	tick          struct{ gen uint64 }
+	workerFailure struct {
+		pid    *actor.PID
+		reason any
+	}
+)
+
+// callBound is how long the shell waits for a synchronous backstop release.
+const callBound = 2 * time.Second
+
+type leaseActor struct {
+	o       Options
+	m       *Machine
+	origin  time.Time
+	sys     *actor.ActorSystem
+	self    *actor.PID
+	sup     actor.Supervisor
+	timer   *time.Timer
+	timerID uint64
+	workers map[int]*actor.PID
+	gens    map[string]int
+	calls   context.Context
+	cancel  context.CancelFunc
+	log     zerolog.Logger
+}
+
+func (a *leaseActor) now() time.Duration { return time.Since(a.origin) }
+
+func (a *leaseActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.sys, a.self, a.origin = ctx.ActorSystem(), ctx.Self(), time.Now()
+		a.workers, a.gens = map[int]*actor.PID{}, map[string]int{}
+		a.calls, a.cancel = context.WithCancel(context.Background())
+		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
+		seed := a.o.Seed
+		if seed == 0 {
+			seed = rand.Uint64()
+		}
+		a.m = NewMachine(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
+		if a.o.Metrics != nil && !a.o.Unleased {
+			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
+		}
+		a.step(ctx, Start{})
+	case StopRequested, *StopRequested:
+		a.step(ctx, StopRequested{})
+	case Nudge, *Nudge:
+		a.step(ctx, Nudge{})
+	case AcquireResult:
+		a.step(ctx, msg)
+	case RenewResult:
+		a.step(ctx, msg)
+	case ReleaseResult:
+		a.step(ctx, msg)
+	case tick:
+		if msg.gen == a.timerID {
+			a.step(ctx, Tick{})
+		}
+	case *actor.Terminated:
+		if gen, ok := a.gens[msg.Who.Id]; ok {
+			delete(a.gens, msg.Who.Id)
+			delete(a.workers, gen)
+			a.step(ctx, WorkerStopped{Gen: gen})
+		}
+	case *workerFailure:
+		if gen, ok := a.gens[msg.pid.Id]; ok {
+			a.step(ctx, WorkerFailed{Gen: gen, Reason: asError(msg.reason)})
+		}
+	case StatusRequest, *StatusRequest:
+		ctx.Respond(a.status())
+	case *actor.Stopping:
+		a.stopTimer()
+	case *actor.Stopped:
+		a.backstopRelease()
+		a.cancel()
+	case *actor.Restarting:
+		a.stopTimer()
+		a.cancel()
+	}
+}
+
+// HandleFailure makes the LeaseActor its worker's supervisor (protoactor
+// asks an actor that implements SupervisorStrategy). It runs on the
+// actor's own goroutine; the decision is the machine's, so the failure is
+// queued to Receive.
+func (a *leaseActor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID,
+	_ *actor.RestartStatistics, reason any, _ any) {
+	a.sup = sup
+	a.sys.Root.Send(a.self, &workerFailure{pid: child, reason: reason})
+}
+
+func asError(reason any) error {
+	if err, ok := reason.(error); ok {
+		return err
+	}
+	return fmt.Errorf("worker panic: %v", reason)
+}
+
+func (a *leaseActor) step(ctx actor.Context, in Input) {
+	for _, c := range a.m.Step(a.now(), in) {
+		a.exec(ctx, c)
+	}
+}
+
+func (a *leaseActor) exec(ctx actor.Context, c Command) {
+	switch c := c.(type) {
+	case AcquireCmd:
+		a.goAcquire(c)
+	case RenewCmd:
+		a.goRenew(c)
+	case ReleaseCmd:
+		a.goRelease(c)
+	case SpawnWorkerCmd:
+		pid := ctx.SpawnPrefix(a.o.Worker(c.Custody), "worker-")
+		a.workers[c.Gen], a.gens[pid.Id] = pid, c.Gen
+	case RestartWorkerCmd:
+		if pid := a.workers[c.Gen]; pid != nil {
+			if a.sup != nil {
+				a.sup.RestartChildren(pid)
+			} else {
+				ctx.Stop(pid) // cannot happen: a failure always comes through HandleFailure
+			}
+		}
+	case StopWorkerCmd:
+		if pid := a.workers[c.Gen]; pid != nil {
+			if c.Graceful {
+				ctx.Poison(pid)
+			} else {
+				ctx.Stop(pid)
+			}
+		}
+	case EmitCmd:
+		a.publish(c.Event)
+	case WakeCmd:
+		a.setTimer(c.At)
+	case FinishedCmd:
+		ctx.Stop(ctx.Self())
+	}
+}
+
+func (a *leaseActor) publish(e events.Custody) {
+	e.At = time.Now()
+	if a.o.Unleased {
+		switch e.Kind {
+		case events.LeaseAcquired, events.LeaseContended, events.LeaseRenewed, events.LeaseLost, events.LeaseReleased:
+			return
+		}
+	}
+	if a.o.Metrics != nil {
+		a.o.Metrics.observe(e)
+	}
+	if a.o.Publish != nil {
+		a.o.Publish(e)
+	}
+	if a.o.Contenders != nil {
+		switch e.Kind {
+		case events.LeaseContended:
+			a.o.Contenders.Register(a.o.Name)
+		case events.LeaseReleased:
+			a.o.Contenders.NudgeOthers(a.o.Name)
+		}
+	}
+}
+
+func (a *leaseActor) goAcquire(c AcquireCmd) {
+	store, sys, self, ctx := a.o.Store, a.sys, a.self, a.calls
+	name, holder, metrics := a.o.Name, a.o.Instance, a.o.Metrics
+	go func() {
+		start := time.Now()
+		g, err := store.Acquire(ctx, name, holder)
+		if metrics != nil {
+			metrics.observeAcquire(name, time.Since(start), g, err)
+		}
+		sys.Root.Send(self, AcquireResult{Seq: c.Seq, Grant: g, Err: err})
+	}()
+}
+
+func (a *leaseActor) goRenew(c RenewCmd) {
+	store, sys, self, ctx, metrics := a.o.Store, a.sys, a.self, a.calls, a.o.Metrics
+	go func() {
+		start := time.Now()
+		err := store.Renew(ctx, c.Custody)
+		if metrics != nil {
+			metrics.observeRenew(c.Custody.Lease, time.Since(start), err)
+		}
+		sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: err})
+	}()
+}
+
+func (a *leaseActor) goRelease(c ReleaseCmd) {
+	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
+	// A release must land even when the process is stopping and every
+	// caller context is cancelled: it runs on its own bounded context.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), a.o.Timing.RenewDeadline)
+		defer cancel()
+		err := store.Release(ctx, c.Custody)
+		if c.Stale {
+			if err != nil && !errors.Is(err, ErrSuperseded) {
+				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
+			}
+			return
+		}
+		sys.Root.Send(self, ReleaseResult{Seq: c.Seq, Err: err})
+	}()
+}
+
+func (a *leaseActor) setTimer(at time.Duration) {
+	a.stopTimer()
+	if at == NoWake {
+		return
+	}
+	a.timerID++
+	id, sys, self := a.timerID, a.sys, a.self
+	d := max(at-a.now(), 0)
+	a.timer = time.AfterFunc(d, func() { sys.Root.Send(self, tick{gen: id}) })
+}
+
+func (a *leaseActor) stopTimer() {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+}
+
+func (a *leaseActor) status() Status {
+	s := Status{Lease: a.o.Name, Phase: a.m.Phase().String(), WorkerActive: a.m.WorkerActive(), Unleased: a.o.Unleased}
+	if c := a.m.Custody(); c.Fence > 0 && a.m.holdsCustody() {
+		s.Fence = c.Fence
+		s.TrustedForMS = max(a.m.TrustedUntil()-a.now(), 0).Milliseconds()
+	}
+	if err := a.m.LastErr(); err != nil {
+		s.LastError = err.Error()
+	}
+	return s
+}
+
+// backstopRelease runs when the actor is stopped without having finished
+// the graceful path (its parent stopped it outright): its worker has
+// already terminated (protoactor stops children first), so the grant is
+// released here, synchronously and bounded, so the system's shutdown still
+// waits for the write to land.
+func (a *leaseActor) backstopRelease() {
+	if a.m == nil || a.o.Unleased || !a.m.holdsCustody() {
+		return
+	}
+	c := a.m.Custody()
+	done := make(chan error, 1)
+	go func() { done <- a.o.Store.Release(context.Background(), c) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(callBound):
+		err = fmt.Errorf("release unanswered after %s", callBound)
+	}
+	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: events.ReasonShutdown}
+	if err != nil {
+		e.Kind, e.Reason, e.Err = events.LeaseLost, events.ReasonError, err
+	}
+	a.publish(e)
+}
+
+// unleasedStore grants at once and forever, with fence 0 (unfenced).
+type unleasedStore struct{}
+
+func (unleasedStore) Acquire(context.Context, string, string) (Grant, error) {
+	return Grant{Granted: true}, nil
+}
+func (unleasedStore) Renew(context.Context, Custody) error   { return nil }
+func (unleasedStore) Release(context.Context, Custody) error { return nil }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/config"
+)
+
+func newConfigCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Configuration helpers"}
+	var force bool
+	initCmd := &cobra.Command{
+		Use:   "init [FILE]",
+		Short: "Write a commented default configuration (to stdout without FILE)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), config.Sample)
+				return err
+			}
+			flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+			if force {
+				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+			}
+			f, err := os.OpenFile(args[0], flags, 0o644)
+			if err != nil {
+				return fmt.Errorf("write config: %w (use --force to overwrite)", err)
+			}
+			if _, err := f.WriteString(config.Sample); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		},
+	}
+	initCmd.Flags().BoolVar(&force, "force", false, "overwrite FILE if it exists")
+	cmd.AddCommand(initCmd)
+	return cmd
+}

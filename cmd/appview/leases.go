@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/database"
+)
+
+func newLeasesCommand(flags *configFlags, open func(context.Context) (*database.DB, error)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "leases",
+		Short: "Print every lease: name, holder, fence, state (held, expired, released), time left",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			rows, err := lease.ListBounded(ctx, db.DB)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				type jsonRow struct {
+					lease.Row
+					State      string `json:"state"`
+					TimeLeftMS int64  `json:"time_left_ms"`
+				}
+				list := make([]jsonRow, 0, len(rows))
+				for _, r := range rows {
+					list = append(list, jsonRow{Row: r, State: r.State(), TimeLeftMS: r.TimeLeft().Milliseconds()})
+				}
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tSTATE\tTIME LEFT")
+			for _, r := range rows {
+				left := "-"
+				if r.State() == lease.StateHeld {
+					left = r.TimeLeft().Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

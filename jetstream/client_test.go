@@ -1,0 +1,683 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// closeBound is the brief's promise for Close and context cancellation.
+const closeBound = 100 * time.Millisecond
+
+// sink is a Handler that records what it is given and lets tests wait for
+// a condition on it.
+type sink struct {
+	mu       sync.Mutex
+	events   []Event
+	failures []*DecodeError
+	batches  []int // sizes
+	changed  chan struct{}
+	// onBatch, when set, runs after recording (on the client's goroutine).
+	onBatch func(ctx context.Context, b Batch) error
+}
+
+func newSink() *sink { return &sink{changed: make(chan struct{}, 1)} }
+
+func (s *sink) handle(ctx context.Context, b Batch) error {
+	s.mu.Lock()
+	s.events = append(s.events, b.Events...)
+	s.failures = append(s.failures, b.Failures...)
+	s.batches = append(s.batches, b.Len())
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+	if s.onBatch != nil {
+		return s.onBatch(ctx, b)
+	}
+	return nil
+}
+
+// lastTimeUS is the time_us of the last event handled: what a consumer
+// would store as its cursor.
+func (s *sink) lastTimeUS() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) == 0 {
+		return 0
+	}
+	return s.events[len(s.events)-1].TimeUS
+}
+
+// waitFor blocks until cond holds over what was handled, or fails the test
+// after testWait.
+func (s *sink) waitFor(t *testing.T, what string, cond func(evs []Event, fails []*DecodeError) bool) {
+	t.Helper()
+	deadline := time.NewTimer(testWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		ok := cond(s.events, s.failures)
+		n, f := len(s.events), len(s.failures)
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-s.changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s (have %d events, %d failures)", what, n, f)
+		}
+	}
+}
+
+func (s *sink) waitEvents(t *testing.T, n int) []Event {
+	t.Helper()
+	s.waitFor(t, fmt.Sprintf("%d events", n), func(evs []Event, _ []*DecodeError) bool { return len(evs) >= n })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Event(nil), s.events...)
+}
+
+// runClient starts a client; the test's cleanup closes it and checks that
+// Run returned nil.
+func runClient(t *testing.T, opts ClientOptions, h Handler) *Client {
+	t.Helper()
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff = 5 * time.Millisecond
+	}
+	c, err := NewClient(opts, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	t.Cleanup(func() {
+		c.Close()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return c
+}
+
+// metricValue reads one counter or gauge.
+func metricValue(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case out.Counter != nil:
+		return out.Counter.GetValue()
+	case out.Gauge != nil:
+		return out.Gauge.GetValue()
+	}
+	t.Fatalf("%s is neither a counter nor a gauge", m.Desc())
+	return 0
+}
+
+func testMetrics(t *testing.T) *Metrics {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// silentServer accepts websockets and then says nothing: it never writes
+// and never reads (so it does not even answer pings), like a server whose
+// process hangs or whose path drops packets without closing.
+type silentServer struct {
+	srv   *httptest.Server
+	conns atomic.Int64
+	up    chan struct{} // one tick per accepted connection
+	quit  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startSilent(t *testing.T) *silentServer {
+	t.Helper()
+	s := &silentServer{up: make(chan struct{}, 100), quit: make(chan struct{})}
+	var upgrader websocket.Upgrader
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.wg.Add(1)
+		defer s.wg.Done()
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		s.conns.Add(1)
+		s.up <- struct{}{}
+		<-s.quit
+	}))
+	t.Cleanup(func() {
+		close(s.quit)
+		s.srv.Close()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *silentServer) url() string {
+	return "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/subscribe"
+}
+
+func (s *silentServer) waitConnections(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.NewTimer(testWait)
+	defer deadline.Stop()
+	for s.conns.Load() < n {
+		select {
+		case <-s.up:
+		case <-deadline.C:
+			t.Fatalf("only %d connections, want %d", s.conns.Load(), n)
+		}
+	}
+}
+
+func TestClientDeliversEveryCapturedEventInOrderRawAndCompressed(t *testing.T) {
+	want := captureEvents(t, "expected_v1.jsonl")
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			srv := startReplay(t, ReplayOptions{})
+			m := testMetrics(t)
+			s := newSink()
+			runClient(t, ClientOptions{URLs: []string{srv.URL()}, Compress: compress, BatchSize: 10, Metrics: m}, s.handle)
+			got := s.waitEvents(t, len(want))
+			if !reflect.DeepEqual(got, want) {
+				t.Fatal("delivered events differ from the capture")
+			}
+			s.mu.Lock()
+			for _, n := range s.batches {
+				if n > 10 || n == 0 {
+					t.Errorf("batch of %d, want 1..10", n)
+				}
+			}
+			if len(s.failures) != 0 {
+				t.Errorf("failures on a clean capture: %v", s.failures[0])
+			}
+			s.mu.Unlock()
+			if v := metricValue(t, m.frames); v != 152 {
+				t.Errorf("frames_total %v, want 152", v)
+			}
+			if v := metricValue(t, m.events.WithLabelValues(KindCommit)); v != 150 {
+				t.Errorf("events_total{commit} %v, want 150", v)
+			}
+			if v := metricValue(t, m.connected); v != 1 {
+				t.Errorf("connected %v, want 1", v)
+			}
+			if metricValue(t, m.bytes) == 0 {
+				t.Error("received_bytes_total is 0")
+			}
+		})
+	}
+}
+
+func TestClientWithAtcrCollectionsReceivesOnlyIdentityAndAccountEvents(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{})
+	for _, compress := range []bool{false, true} {
+		s := newSink()
+		runClient(t, ClientOptions{URLs: []string{srv.URL()}, Collections: []string{"io.atcr.*"}, Compress: compress}, s.handle)
+		// The capture ends with the identity and account events, so any
+		// commit let through would arrive before them.
+		got := s.waitEvents(t, 2)
+		if len(got) != 2 || got[0].Kind != KindIdentity || got[1].Kind != KindAccount {
+			t.Fatalf("compress=%v: got %d events starting with %q, want exactly identity then account", compress, len(got), got[0].Kind)
+		}
+	}
+}
+
+func TestClientResumesFromTheCursorInclusively(t *testing.T) {
+	all := captureEvents(t, "expected_v1.jsonl")
+	k := prefixMaxIndex(t, all, 40)
+	srv := startReplay(t, ReplayOptions{DropAfter: k + 1})
+	m := testMetrics(t)
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{srv.URL()}, Cursor: s.lastTimeUS, Metrics: m}, s.handle)
+	got := s.waitEvents(t, k+2)
+	if !reflect.DeepEqual(got[:k+1], all[:k+1]) {
+		t.Fatal("first connection did not deliver events 0..k")
+	}
+	if !reflect.DeepEqual(got[k+1], all[k]) {
+		t.Fatalf("after reconnecting with cursor = time_us of event %d, got %+v first, want that event again", k, got[k+1])
+	}
+	if srv.Connections() < 2 {
+		t.Fatalf("%d connections, want a reconnect", srv.Connections())
+	}
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonReadError)); v < 1 {
+		t.Fatalf("reconnects_total{read_error} %v after a drop", v)
+	}
+}
+
+func TestClientOptionsUpdateNarrowsTheStreamMidConnection(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{Loop: true, Rate: 3000})
+	s := newSink()
+	client := make(chan *Client, 1)
+	var once sync.Once
+	updated := make(chan error, 1)
+	s.onBatch = func(ctx context.Context, b Batch) error {
+		// From inside the handler, as a consumer reacting to its stream would.
+		once.Do(func() { updated <- (<-client).UpdateOptions([]string{"io.atcr.*"}) })
+		return nil
+	}
+	client <- runClient(t, ClientOptions{URLs: []string{srv.URL()}, Compress: true}, s.handle)
+	if err := <-updated; err != nil {
+		t.Fatal(err)
+	}
+	// The looped capture never has more than two non-commit events in a
+	// row, so four in a row means the server applied the filter; from
+	// there on nothing else may arrive.
+	runStart := -1
+	s.waitFor(t, "four identity/account events in a row", func(evs []Event, _ []*DecodeError) bool {
+		run := 0
+		for i, e := range evs {
+			if e.Commit != nil {
+				run = 0
+				continue
+			}
+			if run++; run == 4 {
+				runStart = i - 3
+				return true
+			}
+		}
+		return false
+	})
+	got := s.waitEvents(t, runStart+12)
+	if got[0].Commit == nil {
+		t.Fatal("the stream was narrow before the update")
+	}
+	for i, e := range got[runStart:] {
+		if e.Commit != nil {
+			t.Fatalf("commit %s arrived %d events after the filter took effect", e.Commit.Collection, i)
+		}
+	}
+	if n := srv.Connections(); n != 1 {
+		t.Fatalf("%d connections: the update must not need a reconnect", n)
+	}
+}
+
+func TestUpdateOptionsBeforeRunAppliesToTheFirstConnection(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{})
+	s := newSink()
+	c, err := NewClient(ClientOptions{URLs: []string{srv.URL()}}, s.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateOptions([]string{"io.atcr.*"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateOptions([]string{"not valid"}); err == nil {
+		t.Fatal("accepted an invalid collection")
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	got := s.waitEvents(t, 2)
+	if got[0].Kind != KindIdentity {
+		t.Fatalf("first event %s, want the identity event (filter not applied)", got[0].Kind)
+	}
+	c.Close()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClientReconnectsWhenTheServerGoesSilent(t *testing.T) {
+	silent := startSilent(t)
+	m := testMetrics(t)
+	runClient(t, ClientOptions{URLs: []string{silent.url()}, StaleTimeout: 150 * time.Millisecond, Metrics: m}, newSink().handle)
+	silent.waitConnections(t, 2)
+	// Run counts the reconnect before it dials again, so the second
+	// connection implies the count.
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonStale)); v < 1 {
+		t.Fatalf("reconnects_total{stale} %v, want the silent connection counted as stale", v)
+	}
+}
+
+func TestClientSkipsAndCountsAnOversizedFrameWithoutReconnecting(t *testing.T) {
+	lines := captureLines(t, "expected_v1.jsonl")
+	// Random bytes do not compress: the frame is oversized either way.
+	noise := make([]byte, 48<<10)
+	rng := rand.NewChaCha8([32]byte{7})
+	rng.Read(noise)
+	big := fmt.Sprintf(`{"did":"did:plc:big","time_us":1783175888100000,"kind":"commit","commit":{"rev":"r","operation":"create","collection":"io.atcr.manifest","rkey":"k","record":{"blob":%q}}}`,
+		base64.StdEncoding.EncodeToString(noise))
+	var capture []string
+	var want []Event
+	for i, l := range lines[:20] {
+		if i == 10 {
+			capture = append(capture, big)
+		}
+		capture = append(capture, string(l))
+		ev, _ := Decode(l)
+		want = append(want, ev)
+	}
+	srv := startReplay(t, ReplayOptions{File: writeCapture(t, capture...)})
+	for _, compress := range []bool{false, true} {
+		m := testMetrics(t)
+		s := newSink()
+		runClient(t, ClientOptions{URLs: []string{srv.URL()}, Compress: compress, MaxMessageBytes: 16 << 10, Metrics: m}, s.handle)
+		got := s.waitEvents(t, len(want))
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("compress=%v: events around the oversized frame differ", compress)
+		}
+		s.mu.Lock()
+		fails := append([]*DecodeError(nil), s.failures...)
+		s.mu.Unlock()
+		if len(fails) != 1 || fails[0].Class != ClassOversized || fails[0].Size <= 16<<10 {
+			t.Fatalf("compress=%v: failures %v, want one oversized frame with its size", compress, fails)
+		}
+		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(ClassOversized))); v != 1 {
+			t.Fatalf("compress=%v: decode_errors_total{oversized} %v, want 1", compress, v)
+		}
+		if v := metricValue(t, m.frames); v != 21 {
+			t.Fatalf("compress=%v: frames_total %v, want 21", compress, v)
+		}
+		for _, r := range reconnectReasons {
+			if v := metricValue(t, m.reconnects.WithLabelValues(r)); v != 0 {
+				t.Fatalf("compress=%v: reconnected (%s) over an oversized frame", compress, r)
+			}
+		}
+	}
+	if n := srv.Connections(); n != 2 {
+		t.Fatalf("%d connections for two clients: an oversized frame caused a reconnect", n)
+	}
+}
+
+func TestClientDeliversDecodeFailuresInStreamWithoutStopping(t *testing.T) {
+	lines := captureLines(t, "golden_v1.jsonl")
+	var upgrader websocket.Upgrader
+	var wg sync.WaitGroup
+	quit := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wg.Add(1)
+		defer wg.Done()
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		ws.WriteMessage(websocket.TextMessage, lines[0])
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"did":`))
+		ws.WriteMessage(websocket.BinaryMessage, []byte("not zstd at all"))
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"did":"did:plc:x","time_us":5,"kind":"sync"}`))
+		ws.WriteMessage(websocket.BinaryMessage, Compress(nil, lines[1]))
+		<-quit
+	}))
+	t.Cleanup(func() { close(quit); srv.Close(); wg.Wait() })
+	m := testMetrics(t)
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http")}, Metrics: m}, s.handle)
+	s.waitFor(t, "2 events and 3 failures", func(evs []Event, fails []*DecodeError) bool { return len(evs) == 2 && len(fails) == 3 })
+	want := []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.failures {
+		if f.Class != want[i] {
+			t.Errorf("failure %d: %s, want %s", i, f.Class, want[i])
+		}
+		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(want[i]))); v != 1 {
+			t.Errorf("decode_errors_total{%s} %v, want 1", want[i], v)
+		}
+	}
+	if s.failures[2].TimeUS != 5 {
+		t.Errorf("invalid event failure lost its time_us: %+v", s.failures[2])
+	}
+}
+
+func TestClientTriesTheNextURLWhenOneRefuses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	srv := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
+	m := testMetrics(t)
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{dead, srv.URL()}, Metrics: m}, s.handle)
+	s.waitEvents(t, srv.Len())
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonDial)); v < 1 {
+		t.Fatalf("reconnects_total{dial} %v, want the refused URL counted", v)
+	}
+}
+
+func TestClientRetriesAHealthyURLBeforeRotating(t *testing.T) {
+	first := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), DropAfter: 3})
+	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{first.URL(), second.URL()}}, s.handle)
+	s.waitEvents(t, 9) // three connections' worth
+	if n := second.Connections(); n != 0 {
+		t.Fatalf("rotated to the second URL (%d connections) although the first kept delivering", n)
+	}
+	if n := first.Connections(); n < 3 {
+		t.Fatalf("first URL saw %d connections, want 3", n)
+	}
+}
+
+func TestClientCloseReturnsWithin100msWhileTheServerIsSilent(t *testing.T) {
+	silent := startSilent(t)
+	c, err := NewClient(ClientOptions{URLs: []string{silent.url()}}, newSink().handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	silent.waitConnections(t, 1)
+	start := time.Now()
+	c.Close()
+	if el := time.Since(start); el > closeBound {
+		t.Fatalf("Close took %v against a silent server", el)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestClientCloseReturnsWithin100msWhileTheHandlerIsBlocked(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{})
+	entered := make(chan struct{}, 1)
+	h := func(ctx context.Context, b Batch) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	c, err := NewClient(ClientOptions{URLs: []string{srv.URL()}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	<-entered
+	start := time.Now()
+	c.Close()
+	if el := time.Since(start); el > closeBound {
+		t.Fatalf("Close took %v with the handler blocked", el)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestClientCloseReturnsWithin100msWhileAnOptionsUpdateIsStuck(t *testing.T) {
+	silent := startSilent(t)
+	// Small socket buffers on our side make a 1 MB options_update block
+	// for good against a server that never reads.
+	dialer := &websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			conn.(*net.TCPConn).SetWriteBuffer(4 << 10)
+		}
+		return conn, err
+	}}
+	c, err := NewClient(ClientOptions{URLs: []string{silent.url()}, Dialer: dialer}, newSink().handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	silent.waitConnections(t, 1)
+	huge := make([]string, 40_000)
+	for i := range huge {
+		huge[i] = fmt.Sprintf("io.atcr.generated.collection%d", i)
+	}
+	updating := make(chan error, 1)
+	go func() { updating <- c.UpdateOptions(huge) }()
+	// Wait until UpdateOptions holds the write lock: it is then writing,
+	// and with these buffers the write cannot finish.
+	deadline := time.Now().Add(testWait)
+	for c.writeMu.TryLock() {
+		c.writeMu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("UpdateOptions never started writing")
+		}
+		runtime.Gosched()
+	}
+	start := time.Now()
+	c.Close()
+	if el := time.Since(start); el > closeBound {
+		t.Fatalf("Close took %v behind a stuck options_update", el)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := <-updating; err == nil {
+		t.Fatal("the stuck options_update reported success")
+	}
+}
+
+func TestClientRunReturnsWithin100msWhenItsContextEnds(t *testing.T) {
+	silent := startSilent(t)
+	c, err := NewClient(ClientOptions{URLs: []string{silent.url()}}, newSink().handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	silent.waitConnections(t, 1)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(start); el > closeBound {
+			t.Fatalf("Run took %v to return after cancel", el)
+		}
+	case <-time.After(testWait):
+		t.Fatal("Run did not return after cancel")
+	}
+	if err := c.Run(context.Background()); !errors.Is(err, ErrClientClosed) {
+		t.Fatalf("second Run: %v", err)
+	}
+}
+
+func TestClientHandlerErrorStopsRunAndIsReturned(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{})
+	diskFull := errors.New("disk full")
+	c, err := NewClient(ClientOptions{URLs: []string{srv.URL()}}, func(context.Context, Batch) error { return diskFull })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Run(context.Background()); !errors.Is(err, diskFull) {
+		t.Fatalf("Run returned %v, want the handler's error", err)
+	}
+}
+
+func TestNewClientRejectsBadOptions(t *testing.T) {
+	h := newSink().handle
+	for name, o := range map[string]ClientOptions{
+		"no urls":            {},
+		"http url":           {URLs: []string{"http://example.com/subscribe"}},
+		"no host":            {URLs: []string{"ws:///subscribe"}},
+		"bad collection":     {URLs: []string{"ws://h/s"}, Collections: []string{"io.atcr"}},
+		"negative staleness": {URLs: []string{"ws://h/s"}, StaleTimeout: -time.Second},
+	} {
+		if _, err := NewClient(o, h); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := NewClient(ClientOptions{URLs: []string{"ws://h/s"}}, nil); err == nil {
+		t.Error("nil handler accepted")
+	}
+}
+
+func TestSubscribeURLCarriesTheSubscriptionAndKeepsOtherParameters(t *testing.T) {
+	got, err := subscribeURL("wss://js.example/subscribe?requireHello=false&cursor=1", []string{"io.atcr.*", "app.bsky.feed.like"}, 1783175888085434, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "wss://js.example/subscribe?compress=true&cursor=1783175888085434&requireHello=false&wantedCollections=io.atcr.%2A&wantedCollections=app.bsky.feed.like"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	live, _ := subscribeURL("ws://h/subscribe", nil, 0, false)
+	if live != "ws://h/subscribe" {
+		t.Fatalf("live tail URL %s", live)
+	}
+}
+
+func TestOptionsUpdateMessageHasJetstreamsShape(t *testing.T) {
+	msg, err := encodeOptionsUpdate([]string{"io.atcr.*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	json.Unmarshal(msg, &got)
+	var want any
+	json.Unmarshal([]byte(`{"type":"options_update","payload":{"wantedCollections":["io.atcr.*"],"wantedDids":[],"maxMessageSizeBytes":0}}`), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %s", msg)
+	}
+}
+
+func TestMetricsRegisterTwiceOnOneRegistryShareCollectors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.frame(10)
+	if v := metricValue(t, a.frames); v != 1 {
+		t.Fatalf("second Metrics does not share the registered counter: %v", v)
+	}
+	var none *Metrics
+	none.frame(1) // a nil *Metrics records nothing and does not panic
+	families, err := reg.Gather()
+	if err != nil || len(families) != 6 {
+		t.Fatalf("gathered %d metric families, want 6: %v", len(families), err)
+	}
+}

@@ -1,0 +1,89 @@
+// Package jetstream speaks Jetstream v1 (github.com/bluesky-social/jetstream),
+// the JSON projection of the AT Protocol firehose: the event model, frame
+// decoding, a websocket client and a replay server.
+//
+// # Wire format
+//
+// A subscriber opens a websocket on /subscribe. Query parameters:
+// wantedCollections (repeated; an NSID or an NSID prefix ending in ".*"),
+// wantedDids (repeated), cursor (Unix microseconds; replay every event with
+// time_us >= cursor, then live tail; absent = live tail only), compress=true
+// and maxMessageSizeBytes. Each event is one websocket message: a text frame
+// holding one JSON object, or with compress=true a binary frame holding one
+// zstd frame compressed with the dictionary embedded here (ID 1612007021).
+// Identity and account events carry no collection and so pass every
+// collection filter. The subscriber may send a text message
+//
+//	{"type":"options_update","payload":{"wantedCollections":[...],"wantedDids":[...],"maxMessageSizeBytes":0}}
+//
+// to replace its filters on the live socket; cursor and compression are fixed
+// for the life of the connection.
+//
+// # Decoding
+//
+// Decode (JSON) and Decoder.Decode (JSON or zstd, size-bounded) return a
+// validated Event or a *DecodeError whose Class says why not:
+// malformed_json, bad_zstd, invalid_event, oversized. Validation is what the
+// processor relies on (known kind, DID, time_us > 0, the matching
+// sub-object, a complete commit); it is not a lexicon check of the record,
+// which stays raw JSON. Unknown fields are ignored, so Jetstream can add
+// fields without breaking us.
+//
+// # Client
+//
+// A Client holds one connection at a time and runs three goroutines per
+// connection: a reader (reads and decodes frames, in order, into a buffer
+// of BatchSize), a pinger, and the Run goroutine, which gathers frames into
+// a Batch (BatchSize entries, or BatchLinger after the first) and calls the
+// Handler. The Handler blocks the Run goroutine; the reader stops once the
+// buffer is full, so a consumer that has not acknowledged a batch holds the
+// stream back rather than queueing it in memory. Frames that fail to decode
+// travel in the batch as Failures, counted by class, and the stream goes
+// on: the next good event advances the consumer's cursor past them.
+//
+//	              Run(ctx)
+//	                 │ Cursor() → subscribe URL (wantedCollections, cursor, compress)
+//	                 ▼
+//	  ┌────────── dialing ◀──────────────────── backoff (×2, ±50% jitter;
+//	  │              │ ok                         reset after a healthy
+//	  │ fail         ▼                            connection; next URL after
+//	  │          connected ── read fails ────────▶ a failed or never-healthy one)
+//	  │              │        stale / server close
+//	  │              │ ctx ends, Close, handler error
+//	  ▼              ▼
+//	backoff       stopped (Run returns)
+//
+// Liveness: Jetstream servers can go silent without closing. Every wait for
+// a frame has a deadline of StaleTimeout; pings and pongs received while
+// waiting extend it, and the client pings StaleTimeout/3 so a quiet but
+// healthy server (a narrow filter can mean minutes without an event) keeps
+// answering. Missing the deadline reconnects (reason "stale").
+//
+// Oversized frames: websocket.Conn.SetReadLimit is deliberately not used.
+// gorilla/websocket treats the limit as fatal to the connection (it sends
+// close 1009 and every later read fails), so the only recovery is a
+// reconnect from the stored cursor — which replays the same frame and fails
+// the same way, forever. Skipping it by cursor is impossible (its time_us
+// is inside the frame we refused to read), and asking the server to drop
+// such events (maxMessageSizeBytes) would hide them from our counters. So
+// the reader reads at most MaxMessageBytes+1 bytes of a frame into memory;
+// if there is more, it streams the rest to io.Discard, reports the frame as
+// a ClassOversized failure, and carries on with the next frame on the same
+// connection. Memory stays bounded by the limit, the frame is counted, and
+// there is nothing to loop on. A frame must still arrive whole within
+// StaleTimeout (pings do not extend a frame in progress), so an endless
+// frame from a hostile server ends in a stale reconnect, paced by the
+// backoff, rather than a hang.
+// Binary frames are also bounded after decompression (the zstd decoder's
+// memory limit), so a small frame cannot inflate without bound.
+//
+// Close (or cancelling Run's context) cancels the handler's context, sends a
+// close frame with a 10 ms budget, closes the socket and waits for every
+// goroutine; it returns as soon as the handler honours its context.
+//
+// # Replay server
+//
+// ReplayServer serves a JSONL capture through the same protocol, for
+// `appview jetstream-replay`, demos and tests. See its documentation for the
+// ways it differs from a real Jetstream.
+package jetstream

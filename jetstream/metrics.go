@@ -1,0 +1,152 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Why a Client reconnected: the reason label of
+// appview_jetstream_reconnects_total.
+const (
+	// ReasonDial: the dial or websocket handshake failed.
+	ReasonDial = "dial"
+	// ReasonStale: nothing (no frame, no ping, no pong) arrived within the
+	// staleness timeout.
+	ReasonStale = "stale"
+	// ReasonServerClose: the server sent a close frame.
+	ReasonServerClose = "server_close"
+	// ReasonReadError: the connection failed (reset, EOF without a close
+	// frame, protocol error).
+	ReasonReadError = "read_error"
+)
+
+var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError}
+
+// Metrics are the Client's Prometheus collectors. Build them once per
+// process (at worker registration) and share them across the clients built
+// for successive grants of custody. A nil *Metrics records nothing.
+type Metrics struct {
+	frames       prometheus.Counter
+	bytes        prometheus.Counter
+	events       *prometheus.CounterVec
+	decodeErrors *prometheus.CounterVec
+	reconnects   *prometheus.CounterVec
+	connected    prometheus.Gauge
+}
+
+// NewMetrics builds the collectors and registers them on reg (nil: not
+// registered, still counted, useful in tests). Series:
+//
+//	appview_jetstream_frames_total                 websocket data messages received
+//	appview_jetstream_received_bytes_total         their size in bytes, as received (compressed when compress=true)
+//	appview_jetstream_events_total{kind}           frames decoded into events
+//	appview_jetstream_decode_errors_total{class}   frames skipped, by ErrorClass
+//	appview_jetstream_reconnects_total{reason}     connections lost and retried, by Reason*
+//	appview_jetstream_connected                    1 while a connection is up
+//
+// Collectors already registered on reg (a second NewMetrics on the same
+// registry) are reused rather than refused. Other registration errors are
+// returned.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		frames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_jetstream_frames_total",
+			Help: "Jetstream websocket data messages received.",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_jetstream_received_bytes_total",
+			Help: "Bytes of Jetstream websocket data messages received, as sent (compressed with compress=true).",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_jetstream_events_total",
+			Help: "Jetstream frames decoded into events, by kind.",
+		}, []string{"kind"}),
+		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_jetstream_decode_errors_total",
+			Help: "Jetstream frames skipped because they could not be decoded, by class.",
+		}, []string{"class"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_jetstream_reconnects_total",
+			Help: "Jetstream connections lost or refused and retried, by reason.",
+		}, []string{"reason"}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appview_jetstream_connected",
+			Help: "1 while the Jetstream client has a live connection.",
+		}),
+	}
+	// Every series exists from the start, so a rate() over a class that
+	// has never happened is 0 rather than absent.
+	for _, k := range []string{KindCommit, KindIdentity, KindAccount} {
+		m.events.WithLabelValues(k)
+	}
+	for _, c := range ErrorClasses {
+		m.decodeErrors.WithLabelValues(string(c))
+	}
+	for _, r := range reconnectReasons {
+		m.reconnects.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	if err := errors.Join(
+		register(reg, &m.frames), register(reg, &m.bytes), register(reg, &m.events),
+		register(reg, &m.decodeErrors), register(reg, &m.reconnects), register(reg, &m.connected),
+	); err != nil {
+		return nil, fmt.Errorf("jetstream metrics: %w", err)
+	}
+	return m, nil
+}
+
+// register registers *c, or swaps it for the collector already registered
+// under its name.
+func register[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if err == nil || !errors.As(err, &are) {
+		return err
+	}
+	existing, ok := are.ExistingCollector.(T)
+	if !ok {
+		return fmt.Errorf("%w (as a %T)", err, are.ExistingCollector)
+	}
+	*c = existing
+	return nil
+}
+
+func (m *Metrics) frame(size int64) {
+	if m == nil {
+		return
+	}
+	m.frames.Inc()
+	m.bytes.Add(float64(size))
+}
+
+func (m *Metrics) decoded(ev *Event, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.decodeErrors.WithLabelValues(string(ClassOf(err))).Inc()
+		return
+	}
+	m.events.WithLabelValues(ev.Kind).Inc()
+}
+
+func (m *Metrics) reconnect(reason string) {
+	if m != nil {
+		m.reconnects.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) setConnected(up bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.connected.Set(1)
+	} else {
+		m.connected.Set(0)
+	}
+}

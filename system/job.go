@@ -1,0 +1,117 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+)
+
+// jobRetryMax caps the retry backoff of a once-only job (Interval 0) that failed.
+const jobRetryMax = time.Minute
+
+// jobPanicked carries a panic out of the job goroutine to the actor, which
+// re-raises it so supervision sees a worker failure.
+type jobPanicked struct{ value any }
+
+// jobActor runs a Job every Interval (or once, then idles) in its own
+// goroutine, cancels it when the actor stops and returns from Stopping only
+// after the job has returned, so nothing the job does outlives the worker.
+type jobActor struct {
+	w       Worker
+	custody lease.Custody
+	log     zerolog.Logger
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func jobProps(w Worker, c lease.Custody, log zerolog.Logger) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &jobActor{w: w, custody: c, log: log.With().Str("worker", w.Name).Logger()}
+	})
+}
+
+func (j *jobActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		run, cancel := context.WithCancel(context.Background())
+		j.cancel, j.done = cancel, make(chan struct{})
+		sys, self := ctx.ActorSystem(), ctx.Self()
+		go j.loop(run, func(v any) { sys.Root.Send(self, &jobPanicked{value: v}) })
+	case *jobPanicked:
+		panic(msg.value)
+	case *actor.Stopping, *actor.Restarting:
+		j.halt()
+	}
+}
+
+func (j *jobActor) halt() {
+	if j.cancel == nil {
+		return
+	}
+	j.cancel()
+	<-j.done
+	j.cancel = nil
+}
+
+func (j *jobActor) loop(ctx context.Context, panicked func(any)) {
+	defer close(j.done)
+	retry := backoff.NewExponentialBackOff()
+	retry.MaxInterval = jobRetryMax
+	for {
+		start := time.Now()
+		err := j.runOnce(ctx)
+		var p *panicErr
+		switch {
+		case errors.As(err, &p):
+			panicked(p.value)
+			return
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, lease.ErrSuperseded):
+			// Custody has moved on: fail the worker; the directive is Stop.
+			panicked(err)
+			return
+		}
+		var wait time.Duration
+		switch {
+		case err != nil && j.w.Interval == 0:
+			wait = retry.NextBackOff()
+			j.log.Warn().Err(err).Dur("retry_in", wait).Msg("job failed; retrying")
+		case err != nil:
+			j.log.Warn().Err(err).Msg("job failed; next run at the next interval")
+			wait = j.w.Interval - time.Since(start)
+		case j.w.Interval == 0:
+			<-ctx.Done() // done once: hold custody idle until it ends
+			return
+		default:
+			wait = j.w.Interval - time.Since(start)
+		}
+		t := time.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+type panicErr struct{ value any }
+
+func (p *panicErr) Error() string { return fmt.Sprintf("job panicked: %v", p.value) }
+
+func (j *jobActor) runOnce(ctx context.Context) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicErr{value: v}
+		}
+	}()
+	return j.w.Job(ctx, j.custody)
+}

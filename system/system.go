@@ -1,0 +1,228 @@
+package system
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/events"
+)
+
+// RootName is the root actor's name; a LeaseActor's PID is RootName/<lease>.
+const RootName = "appview"
+
+// statusTimeout bounds a LeaseActor status query from /debug/leases.
+const statusTimeout = time.Second
+
+// Options configures a System.
+type Options struct {
+	Config config.Config
+	DB     *database.DB
+	// Log is the process logger without an "instance" field: custody
+	// events carry their own (SPEC §5); the system adds it elsewhere.
+	Log      zerolog.Logger
+	Registry *Registry
+	// Metrics is where the system registers its collectors (and where
+	// /metrics reads from).
+	Metrics *prometheus.Registry
+	// NudgeURL is this instance's nudge endpoint ("" disables nudges).
+	NudgeURL string
+}
+
+// System is the embedded actor system of one instance: a root actor with
+// one LeaseActor per registered worker, custody events logged from the
+// EventStream.
+type System struct {
+	o          Options
+	actors     *actor.ActorSystem
+	root       *actor.PID
+	leases     map[string]*actor.PID
+	unleased   map[string]bool
+	eventLog   *eventLog
+	contenders *lease.Contenders
+	log        zerolog.Logger
+	specs      []childSpec
+}
+
+// New builds the actor system and the LeaseActor props for every
+// registered worker; Start spawns them.
+func New(o Options) (*System, error) {
+	cfg := o.Config
+	log := o.Log.With().Str("instance", cfg.InstanceID).Logger()
+	s := &System{o: o, leases: map[string]*actor.PID{}, unleased: map[string]bool{}, log: log}
+	actorLog := log.With().Str("component", "actor").Logger()
+	s.actors = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return SlogBridge(actorLog)
+	}))
+	published := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "appview_events_published_total", Help: "Custody events published on the EventStream, by kind (SPEC §5).",
+	}, []string{"event"})
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "appview_events_log_dropped_total", Help: "Custody events not logged because the log writer was blocked.",
+	})
+	for _, k := range events.Kinds {
+		published.WithLabelValues(string(k))
+	}
+	if err := registerAll(o.Metrics, published, dropped); err != nil {
+		return nil, err
+	}
+	leaseMetrics, err := lease.NewMetrics(o.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Leases.Enabled && o.NudgeURL != "" {
+		s.contenders = &lease.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
+			TTL: cfg.Leases.TTL, Log: log}
+	}
+	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
+	store := lease.NewStore(o.DB.DB, cfg.Leases.TTL)
+	timing := lease.Timing{TTL: cfg.Leases.TTL, RenewInterval: cfg.Leases.RenewInterval,
+		RenewDeadline: cfg.Leases.RenewDeadline, RetryInterval: cfg.Leases.RetryInterval}
+	var specs []childSpec
+	for _, w := range o.Registry.Workers() {
+		unleased := !w.Leased || !cfg.Leases.Enabled
+		opts := lease.Options{
+			Name: w.Name, Instance: cfg.InstanceID, Timing: timing, Store: store, Unleased: unleased,
+			Worker: workerProps(w, log), Publish: s.publish, Metrics: leaseMetrics,
+			Contenders: s.contenders, Log: log,
+		}
+		specs = append(specs, childSpec{name: w.Name, props: lease.NewProps(opts)})
+		s.unleased[w.Name] = unleased
+	}
+	s.specs = specs
+	return s, nil
+}
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func workerProps(w Worker, log zerolog.Logger) func(lease.Custody) *actor.Props {
+	if w.Actor != nil {
+		return w.Actor
+	}
+	return func(c lease.Custody) *actor.Props { return jobProps(w, c, log) }
+}
+
+func (s *System) publish(e events.Custody) { s.actors.EventStream.Publish(e) }
+
+// EventStream is the actor system's EventStream, where custody events
+// (events.Custody) are published. Handlers run on the publisher's
+// goroutine and must not block.
+func (s *System) EventStream() *eventstream.EventStream { return s.actors.EventStream }
+
+// Start spawns the root actor and, under it, one LeaseActor per worker.
+func (s *System) Start() error {
+	if s.root != nil {
+		return errors.New("system already started")
+	}
+	root, err := s.actors.Root.SpawnNamed(rootProps(s.specs, s.log), RootName)
+	if err != nil {
+		return fmt.Errorf("spawn root actor: %w", err)
+	}
+	s.root = root
+	for _, spec := range s.specs {
+		s.leases[spec.name] = actor.NewPID(root.Address, root.Id+"/"+spec.name)
+	}
+	if !s.o.Config.Leases.Enabled {
+		s.log.Warn().Msg("leases.enabled is false: every worker runs unconditionally on this instance; run a single instance only")
+	}
+	return nil
+}
+
+// Nudge tells the LeaseActor of lease that a holder has just released it,
+// so it tries to acquire now. It reports whether such a leased worker exists.
+func (s *System) Nudge(name string) bool {
+	pid, ok := s.leases[name]
+	if !ok || s.unleased[name] {
+		return false
+	}
+	s.actors.Root.Send(pid, lease.Nudge{})
+	return true
+}
+
+// Statuses asks every LeaseActor for its own view, in name order.
+func (s *System) Statuses() []lease.Status {
+	names := make([]string, 0, len(s.leases))
+	for n := range s.leases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]lease.Status, 0, len(names))
+	for _, n := range names {
+		res, err := s.actors.Root.RequestFuture(s.leases[n], lease.StatusRequest{}, statusTimeout).Result()
+		st, ok := res.(lease.Status)
+		if err != nil || !ok {
+			st = lease.Status{Lease: n, Phase: "unknown", LastError: fmt.Sprint(err)}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Stop stops every worker gracefully and waits until the whole actor tree
+// has stopped: each LeaseActor stops its worker, releases its lease and
+// waits for that write to land before it stops. It returns ctx.Err() if ctx
+// ends first (the caller then exits anyway; unreleased leases run out their
+// TTL). Unlike protoactor's PoisonFuture, there is no 10 s cap.
+func (s *System) Stop(ctx context.Context) error {
+	defer s.eventLog.Close()
+	if s.root == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	root := s.root
+	s.actors.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch c.Message().(type) {
+		case *actor.Started:
+			c.Watch(root)
+		case *actor.Terminated:
+			close(done)
+			c.Stop(c.Self())
+		}
+	}))
+	s.actors.Root.Send(root, shutdown{})
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("actors still stopping when the shutdown timeout ran out: %w", ctx.Err())
+	}
+	s.contenders.Wait()
+	s.actors.Shutdown()
+	return err
+}
+
+// NudgeHandler returns the admin endpoint for nudges: POST /lease/nudge?lease=NAME.
+// It can only cause an acquire attempt, which the LeaseActor rate-limits.
+func (s *System) NudgeHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if !s.Nudge(r.URL.Query().Get("lease")) {
+			http.Error(w, "no such leased worker", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
