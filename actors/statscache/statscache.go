@@ -106,12 +106,20 @@ func (c *cache) Receive(ctx actor.Context) {
 		if msg.Custody != c.o.Custody {
 			c.o.Metrics.rejected()
 			c.log.Warn().Str("message_custody", msg.Custody.String()).Msg("stale-custody Observe rejected")
-			ctx.Respond(&StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
+			respond(ctx, &StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
 			return
 		}
-		ctx.Respond(c.observe(msg.Stats))
+		respond(ctx, c.observe(msg.Stats))
 	case *Get:
 		ctx.Respond(c.snapshot(repoKey{msg.OwnerDID, msg.Repository}))
+	}
+}
+
+// respond answers a Request; a plain Send (the consumer's fire-and-forget
+// Observe) has no sender to answer.
+func respond(ctx actor.Context, reply any) {
+	if ctx.Sender() != nil {
+		ctx.Respond(reply)
 	}
 }
 
