@@ -46,27 +46,24 @@
 // out the commands: store calls in goroutines that answer with messages,
 // one timer, the worker spawned as the actor's child.
 //
-//	         Start                      grant
-//	 idle ─────────► contending ─────────────────────► holding
-//	                   ▲   │  ▲                          │ │ │
-//	                   │   │  │ contended: retry at      │ │ │ renew ok: trust until
-//	                   │   │  │ min(jittered retry,      │ │ │ attempt start + renew_deadline
-//	                   │   │  │ time left + 1 ms);       │ │ │
-//	                   │   │  └─ nudge: retry now        │ │ │ worker panic: restart in place
-//	                   │   │                             │ │ │ with backoff (worker.restarted)
-//	                   │   │ stop requested              │ │ │
-//	                   │   ▼                             │ │ └─ stop requested ─┐
-//	                   │  done ◄───────── releasing ◄────┼─┼── worker stopped ◄─┤ stopping
-//	                   │                     │  ▲        │ │                    │ (renewals go on
-//	                   │  after cooldown     │  │        │ │ >5 failures/min:   │  while it drains)
-//	                   └─────────────────────┘  └────────┼─┴─ worker.failed ────┘
-//	                   │    (worker-failed)              │
-//	                   │                                 │ superseded (renew or fenced write: 0 rows)
-//	                   │                                 │ blackout (no renewal for renew_deadline,
-//	                   │                                 │           a call still unanswered)
-//	                   │                                 │ error    (no renewal for renew_deadline,
-//	                   │                                 ▼           the last one failed)
-//	                   └──── worker stopped ◄──── lost: stop the worker at once, never release
+//	            Start               grant (fence+1)
+//	idle ─────────────► contending ──────────────────► holding
+//	                     │   ▲   ▲                      │  │  │
+//	               stop  │   │   │ worker stopped       │  │  │ stop requested
+//	                     ▼   │   │                      │  │  ▼
+//	                   done  │   └──────── lost ◄───────┘  │ stopping ── worker stopped ──► releasing
+//	                     ▲   │   superseded | blackout |   │ (drains; renewals go on)         │
+//	                     │   │   error: stop the worker    │                                  │
+//	                     │   │   at once, never release    └─ >5 failures/min: worker.failed ─┤
+//	                     │   │                                 (stopping, then releasing)     │
+//	                     │   └──── released (worker-failed), after one TTL of cooldown ◄──────┤
+//	                     └──────── released (shutdown) ◄──────────────────────────────────────┘
+//
+// In contending, a contended attempt sleeps until min(jittered
+// retry_interval, the grant's time left + 1 ms); a nudge retries at once.
+// In holding, a successful renewal extends trust to attempt start +
+// renew_deadline; a worker panic restarts the worker in place with
+// exponential backoff (worker.restarted).
 //
 // Supervision: the LeaseActor is its worker's supervisor (it implements
 // actor.SupervisorStrategy). A panic is a failure whose directive is
