@@ -9,7 +9,6 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
@@ -36,9 +35,6 @@ func Worker(d system.Deps, applier Applier) (system.Worker, error) {
 	cfg := d.Config.Backfill
 	if !cfg.Enabled {
 		return system.Worker{}, ErrDisabled
-	}
-	if len(cfg.RelayEndpoints) == 0 {
-		return system.Worker{}, &config.Error{Key: "backfill.relay_endpoints", Reason: "must list at least one relay when backfill.enabled is true"}
 	}
 	metrics, err := NewMetrics(d.Metrics)
 	if err != nil {

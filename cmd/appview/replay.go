@@ -1,19 +1,53 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/system"
 )
 
-// newReplayCommand is `appview jetstream-replay`; the server itself is in
-// package jetstream.
+// newReplayCommand is `appview jetstream-replay` (SPEC §2, §6): a local
+// Jetstream v1 server for a JSONL capture, for offline runs, demos, tests
+// and benchmarks. The server itself is jetstream.ReplayServer.
 func newReplayCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "jetstream-replay --file F.jsonl [--listen ADDR] [--rate N]",
-		Short: "Serve a JSONL capture as a local Jetstream v1 endpoint",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("jetstream-replay: not built yet")
+	var o jetstream.ReplayOptions
+	cmd := &cobra.Command{
+		Use:   "jetstream-replay --file F.jsonl [--listen ADDR] [--rate N] [--loop]",
+		Short: "Serve a JSONL capture as a local Jetstream v1 /subscribe endpoint",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.File == "" {
+				return refuse("--file", "required: the JSONL capture to serve")
+			}
+			if o.Rate < 0 {
+				return refuse("--rate", "must not be negative")
+			}
+			log := system.NewLogger(os.Stderr, zerolog.InfoLevel).With().Str("component", "jetstream-replay").Logger()
+			srv, err := jetstream.NewReplayServer(o, log)
+			if err != nil {
+				return &startError{err: err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := srv.ListenAndServe(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrReplayClosed) {
+				return err
+			}
+			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&o.File, "file", "", "JSONL capture, one Jetstream v1 event a line")
+	f.StringVar(&o.Listen, "listen", jetstream.DefaultReplayListen, "address to listen on")
+	f.Float64Var(&o.Rate, "rate", 0, "events per second per connection (0: as fast as the client reads)")
+	f.BoolVar(&o.Loop, "loop", false, "replay the file again after its end, time_us shifted, forever")
+	f.IntVar(&o.DropAfter, "drop-after", 0, "test hook: drop each connection after this many events")
+	return cmd
 }
