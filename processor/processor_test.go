@@ -78,7 +78,7 @@ func TestRealTrafficCreatesNoRowsAndLogsNothingAboveWarn(t *testing.T) {
 	for _, name := range []string{"expected_v1.jsonl", "golden_v1.jsonl"} {
 		t.Run(name, func(t *testing.T) {
 			db := openDB(t)
-			events := readJSONL(t, filepath.Join("/work/shared/testdata/jetstream", name))
+			events := readJSONL(t, filepath.Join("..", "jetstream", "testdata", name))
 			var logs bytes.Buffer
 			reg := prometheus.NewRegistry()
 			m, err := processor.NewMetrics(reg)
