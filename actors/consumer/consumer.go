@@ -61,8 +61,13 @@ func NewProps(o Options) *actor.Props {
 	o.Dispatcher.Custody = o.Custody
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &consumer{o: o, log: o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()}
-	})
+	}, actor.WithSupervisor(escalate))
 }
+
+// escalate passes a child's failure (the StatsCache or the dispatcher, e.g.
+// lease.ErrSuperseded from a fenced write) up as the consumer's own, so the
+// LeaseActor decides: lost custody, or a restart of the whole worker.
+var escalate = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.EscalateDirective })
 
 // runEnded reports that the client's Run returned.
 type runEnded struct{ err error }

@@ -383,3 +383,35 @@ func firstDifference(want, got string) string {
 	}
 	return fmt.Sprintf("lengths %d vs %d", len(w), len(g))
 }
+
+func TestAFailingChildFailsTheConsumerWithItsReason(t *testing.T) {
+	f := newFixture(t, 47, 10, jetstream.ReplayOptions{})
+	db := openDB(t)
+	sys := newSystem(t)
+	c := acquire(t, db.DB, "me")
+	// The StatsCache warms from repository_hold_stats first thing; without
+	// the table its warm-up fails.
+	if _, err := db.Exec(`ALTER TABLE repository_hold_stats RENAME TO moved_away`); err != nil {
+		t.Fatal(err)
+	}
+	reasons := make(chan any, 4)
+	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
+		reasons <- reason
+		return actor.StopDirective
+	})
+	o := f.options(db.DB, c)
+	// Nothing to connect to: the consumer itself never commits, so the only
+	// failure is the child's.
+	o.Jetstream.URLs = []string{"ws://127.0.0.1:1/subscribe"}
+	p := &parent{props: NewProps(o), reasons: reasons}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
+	defer stop(t, sys, pid)
+	select {
+	case r := <-reasons:
+		if err, ok := r.(error); !ok || !strings.Contains(err.Error(), "statscache warm-up") {
+			t.Fatalf("failure %v, want the StatsCache's warm-up error", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the StatsCache's failure did not reach the consumer's parent")
+	}
+}
