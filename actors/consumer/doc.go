@@ -25,7 +25,35 @@
 // The stored cursor only moves forward: replaying an older stretch after a
 // rewind does not move it back.
 //
-// The consumer actor itself (reader goroutine with backpressure, the
-// StatsCache and dispatcher children, options_update, Worker) is built on
-// the Jetstream client of package jetstream.
+// # The actor
+//
+//	LeaseActor ── spawns with custody ──▶ consumer
+//	                                        ├── StatsCache   (statscache)
+//	                                        ├── dispatcher   (webhooks)
+//	                                        └── jetstream.Client Run goroutine
+//	                                              reader ─▶ batch ─▶ handler: commitBatch
+//
+// Started loads the cursor, spawns the two children and starts the
+// client's Run goroutine. The client calls the handler with each batch on
+// that goroutine and reads no further than a small buffer until it returns:
+// that is the backpressure, and it keeps the blocking database work off the
+// actor's goroutine. Every (re)connect resumes from the committed cursor
+// minus jetstream.rewind (Jetstream time_us is per instance; replays are
+// idempotent). After a commit the handler sends the StatsCache an Observe
+// and the dispatcher a Kick (only when deliveries were enqueued).
+//
+// Failure: a commit error ends Run; the actor then fails with that error
+// (a panic its parent sees as the reason), so lease.ErrSuperseded reaches
+// the LeaseActor as lost custody and anything else as a worker failure
+// (restart with backoff, from the stored cursor). Child failures are
+// escalated the same way.
+//
+// Stopping: Close cancels the handler's context (a batch in flight is
+// rolled back: lease.Fenced checks the context before commit), sends a
+// close frame within the client's small budget, closes the socket and waits
+// for Run; only then do the children stop. Nothing is written after the
+// actor stopped.
+//
+// UpdateCollections changes the collection filter on the live connection
+// (options_update) and for every later one.
 package consumer

@@ -33,7 +33,8 @@
 //
 // # Messages
 //
-//	Observe{Custody, Stats}  → *Observed | *StaleCustodyError   (after a commit)
+//	Observe{Custody, Stats}  → *Observed | *StaleCustodyError   (after a commit;
+//	                            answered only when sent as a request)
 //	Get{OwnerDID, Repository} → Snapshot
 //
 // Observe applies newer-wins by updatedAt in memory, as the SQL did (an
