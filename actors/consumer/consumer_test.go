@@ -20,7 +20,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
+
+	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
@@ -31,14 +32,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-		// Idle keep-alive connections of the webhook HTTP client and of
-		// httptest servers outlive a test by design.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 // syncBuffer collects log lines written from other goroutines.

@@ -14,7 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
+
+	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
@@ -25,11 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// go-libsql keeps a native handle per connection and database/sql
-		// its opener goroutine until the pool is closed in t.Cleanup.
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-	)
+	leakcheck.VerifyTestMain(m)
 }
 
 const ttl = time.Minute
