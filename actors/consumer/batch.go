@@ -28,8 +28,8 @@ type committed struct {
 }
 
 // commitBatch applies events, enqueues their webhook deliveries and
-// advances the cursor to their largest time_us, in one transaction that
-// commits only under c. Errors wrap lease.ErrSuperseded when custody is lost.
+// advances the cursor (see batchCursor), in one transaction that commits
+// only under c. Errors wrap lease.ErrSuperseded when custody is lost.
 func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
 	var out committed
@@ -52,8 +52,8 @@ func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.
 			}
 			out.enqueued = n
 		}
-		if res.MaxTimeUS > 0 {
-			if err := saveCursorTx(ctx, tx, res.MaxTimeUS, c.Fence); err != nil {
+		if last, newest := batchCursor(events); last > 0 {
+			if err := saveCursorTx(ctx, tx, last, newest, c.Fence); err != nil {
 				return err
 			}
 		}
@@ -66,14 +66,33 @@ func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.
 	return out, nil
 }
 
-// saveCursorSQL keeps the largest time_us: a rewound replay never moves
-// the cursor back.
-const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?1, ` + database.NowMS + `, ?2)
-ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
-WHERE excluded.time_us > jetstream_cursor.time_us`
+// batchCursor returns the time_us of the batch's last event in stream
+// order (the cursor: SPEC §8 "last fully processed event") and the largest
+// time_us in the batch. Jetstream never sends a subscriber an event older
+// than one it already sent, so the two are equal on a live stream; a
+// replayed capture may end on an older event, and the cursor is then that
+// event's time_us, as Jetstream's own clients record it.
+func batchCursor(events []jetstream.Event) (last, newest int64) {
+	for _, e := range events {
+		newest = max(newest, e.TimeUS)
+	}
+	if len(events) > 0 {
+		last = events[len(events)-1].TimeUS
+	}
+	return last, newest
+}
 
-func saveCursorTx(ctx context.Context, tx *sql.Tx, timeUS, fence int64) error {
-	if _, err := tx.ExecContext(ctx, saveCursorSQL, timeUS, fence); err != nil {
+// saveCursorSQL stores the last event's time_us (?1), but only when the
+// batch reached past the stored cursor (?2 is the batch's newest time_us):
+// a rewound replay of events already processed never moves the cursor
+// back, so a crash loop cannot walk the resume point backwards one rewind
+// at a time.
+const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?1, ` + database.NowMS + `, ?3)
+ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
+WHERE ?2 > jetstream_cursor.time_us`
+
+func saveCursorTx(ctx context.Context, tx *sql.Tx, last, newest, fence int64) error {
+	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence); err != nil {
 		return fmt.Errorf("save jetstream cursor: %w", err)
 	}
 	return nil

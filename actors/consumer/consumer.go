@@ -184,8 +184,8 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
 	}
-	if out.res.MaxTimeUS > c.cursor.Load() {
-		c.cursor.Store(out.res.MaxTimeUS)
+	if last, newest := batchCursor(b.Events); newest > c.cursor.Load() {
+		c.cursor.Store(last)
 	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	if len(out.res.HoldStats) > 0 {

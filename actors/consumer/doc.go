@@ -12,7 +12,7 @@
 //     the repository_stats aggregate recomputed from persisted rows;
 //  2. enqueues a webhook delivery per subscriber for every manifest stored
 //     for the first time (webhooks.EnqueueTx; idempotent by event key);
-//  3. writes the cursor, last: the batch's largest time_us.
+//  3. writes the cursor, last: the time_us of the batch's last event.
 //
 // All three commit together or not at all, so the cursor can never be
 // durable past an event whose records, stats or deliveries are not, and a
@@ -22,8 +22,9 @@
 // deliveries were enqueued. A commit that fails with lease.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //
-// The stored cursor only moves forward: replaying an older stretch after a
-// rewind does not move it back.
+// A batch that does not reach past the stored cursor (replaying an older
+// stretch after a rewind) leaves it alone, so restarts cannot walk the
+// resume point backwards.
 //
 // # The actor
 //
