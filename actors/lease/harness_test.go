@@ -171,8 +171,9 @@ type harness struct {
 	sys    *actor.ActorSystem
 	events *eventLog
 
-	mu      sync.Mutex
-	running []*runner
+	mu       sync.Mutex
+	running  []*runner
+	shutOnce sync.Once
 }
 
 func newHarness(t *testing.T) *harness {
@@ -187,10 +188,13 @@ func newHarness(t *testing.T) *harness {
 		for _, r := range running {
 			h.stopAndWait(r)
 		}
-		sys.Shutdown()
+		h.shutdown()
 	})
 	return h
 }
+
+// shutdown shuts the actor system down (once).
+func (h *harness) shutdown() { h.shutOnce.Do(h.sys.Shutdown) }
 
 // runner is one LeaseActor under test.
 type runner struct {
@@ -274,6 +278,8 @@ func (r *runner) terminated() bool {
 // from its props (one per grant of custody).
 type probe struct {
 	started, stopping, restarting atomic.Int32
+	// stoppingAt is when the last worker received Stopping.
+	stoppingAt atomic.Value
 	// panicOnStart makes every start (spawn or restart) panic with it.
 	panicOnStart atomic.Value
 	mu           sync.Mutex
@@ -328,6 +334,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		w.p.restarting.Add(1)
 	case *actor.Stopping:
+		w.p.stoppingAt.Store(time.Now())
 		w.p.stopping.Add(1)
 	case panicWith:
 		panic(msg.reason)
@@ -367,10 +374,12 @@ type faultyStore struct {
 	lastRenewOK time.Time
 	acquires    []time.Time
 	releaseLag  time.Duration
+	// heldRenewals receives the answer of every renewal that was held.
+	heldRenewals chan error
 }
 
 func newFaultyStore(inner StoreAPI) *faultyStore {
-	return &faultyStore{inner: inner, entered: make(chan struct{}, 1)}
+	return &faultyStore{inner: inner, entered: make(chan struct{}, 1), heldRenewals: make(chan error, 1000)}
 }
 
 // hold makes renewals (all calls with all=true) wait until resume.
@@ -438,8 +447,16 @@ func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (Grant, 
 	return f.inner.Acquire(ctx, name, holder)
 }
 
-func (f *faultyStore) Renew(ctx context.Context, c Custody) error {
+func (f *faultyStore) Renew(ctx context.Context, c Custody) (err error) {
 	held := f.waitGate(true)
+	if held {
+		defer func() {
+			select {
+			case f.heldRenewals <- err:
+			default:
+			}
+		}()
+	}
 	f.mu.Lock()
 	fail, failAfter := f.fail, f.failAfter
 	f.mu.Unlock()
@@ -449,7 +466,12 @@ func (f *faultyStore) Renew(ctx context.Context, c Custody) error {
 	if held && failAfter != nil {
 		return failAfter
 	}
-	err := f.inner.Renew(ctx, c)
+	if held {
+		// A held call models a statement already handed to the driver,
+		// which ignores contexts (go-libsql): cancelling it now does nothing.
+		ctx = context.WithoutCancel(ctx)
+	}
+	err = f.inner.Renew(ctx, c)
 	if err == nil {
 		f.mu.Lock()
 		f.lastRenewOK = time.Now()

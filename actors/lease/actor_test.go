@@ -1,0 +1,199 @@
+package lease
+
+import (
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/events"
+)
+
+// Mirror of the seed's TestWaitBlocksUntilLeaseReleased: a rolling deploy
+// hands over in milliseconds only if the process exits after the release
+// has landed. The store answers slowly (a remote database), so a release
+// that did not hold up the actor's termination would still be in flight
+// when the row is read.
+func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	store.releaseLag = 200 * time.Millisecond
+	p := &probe{}
+	r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+
+	h.stop(r)
+	r.wait(t)
+	row := readRow(t, db, "jetstream-consumer")
+	if row.State() != StateReleased {
+		t.Fatalf("the lease actor terminated with the lease %s (expires in %d ms): the release had not landed", row.State(), row.ExpiresAt-row.Now)
+	}
+	if row.Holder != "instance-a" || row.Fence != 1 {
+		t.Fatalf("released row %+v", row)
+	}
+	if n := p.stopping.Load(); n != 1 {
+		t.Fatalf("worker stopped %d times", n)
+	}
+	stopped, i := h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+	released, j := h.events.wait(t, 0, "lease.released", is(events.LeaseReleased, "instance-a"))
+	if j < i || released.Reason != events.ReasonShutdown || released.Fence != 1 || stopped.Fence != 1 {
+		t.Fatalf("want worker.stopped then lease.released reason=shutdown fence 1; got %+v then %+v", stopped, released)
+	}
+}
+
+// A contender that never held must leave no trace when it stops: no
+// worker events and not a byte of the holder's row changed.
+func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	holder := mustAcquire(t, NewStore(db, time.Minute), "cleanup", "instance-a")
+	before := rowBytes(t, db, "cleanup")
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: fastTiming, Store: NewStore(db, fastTiming.TTL), Worker: p.props})
+	c, _ := h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	if c.Holder != holder.Holder || c.Fence != holder.Fence {
+		t.Fatalf("contended event %+v, want holder %s fence %d", c, holder.Holder, holder.Fence)
+	}
+	h.stopAndWait(r)
+	if after := rowBytes(t, db, "cleanup"); after != before {
+		t.Fatalf("a contender changed the row:\nbefore %s\nafter  %s", before, after)
+	}
+	if p.started.Load() != 0 || len(p.custodies()) != 0 {
+		t.Fatal("a contender started a worker")
+	}
+	for _, kind := range []events.Kind{events.WorkerStarted, events.WorkerStopped, events.WorkerFailed,
+		events.WorkerRestarted, events.LeaseAcquired, events.LeaseReleased, events.LeaseLost} {
+		if n := h.events.count(is(kind, "instance-b")); n != 0 {
+			t.Errorf("%d %s events from a contender that never held", n, kind)
+		}
+	}
+}
+
+func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
+	cases := []struct {
+		name   string
+		fault  func(*faultyStore)
+		reason string
+	}{
+		{"hung", func(s *faultyStore) { s.hold(false) }, events.ReasonBlackout},
+		{"failing", func(s *faultyStore) { s.failRenewals(errors.New("injected: database unreachable")) }, events.ReasonError},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			h := newHarness(t)
+			store := newFaultyStore(NewStore(db, fastTiming.TTL))
+			t.Cleanup(store.resume)
+			p := &probe{}
+			h.start(Options{Name: "labeler-subscriber", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
+			h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+			h.events.wait(t, 0, "lease.renewed", is(events.LeaseRenewed, "instance-a"))
+			tc.fault(store)
+			lost, _ := h.events.wait(t, 0, "lease.lost", is(events.LeaseLost, "instance-a"))
+			h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+			if lost.Reason != tc.reason || lost.Fence != 1 {
+				t.Fatalf("lease.lost %+v, want reason %s fence 1", lost, tc.reason)
+			}
+			lastOK := store.lastRenewal()
+			stoppedAt, _ := p.stoppingAt.Load().(time.Time)
+			if lastOK.IsZero() || stoppedAt.IsZero() {
+				t.Fatalf("last renewal %v, worker stopped %v", lastOK, stoppedAt)
+			}
+			gap := stoppedAt.Sub(lastOK)
+			if limit := fastTiming.RenewDeadline + fastTiming.RenewInterval; gap > limit {
+				t.Fatalf("worker stopped %s after the last successful renewal, want <= renew_deadline + renew_interval = %s", gap, limit)
+			}
+			if gap >= fastTiming.TTL {
+				t.Fatalf("worker outlived the TTL of its last renewal: %s", gap)
+			}
+			t.Logf("worker stopped %s after the last successful renewal", gap)
+			if p.stopping.Load() != 1 {
+				t.Fatalf("worker stopped %d times", p.stopping.Load())
+			}
+		})
+	}
+}
+
+// A holder frozen past its TTL (its process paused: no call it makes
+// reaches the database) is replaced; it stops its own worker by its
+// deadline, before the replacement's worker can start, and on resuming
+// nothing it does under its old custody lands.
+func TestAHolderPausedPastItsTTLIsReplacedAndCannotWriteWhenResumed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	dbA, dbB := openDBFile(t, path), openDBFile(t, path)
+	createProbeTable(t, dbA)
+	h := newHarness(t)
+	storeA := newFaultyStore(NewStore(dbA, fastTiming.TTL))
+	t.Cleanup(storeA.resume)
+	pa, pb := &probe{}, &probe{}
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: storeA, Worker: pa.props})
+	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-b", Timing: fastTiming, Store: NewStore(dbB, fastTiming.TTL), Worker: pb.props})
+	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
+
+	storeA.hold(true)
+	lost, _ := h.events.wait(t, 0, "lease.lost by a", is(events.LeaseLost, "instance-a"))
+	_, aStopped := h.events.wait(t, 0, "worker.stopped by a", is(events.WorkerStopped, "instance-a"))
+	acq, bAcquired := h.events.wait(t, 0, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
+	if lost.Reason != events.ReasonBlackout {
+		t.Fatalf("a lost the lease with reason %q, want blackout", lost.Reason)
+	}
+	if aStopped > bAcquired {
+		t.Fatal("b acquired while a's worker was still running")
+	}
+	if acq.Fence != 2 {
+		t.Fatalf("b's fence %d, want 2", acq.Fence)
+	}
+	h.events.wait(t, 0, "worker.started by b", is(events.WorkerStarted, "instance-b"))
+
+	storeA.resume()
+	if err := <-storeA.heldRenewals; !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("a's held renewal landed with %v, want ErrSuperseded", err)
+	}
+	old := pa.custodies()[0]
+	before := rowBytes(t, dbA, "jetstream-consumer")
+	err := Fenced(t.Context(), dbA, old, func(tx *sql.Tx) error { return writeProbe(tx, old.Fence) })
+	if !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("a fenced write under a's old custody: got %v, want ErrSuperseded", err)
+	}
+	if n := probeWrites(t, dbA); n != 0 || rowBytes(t, dbA, "jetstream-consumer") != before {
+		t.Fatalf("a's old custody changed something: %d writes", n)
+	}
+	if n := h.events.count(is(events.WorkerStarted, "instance-a")); n != 1 {
+		t.Fatalf("a started %d workers", n)
+	}
+	if row := readRow(t, dbA, "jetstream-consumer"); row.Holder != "instance-b" || row.Fence != 2 {
+		t.Fatalf("row after a resumed: %+v", row)
+	}
+}
+
+// A holder whose row was taken while it still trusted its grant (e.g. its
+// clock ran slow) learns it on its next renewal and stops its worker at
+// once, without releasing anything.
+func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	p := &probe{}
+	h.start(Options{Name: "backfill", Instance: "instance-a", Timing: fastTiming, Store: NewStore(db, fastTiming.TTL), Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	if _, err := db.Exec(`UPDATE leases SET holder = 'instance-b', fence = fence + 1, expires_at = ` +
+		database.NowMS + ` + 60000 WHERE name = 'backfill'`); err != nil {
+		t.Fatal(err)
+	}
+	before := rowBytes(t, db, "backfill")
+	lost, _ := h.events.wait(t, 0, "lease.lost", is(events.LeaseLost, "instance-a"))
+	h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+	h.events.wait(t, 0, "lease.contended after the loss", is(events.LeaseContended, "instance-a"))
+	if lost.Reason != events.ReasonSuperseded || lost.Fence != 1 {
+		t.Fatalf("lease.lost %+v, want reason superseded fence 1", lost)
+	}
+	if after := rowBytes(t, db, "backfill"); after != before {
+		t.Fatalf("the superseded holder touched the new holder's row:\nbefore %s\nafter  %s", before, after)
+	}
+	if n := h.events.count(is(events.LeaseReleased, "instance-a")); n != 0 {
+		t.Fatal("a superseded holder released")
+	}
+}
