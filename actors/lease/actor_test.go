@@ -72,6 +72,36 @@ func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
 	}
 }
 
+// The renewal that is in flight when a shutdown releases the lease must not
+// land after the release and revive the grant for a whole TTL: that would
+// hold up the handover exactly as a lost release does.
+func TestARenewalInFlightAtShutdownCannotReviveTheReleasedLease(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	t.Cleanup(store.resume)
+	p := &probe{}
+	r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	store.hold(false)
+	<-store.entered // a renewal has left the actor and waits on the network
+	h.stop(r)
+	r.wait(t)
+	if st := readRow(t, db, "jetstream-consumer").State(); st != StateReleased {
+		t.Fatalf("after shutdown the lease is %s", st)
+	}
+	store.resume() // the renewal reaches the database after the release
+	select {
+	case err := <-store.heldRenewals:
+		t.Logf("late renewal answered: %v", err)
+	case <-time.After(waitFor):
+		t.Fatal("the held renewal never answered")
+	}
+	if row := readRow(t, db, "jetstream-consumer"); row.State() != StateReleased {
+		t.Fatalf("a renewal that landed after the release revived the lease: %s for %d ms more", row.State(), row.ExpiresAt-row.Now)
+	}
+}
+
 func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 	cases := []struct {
 		name   string

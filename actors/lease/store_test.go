@@ -228,3 +228,27 @@ func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
 		t.Fatalf("release moved an old expiry %d to %d", before.ExpiresAt, after.ExpiresAt)
 	}
 }
+
+func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
+	for _, end := range []string{"released", "expired"} {
+		t.Run(end, func(t *testing.T) {
+			db := openDB(t)
+			s := NewStore(db, longTTL)
+			c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
+			if end == "released" {
+				if err := s.Release(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				expireNow(t, db, "jetstream-consumer")
+			}
+			before := rowBytes(t, db, "jetstream-consumer")
+			if err := s.Renew(context.Background(), c); !errors.Is(err, ErrSuperseded) {
+				t.Fatalf("renewal of a %s grant: got %v, want ErrSuperseded", end, err)
+			}
+			if after := rowBytes(t, db, "jetstream-consumer"); after != before {
+				t.Fatalf("renewal changed a %s grant:\nbefore %s\nafter  %s", end, before, after)
+			}
+		})
+	}
+}
