@@ -137,7 +137,7 @@ func TestAStoreNeverJudgesExpiryByItsLocalClock(t *testing.T) {
 
 	// Held by another instance for 10 s more on the database's clock.
 	if _, err := admin.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
-SELECT 'jetstream-consumer', 'instance-a', 7, n - 5000, n - 5000, n + 10000 FROM (SELECT `+database.NowMS+` AS n)`); err != nil {
+SELECT 'jetstream-consumer', 'instance-a', 7, n - 5000, n - 5000, n + 10000 FROM (SELECT ` + database.NowMS + ` AS n)`); err != nil {
 		t.Fatal(err)
 	}
 	before := rowBytes(t, admin, "jetstream-consumer")
