@@ -3,9 +3,12 @@ package lease
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/events"
@@ -226,4 +229,91 @@ func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
 	if n := h.events.count(is(events.LeaseReleased, "instance-a")); n != 0 {
 		t.Fatal("a superseded holder released")
 	}
+}
+
+// quickTiming makes a renewal due every 20 ms, for tests that loop.
+var quickTiming = Timing{TTL: time.Second, RenewInterval: 20 * time.Millisecond,
+	RenewDeadline: 500 * time.Millisecond, RetryInterval: 100 * time.Millisecond}
+
+// A shutdown request and the news of a takeover arriving together, in
+// either order and every interleaving the scheduler produces, stop the
+// worker exactly once and never panic the LeaseActor.
+func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	shared := NewStore(db, quickTiming.TTL)
+	const rounds = 100
+	outcomes := map[string]int{}
+	for i := range rounds {
+		name := fmt.Sprintf("lease-%d", i)
+		store := newFaultyStore(shared)
+		store.failAfter = fmt.Errorf("renew lease %q: %w", name, ErrSuperseded)
+		p := &probe{}
+		r := h.start(Options{Name: name, Instance: "instance-a", Timing: quickTiming, Store: store, Worker: p.props})
+		h.events.wait(t, 0, "worker.started for "+name, isFor(events.WorkerStarted, "instance-a", name))
+		store.hold(false)
+		<-store.entered
+		if i%2 == 0 {
+			store.resume()
+			h.stop(r)
+		} else {
+			h.stop(r)
+			store.resume()
+		}
+		r.wait(t)
+		if n := p.stopping.Load(); n != 1 {
+			t.Fatalf("round %d: worker received Stopping %d times", i, n)
+		}
+		if n := h.events.count(isFor(events.WorkerStopped, "instance-a", name)); n != 1 {
+			t.Fatalf("round %d: %d worker.stopped events", i, n)
+		}
+		if n := r.panics.Load(); n != 0 {
+			t.Fatalf("round %d: the lease actor panicked: %v", i, r.reason.Load())
+		}
+		lost := h.events.count(isFor(events.LeaseLost, "instance-a", name))
+		released := h.events.count(isFor(events.LeaseReleased, "instance-a", name))
+		if lost+released != 1 {
+			t.Fatalf("round %d: %d lease.lost and %d lease.released; want exactly one end of custody", i, lost, released)
+		}
+		if lost == 1 {
+			outcomes["lost"]++
+		} else {
+			outcomes["released"]++
+		}
+	}
+	t.Logf("ends of custody over %d rounds: %v", rounds, outcomes)
+}
+
+// Losing and regaining custody again and again leaves no goroutine
+// behind: not the renew loop's calls, not the timers, not the workers.
+func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	db, thiefDB := openDBFile(t, path), openDBFile(t, path)
+	thief := NewStore(thiefDB, quickTiming.TTL)
+	baseline := goleak.IgnoreCurrent()
+	h := newHarness(t)
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming, Store: NewStore(db, quickTiming.TTL), Worker: p.props})
+	_, at := h.events.wait(t, 0, "lease.acquired", is(events.LeaseAcquired, "instance-a"))
+	for cycle := range 20 {
+		// Another instance takes the lease over and hands it straight back.
+		expireNow(t, thiefDB, "cleanup")
+		c := mustAcquire(t, thief, "cleanup", "instance-b")
+		if err := thief.Release(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+		lost, i := h.events.wait(t, at+1, "lease.lost", is(events.LeaseLost, "instance-a"))
+		if lost.Reason != events.ReasonSuperseded {
+			t.Fatalf("cycle %d: lost with reason %q", cycle, lost.Reason)
+		}
+		var acq events.Custody
+		acq, at = h.events.wait(t, i+1, "lease.acquired", is(events.LeaseAcquired, "instance-a"))
+		if acq.Fence != c.Fence+1 {
+			t.Fatalf("cycle %d: re-acquired with fence %d, want %d", cycle, acq.Fence, c.Fence+1)
+		}
+	}
+	eventually(t, "21 workers started, 20 stopped", func() bool { return p.started.Load() == 21 && p.stopping.Load() == 20 })
+	h.stopAndWait(r)
+	h.shutdown()
+	goleak.VerifyNone(t, baseline)
 }

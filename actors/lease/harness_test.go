@@ -492,3 +492,17 @@ func (f *faultyStore) Release(ctx context.Context, c Custody) error {
 	}
 	return f.inner.Release(ctx, c)
 }
+
+// eventually polls cond until it holds, failing the test after waitFor.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitFor)
+		}
+		<-tick.C
+	}
+}
