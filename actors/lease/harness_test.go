@@ -280,7 +280,8 @@ type probe struct {
 	started, stopping, restarting atomic.Int32
 	// stoppingAt is when the last worker received Stopping.
 	stoppingAt atomic.Value
-	// panicOnStart makes every start (spawn or restart) panic with it.
+	// panicOnStart (a string) makes every start (spawn or restart) panic
+	// with it; "" stops that.
 	panicOnStart atomic.Value
 	mu           sync.Mutex
 	custody      []Custody
@@ -328,7 +329,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 		w.p.mu.Lock()
 		w.p.self = ctx.Self()
 		w.p.mu.Unlock()
-		if reason := w.p.panicOnStart.Load(); reason != nil {
+		if reason, _ := w.p.panicOnStart.Load().(string); reason != "" {
 			panic(reason)
 		}
 	case *actor.Restarting:
