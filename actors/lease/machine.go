@@ -246,8 +246,8 @@ type Machine struct {
 	callSeq   uint64
 	callStart time.Duration
 	lastErr   error
-	nudged    bool // a nudge arrived while an acquire was in flight
-	lastNudge time.Duration
+	nudged    bool          // a nudge arrived while an acquire was in flight
+	lastNudge time.Duration // when the last nudged attempt was (or is) due
 	everNudge bool
 	abandoned map[uint64]bool // acquire attempts given up on; a late grant is released
 	callFence int64           // fence a renew in flight is for
@@ -455,15 +455,25 @@ func (m *Machine) onNudge(now time.Duration) {
 		return
 	}
 	if m.call == callAcquire {
-		m.nudged = true
+		m.nudged = true // acted on when the attempt in flight answers
 		return
 	}
-	if m.everNudge && now-m.lastNudge < nudgeSpacing {
-		return
+	m.nudgeAttempt(now)
+}
+
+// nudgeAttempt brings the next acquire attempt forward to now, or to
+// nudgeSpacing after the last nudged attempt if that is later. Every path
+// by which a nudge causes an attempt goes through here, so a flood costs
+// at most one attempt per spacing; a nudge inside the spacing is deferred,
+// not dropped, because it may announce a release the last attempt missed.
+func (m *Machine) nudgeAttempt(now time.Duration) {
+	at := now
+	if m.everNudge {
+		at = max(at, m.lastNudge+nudgeSpacing)
 	}
-	m.everNudge, m.lastNudge = true, now
-	if now < m.nextAcquireAt {
-		m.nextAcquireAt = now
+	if at < m.nextAcquireAt {
+		m.nextAcquireAt = at
+		m.everNudge, m.lastNudge = true, at
 	}
 }
 
@@ -506,10 +516,10 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		if left := max(g.TimeLeft, 0) + expiryMargin; left < wait {
 			wait = left
 		}
-		if nudged {
-			wait = 0
-		}
 		m.nextAcquireAt = max(now+wait, m.cooldownUntil)
+		if nudged {
+			m.nudgeAttempt(now)
+		}
 		return
 	}
 	m.fence = g.Fence
