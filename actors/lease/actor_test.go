@@ -317,3 +317,43 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	h.shutdown()
 	goleak.VerifyNone(t, baseline)
 }
+
+// zombieTiming has a TTL long next to the retry interval, so a grant left
+// to run out is easy to tell from one handed back.
+var zombieTiming = Timing{TTL: 4 * time.Second, RenewInterval: 100 * time.Millisecond,
+	RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+
+// Renewals that hung past the deadline (the holder gave the lease up as a
+// blackout) may still reach the database afterwards, before the grant ran
+// out, and extend it for a whole TTL that nobody uses: the holder itself
+// then contends against its own dead grant. Such a late success must be
+// handed back at once, as a late grant is.
+func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := newFaultyStore(NewStore(db, zombieTiming.TTL))
+	t.Cleanup(store.resume)
+	p := &probe{}
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	store.hold(false)
+	lost, i := h.events.wait(t, 0, "lease.lost", is(events.LeaseLost, "instance-a"))
+	if lost.Reason != events.ReasonBlackout {
+		t.Fatalf("lost with reason %q", lost.Reason)
+	}
+	h.events.wait(t, i, "lease.contended against its own grant", is(events.LeaseContended, "instance-a"))
+	resumed := time.Now()
+	store.resume()
+	if err := <-store.heldRenewals; err != nil {
+		t.Fatalf("the first held renewal: %v (want it to land and succeed)", err)
+	}
+	acq, _ := h.events.wait(t, i, "lease.acquired again", is(events.LeaseAcquired, "instance-a"))
+	took := acq.At.Sub(resumed)
+	t.Logf("re-acquired %s after the held renewals landed", took)
+	if took >= zombieTiming.TTL/2 {
+		t.Fatalf("the lease sat idle %s after a late renewal extended it: the late grant was not handed back", took)
+	}
+	if acq.Fence != 2 {
+		t.Fatalf("re-acquired with fence %d, want 2", acq.Fence)
+	}
+}

@@ -129,3 +129,148 @@ func TestANudgeIsDeferredByTheSpacingNeverDropped(t *testing.T) {
 		t.Fatalf("%d attempts after a nudge during an attempt in flight, want exactly one more", len(d.attempts)-inFlight)
 	}
 }
+
+// holder drives one Machine through a grant, collecting its commands.
+type holder struct {
+	t   *testing.T
+	m   *Machine
+	now time.Duration
+	out []Command
+}
+
+func newHolder(t *testing.T) *holder {
+	h := &holder{t: t, m: NewMachine("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)))}
+	h.step(Start{})
+	acq := h.only(AcquireCmd{}).(AcquireCmd)
+	h.step(AcquireResult{Seq: acq.Seq, Grant: Grant{Granted: true, Fence: 1}})
+	h.only(SpawnWorkerCmd{})
+	return h
+}
+
+func (h *holder) step(in Input) {
+	h.out = h.m.Step(h.now, in)
+}
+
+func (h *holder) at(now time.Duration, in Input) {
+	h.now = now
+	h.step(in)
+}
+
+// only returns the one command of like's type in the last output (fails
+// if there is not exactly one).
+func (h *holder) only(like Command) Command {
+	h.t.Helper()
+	var found []Command
+	for _, c := range h.out {
+		if sameType(c, like) {
+			found = append(found, c)
+		}
+	}
+	if len(found) != 1 {
+		h.t.Fatalf("want one %T in %+v", like, h.out)
+	}
+	return found[0]
+}
+
+func (h *holder) none(like Command) {
+	h.t.Helper()
+	for _, c := range h.out {
+		if sameType(c, like) {
+			h.t.Fatalf("unexpected %+v in %+v", c, h.out)
+		}
+	}
+}
+
+func sameType(a, b Command) bool {
+	switch a.(type) {
+	case AcquireCmd:
+		_, ok := b.(AcquireCmd)
+		return ok
+	case RenewCmd:
+		_, ok := b.(RenewCmd)
+		return ok
+	case ReleaseCmd:
+		_, ok := b.(ReleaseCmd)
+		return ok
+	case SpawnWorkerCmd:
+		_, ok := b.(SpawnWorkerCmd)
+		return ok
+	case StopWorkerCmd:
+		_, ok := b.(StopWorkerCmd)
+		return ok
+	}
+	return false
+}
+
+// loseToBlackout lets the first renewal hang past the renew deadline and
+// returns its seq; the machine has lost custody and ordered the worker
+// stopped.
+func (h *holder) loseToBlackout() uint64 {
+	h.t.Helper()
+	h.at(fastTiming.RenewInterval, Tick{})
+	first := h.only(RenewCmd{}).(RenewCmd)
+	h.at(fastTiming.RenewInterval+fastTiming.RenewDeadline/2, Tick{}) // abandoned; a second renewal goes out
+	h.only(RenewCmd{})
+	h.at(fastTiming.RenewDeadline, Tick{})
+	h.only(StopWorkerCmd{})
+	if h.m.WorkerActive() || h.m.Phase() != PhaseStopping {
+		h.t.Fatalf("not lost at the deadline: phase %s", h.m.Phase())
+	}
+	return first.Seq
+}
+
+func TestALateRenewalSuccessAfterLossIsHandedBackOnceTheWorkerStopped(t *testing.T) {
+	h := newHolder(t)
+	seq := h.loseToBlackout()
+	// The hung renewal lands while the worker is still stopping: the grant
+	// it extended keeps others out until the worker is gone.
+	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
+	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+	if !rel.Stale || rel.Custody.Fence != 1 || rel.Custody.Holder != "instance-a" {
+		t.Fatalf("hand-back %+v, want a stale release of fence 1", rel)
+	}
+	h.at(h.now+time.Millisecond, Tick{})
+	h.none(ReleaseCmd{})
+}
+
+func TestALateRenewalSuccessAfterTheWorkerStoppedIsHandedBackAtOnce(t *testing.T) {
+	h := newHolder(t)
+	seq := h.loseToBlackout()
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
+	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); !rel.Stale || rel.Custody.Fence != 1 {
+		t.Fatalf("hand-back %+v", rel)
+	}
+}
+
+func TestALateRenewalSuccessUnderCustodyStillHeldReleasesNothing(t *testing.T) {
+	h := newHolder(t)
+	h.at(fastTiming.RenewInterval, Tick{})
+	first := h.only(RenewCmd{}).(RenewCmd)
+	h.at(fastTiming.RenewInterval+fastTiming.RenewDeadline/2, Tick{}) // abandoned
+	second := h.only(RenewCmd{}).(RenewCmd)
+	h.at(h.now+time.Millisecond, RenewResult{Seq: second.Seq})
+	h.at(h.now+time.Millisecond, RenewResult{Seq: first.Seq}) // late, custody still ours
+	h.none(ReleaseCmd{})
+	if !h.m.WorkerActive() {
+		t.Fatal("a late renewal success ended custody")
+	}
+}
+
+func TestARenewalInFlightAtShutdownIsNotHandedBackTwice(t *testing.T) {
+	h := newHolder(t)
+	h.at(fastTiming.RenewInterval, Tick{})
+	renew := h.only(RenewCmd{}).(RenewCmd)
+	h.at(h.now+time.Millisecond, StopRequested{})
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+	if rel.Stale {
+		t.Fatal("the shutdown release is not stale")
+	}
+	// The renewal answers while the machine's own release is in flight.
+	h.at(h.now+time.Millisecond, RenewResult{Seq: renew.Seq})
+	h.none(ReleaseCmd{})
+}
