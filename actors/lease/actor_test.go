@@ -357,3 +357,28 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 		t.Fatalf("re-acquired with fence %d, want 2", acq.Fence)
 	}
 }
+
+// A LeaseActor stopped outright (its parent stopped it rather than asking)
+// skips the graceful path; its worker is stopped first by the actor
+// system, and the release still lands before the LeaseActor terminates.
+func TestALeaseActorStoppedOutrightStillReleasesBeforeItTerminates(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	store.releaseLag = 100 * time.Millisecond
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	h.sys.Root.Stop(r.pid)
+	r.wait(t)
+	if st := readRow(t, db, "cleanup").State(); st != StateReleased {
+		t.Fatalf("terminated with the lease %s", st)
+	}
+	if p.stopping.Load() != 1 {
+		t.Fatalf("worker stopped %d times", p.stopping.Load())
+	}
+	rel, _ := h.events.wait(t, 0, "lease.released", is(events.LeaseReleased, "instance-a"))
+	if rel.Reason != events.ReasonShutdown || rel.Fence != 1 {
+		t.Fatalf("lease.released %+v", rel)
+	}
+}
