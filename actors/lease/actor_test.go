@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/events"
 )
@@ -317,8 +319,7 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	h.shutdown()
 	// protoactor's dead-letter log throttle (started when a message reaches
 	// a stopped actor) ends on its own after its 1 s window: not ours.
-	goleak.VerifyNone(t, baseline,
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"))
+	leakcheck.VerifyNone(t, baseline)
 }
 
 // zombieTiming has a TTL long next to the retry interval, so a grant left

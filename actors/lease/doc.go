@@ -18,8 +18,9 @@
 // Who holds a lease and until when. Acquire is a single INSERT ... ON
 // CONFLICT(name) DO UPDATE ... WHERE leases.expires_at <= now, so two
 // contenders racing for one expired grant cannot both win: the loser's
-// update matches no row. Renew and release match name, holder and fence;
-// zero rows means superseded. Release expires the row in place
+// update matches no row. Renew and release match name, holder and fence
+// (renew also an unexpired grant: a renewal that reaches the database after
+// a release or an expiry must not revive it); zero rows means superseded. Release expires the row in place
 // (renewed_at = expires_at = now) and keeps holder and fence, so the fence
 // survives and a stalled former holder can never match again. Nothing
 // deletes a lease row.
@@ -85,7 +86,10 @@
 // its nudge endpoint (lease_contenders); a holder that has just released
 // POSTs to each recent contender, which makes an acquire attempt at once.
 // Correctness never depends on the nudge: a nudge can only cause an
-// acquire attempt (rate-limited), and a lost one costs a retry interval.
+// acquire attempt (at most one per nudgeSpacing, however many arrive), and
+// a lost one costs a retry interval. A grant that turns up after custody
+// was given up (an acquire or renewal answered too late) is handed back
+// at once rather than left to run out its TTL.
 // A crashed holder is replaced within about TTL, because a contender
 // sleeps until the grant's time left (read from the database) rather
 // than a full retry interval.
