@@ -71,7 +71,7 @@ func newRootCommand() *cobra.Command {
 		return openDatabase(ctx, cfg)
 	}
 	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(flags, open),
-		newWebhooksCommand(open), newReplayCommand(), newBenchCommand())
+		newWebhooksCommand(open), newReplayCommand(), newSynthCommand(), newBenchCommand())
 	return root
 }
 
