@@ -42,5 +42,5 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 			t.Errorf("figure %s: unit %q, want %q (output:\n%s)", name, got[name], unit, stdout.String())
 		}
 	}
-	t.Logf("quick figures (race-enabled binary, few rounds: not a measurement):\n%s", stdout.String())
+	t.Logf("quick figures (few rounds: not a measurement):\n%s", stdout.String())
 }

@@ -56,9 +56,10 @@ func run(m *testing.M) int {
 	return code
 }
 
-// Leases the workers on this branch run under (SPEC §4). cleanup is leased
-// and on by default; billing-tier-refresh runs when the test enables it
-// with a local Stripe stub.
+// Leases the scenarios run (SPEC §4): cleanup and the Jetstream consumer
+// are leased and on by default (with no Jetstream to reach, the consumer
+// keeps redialling, holding its lease); billing-tier-refresh runs when the
+// test enables it with a local Stripe stub.
 const (
 	leaseCleanup = "cleanup"
 	leaseBilling = "billing-tier-refresh"
@@ -66,7 +67,10 @@ const (
 )
 
 // leasedWorkers are the leases every scenario checks.
-var leasedWorkers = []string{leaseCleanup, leaseBilling}
+var leasedWorkers = []string{leaseCleanup, leaseBilling, leaseConsumer}
+
+// firstFences is the first grant of every lease on a new database.
+var firstFences = map[string]int64{leaseCleanup: 1, leaseBilling: 1, leaseConsumer: 1}
 
 // newCluster returns a cluster in t.TempDir whose processes are stopped at
 // the end of the test; on failure the last log lines of each are printed.

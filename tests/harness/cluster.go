@@ -215,3 +215,11 @@ func WaitAny(ctx context.Context, m Match, instances ...*Instance) (*Instance, E
 	}
 	return nil, Event{}, last
 }
+
+// Adopt adds a process started with StartCommand (a replay server, say)
+// so that Close stops it and Races reads its stderr.
+func (c *Cluster) Adopt(i *Instance) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.instances = append(c.instances, i)
+}

@@ -143,8 +143,17 @@ func StartInstance(bin, dir string, s Spec) (*Instance, error) {
 		return nil, err
 	}
 	args := append(append([]string(nil), s.Wrap...), bin, "serve", "--config", cfgPath)
+	return StartCommand(idir, s.ID, args...)
+}
+
+// StartCommand starts any appview command (e.g. jetstream-replay) with
+// its stderr read as events, like an instance's; dir receives stderr.log.
+func StartCommand(dir, id string, args ...string) (*Instance, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Dir = idir
+	cmd.Dir = dir
 	// Only what the process needs: no APPVIEW_* variables of the caller
 	// leak into the configuration under test.
 	cmd.Env = cleanEnv()
@@ -153,15 +162,15 @@ func StartInstance(bin, dir string, s Spec) (*Instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.Create(filepath.Join(idir, "stderr.log"))
+	raw, err := os.Create(filepath.Join(dir, "stderr.log"))
 	if err != nil {
 		return nil, err
 	}
-	i := &Instance{ID: s.ID, Dir: idir, Log: newLog(), cmd: cmd, exited: make(chan struct{})}
+	i := &Instance{ID: id, Dir: dir, Log: newLog(), cmd: cmd, exited: make(chan struct{})}
 	i.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		raw.Close()
-		return nil, fmt.Errorf("harness: start %s: %w", s.ID, err)
+		return nil, fmt.Errorf("harness: start %s: %w", id, err)
 	}
 	go i.read(stderr, raw)
 	return i, nil
