@@ -269,12 +269,17 @@ func TestSigkillHandsOverWithinTTLPlusOneSecond(t *testing.T) {
 	}
 }
 
+// frozenTraffic flows while a holder is frozen: paced so that it lasts
+// past the freeze, the takeover and the resume.
+var frozenTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 400}
+
 func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *testing.T) {
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
-	ctx := within(t, 60*time.Second)
-	a, err := c.Start(ctx, leasedSpec("a", db, stripe))
+	tr := startTraffic(t, c, db, frozenTraffic)
+	ctx := within(t, 2*time.Minute)
+	a, err := c.Start(ctx, tr.spec(leasedSpec("a", db, stripe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +296,11 @@ func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *t
 	if _, err := a.Wait(ctx, sweep("ok")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Start(ctx, leasedSpec("b", db, stripe))
+	// The same for the consumer: it has committed part of the stream.
+	if _, err := tr.waitCursor(ctx, tr.progress(0.1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Start(ctx, tr.spec(leasedSpec("b", db, stripe)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +326,25 @@ func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *t
 		t.Fatal(err)
 	}
 	t.Logf("a frozen at %s; b took over every lease after %v", frozen.Format("15:04:05.000"), time.Since(frozen))
+	// b's consumer commits under its fence; what a wrote under its own
+	// fence is fixed from now on: no row may gain or change under it.
+	before, err := tr.cursor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.waitCursor(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	staleFence := fences[leaseConsumer]
+	snapshot := tr.rowsUnderFence(ctx, staleFence)
+	total := 0
+	for _, table := range fencedTables {
+		total += len(snapshot[table])
+		t.Logf("%s: %d rows under a's fence %d at the takeover", table, len(snapshot[table]), staleFence)
+	}
+	if total == 0 {
+		t.Fatal("a wrote nothing under its fence before it froze: the check below would prove nothing")
+	}
 	resumeMark := a.Log.Len()
 	resumed := time.Now()
 	if err := a.Signal(sigCont); err != nil {
@@ -357,6 +385,21 @@ func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *t
 	}) {
 		t.Errorf("a acted as a holder after the takeover: %s\n  %s", e, e.Line)
 	}
+	if err := tr.waitDrained(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := tr.rowsUnderFence(ctx, staleFence)
+	for table, rows := range after {
+		for row := range rows {
+			if !snapshot[table][row] {
+				t.Errorf("%s: a row was written under a's stale fence %d after the takeover: %s", table, staleFence, row)
+			}
+		}
+	}
+	// A request of the frozen holder may have reached the receiver without
+	// its outcome being recorded: only the next holder can send it again,
+	// so a resend across the change of custody is inherent here.
+	tr.check(ctx, true)
 	rows, err := harness.Leases(ctx, bin, db)
 	if err != nil {
 		t.Fatal(err)
