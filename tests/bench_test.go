@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/tests/harness"
 )
 
 // TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview bench
@@ -15,6 +17,7 @@ import (
 // benchmark itself, never to a timed test).
 func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 	cmd := exec.CommandContext(within(t, 2*time.Minute), bin, "bench", "--quick", "--sqld", sqldBin(t), "--dir", t.TempDir())
+	cmd.Env = harness.CleanEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

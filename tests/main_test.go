@@ -161,9 +161,9 @@ func within(t *testing.T, d time.Duration) context.Context {
 }
 
 // keepLogs copies a failed test's instance directories (configs, full
-// stderr logs) to $APPVIEW_TESTS_KEEP/<test name>, when that is set.
+// stderr logs) to $TESTS_KEEP_LOGS/<test name>, when that is set.
 func keepLogs(t *testing.T, dir string) {
-	keep := os.Getenv("APPVIEW_TESTS_KEEP")
+	keep := os.Getenv("TESTS_KEEP_LOGS")
 	if keep == "" {
 		return
 	}

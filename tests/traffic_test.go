@@ -362,6 +362,7 @@ func pushingDIDs(keys []string) []string {
 func runCmd(t *testing.T, ctx context.Context, name string, args ...string) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = harness.CleanEnv()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}

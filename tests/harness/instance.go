@@ -176,6 +176,12 @@ func StartCommand(dir, id string, args ...string) (*Instance, error) {
 	return i, nil
 }
 
+// CleanEnv is this process's environment without APPVIEW_* variables:
+// appview refuses an APPVIEW_ variable that names no configuration key
+// (scripts/test exports APPVIEW_SQLD), and the configuration under test
+// must come from the harness alone.
+func CleanEnv() []string { return cleanEnv() }
+
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
