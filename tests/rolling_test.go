@@ -13,9 +13,14 @@ import (
 // time, among three running ones.
 const rollingCycles = 20
 
-// rollingTraffic is the stream a rolling restart runs under: long enough
-// at its pace to span several restarts on a fast host.
-var rollingTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 1000}
+// rollingTraffic is the stream a rolling restart runs under: at its pace
+// it spans every restart of an optimized build (about 8 s) and the first
+// several of a race-enabled one, whose instances start slower.
+var rollingTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 400}
+
+// minRestartsInFlight is how many restarts must find traffic still to
+// consume for the run to say anything about handing over a busy consumer.
+const minRestartsInFlight = 2
 
 // TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook
 // replaces three instances one at a time, twenty times, while synthetic
@@ -84,6 +89,9 @@ func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testin
 		running = append(rest, fresh)
 	}
 	t.Logf("%d of %d restarts happened with traffic still to consume", inFlight, rollingCycles)
+	if inFlight < minRestartsInFlight {
+		t.Errorf("only %d restarts found traffic in flight; want at least %d (the stream ran out too soon)", inFlight, minRestartsInFlight)
+	}
 	if err := tr.waitDrained(ctx); err != nil {
 		t.Fatal(err)
 	}
