@@ -20,7 +20,10 @@
 //     moment two instances ran one leased worker, or a grant whose fence did
 //     not grow by exactly one.
 //   - StartSqld runs `sqld --db-path DIR --http-listen-addr 127.0.0.1:PORT`
-//     and waits until it answers.
+//     and waits until it answers; StartCommand runs any other appview
+//     command (jetstream-replay, say) with its log read the same way.
+//   - Leases reads the lease table through `appview leases --json`, the way
+//     an operator does.
 //
 // Clocks: custody events carry "at", when the custody changed (wall
 // clock, microseconds), besides "time", when the line was written

@@ -115,7 +115,6 @@ type Instance struct {
 	Log *Log
 
 	cmd      *exec.Cmd
-	started  time.Time
 	exited   chan struct{}
 	mu       sync.Mutex
 	exitedAt time.Time
@@ -167,7 +166,6 @@ func StartCommand(dir, id string, args ...string) (*Instance, error) {
 		return nil, err
 	}
 	i := &Instance{ID: id, Dir: dir, Log: newLog(), cmd: cmd, exited: make(chan struct{})}
-	i.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("harness: start %s: %w", id, err)
