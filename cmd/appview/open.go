@@ -34,4 +34,3 @@ func openDatabase(ctx context.Context, cfg config.Config) (*database.DB, error) 
 	}
 	return db, nil
 }
-
