@@ -68,13 +68,22 @@ func testMain(m *testing.M) int {
 // (a developer's APPVIEW_DATABASE_URL, or the APPVIEW_SQLD that
 // scripts/test exports, would otherwise reach the child, and config.Load
 // refuses unknown APPVIEW_* names), plus extra.
+//
+// A race-enabled child would sleep 1 s at exit (GORACE atexit_sleep_ms
+// defaults to 1000), which is not the product's stop time: it is set to 0.
 func childEnv(extra ...string) []string {
 	var env []string
+	gorace := "atexit_sleep_ms=0"
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "APPVIEW_") {
+		switch {
+		case strings.HasPrefix(kv, "APPVIEW_"):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
 			env = append(env, kv)
 		}
 	}
+	env = append(env, "GORACE="+gorace)
 	return append(env, extra...)
 }
 
