@@ -98,6 +98,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	}
 	pool.SetMaxOpenConns(max)
 	pool.SetMaxIdleConns(max)
+	if remote {
+		pool.SetConnMaxIdleTime(remoteMaxIdle)
+	}
 	db := &DB{DB: pool, Remote: remote, Path: path, connector: c}
 	if err := db.Ping(ctx); err != nil {
 		_ = db.Close()
@@ -172,7 +175,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	if c.remote { // sqld refuses PRAGMA busy_timeout; the server handles locking
-		return conn, nil
+		return wrapRemote(conn), nil
 	}
 	pragmas := []string{
 		fmt.Sprintf("PRAGMA busy_timeout = %d", c.busyTimeout.Milliseconds()),
