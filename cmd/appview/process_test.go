@@ -222,13 +222,21 @@ func (p *proc) lines() []string {
 	return out
 }
 
-// logLine finds the first stderr JSON line whose fields include want.
-func (p *proc) logLine(want map[string]string) (map[string]any, bool) {
+// logLines returns every stderr line that is a JSON object, decoded.
+func (p *proc) logLines() []map[string]any {
+	var out []map[string]any
 	for _, line := range p.lines() {
 		var m map[string]any
-		if json.Unmarshal([]byte(line), &m) != nil {
-			continue
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
 		}
+	}
+	return out
+}
+
+// logLine finds the first stderr JSON line whose fields include want.
+func (p *proc) logLine(want map[string]string) (map[string]any, bool) {
+	for _, m := range p.logLines() {
 		match := true
 		for k, v := range want {
 			if s, _ := m[k].(string); s != v {
