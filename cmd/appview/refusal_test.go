@@ -202,3 +202,27 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 		t.Fatalf("serve --config (init output): exit %d after SIGINT, want 0", code)
 	}
 }
+
+func TestServeTakesTheFileThenTheEnvironmentThenSet(t *testing.T) {
+	// Each source sets a ttl too short for the default renew_interval
+	// (5s), so the refusal names the ttl that won.
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "appview.yaml"), "leases:\n  ttl: 1s\n")
+	env := childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"file", nil, nil, "(5s >= 1s/2)"},
+		{"environment over file", []string{"APPVIEW_LEASES_TTL=2s"}, nil, "(5s >= 2s/2)"},
+		{"--set over environment", []string{"APPVIEW_LEASES_TTL=2s"}, []string{"--set", "leases.ttl=4s"}, "(5s >= 4s/2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--config", "appview.yaml"}, tc.args...)
+			r := runAppview(t, dir, append(append([]string{}, env...), tc.env...), args...)
+			assertRefusal(t, r, "leases.renew_interval", tc.want)
+		})
+	}
+}
