@@ -356,6 +356,20 @@ func (c Config) Validate() error {
 		return keyErr("backfill.concurrency", "must be at least 1")
 	case c.Cleanup.Interval <= 0:
 		return keyErr("cleanup.interval", "must be positive")
+	case c.Cleanup.ChunkRows < 1:
+		return keyErr("cleanup.chunk_rows", "must be at least 1")
+	case c.Labeler.StaleTimeout <= 0:
+		return keyErr("labeler.stale_timeout", "must be positive, got %s", c.Labeler.StaleTimeout)
+	case c.Billing.Timeout <= 0:
+		return keyErr("billing.timeout", "must be positive")
+	case c.Billing.DefaultTierRank < 0:
+		return keyErr("billing.default_tier_rank", "must not be negative")
+	case c.Health.Concurrency < 1:
+		return keyErr("health.concurrency", "must be at least 1")
+	case c.Health.Timeout >= c.Health.CheckInterval:
+		return keyErr("health.timeout", "must be below health.check_interval (%s), got %s", c.Health.CheckInterval, c.Health.Timeout)
+	case c.Webhooks.Concurrency < 1:
+		return keyErr("webhooks.concurrency", "must be at least 1, got %d", c.Webhooks.Concurrency)
 	case c.Cleanup.Retention <= 0:
 		return keyErr("cleanup.retention", "must be positive")
 	case c.Billing.Interval <= 0:
@@ -374,7 +388,13 @@ func (c Config) Validate() error {
 			return keyErr("webhooks.retry_schedule", "delays must not be negative")
 		}
 	}
+	if err := checkURL("webhooks.public_url", c.Webhooks.PublicURL, "http", "https"); err != nil {
+		return err
+	}
 	if c.Backfill.Enabled {
+		if len(c.Backfill.RelayEndpoints) == 0 {
+			return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
+		}
 		for _, u := range c.Backfill.RelayEndpoints {
 			if err := checkURL("backfill.relay_endpoints", u, "http", "https"); err != nil {
 				return err

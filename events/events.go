@@ -47,6 +47,9 @@ const (
 	ReasonWorkerFailed = "worker-failed"
 	// ReasonStaleGrant: released because a grant arrived too late to trust.
 	ReasonStaleGrant = "stale-grant"
+	// ReasonActorRestarted: released by a LeaseActor restarted after its
+	// own failure, for the grant its previous incarnation held.
+	ReasonActorRestarted = "actor-restarted"
 )
 
 // Custody is one custody event. Lease is the lease name, or for an unleased

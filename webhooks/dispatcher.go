@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -80,40 +79,13 @@ type DispatcherOptions struct {
 	Log zerolog.Logger
 }
 
-// CheckConfig validates the webhooks section the dispatcher reads, as
-// *config.Error values naming the key (config.Validate covers
-// retry_schedule and timeout; this adds concurrency and public_url).
-func CheckConfig(c config.Webhooks) error {
-	if len(c.RetrySchedule) == 0 {
-		return &config.Error{Key: "webhooks.retry_schedule", Reason: "must list at least one delay (the first attempt)"}
-	}
-	for _, d := range c.RetrySchedule {
-		if d < 0 {
-			return &config.Error{Key: "webhooks.retry_schedule", Reason: "delays must not be negative"}
-		}
-	}
-	if c.Timeout <= 0 {
-		return &config.Error{Key: "webhooks.timeout", Reason: "must be positive"}
-	}
-	if c.Concurrency < 1 {
-		return &config.Error{Key: "webhooks.concurrency", Reason: fmt.Sprintf("must be at least 1, got %d", c.Concurrency)}
-	}
-	u, err := url.Parse(c.PublicURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return &config.Error{Key: "webhooks.public_url", Reason: fmt.Sprintf("want an http(s) URL with a host, got %q", c.PublicURL)}
-	}
-	return nil
-}
-
 // NewDispatcherOptions builds what every dispatcher of this process shares,
 // once, from the worker's Deps: the checked configuration, the guarded HTTP
 // client and the metrics (registered with d.Metrics). The consumer copies
 // the result and sets Custody for each grant before NewDispatcherProps.
-// Errors are a *config.Error or a metrics registration failure.
+// The configuration is assumed valid (config.Validate); errors are a
+// metrics registration failure.
 func NewDispatcherOptions(d system.Deps) (DispatcherOptions, error) {
-	if err := CheckConfig(d.Config.Webhooks); err != nil {
-		return DispatcherOptions{}, err
-	}
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
 		return DispatcherOptions{}, fmt.Errorf("webhook metrics: %w", err)

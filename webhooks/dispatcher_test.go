@@ -562,11 +562,9 @@ func TestUnfencedCustodyDeliversWithoutALeaseRow(t *testing.T) {
 	}
 }
 
-func TestCheckConfigNamesTheOffendingKey(t *testing.T) {
-	good := config.Default().Webhooks
-	if err := CheckConfig(good); err != nil {
-		t.Fatalf("default webhooks config refused: %v", err)
-	}
+func TestConfigValidateNamesTheOffendingWebhooksKey(t *testing.T) {
+	base := config.Default()
+	good := base.Webhooks
 	cases := map[string]func(c *config.Webhooks){
 		"webhooks.retry_schedule": func(c *config.Webhooks) { c.RetrySchedule = nil },
 		"webhooks.timeout":        func(c *config.Webhooks) { c.Timeout = 0 },
@@ -578,7 +576,9 @@ func TestCheckConfigNamesTheOffendingKey(t *testing.T) {
 		c.RetrySchedule = append([]time.Duration(nil), good.RetrySchedule...)
 		breakIt(&c)
 		var ce *config.Error
-		if err := CheckConfig(c); !errors.As(err, &ce) || ce.Key != key {
+		cfg := base
+		cfg.Webhooks = c
+		if err := cfg.Validate(); !errors.As(err, &ce) || ce.Key != key {
 			t.Errorf("breaking %s: got %v", key, err)
 		}
 	}
@@ -611,11 +611,5 @@ func TestDispatcherOptionsFromDepsShareCollectorsAcrossCalls(t *testing.T) {
 		if !names[n] {
 			t.Errorf("metric %s not registered (have %v)", n, names)
 		}
-	}
-
-	d.Config.Webhooks.PublicURL = ""
-	var ce *config.Error
-	if _, err := NewDispatcherOptions(d); !errors.As(err, &ce) || ce.Key != "webhooks.public_url" {
-		t.Fatalf("bad public_url: %v", err)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/database"
@@ -238,14 +240,8 @@ func (rc *receiver) byDelivery() map[string]int {
 // leakCheck verifies, at the end of the test (after every cleanup that
 // was registered later has run), that no goroutine of ours is left.
 func leakCheck(t *testing.T) {
-	opts := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		// protoactor's dead-letter log throttle: a library goroutine that
-		// ends on its own after its window, started when a message reaches
-		// a stopped actor.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	}
-	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { leakcheck.VerifyNone(t, before) })
 }
 
 // metricValue reads a counter or gauge (prometheus/testutil would need a

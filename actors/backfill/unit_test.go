@@ -126,7 +126,7 @@ func TestWorkerRegistersALeasedJobOnceOrPeriodic(t *testing.T) {
 	d.Config.Backfill.Enabled = true
 	d.Config.Backfill.RelayEndpoints = nil
 	var cerr *config.Error
-	if _, err := Worker(d, fakeApplier); !errors.As(err, &cerr) || cerr.Key != "backfill.relay_endpoints" {
+	if err := d.Config.Validate(); !errors.As(err, &cerr) || cerr.Key != "backfill.relay_endpoints" {
 		t.Fatalf("no relays: %v, want a config error on backfill.relay_endpoints", err)
 	}
 	d.Config.Backfill.RelayEndpoints = []string{"https://relay.example.com"}

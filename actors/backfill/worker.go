@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -9,8 +10,9 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -36,9 +38,6 @@ func Worker(d system.Deps, applier Applier) (system.Worker, error) {
 	cfg := d.Config.Backfill
 	if !cfg.Enabled {
 		return system.Worker{}, ErrDisabled
-	}
-	if len(cfg.RelayEndpoints) == 0 {
-		return system.Worker{}, &config.Error{Key: "backfill.relay_endpoints", Reason: "must list at least one relay when backfill.enabled is true"}
 	}
 	metrics, err := NewMetrics(d.Metrics)
 	if err != nil {
@@ -96,4 +95,19 @@ func (b *Backfiller) Once(ctx context.Context, c lease.Custody) error {
 		case <-t.C:
 		}
 	}
+}
+
+// ProcessorWorker is Worker feeding the registry's processor, the same one
+// the Jetstream consumer uses, so backfilled records obey the same
+// idempotency and newer-wins rules.
+func ProcessorWorker(d system.Deps) (system.Worker, error) {
+	pm, err := processor.NewMetrics(d.Metrics) // shared with the consumer's
+	if err != nil {
+		return system.Worker{}, err
+	}
+	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm})
+	return Worker(d, ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, evs []jetstream.Event) (Applied, error) {
+		r, err := p.ApplyTx(ctx, tx, c, evs)
+		return Applied{Applied: r.Applied + r.Unchanged, Skipped: r.SkippedTotal()}, err
+	}))
 }

@@ -27,12 +27,8 @@ func Worker(d system.Deps) (system.Worker, error) {
 	switch {
 	case !cfg.Enabled:
 		return system.Worker{}, ErrDisabled
-	case cfg.StripeSecretKey == "":
+	case cfg.StripeSecretKey == "": // config.Validate refuses this; keep a bare Deps honest
 		return system.Worker{}, &config.Error{Key: "billing.stripe_secret_key", Reason: "required when billing.enabled is true"}
-	case cfg.Timeout <= 0:
-		return system.Worker{}, &config.Error{Key: "billing.timeout", Reason: "must be positive"}
-	case cfg.DefaultTierRank < 0:
-		return system.Worker{}, &config.Error{Key: "billing.default_tier_rank", Reason: "must not be negative"}
 	}
 	client := &http.Client{Timeout: cfg.Timeout}
 	log := d.Log.With().Str("worker", LeaseName).Logger()

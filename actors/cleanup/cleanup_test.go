@@ -331,8 +331,7 @@ func TestWorkerRegistersALeasedJobOnTheCleanupInterval(t *testing.T) {
 	}
 
 	cfg.Cleanup.ChunkRows = 0
-	d.Config, d.Metrics = cfg, prometheus.NewRegistry()
-	_, err = Worker(d)
+	err = cfg.Validate()
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Key != "cleanup.chunk_rows" {
 		t.Errorf("chunk_rows 0: err %v, want *config.Error for cleanup.chunk_rows", err)

@@ -1,7 +1,6 @@
 package cleanup
 
 import (
-	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -13,9 +12,6 @@ const LeaseName = "cleanup"
 // for an invalid cleanup.chunk_rows, and the metrics registerer's error.
 func Worker(d system.Deps) (system.Worker, error) {
 	cfg := d.Config.Cleanup
-	if cfg.ChunkRows < 1 {
-		return system.Worker{}, &config.Error{Key: "cleanup.chunk_rows", Reason: "must be at least 1"}
-	}
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
 		return system.Worker{}, err

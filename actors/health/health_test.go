@@ -338,10 +338,10 @@ appview_hold_checks_total{outcome="unhealthy"} 1
 	}
 }
 
-func TestWorkerRefusesATimeoutThatDoesNotFitTheInterval(t *testing.T) {
+func TestConfigRefusesATimeoutThatDoesNotFitTheInterval(t *testing.T) {
 	cfg := config.Default()
 	cfg.Health.CheckInterval, cfg.Health.Timeout = 5*time.Second, 5*time.Second
-	_, err := worker(system.Deps{Config: cfg, DB: openDB(t), Metrics: prometheus.NewRegistry()}, resolver())
+	err := cfg.Validate()
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Key != "health.timeout" {
 		t.Errorf("err %v, want *config.Error for health.timeout", err)

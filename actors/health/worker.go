@@ -3,7 +3,6 @@ package health
 import (
 	"fmt"
 
-	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
@@ -27,13 +26,6 @@ func Worker(d system.Deps) (system.Worker, error) {
 
 func worker(d system.Deps, endpoints Endpoints) (system.Worker, error) {
 	cfg := d.Config.Health
-	switch {
-	case cfg.Timeout >= cfg.CheckInterval:
-		return system.Worker{}, &config.Error{Key: "health.timeout",
-			Reason: fmt.Sprintf("must be below health.check_interval (%s), got %s", cfg.CheckInterval, cfg.Timeout)}
-	case cfg.Concurrency < 1:
-		return system.Worker{}, &config.Error{Key: "health.concurrency", Reason: "must be at least 1"}
-	}
 	cache := NewCache(d.Instance)
 	if err := d.Metrics.Register(cache); err != nil {
 		return system.Worker{}, fmt.Errorf("register hold health gauges: %w", err)

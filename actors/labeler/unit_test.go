@@ -85,7 +85,7 @@ func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
 	}
 	d.Config.Labeler.URL = "https://mod.example.com"
 	d.Config.Labeler.StaleTimeout = 0
-	if _, err := Worker(d); !errors.As(err, &cerr) || cerr.Key != "labeler.stale_timeout" {
+	if err := d.Config.Validate(); !errors.As(err, &cerr) || cerr.Key != "labeler.stale_timeout" {
 		t.Fatalf("Worker with stale_timeout 0: %v, want a config error on labeler.stale_timeout", err)
 	}
 

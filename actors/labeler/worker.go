@@ -35,9 +35,6 @@ func Worker(d system.Deps) (system.Worker, error) {
 	if err != nil {
 		return system.Worker{}, &config.Error{Key: "labeler.url", Reason: err.Error()}
 	}
-	if cfg.StaleTimeout <= 0 {
-		return system.Worker{}, &config.Error{Key: "labeler.stale_timeout", Reason: fmt.Sprintf("must be positive, got %s", cfg.StaleTimeout)}
-	}
 	metrics, err := NewMetrics(d.Metrics)
 	if err != nil {
 		return system.Worker{}, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -74,7 +75,18 @@ func NewProps(o Options) *actor.Props {
 	if o.Unleased {
 		o.Store = unleasedStore{}
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o} })
+	inc := &incarnation{}
+	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o, inc: inc} })
+}
+
+// incarnation carries a grant across a restart of the LeaseActor itself
+// (a bug in it, not a worker failure): the old incarnation records the
+// grant it held, and the new one releases it before contending, instead of
+// contending against its own grant for up to a TTL. Restarting and Started
+// run on the actor's mailbox goroutine, one after the other.
+type incarnation struct {
+	mu   sync.Mutex
+	left Custody
 }
 
 type (
@@ -90,6 +102,7 @@ const callBound = 2 * time.Second
 
 type leaseActor struct {
 	o       Options
+	inc     *incarnation
 	m       *Machine
 	origin  time.Time
 	sys     *actor.ActorSystem
@@ -120,6 +133,15 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.m = NewMachine(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
 		if a.o.Metrics != nil && !a.o.Unleased {
 			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
+		}
+		a.inc.mu.Lock()
+		left := a.inc.left
+		a.inc.left = Custody{}
+		a.inc.mu.Unlock()
+		if left.Fence > 0 {
+			// Our previous incarnation's worker has terminated (protoactor
+			// restarts an actor only after its children stopped).
+			a.releaseNow(left, events.ReasonActorRestarted)
 		}
 		a.step(ctx, Start{})
 	case StopRequested, *StopRequested:
@@ -156,6 +178,11 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		a.stopTimer()
 		a.cancel()
+		if a.m != nil && !a.o.Unleased && (a.m.holdsCustody() || a.m.Phase() == PhaseReleasing) {
+			a.inc.mu.Lock()
+			a.inc.left = a.m.Custody()
+			a.inc.mu.Unlock()
+		}
 	}
 }
 
@@ -324,7 +351,12 @@ func (a *leaseActor) backstopRelease() {
 	if a.m == nil || a.o.Unleased || !a.m.holdsCustody() {
 		return
 	}
-	c := a.m.Custody()
+	a.releaseNow(a.m.Custody(), events.ReasonShutdown)
+}
+
+// releaseNow releases c synchronously, bounded by callBound, and publishes
+// the outcome.
+func (a *leaseActor) releaseNow(c Custody, reason string) {
 	done := make(chan error, 1)
 	go func() { done <- a.o.Store.Release(context.Background(), c) }()
 	var err error
@@ -333,7 +365,7 @@ func (a *leaseActor) backstopRelease() {
 	case <-time.After(callBound):
 		err = fmt.Errorf("release unanswered after %s", callBound)
 	}
-	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: events.ReasonShutdown}
+	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: reason}
 	if err != nil {
 		e.Kind, e.Reason, e.Err = events.LeaseLost, events.ReasonError, err
 	}

@@ -107,7 +107,15 @@ WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
 				defer cancel()
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"?lease="+url.QueryEscape(lease), nil)
+				target, err := url.Parse(u)
+				if err != nil {
+					c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
+					return
+				}
+				q := target.Query()
+				q.Set("lease", lease)
+				target.RawQuery = q.Encode()
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
 				if err != nil {
 					return
 				}

@@ -246,14 +246,17 @@ type Machine struct {
 	callSeq   uint64
 	callStart time.Duration
 	lastErr   error
-	nudged    bool // a nudge arrived while an acquire was in flight
-	lastNudge time.Duration
+	nudged    bool          // a nudge arrived while an acquire was in flight
+	lastNudge time.Duration // when the last nudged attempt was (or is) due
 	everNudge bool
 	abandoned map[uint64]bool // acquire attempts given up on; a late grant is released
 	callFence int64           // fence a renew in flight is for
 	// abandonedRenews maps renew attempts given up on to their fence: a late
 	// "superseded" answer is still news.
 	abandonedRenews map[uint64]int64
+	// handBacks are fences whose grant a late renewal extended after
+	// custody was given up; each is released once its worker has stopped.
+	handBacks []int64
 
 	releasing     bool
 	releaseSeq    uint64
@@ -346,6 +349,7 @@ func (m *Machine) Step(now time.Duration, in Input) []Command {
 		m.onWorkerFailed(now, in)
 	}
 	m.advance(now)
+	m.flushHandBacks()
 	if m.phase == PhaseDone {
 		m.out = append(m.out, FinishedCmd{}, WakeCmd{At: NoWake})
 	} else {
@@ -455,15 +459,25 @@ func (m *Machine) onNudge(now time.Duration) {
 		return
 	}
 	if m.call == callAcquire {
-		m.nudged = true
+		m.nudged = true // acted on when the attempt in flight answers
 		return
 	}
-	if m.everNudge && now-m.lastNudge < nudgeSpacing {
-		return
+	m.nudgeAttempt(now)
+}
+
+// nudgeAttempt brings the next acquire attempt forward to now, or to
+// nudgeSpacing after the last nudged attempt if that is later. Every path
+// by which a nudge causes an attempt goes through here, so a flood costs
+// at most one attempt per spacing; a nudge inside the spacing is deferred,
+// not dropped, because it may announce a release the last attempt missed.
+func (m *Machine) nudgeAttempt(now time.Duration) {
+	at := now
+	if m.everNudge {
+		at = max(at, m.lastNudge+nudgeSpacing)
 	}
-	m.everNudge, m.lastNudge = true, now
-	if now < m.nextAcquireAt {
-		m.nextAcquireAt = now
+	if at < m.nextAcquireAt {
+		m.nextAcquireAt = at
+		m.everNudge, m.lastNudge = true, at
 	}
 }
 
@@ -506,10 +520,10 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		if left := max(g.TimeLeft, 0) + expiryMargin; left < wait {
 			wait = left
 		}
-		if nudged {
-			wait = 0
-		}
 		m.nextAcquireAt = max(now+wait, m.cooldownUntil)
+		if nudged {
+			m.nudgeAttempt(now)
+		}
 		return
 	}
 	m.fence = g.Fence
@@ -541,9 +555,12 @@ func (m *Machine) spawn() {
 func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 	if fence, ok := m.abandonedRenews[r.Seq]; ok {
 		delete(m.abandonedRenews, r.Seq)
-		if errors.Is(r.Err, ErrSuperseded) && m.holdsCustody() && fence == m.fence {
+		switch {
+		case errors.Is(r.Err, ErrSuperseded) && m.holdsCustody() && fence == m.fence:
 			m.lastErr = r.Err
 			m.lose(now, events.ReasonSuperseded, r.Err)
+		case r.Err == nil:
+			m.handBack(fence)
 		}
 		return
 	}
@@ -552,7 +569,12 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 	}
 	m.call = callNone
 	if !m.holdsCustody() {
-		return // custody already given up: a late answer changes nothing
+		// Custody already given up: a late success cannot revive it, but
+		// it did extend the grant in the database.
+		if r.Err == nil {
+			m.handBack(m.callFence)
+		}
+		return
 	}
 	switch {
 	case r.Err == nil:
@@ -569,6 +591,35 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		m.lastErr = r.Err
 		m.nextRenewAt = now + max(m.t.RenewInterval/4, minRenewRetry)
 	}
+}
+
+// handBack queues the release of grant fence after a renewal of it
+// succeeded too late: custody was already given up, so the extension it
+// wrote would leave the lease idle for a TTL (this instance included would
+// contend against it). A grant still in use, or being released by the
+// machine itself, is left alone; an older fence matches nothing, so the
+// release is harmless.
+func (m *Machine) handBack(fence int64) {
+	if fence == 0 || (fence == m.fence && (m.holdsCustody() || m.phase == PhaseReleasing)) {
+		return
+	}
+	m.handBacks = append(m.handBacks, fence)
+}
+
+// flushHandBacks issues the queued hand-backs, except one whose worker is
+// still stopping: until it has stopped, the grant keeps every other
+// instance's worker from starting beside it.
+func (m *Machine) flushHandBacks() {
+	keep := m.handBacks[:0]
+	for _, fence := range m.handBacks {
+		if m.phase != PhaseDone && m.worker != workerNone && m.workerFence == fence {
+			keep = append(keep, fence)
+			continue
+		}
+		m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true,
+			Custody: Custody{Lease: m.name, Holder: m.holder, Fence: fence}})
+	}
+	m.handBacks = keep
 }
 
 func (m *Machine) startRelease(now time.Duration, cause stopCause, reason string) {

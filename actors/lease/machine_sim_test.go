@@ -218,7 +218,7 @@ func (s *sim) execute(i int, cmds []Command) {
 		case RenewCmd:
 			seq, cust := c.Seq, c.Custody
 			s.storeCall(i, func() Input {
-				if !s.matches(cust) {
+				if !s.matches(cust) || s.row.expires <= s.now {
 					return RenewResult{Seq: seq, Err: ErrSuperseded}
 				}
 				s.row.expires = s.now + simTiming.TTL

@@ -120,8 +120,11 @@ RETURNING fence`
 	contendedSQL = `SELECT holder, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
 
 	// renewSQL never changes the fence: renewal is not a change of custody.
+	// It extends only an unexpired grant: a renewal that reaches the
+	// database after the release (the driver ignores contexts, so one in
+	// flight at shutdown still lands) must not revive the grant for a TTL.
 	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
-WHERE name = ?1 AND holder = ?2 AND fence = ?3`
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
 
 	// releaseSQL expires the row in place and keeps holder and fence, so a
 	// stalled former holder can never match again. renewed_at = expires_at
@@ -173,7 +176,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error)
 }
 
 // Renew extends the grant to now + TTL. It returns ErrSuperseded when the
-// row no longer carries this holder and fence.
+// row no longer carries this holder and fence, or when the grant has
+// already ended on the database's clock (released or expired): a renewal
+// never revives a grant.
 func (s *Store) Renew(ctx context.Context, c Custody) error {
 	return s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds())
 }

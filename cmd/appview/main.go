@@ -80,7 +80,7 @@ func newRootCommand() *cobra.Command {
 		return openDatabase(ctx, cfg)
 	}
 	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(flags, open),
-		newWebhooksCommand(open), newReplayCommand())
+		newWebhooksCommand(open), newReplayCommand(), newSynthCommand())
 	return root
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 
+	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/actors/billing"
 	"github.com/atcr-io/appview/actors/cleanup"
+	"github.com/atcr-io/appview/actors/consumer"
 	"github.com/atcr-io/appview/actors/health"
 	"github.com/atcr-io/appview/actors/labeler"
 	"github.com/atcr-io/appview/system"
@@ -14,6 +16,8 @@ import (
 // is one line here. A constructor returning an error that wraps a
 // package's ErrDisabled leaves that worker out (e.g. labeler.url empty).
 var workerConstructors = []func(system.Deps) (system.Worker, error){
+	consumer.Worker,
+	backfill.ProcessorWorker,
 	labeler.Worker,
 	cleanup.Worker,
 	billing.Worker,
@@ -21,7 +25,7 @@ var workerConstructors = []func(system.Deps) (system.Worker, error){
 }
 
 // disabled lists the sentinel errors meaning "not configured to run".
-var disabled = []error{labeler.ErrDisabled, billing.ErrDisabled}
+var disabled = []error{backfill.ErrDisabled, labeler.ErrDisabled, billing.ErrDisabled}
 
 func registerWorkers(r *system.Registry, d system.Deps) error {
 	for _, build := range workerConstructors {

@@ -4,7 +4,11 @@
 -- leaves it unchanged; source_us records the Jetstream time of the event
 -- that last wrote a row, so an older replayed event never overwrites a newer one.
 
--- Accounts seen on the firehose (identity and account events, profiles).
+-- Accounts that have io.atcr records. A row is created by the first user-repo
+-- record applied for the DID (identity_us and account_us start at that
+-- event's time, so replaying an older identity event cannot change a row
+-- the first pass left alone); identity and account events only update rows.
+-- updated_at is the Jetstream time (ms) of the event that last changed it.
 CREATE TABLE users (
   did                  TEXT    PRIMARY KEY,
   handle               TEXT    NOT NULL DEFAULT '',
@@ -36,7 +40,7 @@ CREATE TABLE manifests (
   config_size    INTEGER NOT NULL DEFAULT 0,
   subject_digest TEXT    NOT NULL DEFAULT '',
   created_at     INTEGER NOT NULL,                    -- record createdAt
-  indexed_at     INTEGER NOT NULL,                    -- when this instance stored it
+  indexed_at     INTEGER NOT NULL,                    -- Jetstream time (ms) of the event that stored it
   source_us      INTEGER NOT NULL DEFAULT 0,
   UNIQUE (did, repository, digest)
 );
@@ -92,6 +96,7 @@ CREATE TABLE stars (
   owner_did  TEXT    NOT NULL,
   repository TEXT    NOT NULL,
   created_at INTEGER NOT NULL,
+  source_us  INTEGER NOT NULL DEFAULT 0,
   UNIQUE (did, rkey)
 );
 CREATE INDEX stars_by_subject ON stars (owner_did, repository);
@@ -100,6 +105,7 @@ CREATE INDEX stars_by_subject ON stars (owner_did, repository);
 CREATE TABLE repo_pages (
   did         TEXT    NOT NULL,
   repository  TEXT    NOT NULL,
+  rkey        TEXT    NOT NULL,
   description TEXT    NOT NULL DEFAULT '',
   avatar_cid  TEXT    NOT NULL DEFAULT '',
   created_at  INTEGER NOT NULL,
@@ -107,6 +113,7 @@ CREATE TABLE repo_pages (
   source_us   INTEGER NOT NULL DEFAULT 0,
   UNIQUE (did, repository)
 );
+CREATE INDEX repo_pages_by_rkey ON repo_pages (did, rkey);
 
 -- io.atcr.hold.captain (literal:self, in the hold's own repo).
 CREATE TABLE hold_captains (
@@ -137,22 +144,29 @@ CREATE TABLE hold_crew (
 CREATE INDEX hold_crew_by_member ON hold_crew (member_did);
 
 -- io.atcr.hold.stats: each hold's own absolute counts for a repository.
--- Written only by the StatsCache under the current fence; a newer
--- updatedAt from the same hold replaces that hold's numbers.
+-- Written in the fenced batch transaction that applies the record; a newer
+-- updatedAt from the same hold replaces that hold's numbers, an older one is
+-- ignored (in SQL, so no cache can regress it).
 CREATE TABLE repository_hold_stats (
   did        TEXT    NOT NULL,                        -- owner DID of the repository
   repository TEXT    NOT NULL,
   hold_did   TEXT    NOT NULL,
+  rkey       TEXT    NOT NULL,                        -- record key in the hold's repo
   pull_count INTEGER NOT NULL DEFAULT 0,
   push_count INTEGER NOT NULL DEFAULT 0,
   last_pull  INTEGER,
   last_push  INTEGER,
   updated_at INTEGER NOT NULL,                        -- the record's updatedAt
+  source_us  INTEGER NOT NULL DEFAULT 0,
   UNIQUE (did, repository, hold_did)
 );
+CREATE INDEX repository_hold_stats_by_rkey ON repository_hold_stats (hold_did, rkey);
 
 -- The aggregate: sums over holds, latest timestamps, star count; absolute
--- values written under the fence recorded here.
+-- values, always computed inside the writing transaction from the persisted
+-- repository_hold_stats and stars rows (never from a cache), under the fence
+-- recorded here. updated_at is the Jetstream time (ms) of the event that
+-- last changed the row (the database clock for a StatsCache reconcile).
 CREATE TABLE repository_stats (
   did        TEXT    NOT NULL,
   repository TEXT    NOT NULL,
@@ -165,6 +179,18 @@ CREATE TABLE repository_stats (
   updated_at INTEGER NOT NULL,
   UNIQUE (did, repository)
 );
+
+-- Deleted records: the newest delete seen per record, so a create or update
+-- older than it (a rewound replay, or a backfill snapshot taken before the
+-- delete) cannot bring the record back. Kept indefinitely; cleanup may prune
+-- rows older than any replay or backfill window.
+CREATE TABLE record_tombstones (
+  did        TEXT    NOT NULL,                        -- repo the record lived in
+  collection TEXT    NOT NULL,
+  rkey       TEXT    NOT NULL,
+  source_us  INTEGER NOT NULL,                        -- time_us of the delete
+  PRIMARY KEY (did, collection, rkey)
+) WITHOUT ROWID;
 
 -- The Jetstream cursor: one row, the time_us of the last fully processed event.
 CREATE TABLE jetstream_cursor (

@@ -1,0 +1,112 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+// LeaseName is the lease the consumer runs under (SPEC §4).
+const LeaseName = "jetstream-consumer"
+
+// enqueueFunc records webhook deliveries inside the batch transaction
+// (webhooks.EnqueueTx; a fake in tests).
+type enqueueFunc func(ctx context.Context, tx *sql.Tx, pushes []webhooks.Push) (int, error)
+
+// committed is what one committed batch did.
+type committed struct {
+	res processor.Result
+	// enqueued is the number of webhook deliveries newly recorded.
+	enqueued int
+}
+
+// commitBatch applies events, enqueues their webhook deliveries and
+// advances the cursor (see batchCursor), in one transaction that commits
+// only under c. Errors wrap lease.ErrSuperseded when custody is lost.
+func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.Processor, enqueue enqueueFunc,
+	events []jetstream.Event) (committed, error) {
+	var out committed
+	err := lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+		res, err := p.ApplyTx(ctx, tx, c, events)
+		if err != nil {
+			return err
+		}
+		if len(res.NewManifests) > 0 {
+			pushes := make([]webhooks.Push, len(res.NewManifests))
+			for i, m := range res.NewManifests {
+				pushes[i] = webhooks.Push{
+					OwnerDID: m.OwnerDID, Repository: m.Repository, Digest: m.Digest, MediaType: m.MediaType,
+					HoldDID: m.HoldDID, HoldEndpoint: m.HoldEndpoint, PushedAt: m.PushedAt, EventKey: m.EventKey(),
+				}
+			}
+			n, err := enqueue(ctx, tx, pushes)
+			if err != nil {
+				return fmt.Errorf("enqueue webhook deliveries: %w", err)
+			}
+			out.enqueued = n
+		}
+		if last, newest := batchCursor(events); last > 0 {
+			if err := saveCursorTx(ctx, tx, last, newest, c.Fence); err != nil {
+				return err
+			}
+		}
+		out.res = res
+		return nil
+	})
+	if err != nil {
+		return committed{}, err
+	}
+	return out, nil
+}
+
+// batchCursor returns the time_us of the batch's last event in stream
+// order (the cursor: SPEC §8 "last fully processed event") and the largest
+// time_us in the batch. Jetstream never sends a subscriber an event older
+// than one it already sent, so the two are equal on a live stream; a
+// replayed capture may end on an older event, and the cursor is then that
+// event's time_us, as Jetstream's own clients record it.
+func batchCursor(events []jetstream.Event) (last, newest int64) {
+	for _, e := range events {
+		newest = max(newest, e.TimeUS)
+	}
+	if len(events) > 0 {
+		last = events[len(events)-1].TimeUS
+	}
+	return last, newest
+}
+
+// saveCursorSQL stores the last event's time_us (?1), but only when the
+// batch reached past the stored cursor (?2 is the batch's newest time_us):
+// a rewound replay of events already processed never moves the cursor
+// back, so a crash loop cannot walk the resume point backwards one rewind
+// at a time.
+const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?1, ` + database.NowMS + `, ?3)
+ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
+WHERE ?2 > jetstream_cursor.time_us`
+
+func saveCursorTx(ctx context.Context, tx *sql.Tx, last, newest, fence int64) error {
+	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence); err != nil {
+		return fmt.Errorf("save jetstream cursor: %w", err)
+	}
+	return nil
+}
+
+// LoadCursor returns the stored cursor (Jetstream time_us of the last fully
+// processed event); ok is false when none is stored yet.
+func LoadCursor(ctx context.Context, db *sql.DB) (timeUS int64, ok bool, err error) {
+	err = db.QueryRowContext(ctx, `SELECT time_us FROM jetstream_cursor WHERE id = 1`).Scan(&timeUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("load jetstream cursor: %w", err)
+	}
+	return timeUS, true, nil
+}

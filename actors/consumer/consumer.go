@@ -1,0 +1,249 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/actors/statscache"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+// UpdateCollections replaces the collection filter on the live
+// connection (a Jetstream options_update) and on every later one.
+type UpdateCollections struct {
+	// Collections are NSIDs or "prefix.*" wildcards.
+	Collections []string
+}
+
+// Options configure one consumer actor (one grant of custody).
+type Options struct {
+	DB      *sql.DB
+	Custody lease.Custody
+	Log     zerolog.Logger
+	// Jetstream is the jetstream section: urls, collections, compress,
+	// rewind, stale_timeout, max_message_bytes.
+	Jetstream config.Jetstream
+	// Processor applies the events; share one per process.
+	Processor *processor.Processor
+	// Dispatcher configures the webhook dispatcher child (its Custody is
+	// set to Custody here).
+	Dispatcher webhooks.DispatcherOptions
+	// ClientMetrics, StatsMetrics and Metrics may be nil.
+	ClientMetrics *jetstream.Metrics
+	StatsMetrics  *statscache.Metrics
+	Metrics       *Metrics
+	// BatchSize and BatchLinger shape the client's batches (0: the
+	// jetstream defaults); MinBackoff and MaxBackoff its reconnect delay.
+	BatchSize              int
+	BatchLinger            time.Duration
+	MinBackoff, MaxBackoff time.Duration
+
+	// enqueue replaces webhooks.EnqueueTx in tests.
+	enqueue enqueueFunc
+}
+
+// NewProps returns the props of the consumer actor for one grant of custody.
+func NewProps(o Options) *actor.Props {
+	if o.enqueue == nil {
+		o.enqueue = webhooks.EnqueueTx
+	}
+	o.Dispatcher.Custody = o.Custody
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &consumer{o: o, log: o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()}
+	}, actor.WithSupervisor(escalate))
+}
+
+// escalate passes a child's failure (the StatsCache or the dispatcher, e.g.
+// lease.ErrSuperseded from a fenced write) up as the consumer's own, so the
+// LeaseActor decides: lost custody, or a restart of the whole worker.
+var escalate = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.EscalateDirective })
+
+// runEnded reports that the client's Run returned.
+type runEnded struct{ err error }
+
+type consumer struct {
+	o     Options
+	log   zerolog.Logger
+	root  *actor.RootContext
+	self  *actor.PID
+	stats *actor.PID
+	disp  *actor.PID
+
+	client *jetstream.Client
+	// cursor is the time_us of the last committed batch (read by the
+	// client's Cursor callback on its goroutine).
+	cursor atomic.Int64
+	// runDone closes when the Run goroutine has exited.
+	runDone chan struct{}
+}
+
+// Receive handles the actor's messages. Batches never reach it: the
+// client's Run goroutine commits them (blocking I/O stays off the actor).
+func (c *consumer) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		c.start(ctx)
+	case *UpdateCollections:
+		if c.client != nil {
+			if err := c.client.UpdateOptions(msg.Collections); err != nil {
+				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
+			}
+		}
+	case *runEnded:
+		if msg.err != nil {
+			// ErrSuperseded (or any failure): fail, so the LeaseActor
+			// treats it as lost custody or restarts us with backoff.
+			panic(msg.err)
+		}
+	case *actor.Stopping, *actor.Restarting:
+		c.stop()
+	case *actor.Stopped:
+		c.log.Debug().Msg("consumer stopped")
+	}
+}
+
+func (c *consumer) start(ctx actor.Context) {
+	c.root, c.self = ctx.ActorSystem().Root, ctx.Self()
+	stored, _, err := LoadCursor(context.Background(), c.o.DB)
+	if err != nil {
+		panic(err)
+	}
+	c.cursor.Store(stored)
+	c.stats = ctx.Spawn(statscache.NewProps(statscache.Options{
+		DB: c.o.DB, Custody: c.o.Custody, Log: c.o.Log, Metrics: c.o.StatsMetrics,
+	}))
+	c.disp = ctx.Spawn(webhooks.NewDispatcherProps(c.o.Dispatcher))
+	js := c.o.Jetstream
+	rewind := js.Rewind.Microseconds()
+	client, err := jetstream.NewClient(jetstream.ClientOptions{
+		URLs:        js.URLs,
+		Collections: js.Collections,
+		Cursor: func() int64 {
+			cur := c.cursor.Load()
+			if cur == 0 {
+				return 0 // nothing committed yet: the live tail
+			}
+			return max(1, cur-rewind)
+		},
+		Compress:        js.Compress,
+		MaxMessageBytes: js.MaxMessageBytes,
+		StaleTimeout:    js.StaleTimeout,
+		BatchSize:       c.o.BatchSize,
+		BatchLinger:     c.o.BatchLinger,
+		MinBackoff:      c.o.MinBackoff,
+		MaxBackoff:      c.o.MaxBackoff,
+		Metrics:         c.o.ClientMetrics,
+		Log:             c.o.Log.With().Str("component", "jetstream").Logger(),
+	}, c.handle)
+	if err != nil {
+		panic(fmt.Errorf("jetstream client: %w", err))
+	}
+	c.client = client
+	c.runDone = make(chan struct{})
+	go func() {
+		defer close(c.runDone)
+		err := client.Run(context.Background())
+		c.root.Send(c.self, &runEnded{err: err})
+	}()
+	c.log.Info().Int64("cursor", stored).Msg("consumer started")
+}
+
+// stop closes the socket and waits for the Run goroutine: after it
+// returns, no batch is in flight and nothing more is written.
+func (c *consumer) stop() {
+	if c.client == nil {
+		return
+	}
+	_ = c.client.Close()
+	<-c.runDone
+	c.client = nil
+}
+
+// handle commits one batch (the jetstream Handler, on the client's Run
+// goroutine; the client reads no further until it returns).
+func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
+	if len(b.Events) == 0 {
+		return nil // only undecodable frames: counted by the client
+	}
+	start := time.Now()
+	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopping: the batch is rolled back and replayed by the next holder
+		}
+		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
+	}
+	if last, newest := batchCursor(b.Events); newest > c.cursor.Load() {
+		c.cursor.Store(last)
+	}
+	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
+	if len(out.res.HoldStats) > 0 {
+		c.root.Send(c.stats, &statscache.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
+	}
+	if out.enqueued > 0 {
+		c.root.Send(c.disp, webhooks.Kick{})
+	}
+	return nil
+}
+
+// Metrics are the consumer's Prometheus collectors.
+type Metrics struct {
+	batches   prometheus.Counter
+	events    prometheus.Counter
+	commit    prometheus.Histogram
+	cursorLag prometheus.Gauge
+	cursorUS  prometheus.Gauge
+}
+
+// NewMetrics registers on reg: appview_consumer_batches_total,
+// appview_consumer_events_total (committed), appview_consumer_commit_seconds
+// (one batch: apply, enqueue, cursor, commit), appview_jetstream_cursor_lag_seconds
+// (wall clock minus the committed cursor) and appview_jetstream_cursor_time_us.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_consumer_batches_total", Help: "Jetstream batches committed by the consumer.",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_consumer_events_total", Help: "Jetstream events in committed batches.",
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "appview_consumer_commit_seconds", Help: "Time to apply and commit one batch, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		cursorLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appview_jetstream_cursor_lag_seconds", Help: "Wall clock minus the committed Jetstream cursor, in seconds.",
+		}),
+		cursorUS: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appview_jetstream_cursor_time_us", Help: "The committed Jetstream cursor (time_us, Unix microseconds).",
+		}),
+	}
+	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorUS} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register consumer metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) committed(events int, took time.Duration, cursorUS int64) {
+	if m == nil {
+		return
+	}
+	m.batches.Inc()
+	m.events.Add(float64(events))
+	m.commit.Observe(took.Seconds())
+	m.cursorUS.Set(float64(cursorUS))
+	m.cursorLag.Set(time.Since(time.UnixMicro(cursorUS)).Seconds())
+}

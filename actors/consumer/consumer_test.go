@@ -1,0 +1,411 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/leakcheck"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/synth"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+func TestMain(m *testing.M) {
+	leakcheck.VerifyTestMain(m)
+}
+
+// syncBuffer collects log lines written from other goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is one synthetic stream served by a replay server.
+type fixture struct {
+	exp *synth.Expected
+	srv *jetstream.ReplayServer
+	// serverLog is the replay server's log (one JSON line per event).
+	serverLog *syncBuffer
+	// hooks receives webhook deliveries (always 200).
+	hooks *httptest.Server
+}
+
+func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions) *fixture {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "stream.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := synth.Write(context.Background(), f, synth.Options{Seed: seed, Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro.File, ro.Listen = path, "127.0.0.1:0"
+	serverLog := &syncBuffer{}
+	srv, err := jetstream.NewReplayServer(ro, zerolog.New(serverLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe(context.Background()) }()
+	select {
+	case <-srv.Listening():
+	case err := <-served:
+		t.Fatalf("replay server: %v", err)
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	t.Cleanup(hooks.Close)
+	return &fixture{exp: exp, srv: srv, serverLog: serverLog, hooks: hooks}
+}
+
+func newSystem(t *testing.T) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
+
+func (f *fixture) options(db *sql.DB, c lease.Custody) Options {
+	return Options{
+		DB:      db,
+		Custody: c,
+		Log:     zerolog.Nop(),
+		Jetstream: config.Jetstream{
+			URLs: []string{f.srv.URL()}, Collections: []string{"io.atcr.*"}, Compress: true,
+			Rewind: 2 * time.Second, StaleTimeout: 30 * time.Second, MaxMessageBytes: 1 << 20,
+		},
+		Processor: processor.New(processor.Options{Log: zerolog.Nop()}),
+		Dispatcher: webhooks.DispatcherOptions{DB: db, Log: zerolog.Nop(), Config: config.Webhooks{
+			AllowPrivate: true, RetrySchedule: []time.Duration{0}, Timeout: 5 * time.Second, Concurrency: 4,
+			PublicURL: "https://registry.example",
+		}},
+		BatchSize: 64, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	}
+}
+
+func (f *fixture) subscribe(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var dids []string
+	for did := range f.exp.Tables["users"] {
+		dids = append(dids, did)
+	}
+	sort.Strings(dids) // same webhook ids in every database
+	for _, did := range dids {
+		if _, err := db.Exec(`INSERT INTO webhooks (did, url, created_at) VALUES (?, ?, 0)`, did, f.hooks.URL+"/hook"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFor polls cond every few milliseconds until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func cursorAt(db *sql.DB) int64 {
+	cur, _, _ := LoadCursor(context.Background(), db)
+	return cur
+}
+
+// registryDump renders the processor's tables (every column is a function
+// of the events) and the webhook deliveries' keys, sorted.
+func registryDump(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		"SELECT * FROM users", "SELECT * FROM manifests", "SELECT * FROM manifest_layers", "SELECT * FROM manifest_references",
+		"SELECT * FROM manifest_annotations", "SELECT * FROM tags", "SELECT * FROM stars", "SELECT * FROM repo_pages",
+		"SELECT * FROM hold_captains", "SELECT * FROM hold_crew", "SELECT * FROM repository_hold_stats",
+		"SELECT * FROM repository_stats", "SELECT * FROM record_tombstones",
+		"SELECT webhook_id, event_key FROM webhook_deliveries", "SELECT time_us FROM jetstream_cursor",
+	} {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		var lines []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, fmt.Sprint(vals...))
+		}
+		rows.Close()
+		sort.Strings(lines)
+		fmt.Fprintf(&b, "== %s\n%s\n", q, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+func checkExpected(t *testing.T, db *sql.DB, f *fixture) {
+	t.Helper()
+	for _, d := range synth.Diff(context.Background(), db, f.exp) {
+		t.Error(d)
+	}
+	if got := deliveryKeys(t, db); strings.Join(got, "\n") != strings.Join(f.exp.PushEventKeys, "\n") {
+		t.Errorf("deliveries for %d event keys, want %d", len(got), len(f.exp.PushEventKeys))
+	}
+}
+
+func stop(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
+	t.Helper()
+	if err := sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runOnce consumes the whole stream into a fresh database and returns it.
+func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
+	t.Helper()
+	db := openDB(t)
+	f.subscribe(t, db.DB)
+	sys := newSystem(t)
+	c := acquire(t, db.DB, "me")
+	pid := sys.Root.Spawn(NewProps(f.options(db.DB, c)))
+	// Drop the connection at random points of the stream: the consumer
+	// reconnects from its committed cursor minus the rewind.
+	rng := rand.New(rand.NewPCG(uint64(drops), 7))
+	var points []int64
+	for range drops {
+		points = append(points, f.exp.MaxTimeUS-int64(rng.IntN(f.exp.Events))*1500)
+	}
+	sort.Slice(points, func(i, j int) bool { return points[i] < points[j] })
+	for _, p := range points {
+		waitFor(t, "the cursor to pass a drop point", func() bool { return cursorAt(db.DB) >= p })
+		f.srv.DropConnections()
+	}
+	waitFor(t, "the whole stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	stop(t, sys, pid)
+	if drops > 0 && f.srv.Connections() < 2 {
+		t.Fatalf("%d connections for %d drops", f.srv.Connections(), drops)
+	}
+	return db.DB
+}
+
+func TestReplayedStreamThroughTheConsumerProducesTheExpectedState(t *testing.T) {
+	f := newFixture(t, 41, 3000, jetstream.ReplayOptions{})
+	db := runOnce(t, f, 0)
+	checkExpected(t, db, f)
+}
+
+func TestDroppingTheConnectionAtTenRandomPointsLeavesAnIdenticalState(t *testing.T) {
+	f := newFixture(t, 42, 3000, jetstream.ReplayOptions{})
+	clean := registryDump(t, runOnce(t, f, 0))
+	dropped := runOnce(t, f, 10)
+	checkExpected(t, dropped, f)
+	if got := registryDump(t, dropped); got != clean {
+		t.Fatalf("a run with 10 dropped connections differs from an undisturbed run:\n%s", firstDifference(clean, got))
+	}
+}
+
+func TestReplayingFromCursorZeroTwiceLeavesAnIdenticalState(t *testing.T) {
+	f := newFixture(t, 43, 2000, jetstream.ReplayOptions{})
+	db := runOnce(t, f, 0)
+	first := registryDump(t, db)
+	var deliveries int
+	_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries`).Scan(&deliveries)
+
+	if _, err := db.Exec(`DELETE FROM jetstream_cursor`); err != nil {
+		t.Fatal(err)
+	}
+	sys := newSystem(t)
+	var c lease.Custody
+	if err := db.QueryRow(`SELECT name, holder, fence FROM leases`).Scan(&c.Lease, &c.Holder, &c.Fence); err != nil {
+		t.Fatal(err)
+	}
+	pid := sys.Root.Spawn(NewProps(f.options(db, c)))
+	waitFor(t, "the replay", func() bool { return cursorAt(db) == f.exp.MaxTimeUS })
+	stop(t, sys, pid)
+	second := registryDump(t, db)
+	if second != first {
+		t.Fatal("replaying from cursor 0 changed the database")
+	}
+	var again int
+	_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries`).Scan(&again)
+	if again != deliveries {
+		t.Fatalf("replay added deliveries: %d -> %d", deliveries, again)
+	}
+}
+
+// parent spawns the consumer and reports how it failed.
+type parent struct {
+	props   *actor.Props
+	reasons chan any
+}
+
+func (p *parent) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*actor.Started); ok {
+		ctx.Spawn(p.props)
+	}
+}
+
+func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
+	f := newFixture(t, 44, 1500, jetstream.ReplayOptions{Rate: 2000})
+	db := openDB(t)
+	sys := newSystem(t)
+	c := acquire(t, db.DB, "old")
+	reasons := make(chan any, 4)
+	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
+		reasons <- reason
+		return actor.StopDirective
+	})
+	p := &parent{props: NewProps(f.options(db.DB, c)), reasons: reasons}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
+	defer stop(t, sys, pid)
+	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	if err := lease.NewStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, db.DB, "new")
+	select {
+	case r := <-reasons:
+		err, ok := r.(error)
+		if !ok || !errors.Is(err, lease.ErrSuperseded) {
+			t.Fatalf("failure %v, want ErrSuperseded", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the consumer kept running under a superseded custody")
+	}
+	var stale int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM jetstream_cursor WHERE fence <> ?`, c.Fence).Scan(&stale); err != nil || stale != 0 {
+		t.Fatalf("cursor written under another fence: %d %v", stale, err)
+	}
+}
+
+func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
+	f := newFixture(t, 45, 1500, jetstream.ReplayOptions{Rate: 1000})
+	db := openDB(t)
+	sys := newSystem(t)
+	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
+	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	stop(t, sys, pid)
+	at := cursorAt(db.DB)
+	if at == f.exp.MaxTimeUS {
+		t.Fatal("the stream finished before the stop: the test proves nothing")
+	}
+	// The server sees its subscriber go (the consumer closed the socket;
+	// nothing here drops it), and the cursor stays where the last commit
+	// before the stop put it.
+	waitFor(t, "the server to see the subscriber go", func() bool {
+		return strings.Contains(f.serverLog.String(), "subscriber gone")
+	})
+	if cursorAt(db.DB) != at {
+		t.Fatal("the cursor moved after the consumer stopped")
+	}
+}
+
+func TestUpdateCollectionsSendsAnOptionsUpdate(t *testing.T) {
+	f := newFixture(t, 46, 1500, jetstream.ReplayOptions{Rate: 500})
+	db := openDB(t)
+	sys := newSystem(t)
+	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
+	defer stop(t, sys, pid)
+	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	sys.Root.Send(pid, &UpdateCollections{Collections: []string{"io.atcr.manifest", "io.atcr.tag"}})
+	waitFor(t, "the server to apply the options_update", func() bool {
+		return strings.Contains(f.serverLog.String(), "options updated") &&
+			strings.Contains(f.serverLog.String(), "io.atcr.manifest")
+	})
+}
+
+func firstDifference(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < min(len(w), len(g)); i++ {
+		if w[i] != g[i] {
+			return fmt.Sprintf("line %d:\nwant %s\ngot  %s", i+1, w[i], g[i])
+		}
+	}
+	return fmt.Sprintf("lengths %d vs %d", len(w), len(g))
+}
+
+func TestAFailingChildFailsTheConsumerWithItsReason(t *testing.T) {
+	f := newFixture(t, 47, 10, jetstream.ReplayOptions{})
+	db := openDB(t)
+	sys := newSystem(t)
+	c := acquire(t, db.DB, "me")
+	// The StatsCache warms from repository_hold_stats first thing; without
+	// the table its warm-up fails.
+	if _, err := db.Exec(`ALTER TABLE repository_hold_stats RENAME TO moved_away`); err != nil {
+		t.Fatal(err)
+	}
+	reasons := make(chan any, 4)
+	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
+		reasons <- reason
+		return actor.StopDirective
+	})
+	o := f.options(db.DB, c)
+	// Nothing to connect to: the consumer itself never commits, so the only
+	// failure is the child's.
+	o.Jetstream.URLs = []string{"ws://127.0.0.1:1/subscribe"}
+	p := &parent{props: NewProps(o), reasons: reasons}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
+	defer stop(t, sys, pid)
+	select {
+	case r := <-reasons:
+		if err, ok := r.(error); !ok || !strings.Contains(err.Error(), "statscache warm-up") {
+			t.Fatalf("failure %v, want the StatsCache's warm-up error", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the StatsCache's failure did not reach the consumer's parent")
+	}
+}

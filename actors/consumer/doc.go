@@ -1,0 +1,60 @@
+// Package consumer is the Jetstream consumer worker (lease
+// "jetstream-consumer"): it reads the Jetstream v1 stream from the stored
+// cursor minus jetstream.rewind and applies each batch of events in one
+// fenced transaction.
+//
+// # One batch, one commit
+//
+// commitBatch is the unit of progress. Inside lease.Fenced under the
+// worker's custody it
+//
+//  1. applies the events (processor.ApplyTx): records, per-hold stats and
+//     the repository_stats aggregate recomputed from persisted rows;
+//  2. enqueues a webhook delivery per subscriber for every manifest stored
+//     for the first time (webhooks.EnqueueTx; idempotent by event key);
+//  3. writes the cursor, last: the time_us of the batch's last event.
+//
+// All three commit together or not at all, so the cursor can never be
+// durable past an event whose records, stats or deliveries are not, and a
+// replay after a crash or a rewind is harmless (every write is newer-wins
+// or idempotent). After the commit the consumer tells the StatsCache what
+// changed (statscache.Observe) and kicks the webhook dispatcher when
+// deliveries were enqueued. A commit that fails with lease.ErrSuperseded
+// means custody is lost: the worker fails with that error.
+//
+// A batch that does not reach past the stored cursor (replaying an older
+// stretch after a rewind) leaves it alone, so restarts cannot walk the
+// resume point backwards.
+//
+// # The actor
+//
+//	LeaseActor ── spawns with custody ──▶ consumer
+//	                                        ├── StatsCache   (statscache)
+//	                                        ├── dispatcher   (webhooks)
+//	                                        └── jetstream.Client Run goroutine
+//	                                              reader ─▶ batch ─▶ handler: commitBatch
+//
+// Started loads the cursor, spawns the two children and starts the
+// client's Run goroutine. The client calls the handler with each batch on
+// that goroutine and reads no further than a small buffer until it returns:
+// that is the backpressure, and it keeps the blocking database work off the
+// actor's goroutine. Every (re)connect resumes from the committed cursor
+// minus jetstream.rewind (Jetstream time_us is per instance; replays are
+// idempotent). After a commit the handler sends the StatsCache an Observe
+// and the dispatcher a Kick (only when deliveries were enqueued).
+//
+// Failure: a commit error ends Run; the actor then fails with that error
+// (a panic its parent sees as the reason), so lease.ErrSuperseded reaches
+// the LeaseActor as lost custody and anything else as a worker failure
+// (restart with backoff, from the stored cursor). Child failures are
+// escalated the same way.
+//
+// Stopping: Close cancels the handler's context (a batch in flight is
+// rolled back: lease.Fenced checks the context before commit), sends a
+// close frame within the client's small budget, closes the socket and waits
+// for Run; only then do the children stop. Nothing is written after the
+// actor stopped.
+//
+// UpdateCollections changes the collection filter on the live connection
+// (options_update) and for every later one.
+package consumer

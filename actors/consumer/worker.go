@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/actors/statscache"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/system"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+// Worker registers the consumer under lease "jetstream-consumer". It builds
+// the process-wide parts once (processor, metrics, the webhook client and
+// configuration); each grant of custody gets a new actor with them.
+// Errors are a *config.Error or a metrics registration failure.
+func Worker(d system.Deps) (system.Worker, error) {
+	pm, err := processor.NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	jm, err := jetstream.NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	sm, err := statscache.NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	cm, err := NewMetrics(d.Metrics)
+	if err != nil {
+		return system.Worker{}, err
+	}
+	disp, err := webhooks.NewDispatcherOptions(d)
+	if err != nil {
+		return system.Worker{}, fmt.Errorf("consumer: %w", err)
+	}
+	o := Options{
+		DB:            d.DB,
+		Log:           d.Log,
+		Jetstream:     d.Config.Jetstream,
+		Processor:     processor.New(processor.Options{Log: d.Log, Metrics: pm}),
+		Dispatcher:    disp,
+		ClientMetrics: jm,
+		StatsMetrics:  sm,
+		Metrics:       cm,
+	}
+	return system.Worker{
+		Name:   LeaseName,
+		Leased: true,
+		Actor: func(c lease.Custody) *actor.Props {
+			oc := o
+			oc.Custody = c
+			return NewProps(oc)
+		},
+	}, nil
+}

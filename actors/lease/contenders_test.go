@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"database/sql"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/atcr-io/appview/events"
+)
+
+// slowRetry makes a contender's own retries slow (8-12 s, and the grant it
+// waits for has 30 s left), so an acquire within milliseconds of a release
+// can only come from the nudge.
+var slowRetry = Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
+	RenewDeadline: 10 * time.Second, RetryInterval: 10 * time.Second}
+
+// nudgeEndpoint is an instance's loopback admin mux serving POST
+// /lease/nudge?lease=NAME by sending Nudge to its LeaseActor, as
+// system.NudgeHandler does.
+type nudgeEndpoint struct {
+	srv *httptest.Server
+	pid atomic.Pointer[actor.PID]
+	got atomic.Int32
+}
+
+func newNudgeEndpoint(t *testing.T, sys *actor.ActorSystem, lease string) *nudgeEndpoint {
+	t.Helper()
+	e := &nudgeEndpoint{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /lease/nudge", func(w http.ResponseWriter, r *http.Request) {
+		pid := e.pid.Load()
+		if r.URL.Query().Get("lease") != lease || pid == nil {
+			http.Error(w, "no such leased worker", http.StatusNotFound)
+			return
+		}
+		e.got.Add(1)
+		sys.Root.Send(pid, Nudge{})
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *nudgeEndpoint) url() string { return e.srv.URL + "/lease/nudge" }
+
+func newContenders(t *testing.T, db *sql.DB, instance, url string, ttl time.Duration) *Contenders {
+	c := &Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
+	t.Cleanup(c.Wait) // before the database closes
+	return c
+}
+
+func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	dbA, dbB := openDBFile(t, path), openDBFile(t, path)
+	h := newHarness(t)
+	const name = "jetstream-consumer"
+	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
+	pa, pb := &probe{}, &probe{}
+	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: NewStore(dbA, slowRetry.TTL),
+		Worker: pa.props, Contenders: newContenders(t, dbA, "instance-a", epA.url(), slowRetry.TTL)})
+	epA.pid.Store(ra.pid)
+	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
+	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: NewStore(dbB, slowRetry.TTL),
+		Worker: pb.props, Contenders: newContenders(t, dbB, "instance-b", epB.url(), slowRetry.TTL)})
+	epB.pid.Store(rb.pid)
+	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
+	eventually(t, "b recorded as a contender", func() bool {
+		var n int
+		err := dbA.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = 'instance-b' AND nudge_url = ?2`,
+			name, epB.url()).Scan(&n)
+		return err == nil && n == 1
+	})
+
+	h.stop(ra)
+	released, i := h.events.wait(t, 0, "lease.released by a", is(events.LeaseReleased, "instance-a"))
+	acquired, _ := h.events.wait(t, i, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
+	handover := acquired.At.Sub(released.At)
+	t.Logf("handover took %s (b's own retry was 8-12 s away)", handover)
+	if handover > time.Second {
+		t.Fatalf("b acquired %s after the release: the nudge did not work", handover)
+	}
+	if acquired.Fence != released.Fence+1 {
+		t.Fatalf("b's fence %d after a's %d", acquired.Fence, released.Fence)
+	}
+	if epB.got.Load() != 1 || epA.got.Load() != 0 {
+		t.Fatalf("nudges received: a %d, b %d; want only b, once", epA.got.Load(), epB.got.Load())
+	}
+	eventually(t, "b's worker running", func() bool { return pb.started.Load() == 1 })
+}
+
+// Nudges are advisory and cheap to send, so a misbehaving peer may send
+// many: however many arrive, the contender makes at most one acquire
+// attempt per nudgeSpacing.
+func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	const name = "cleanup"
+	mustAcquire(t, NewStore(db, time.Minute), name, "instance-a")
+	store := newFaultyStore(NewStore(db, slowRetry.TTL))
+	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: store, Worker: (&probe{}).props})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+
+	const flood = 300 * time.Millisecond
+	tick := time.NewTicker(200 * time.Microsecond)
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < flood {
+		<-tick.C
+		for range 5 {
+			h.sys.Root.Send(r.pid, Nudge{})
+			sent++
+		}
+	}
+	tick.Stop()
+	end := time.Now()
+	// Let the nudges already queued be processed: a status request is
+	// answered after every message sent before it.
+	if _, err := h.sys.Root.RequestFuture(r.pid, StatusRequest{}, waitFor).Result(); err != nil {
+		t.Fatal(err)
+	}
+	drained := time.Now()
+	var during int
+	for _, at := range store.acquireTimes() {
+		if !at.Before(start) {
+			during++
+		}
+	}
+	// Attempts may trail the flood while the mailbox drains.
+	window := drained.Sub(start)
+	limit := int(window/nudgeSpacing) + 2
+	t.Logf("%d nudges in %s (drained after %s): %d acquire attempts, limit %d", sent, end.Sub(start), window, during, limit)
+	if during > limit {
+		t.Fatalf("%d acquire attempts in %s for %d nudges; want at most one per %s (%d)", during, window, sent, nudgeSpacing, limit)
+	}
+	if during == 0 {
+		t.Fatal("no acquire attempt at all: nudges were ignored")
+	}
+}

@@ -1,0 +1,111 @@
+// Package lease runs a worker on exactly one instance at a time through a
+// named lease in the shared database (SPEC §4), with fencing.
+//
+// # Guarantee
+//
+// For each lease name, at any instant at most one instance trusts a grant,
+// and only the instance that trusts a grant runs the lease's worker. Every
+// change of custody increments the fence token; a write made through
+// Fenced commits only while its custody is the current, unexpired grant on
+// the database's clock, so a holder that stalled (GC pause, SIGSTOP, a
+// partition) and missed its own loss cannot land anything once another
+// instance has taken over. Exclusivity is the goal; fencing is what makes
+// the residual cases (a worker still mid-write when it learns of the loss)
+// harmless.
+//
+// # What the database is authoritative for
+//
+// Who holds a lease and until when. Acquire is a single INSERT ... ON
+// CONFLICT(name) DO UPDATE ... WHERE leases.expires_at <= now, so two
+// contenders racing for one expired grant cannot both win: the loser's
+// update matches no row. Renew and release match name, holder and fence
+// (renew also an unexpired grant: a renewal that reaches the database after
+// a release or an expiry must not revive it); zero rows means superseded. Release expires the row in place
+// (renewed_at = expires_at = now) and keeps holder and fence, so the fence
+// survives and a stalled former holder can never match again. Nothing
+// deletes a lease row.
+//
+// # Clocks
+//
+// Expiry is decided by one clock only: the database's. Every statement
+// computes "now" itself (database.NowMS, Unix ms); no Go time is ever bound
+// into a lease statement, so instances whose wall clocks disagree by
+// seconds still agree on who holds what.
+//
+// Local time is used for one thing: to bound how long a holder trusts its
+// grant without hearing from the database. The holder measures, on its
+// monotonic clock, from the START of its last successful acquire or renew
+// attempt; a slow success cannot stretch the window. It stops trusting at
+// start + renew_deadline, which is before the grant can expire on the
+// database (start + ttl) as long as the two clocks advance at roughly the
+// same rate — the one clock assumption, about rates, not offsets.
+//
+// # States
+//
+// Custody decisions live in Machine, a pure state machine (time and inputs
+// in, commands out) driven by the LeaseActor, a thin shell that carries
+// out the commands: store calls in goroutines that answer with messages,
+// one timer, the worker spawned as the actor's child.
+//
+//	            Start               grant (fence+1)
+//	idle ─────────────► contending ──────────────────► holding
+//	                     │   ▲   ▲                      │  │  │
+//	               stop  │   │   │ worker stopped       │  │  │ stop requested
+//	                     ▼   │   │                      │  │  ▼
+//	                   done  │   └──────── lost ◄───────┘  │ stopping ── worker stopped ──► releasing
+//	                     ▲   │   superseded | blackout |   │ (drains; renewals go on)         │
+//	                     │   │   error: stop the worker    │                                  │
+//	                     │   │   at once, never release    └─ >5 failures/min: worker.failed ─┤
+//	                     │   │                                 (stopping, then releasing)     │
+//	                     │   └──── released (worker-failed), after one TTL of cooldown ◄──────┤
+//	                     └──────── released (shutdown) ◄──────────────────────────────────────┘
+//
+// In contending, a contended attempt sleeps until min(jittered
+// retry_interval, the grant's time left + 1 ms); a nudge retries at once.
+// In holding, a successful renewal extends trust to attempt start +
+// renew_deadline; a worker panic restarts the worker in place with
+// exponential backoff (worker.restarted).
+//
+// Supervision: the LeaseActor is its worker's supervisor (it implements
+// actor.SupervisorStrategy). A panic is a failure whose directive is
+// Restart, in place and with exponential backoff, while custody lasts;
+// more than maxFailures within failureWindow gives the lease up
+// (worker.failed, released, one TTL of cooldown) so another instance can
+// try. A renewal blackout, or a fenced write that finds the custody
+// superseded, is a failure whose directive is Stop, never Restart.
+//
+// Shutdown (StopRequested) poisons the worker, keeps renewing while it
+// drains (its last writes are fenced and must still land), releases, and
+// only then stops the actor: the system's shutdown waits for the release
+// to commit or definitively fail. A release runs on its own bounded
+// context, so a cancelled caller cannot skip it. A stop while contending
+// finishes at once, writing nothing; a stop with an acquire in flight
+// waits for its answer and hands a grant straight back.
+//
+// Handover: libSQL has no LISTEN/NOTIFY. A contender records the URL of
+// its nudge endpoint (lease_contenders); a holder that has just released
+// POSTs to each recent contender, which makes an acquire attempt at once.
+// Correctness never depends on the nudge: a nudge can only cause an
+// acquire attempt (at most one per nudgeSpacing, however many arrive), and
+// a lost one costs a retry interval. A grant that turns up after custody
+// was given up (an acquire or renewal answered too late) is handed back
+// at once rather than left to run out its TTL.
+// A crashed holder is replaced within about TTL, because a contender
+// sleeps until the grant's time left (read from the database) rather
+// than a full retry interval.
+//
+// # Not guaranteed
+//
+//   - That the worker has stopped acting the instant another instance
+//     acquires: a worker mid-write when its custody ends may still be
+//     running; its writes fail the fence check. Side effects outside the
+//     database (an HTTP request already sent) carry the fence
+//     (X-Appview-Fence) so the receiver can reject a superseded holder.
+//   - Progress while the database is unreachable: every instance stops
+//     its leased workers within renew_deadline and nobody runs them until
+//     the database answers again.
+//   - Bounded clock-rate drift is assumed (see Clocks); wall-clock offsets
+//     do not matter.
+//   - Two processes configured with the same instance_id are still safe
+//     (the fence tells them apart) but will contend as strangers.
+package lease

@@ -1,0 +1,276 @@
+package lease
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// nudgeDriver runs one Machine on a virtual clock as a contender for a
+// lease held elsewhere: every acquire attempt is answered "contended, 30 s
+// left" after rtt, wake-ups are delivered on time, and the test injects
+// nudges.
+type nudgeDriver struct {
+	t        *testing.T
+	m        *Machine
+	now      time.Duration
+	wake     time.Duration
+	pending  map[uint64]time.Duration // acquire seq -> answer time
+	attempts []time.Duration
+	rtt      time.Duration
+}
+
+func newNudgeDriver(t *testing.T, rtt time.Duration) *nudgeDriver {
+	d := &nudgeDriver{t: t, rtt: rtt, wake: NoWake, pending: map[uint64]time.Duration{},
+		m: NewMachine("cleanup", "instance-b", slowRetry, rand.New(rand.NewPCG(1, 2)))}
+	d.step(Start{})
+	return d
+}
+
+func (d *nudgeDriver) step(in Input) {
+	for _, c := range d.m.Step(d.now, in) {
+		switch c := c.(type) {
+		case AcquireCmd:
+			d.attempts = append(d.attempts, d.now)
+			d.pending[c.Seq] = d.now + d.rtt
+		case WakeCmd:
+			d.wake = c.At
+		case SpawnWorkerCmd, RenewCmd, ReleaseCmd:
+			d.t.Fatalf("unexpected %T for a contender", c)
+		}
+	}
+}
+
+// advance moves the clock to until, delivering answers and wake-ups due.
+func (d *nudgeDriver) advance(until time.Duration) {
+	for {
+		next, seq := until, uint64(0)
+		for s, at := range d.pending {
+			if at <= next {
+				next, seq = at, s
+			}
+		}
+		if d.wake != NoWake && d.wake < next {
+			next, seq = d.wake, 0
+		}
+		if next >= until && seq == 0 && (d.wake == NoWake || d.wake > until) {
+			d.now = until
+			return
+		}
+		d.now = next
+		if seq != 0 {
+			delete(d.pending, seq)
+			d.step(AcquireResult{Seq: seq, Grant: Grant{Holder: "instance-a", Fence: 1, TimeLeft: 30 * time.Second}})
+		} else {
+			d.wake = NoWake
+			d.step(Tick{})
+		}
+	}
+}
+
+func TestAFloodOfNudgesIsSpacedWhetherOrNotAnAttemptIsInFlight(t *testing.T) {
+	for _, rtt := range []time.Duration{100 * time.Microsecond, time.Millisecond, 4 * time.Millisecond, 25 * time.Millisecond} {
+		t.Run(rtt.String(), func(t *testing.T) {
+			d := newNudgeDriver(t, rtt)
+			d.advance(time.Second) // first attempt answered: contended, next retry 8-12 s away
+			before := len(d.attempts)
+			start := d.now
+			const flood = 200 * time.Millisecond
+			for d.now < start+flood {
+				d.step(Nudge{})
+				d.advance(d.now + 50*time.Microsecond)
+			}
+			got := len(d.attempts) - before
+			limit := int(flood/nudgeSpacing) + 1
+			if got > limit {
+				t.Fatalf("%d acquire attempts in %s of nudges (round trip %s); want at most one per %s (%d)", got, flood, rtt, nudgeSpacing, limit)
+			}
+			for i := before + 1; i < len(d.attempts); i++ {
+				if gap := d.attempts[i] - d.attempts[i-1]; gap < nudgeSpacing {
+					t.Fatalf("attempts %s apart (at %s and %s)", gap, d.attempts[i-1], d.attempts[i])
+				}
+			}
+			if got == 0 {
+				t.Fatal("nudges caused no attempt")
+			}
+		})
+	}
+}
+
+// A nudge is never lost, only deferred: one arriving while an attempt is
+// in flight, or within the spacing of the last nudged attempt, still
+// brings the next attempt forward from the slow retry.
+func TestANudgeIsDeferredByTheSpacingNeverDropped(t *testing.T) {
+	d := newNudgeDriver(t, time.Millisecond)
+	d.advance(time.Second)
+	n := len(d.attempts)
+
+	d.step(Nudge{}) // attempt at once
+	if len(d.attempts) != n+1 {
+		t.Fatalf("a nudge did not cause an attempt")
+	}
+	d.advance(d.now + 2*time.Millisecond) // answered: contended
+	d.step(Nudge{})                       // within the spacing of the last nudged attempt
+	d.advance(d.now + 100*time.Millisecond)
+	if len(d.attempts) != n+2 {
+		t.Fatalf("%d attempts after a second nudge within the spacing, want exactly one more", len(d.attempts)-n-1)
+	}
+	if gap := d.attempts[n+1] - d.attempts[n]; gap < nudgeSpacing || gap > nudgeSpacing+time.Millisecond {
+		t.Fatalf("deferred attempt came %s after the previous one, want %s", gap, nudgeSpacing)
+	}
+
+	// A nudge while an attempt is in flight: acted on when it answers.
+	d.step(Nudge{})
+	inFlight := len(d.attempts)
+	d.advance(d.now + 200*time.Microsecond)
+	d.step(Nudge{})
+	d.advance(d.now + 100*time.Millisecond)
+	if len(d.attempts) != inFlight+1 {
+		t.Fatalf("%d attempts after a nudge during an attempt in flight, want exactly one more", len(d.attempts)-inFlight)
+	}
+}
+
+// holder drives one Machine through a grant, collecting its commands.
+type holder struct {
+	t   *testing.T
+	m   *Machine
+	now time.Duration
+	out []Command
+}
+
+func newHolder(t *testing.T) *holder {
+	h := &holder{t: t, m: NewMachine("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)))}
+	h.step(Start{})
+	acq := h.only(AcquireCmd{}).(AcquireCmd)
+	h.step(AcquireResult{Seq: acq.Seq, Grant: Grant{Granted: true, Fence: 1}})
+	h.only(SpawnWorkerCmd{})
+	return h
+}
+
+func (h *holder) step(in Input) {
+	h.out = h.m.Step(h.now, in)
+}
+
+func (h *holder) at(now time.Duration, in Input) {
+	h.now = now
+	h.step(in)
+}
+
+// only returns the one command of like's type in the last output (fails
+// if there is not exactly one).
+func (h *holder) only(like Command) Command {
+	h.t.Helper()
+	var found []Command
+	for _, c := range h.out {
+		if sameType(c, like) {
+			found = append(found, c)
+		}
+	}
+	if len(found) != 1 {
+		h.t.Fatalf("want one %T in %+v", like, h.out)
+	}
+	return found[0]
+}
+
+func (h *holder) none(like Command) {
+	h.t.Helper()
+	for _, c := range h.out {
+		if sameType(c, like) {
+			h.t.Fatalf("unexpected %+v in %+v", c, h.out)
+		}
+	}
+}
+
+func sameType(a, b Command) bool {
+	switch a.(type) {
+	case AcquireCmd:
+		_, ok := b.(AcquireCmd)
+		return ok
+	case RenewCmd:
+		_, ok := b.(RenewCmd)
+		return ok
+	case ReleaseCmd:
+		_, ok := b.(ReleaseCmd)
+		return ok
+	case SpawnWorkerCmd:
+		_, ok := b.(SpawnWorkerCmd)
+		return ok
+	case StopWorkerCmd:
+		_, ok := b.(StopWorkerCmd)
+		return ok
+	}
+	return false
+}
+
+// loseToBlackout lets the first renewal hang past the renew deadline and
+// returns its seq; the machine has lost custody and ordered the worker
+// stopped.
+func (h *holder) loseToBlackout() uint64 {
+	h.t.Helper()
+	h.at(fastTiming.RenewInterval, Tick{})
+	first := h.only(RenewCmd{}).(RenewCmd)
+	h.at(fastTiming.RenewInterval+fastTiming.RenewDeadline/2, Tick{}) // abandoned; a second renewal goes out
+	h.only(RenewCmd{})
+	h.at(fastTiming.RenewDeadline, Tick{})
+	h.only(StopWorkerCmd{})
+	if h.m.WorkerActive() || h.m.Phase() != PhaseStopping {
+		h.t.Fatalf("not lost at the deadline: phase %s", h.m.Phase())
+	}
+	return first.Seq
+}
+
+func TestALateRenewalSuccessAfterLossIsHandedBackOnceTheWorkerStopped(t *testing.T) {
+	h := newHolder(t)
+	seq := h.loseToBlackout()
+	// The hung renewal lands while the worker is still stopping: the grant
+	// it extended keeps others out until the worker is gone.
+	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
+	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+	if !rel.Stale || rel.Custody.Fence != 1 || rel.Custody.Holder != "instance-a" {
+		t.Fatalf("hand-back %+v, want a stale release of fence 1", rel)
+	}
+	h.at(h.now+time.Millisecond, Tick{})
+	h.none(ReleaseCmd{})
+}
+
+func TestALateRenewalSuccessAfterTheWorkerStoppedIsHandedBackAtOnce(t *testing.T) {
+	h := newHolder(t)
+	seq := h.loseToBlackout()
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
+	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); !rel.Stale || rel.Custody.Fence != 1 {
+		t.Fatalf("hand-back %+v", rel)
+	}
+}
+
+func TestALateRenewalSuccessUnderCustodyStillHeldReleasesNothing(t *testing.T) {
+	h := newHolder(t)
+	h.at(fastTiming.RenewInterval, Tick{})
+	first := h.only(RenewCmd{}).(RenewCmd)
+	h.at(fastTiming.RenewInterval+fastTiming.RenewDeadline/2, Tick{}) // abandoned
+	second := h.only(RenewCmd{}).(RenewCmd)
+	h.at(h.now+time.Millisecond, RenewResult{Seq: second.Seq})
+	h.at(h.now+time.Millisecond, RenewResult{Seq: first.Seq}) // late, custody still ours
+	h.none(ReleaseCmd{})
+	if !h.m.WorkerActive() {
+		t.Fatal("a late renewal success ended custody")
+	}
+}
+
+func TestARenewalInFlightAtShutdownIsNotHandedBackTwice(t *testing.T) {
+	h := newHolder(t)
+	h.at(fastTiming.RenewInterval, Tick{})
+	renew := h.only(RenewCmd{}).(RenewCmd)
+	h.at(h.now+time.Millisecond, StopRequested{})
+	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+	if rel.Stale {
+		t.Fatal("the shutdown release is not stale")
+	}
+	// The renewal answers while the machine's own release is in flight.
+	h.at(h.now+time.Millisecond, RenewResult{Seq: renew.Seq})
+	h.none(ReleaseCmd{})
+}

@@ -1,0 +1,254 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/database"
+)
+
+const longTTL = time.Minute
+
+// expireNow ends the grant of lease name on the database's clock, as if its
+// TTL had run out (renewed_at stays, so the state reads "expired").
+func expireNow(t testing.TB, db *sql.DB, name string) {
+	t.Helper()
+	if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` WHERE name = ?1`, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustAcquire(t testing.TB, s *Store, name, holder string) Custody {
+	t.Helper()
+	g, err := s.Acquire(context.Background(), name, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Granted {
+		t.Fatalf("%s did not get %q: held by %s (fence %d) for %s", holder, name, g.Holder, g.Fence, g.TimeLeft)
+	}
+	return Custody{Lease: name, Holder: holder, Fence: g.Fence}
+}
+
+func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	stores := []*Store{NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)}
+	holders := []string{"instance-a", "instance-b"}
+	check := openDBFile(t, path)
+	ctx := context.Background()
+	const races = 1000
+	var lastFence int64
+	wins := [2]int{}
+	for i := range races {
+		var (
+			start  = make(chan struct{})
+			wg     sync.WaitGroup
+			grants [2]Grant
+			errs   [2]error
+		)
+		for j := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				grants[j], errs[j] = stores[j].Acquire(ctx, "race", holders[j])
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("race %d: %s: %v", i, holders[j], err)
+			}
+		}
+		if grants[0].Granted == grants[1].Granted {
+			t.Fatalf("race %d: granted to both or neither: %+v", i, grants)
+		}
+		w, l := 0, 1
+		if grants[1].Granted {
+			w, l = 1, 0
+		}
+		wins[w]++
+		if grants[w].Fence != lastFence+1 {
+			t.Fatalf("race %d: granted fence %d after fence %d; every grant adds exactly 1", i, grants[w].Fence, lastFence)
+		}
+		if grants[l].Holder != holders[w] || grants[l].Fence != grants[w].Fence || grants[l].TimeLeft <= 0 {
+			t.Fatalf("race %d: loser was told %+v, want holder %s fence %d with time left", i, grants[l], holders[w], grants[w].Fence)
+		}
+		c := Custody{Lease: "race", Holder: holders[w], Fence: grants[w].Fence}
+		before := readRow(t, check, "race")
+		if err := stores[w].Renew(ctx, c); err != nil {
+			t.Fatalf("race %d: winner's renewal: %v", i, err)
+		}
+		after := readRow(t, check, "race")
+		if after.Fence != c.Fence || after.Holder != c.Holder || after.AcquiredAt != before.AcquiredAt || after.ExpiresAt < before.ExpiresAt {
+			t.Fatalf("race %d: renewal changed custody: %+v -> %+v", i, before, after)
+		}
+		// Half the leases end by a clean release, half by running out.
+		if i%2 == 0 {
+			if err := stores[w].Release(ctx, c); err != nil {
+				t.Fatalf("race %d: release: %v", i, err)
+			}
+		} else {
+			expireNow(t, check, "race")
+		}
+		lastFence = c.Fence
+	}
+	if got := readRow(t, check, "race").Fence; got != races {
+		t.Fatalf("fence after %d grants is %d", races, got)
+	}
+	t.Logf("wins: %s %d, %s %d", holders[0], wins[0], holders[1], wins[1])
+}
+
+func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	check := openDBFile(t, path)
+	ctx := context.Background()
+	held := mustAcquire(t, a, "cleanup", "instance-a")
+	before := rowBytes(t, check, "cleanup")
+
+	impostors := []Custody{
+		{Lease: "cleanup", Holder: "instance-b", Fence: held.Fence},     // another instance, right fence
+		{Lease: "cleanup", Holder: "instance-a", Fence: held.Fence + 1}, // right holder, a fence not granted
+		{Lease: "cleanup", Holder: "instance-a", Fence: held.Fence - 1}, // right holder, an old fence
+		{Lease: "backfill", Holder: "instance-a", Fence: held.Fence},    // a lease with no row
+	}
+	for _, c := range impostors {
+		if err := b.Renew(ctx, c); !errors.Is(err, ErrSuperseded) {
+			t.Errorf("renew by %+v: got %v, want ErrSuperseded", c, err)
+		}
+		if err := b.Release(ctx, c); !errors.Is(err, ErrSuperseded) {
+			t.Errorf("release by %+v: got %v, want ErrSuperseded", c, err)
+		}
+	}
+	if after := rowBytes(t, check, "cleanup"); after != before {
+		t.Fatalf("row changed by a non-holder:\nbefore %s\nafter  %s", before, after)
+	}
+	if got := rowBytes(t, check, "backfill"); got != "<no row>" {
+		t.Fatalf("renew/release of a lease nobody holds created a row: %s", got)
+	}
+}
+
+func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	check := openDBFile(t, path)
+	ctx := context.Background()
+	old := mustAcquire(t, a, "jetstream-consumer", "instance-a")
+	expireNow(t, check, "jetstream-consumer") // a stalled past its TTL
+	cur := mustAcquire(t, b, "jetstream-consumer", "instance-b")
+	if cur.Fence != old.Fence+1 {
+		t.Fatalf("takeover fence %d, want %d", cur.Fence, old.Fence+1)
+	}
+	before := rowBytes(t, check, "jetstream-consumer")
+	if err := a.Renew(ctx, old); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("renew by the former holder: got %v, want ErrSuperseded", err)
+	}
+	if err := a.Release(ctx, old); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("release by the former holder: got %v, want ErrSuperseded", err)
+	}
+	if after := rowBytes(t, check, "jetstream-consumer"); after != before {
+		t.Fatalf("the former holder changed the row:\nbefore %s\nafter  %s", before, after)
+	}
+	// The same instance re-acquiring later gets a new fence; its old
+	// custody still matches nothing.
+	if err := b.Release(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	again := mustAcquire(t, a, "jetstream-consumer", "instance-a")
+	if again.Fence != cur.Fence+1 {
+		t.Fatalf("re-acquire fence %d, want %d", again.Fence, cur.Fence+1)
+	}
+	if err := a.Renew(ctx, old); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("renew under a fence two grants old: got %v, want ErrSuperseded", err)
+	}
+}
+
+func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	check := openDBFile(t, path)
+	ctx := context.Background()
+	held := mustAcquire(t, a, "billing-tier-refresh", "instance-a")
+	if g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b"); err != nil || g.Granted {
+		t.Fatalf("contender got a held lease: %+v %v", g, err)
+	}
+	before := readRow(t, check, "billing-tier-refresh")
+	if before.State() != StateHeld {
+		t.Fatalf("state before release: %s", before.State())
+	}
+	if err := a.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	after := readRow(t, check, "billing-tier-refresh")
+	switch {
+	case after.Holder != held.Holder || after.Fence != held.Fence:
+		t.Fatalf("release changed custody: %+v", after)
+	case after.AcquiredAt != before.AcquiredAt:
+		t.Fatalf("release changed acquired_at: %d -> %d", before.AcquiredAt, after.AcquiredAt)
+	case after.ExpiresAt > after.Now:
+		t.Fatalf("released row expires at %d, after the database's now %d", after.ExpiresAt, after.Now)
+	case after.RenewedAt != after.ExpiresAt:
+		t.Fatalf("released row has renewed_at %d != expires_at %d", after.RenewedAt, after.ExpiresAt)
+	case after.State() != StateReleased:
+		t.Fatalf("state after release: %s", after.State())
+	}
+	g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b")
+	if err != nil || !g.Granted || g.Fence != held.Fence+1 {
+		t.Fatalf("contender after release: %+v %v, want granted with fence %d", g, err, held.Fence+1)
+	}
+	// A lease that ran out reads "expired", not "released".
+	expireNow(t, check, "billing-tier-refresh")
+	if _, err := check.Exec(`UPDATE leases SET renewed_at = expires_at - 1 WHERE name = 'billing-tier-refresh'`); err != nil {
+		t.Fatal(err)
+	}
+	if st := readRow(t, check, "billing-tier-refresh").State(); st != StateExpired {
+		t.Fatalf("state of a lease that ran out: %s", st)
+	}
+}
+
+func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
+	db := openDB(t)
+	s := NewStore(db, longTTL)
+	held := mustAcquire(t, s, "cleanup", "instance-a")
+	if _, err := db.Exec(`UPDATE leases SET expires_at = ` + database.NowMS + ` - 5000 WHERE name = 'cleanup'`); err != nil {
+		t.Fatal(err)
+	}
+	before := readRow(t, db, "cleanup")
+	if err := s.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	if after := readRow(t, db, "cleanup"); after.ExpiresAt != before.ExpiresAt {
+		t.Fatalf("release moved an old expiry %d to %d", before.ExpiresAt, after.ExpiresAt)
+	}
+}
+
+func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
+	for _, end := range []string{"released", "expired"} {
+		t.Run(end, func(t *testing.T) {
+			db := openDB(t)
+			s := NewStore(db, longTTL)
+			c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
+			if end == "released" {
+				if err := s.Release(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				expireNow(t, db, "jetstream-consumer")
+			}
+			before := rowBytes(t, db, "jetstream-consumer")
+			if err := s.Renew(context.Background(), c); !errors.Is(err, ErrSuperseded) {
+				t.Fatalf("renewal of a %s grant: got %v, want ErrSuperseded", end, err)
+			}
+			if after := rowBytes(t, db, "jetstream-consumer"); after != before {
+				t.Fatalf("renewal changed a %s grant:\nbefore %s\nafter  %s", end, before, after)
+			}
+		})
+	}
+}

@@ -1,0 +1,46 @@
+// Package statscache is the StatsCache actor: per repository (owner DID,
+// repository), each hold's pull/push counts and last pull/push, as the
+// holds report them in io.atcr.hold.stats records (absolute values; a
+// newer updatedAt from the same hold replaces that hold's numbers).
+//
+// # The bug it exists to prevent
+//
+// In the system this project replaces, StatsCache was per-process memory
+// whose aggregate was written to repository_stats as an absolute value. Two
+// consumers, or a new holder with a cold cache after failover, each wrote a
+// partial sum as the whole truth. Here:
+//
+//   - The actor never writes a sum from memory. Per-hold rows and the
+//     aggregate are written by the processor inside the consumer's fenced
+//     batch transaction (processor.ApplyTx), the aggregate recomputed there
+//     from the persisted repository_hold_stats rows, and the cursor commits
+//     in that same transaction. So the cursor can never be durable past an
+//     event whose stats are not: they are one commit. (Chosen over a
+//     separate StatsCache write awaited before the cursor commit: one
+//     transaction has no window at all, and the backfill, which has no
+//     StatsCache, gets the same guarantee.)
+//   - Every message carries the custody it was produced under; a message
+//     whose custody is not the actor's own is rejected with a
+//     *StaleCustodyError reply and counted
+//     (appview_statscache_rejected_total).
+//   - It warms from repository_hold_stats when it starts, and then
+//     reconciles: under lease.Fenced with its custody it recomputes every
+//     repository_stats row from the persisted per-hold and star rows and
+//     rewrites the rows that differ (counted in
+//     appview_statscache_reconciled_total). A new holder after failover
+//     therefore starts from the whole persisted truth and repairs any
+//     partial sum it finds; it does not trust its own memory for writes.
+//
+// # Messages
+//
+//	Observe{Custody, Stats}  → *Observed | *StaleCustodyError   (after a commit;
+//	                            answered only when sent as a request)
+//	Get{OwnerDID, Repository} → Snapshot
+//
+// Observe applies newer-wins by updatedAt in memory, as the SQL did (an
+// older updatedAt is ignored). Warm-up and reconcile run on the actor's
+// goroutine in Started: messages wait until the view is warm. A failed
+// warm-up (database error, or lease.ErrSuperseded from the reconcile) makes
+// the actor fail with that error, so its parent can treat superseded as
+// lost custody.
+package statscache

@@ -1,0 +1,58 @@
+// Package processor turns Jetstream v1 events (jetstream.Event) into the
+// registry's rows (database/migrations/0002_registry.sql): io.atcr.*
+// records (LEXICONS.md) plus identity and account events. The consumer
+// feeds it the live stream; the backfill feeds it listRecords results as
+// synthetic create events. It assumes nothing about a live stream: any
+// event may arrive twice, late, or after a newer one.
+//
+// # API
+//
+//	p := processor.New(processor.Options{Log: log, Metrics: m})
+//	// consumer: records, webhook deliveries and cursor in one commit
+//	lease.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
+//	    res, err := p.ApplyTx(ctx, tx, custody, batch)
+//	    ... webhooks.EnqueueTx(ctx, tx, pushes(res.NewManifests)) ...
+//	    ... write cursor res.MaxTimeUS ...
+//	})
+//	// backfill: one shot
+//	res, err := p.Apply(ctx, db, custody, events)
+//
+// Result reports applied / unchanged / skipped counts (skips by reason),
+// the per-hold stats rows changed (Result.HoldStats, for the StatsCache's
+// warm view) and the manifests stored for the first time
+// (Result.NewManifests, the webhook "push" triggers).
+//
+// # Guarantees
+//
+//   - Idempotent: applying an event twice, or a whole stream twice, or a
+//     stream with rewinds, leaves the database identical. Every column is a
+//     function of the events (times come from time_us, never the wall
+//     clock), except repository_stats.fence, which names the writer.
+//   - Newer wins: each row keeps source_us, the time_us of the event that
+//     wrote it; an older create/update never overwrites it and an older
+//     delete never removes it. A delete leaves a tombstone
+//     (record_tombstones), so a create older than the delete (a rewound
+//     replay, a backfill snapshot taken before the delete) cannot bring the
+//     record back. Hold stats are ordered by the record's updatedAt instead
+//     (a hold's absolute counts as of that time), also in SQL.
+//   - No partial sums: repository_stats is recomputed, inside the same
+//     transaction, from the persisted repository_hold_stats and stars rows
+//     of every repository the batch changed. Whatever a cache knew or
+//     missed, the stored aggregate is the sum over all persisted holds.
+//   - Isolation: each event runs under its own SAVEPOINT. A record that
+//     breaks its lexicon (missing required field, over a length limit,
+//     wrong format) is skipped before it touches the database; one the
+//     database refuses is rolled back alone. Both are counted by reason
+//     and logged at a sampled rate (a burst per period, not one line per
+//     event); the rest of the batch lands and the caller's cursor still
+//     advances past them. Commits outside io.atcr.* are skipped silently
+//     (counted). Only a failure of the transaction itself (locked, I/O,
+//     savepoint) is returned, so the caller retries the whole batch.
+//
+// # Users
+//
+// A users row is created by the first user-repo record applied for a DID
+// (manifest, tag, star, profile, repo page); identity and account events
+// only update existing rows, because Jetstream sends them for the whole
+// network regardless of wantedCollections.
+package processor

@@ -1,0 +1,579 @@
+package processor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// NSIDs of the io.atcr collections the processor indexes (LEXICONS.md).
+const (
+	CollectionManifest = "io.atcr.manifest"
+	CollectionTag      = "io.atcr.tag"
+	CollectionStar     = "io.atcr.sailor.star"
+	CollectionProfile  = "io.atcr.sailor.profile"
+	CollectionRepoPage = "io.atcr.repo.page"
+	CollectionCaptain  = "io.atcr.hold.captain"
+	CollectionCrew     = "io.atcr.hold.crew"
+	CollectionStats    = "io.atcr.hold.stats"
+)
+
+// Length limits from the lexicons, in UTF-8 bytes.
+const (
+	maxRepositoryLen     = 255
+	maxPageRepositoryLen = 256
+	maxDigestLen         = 128
+	maxMediaTypeLen      = 128
+	maxTagLen            = 128
+	maxDescriptionLen    = 100000
+)
+
+// invalidError is a record that breaks its lexicon; reason is the skip
+// reason it is counted under.
+type invalidError struct {
+	reason string
+	detail string
+}
+
+func (e *invalidError) Error() string { return e.reason + ": " + e.detail }
+
+func invalid(reason, format string, args ...any) error {
+	return &invalidError{reason: reason, detail: fmt.Sprintf(format, args...)}
+}
+
+// reasonOf maps an error from decoding to its skip reason.
+func reasonOf(err error) string {
+	var ie *invalidError
+	if errors.As(err, &ie) {
+		return ie.reason
+	}
+	return ReasonMalformedRecord
+}
+
+// check accumulates the first validation failure of a record.
+type check struct{ err error }
+
+func (c *check) required(field string, present bool) {
+	if c.err == nil && !present {
+		c.err = invalid(ReasonMissingField, "%s is required", field)
+	}
+}
+
+func (c *check) maxLen(field, v string, limit int) {
+	if c.err == nil && len(v) > limit {
+		c.err = invalid(ReasonTooLong, "%s is %d bytes, limit %d", field, len(v), limit)
+	}
+}
+
+func (c *check) nonEmpty(field string, v *string) {
+	if c.err == nil && v != nil && *v == "" {
+		c.err = invalid(ReasonMissingField, "%s is empty", field)
+	}
+}
+
+func (c *check) did(field string, v string) {
+	if c.err == nil && !validDID(v) {
+		c.err = invalid(ReasonBadValue, "%s %q is not a DID", field, v)
+	}
+}
+
+// datetime parses an AT Protocol datetime (RFC 3339) into Unix ms.
+func (c *check) datetime(field string, v *string) int64 {
+	if c.err != nil || v == nil {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, *v)
+	if err != nil {
+		c.err = invalid(ReasonBadValue, "%s %q is not an RFC 3339 datetime", field, *v)
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// validDID accepts did:METHOD:ID with a lowercase method (AT Protocol DID syntax, loosely).
+func validDID(s string) bool {
+	rest, ok := strings.CutPrefix(s, "did:")
+	if !ok {
+		return false
+	}
+	method, id, ok := strings.Cut(rest, ":")
+	if !ok || method == "" || id == "" || strings.HasSuffix(id, ":") {
+		return false
+	}
+	for _, r := range method {
+		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// blobRef is the {mediaType, digest, size} descriptor of io.atcr.manifest.
+type blobRef struct {
+	MediaType string `json:"mediaType"`
+	Digest    string `json:"digest"`
+	Size      int64  `json:"size"`
+}
+
+type platform struct {
+	OS           string `json:"os"`
+	Architecture string `json:"architecture"`
+	Variant      string `json:"variant"`
+}
+
+type manifestRef struct {
+	blobRef
+	Platform *platform `json:"platform"`
+}
+
+type manifestRecord struct {
+	Repository    *string           `json:"repository"`
+	Digest        *string           `json:"digest"`
+	MediaType     *string           `json:"mediaType"`
+	SchemaVersion *int64            `json:"schemaVersion"`
+	CreatedAt     *string           `json:"createdAt"`
+	HoldDID       *string           `json:"holdDid"`
+	HoldEndpoint  *string           `json:"holdEndpoint"`
+	Config        *blobRef          `json:"config"`
+	Subject       *blobRef          `json:"subject"`
+	Layers        []blobRef         `json:"layers"`
+	Manifests     []manifestRef     `json:"manifests"`
+	Annotations   map[string]string `json:"annotations"`
+}
+
+// manifest is a validated io.atcr.manifest record.
+type manifest struct {
+	Repository, Digest, MediaType string
+	SchemaVersion                 int64
+	CreatedAt                     int64 // Unix ms
+	HoldDID, HoldEndpoint         string
+	ConfigDigest                  string
+	ConfigSize                    int64
+	SubjectDigest                 string
+	Layers                        []blobRef
+	Manifests                     []manifestRef
+	Annotations                   map[string]string
+}
+
+func decodeManifest(raw json.RawMessage) (*manifest, error) {
+	var r manifestRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("repository", r.Repository != nil)
+	c.required("digest", r.Digest != nil)
+	c.required("mediaType", r.MediaType != nil)
+	c.required("schemaVersion", r.SchemaVersion != nil)
+	c.required("createdAt", r.CreatedAt != nil)
+	c.nonEmpty("repository", r.Repository)
+	c.nonEmpty("digest", r.Digest)
+	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
+	c.maxLen("digest", str(r.Digest), maxDigestLen)
+	c.maxLen("mediaType", str(r.MediaType), maxMediaTypeLen)
+	m := &manifest{
+		Repository:   str(r.Repository),
+		Digest:       str(r.Digest),
+		MediaType:    str(r.MediaType),
+		CreatedAt:    c.datetime("createdAt", r.CreatedAt),
+		HoldEndpoint: str(r.HoldEndpoint),
+		Layers:       r.Layers,
+		Manifests:    r.Manifests,
+		Annotations:  r.Annotations,
+	}
+	if r.SchemaVersion != nil {
+		m.SchemaVersion = *r.SchemaVersion
+	}
+	switch {
+	case r.HoldDID != nil && *r.HoldDID != "":
+		c.did("holdDid", *r.HoldDID)
+		m.HoldDID = *r.HoldDID
+	case m.HoldEndpoint != "":
+		did, err := HoldDIDFromEndpoint(m.HoldEndpoint)
+		if err != nil && c.err == nil {
+			c.err = invalid(ReasonBadValue, "holdEndpoint: %v", err)
+		}
+		m.HoldDID = did
+	}
+	if r.Config != nil {
+		m.ConfigDigest, m.ConfigSize = r.Config.Digest, r.Config.Size
+	}
+	if r.Subject != nil {
+		m.SubjectDigest = r.Subject.Digest
+	}
+	return m, c.err
+}
+
+// HoldDIDFromEndpoint derives a hold's did:web from the legacy holdEndpoint
+// URL of io.atcr.manifest (did:web method: the host, a port percent-encoded
+// as %3A, path segments joined by ":"), e.g. https://hold01.example.com →
+// did:web:hold01.example.com. It returns an error for a URL without a host.
+func HoldDIDFromEndpoint(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", err
+	}
+	if u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return "", fmt.Errorf("%q is not an http(s) URL with a host", endpoint)
+	}
+	did := "did:web:" + strings.ReplaceAll(strings.ToLower(u.Host), ":", "%3A")
+	for _, seg := range strings.Split(strings.Trim(u.Path, "/"), "/") {
+		if seg != "" {
+			did += ":" + seg
+		}
+	}
+	return did, nil
+}
+
+type tagRecord struct {
+	Repository     *string `json:"repository"`
+	Tag            *string `json:"tag"`
+	Manifest       *string `json:"manifest"`
+	ManifestDigest *string `json:"manifestDigest"`
+	CreatedAt      *string `json:"createdAt"`
+	UpdatedAt      *string `json:"updatedAt"`
+}
+
+// tag is a validated io.atcr.tag record. The digest is resolved at apply
+// time: from the manifest record the at-uri names, else ManifestDigest.
+type tag struct {
+	Repository, Tag string
+	// ManifestDID and ManifestRKey locate the manifest record of the
+	// at-uri in Manifest ("" when absent).
+	ManifestDID, ManifestRKey string
+	ManifestDigest            string
+	CreatedAt, UpdatedAt      int64 // Unix ms; 0 when absent
+}
+
+func decodeTag(raw json.RawMessage) (*tag, error) {
+	var r tagRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("repository", r.Repository != nil)
+	c.required("tag", r.Tag != nil)
+	c.nonEmpty("repository", r.Repository)
+	c.nonEmpty("tag", r.Tag)
+	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
+	c.maxLen("tag", str(r.Tag), maxTagLen)
+	c.maxLen("manifestDigest", str(r.ManifestDigest), maxDigestLen)
+	t := &tag{
+		Repository:     str(r.Repository),
+		Tag:            str(r.Tag),
+		ManifestDigest: str(r.ManifestDigest),
+		CreatedAt:      c.datetime("createdAt", r.CreatedAt),
+		UpdatedAt:      c.datetime("updatedAt", r.UpdatedAt),
+	}
+	if r.Manifest != nil && *r.Manifest != "" {
+		did, coll, rkey, ok := parseATURI(*r.Manifest)
+		if (!ok || coll != CollectionManifest) && c.err == nil {
+			c.err = invalid(ReasonBadValue, "manifest %q is not an at-uri of an %s record", *r.Manifest, CollectionManifest)
+		}
+		t.ManifestDID, t.ManifestRKey = did, rkey
+	}
+	if c.err == nil && t.ManifestRKey == "" && t.ManifestDigest == "" {
+		c.err = invalid(ReasonMissingField, "one of manifest and manifestDigest is required")
+	}
+	return t, c.err
+}
+
+// parseATURI splits at://DID/COLLECTION/RKEY.
+func parseATURI(s string) (did, collection, rkey string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "at://")
+	if !ok {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || !validDID(parts[0]) || parts[1] == "" || parts[2] == "" {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}
+
+type starSubject struct {
+	DID        string `json:"did"`
+	Repository string `json:"repository"`
+}
+
+type starRecord struct {
+	Subject   json.RawMessage `json:"subject"`
+	CreatedAt *string         `json:"createdAt"`
+}
+
+// star is a validated io.atcr.sailor.star record.
+type star struct {
+	OwnerDID, Repository string
+	CreatedAt            int64
+}
+
+func decodeStar(raw json.RawMessage) (*star, error) {
+	var r starRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("subject", len(r.Subject) > 0 && string(r.Subject) != "null")
+	c.required("createdAt", r.CreatedAt != nil)
+	s := &star{CreatedAt: c.datetime("createdAt", r.CreatedAt)}
+	if c.err != nil {
+		return nil, c.err
+	}
+	// Two published shapes: an object {did, repository}, or the at-uri of
+	// the starred repository's io.atcr.repo.page record.
+	var uri string
+	if json.Unmarshal(r.Subject, &uri) == nil {
+		did, coll, rkey, ok := parseATURI(uri)
+		if !ok || coll != CollectionRepoPage {
+			return nil, invalid(ReasonBadValue, "subject %q is not an at-uri of an %s record", uri, CollectionRepoPage)
+		}
+		s.OwnerDID, s.Repository = did, rkey
+	} else {
+		var obj starSubject
+		if err := json.Unmarshal(r.Subject, &obj); err != nil {
+			return nil, invalid(ReasonMalformedRecord, "subject: %v", err)
+		}
+		s.OwnerDID, s.Repository = obj.DID, obj.Repository
+		c.required("subject.did", obj.DID != "")
+		c.required("subject.repository", obj.Repository != "")
+	}
+	c.did("subject.did", s.OwnerDID)
+	c.maxLen("subject.repository", s.Repository, maxPageRepositoryLen)
+	return s, c.err
+}
+
+type profileRecord struct {
+	CreatedAt          *string `json:"createdAt"`
+	UpdatedAt          *string `json:"updatedAt"`
+	DefaultHold        *string `json:"defaultHold"`
+	AutoRemoveUntagged *bool   `json:"autoRemoveUntagged"`
+}
+
+// profile is a validated io.atcr.sailor.profile record.
+type profile struct {
+	CreatedAt, UpdatedAt int64 // UpdatedAt 0 when absent
+	DefaultHold          string
+	AutoRemoveUntagged   bool
+}
+
+func decodeProfile(rkey string, raw json.RawMessage) (*profile, error) {
+	var r profileRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	if rkey != "self" {
+		c.err = invalid(ReasonBadValue, "record key %q, want literal self", rkey)
+	}
+	c.required("createdAt", r.CreatedAt != nil)
+	p := &profile{
+		CreatedAt:   c.datetime("createdAt", r.CreatedAt),
+		UpdatedAt:   c.datetime("updatedAt", r.UpdatedAt),
+		DefaultHold: str(r.DefaultHold),
+	}
+	if p.DefaultHold != "" {
+		c.did("defaultHold", p.DefaultHold)
+	}
+	if r.AutoRemoveUntagged != nil {
+		p.AutoRemoveUntagged = *r.AutoRemoveUntagged
+	}
+	return p, c.err
+}
+
+type atprotoBlob struct {
+	Ref struct {
+		Link string `json:"$link"`
+	} `json:"ref"`
+}
+
+type repoPageRecord struct {
+	Repository  *string      `json:"repository"`
+	Description *string      `json:"description"`
+	Avatar      *atprotoBlob `json:"avatar"`
+	CreatedAt   *string      `json:"createdAt"`
+	UpdatedAt   *string      `json:"updatedAt"`
+}
+
+// repoPage is a validated io.atcr.repo.page record.
+type repoPage struct {
+	Repository, Description, AvatarCID string
+	CreatedAt, UpdatedAt               int64
+}
+
+func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
+	var r repoPageRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("repository", r.Repository != nil)
+	c.required("createdAt", r.CreatedAt != nil)
+	c.required("updatedAt", r.UpdatedAt != nil)
+	c.nonEmpty("repository", r.Repository)
+	c.maxLen("repository", str(r.Repository), maxPageRepositoryLen)
+	c.maxLen("description", str(r.Description), maxDescriptionLen)
+	p := &repoPage{
+		Repository:  str(r.Repository),
+		Description: str(r.Description),
+		CreatedAt:   c.datetime("createdAt", r.CreatedAt),
+		UpdatedAt:   c.datetime("updatedAt", r.UpdatedAt),
+	}
+	if r.Avatar != nil {
+		p.AvatarCID = r.Avatar.Ref.Link
+	}
+	return p, c.err
+}
+
+type captainRecord struct {
+	Owner              *string `json:"owner"`
+	Public             *bool   `json:"public"`
+	AllowAllCrew       *bool   `json:"allowAllCrew"`
+	EnableBlueskyPosts *bool   `json:"enableBlueskyPosts"`
+	DeployedAt         *string `json:"deployedAt"`
+	Region             *string `json:"region"`
+	Provider           *string `json:"provider"`
+	Successor          *string `json:"successor"`
+}
+
+// captain is a validated io.atcr.hold.captain record.
+type captain struct {
+	Owner                                    string
+	Public, AllowAllCrew, EnableBlueskyPosts bool
+	DeployedAt                               int64
+	Region, Provider, Successor              string
+}
+
+func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
+	var r captainRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	if rkey != "self" {
+		c.err = invalid(ReasonBadValue, "record key %q, want literal self", rkey)
+	}
+	c.required("owner", r.Owner != nil)
+	c.required("public", r.Public != nil)
+	c.required("allowAllCrew", r.AllowAllCrew != nil)
+	c.required("enableBlueskyPosts", r.EnableBlueskyPosts != nil)
+	c.required("deployedAt", r.DeployedAt != nil)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.did("owner", *r.Owner)
+	if s := str(r.Successor); s != "" {
+		c.did("successor", s)
+	}
+	return &captain{
+		Owner:              *r.Owner,
+		Public:             *r.Public,
+		AllowAllCrew:       *r.AllowAllCrew,
+		EnableBlueskyPosts: *r.EnableBlueskyPosts,
+		DeployedAt:         c.datetime("deployedAt", r.DeployedAt),
+		Region:             str(r.Region),
+		Provider:           str(r.Provider),
+		Successor:          str(r.Successor),
+	}, c.err
+}
+
+type crewRecord struct {
+	Member      *string   `json:"member"`
+	Role        *string   `json:"role"`
+	Permissions *[]string `json:"permissions"`
+	AddedAt     *string   `json:"addedAt"`
+	Tier        *string   `json:"tier"`
+}
+
+// crew is a validated io.atcr.hold.crew record.
+type crew struct {
+	Member, Role string
+	Permissions  string // JSON array of strings
+	AddedAt      int64
+	Tier         string
+}
+
+func decodeCrew(raw json.RawMessage) (*crew, error) {
+	var r crewRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("member", r.Member != nil)
+	c.required("role", r.Role != nil)
+	c.required("permissions", r.Permissions != nil)
+	c.required("addedAt", r.AddedAt != nil)
+	c.nonEmpty("role", r.Role)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.did("member", *r.Member)
+	perms, err := json.Marshal(*r.Permissions)
+	if err != nil {
+		return nil, invalid(ReasonMalformedRecord, "permissions: %v", err)
+	}
+	return &crew{
+		Member:      *r.Member,
+		Role:        *r.Role,
+		Permissions: string(perms),
+		AddedAt:     c.datetime("addedAt", r.AddedAt),
+		Tier:        str(r.Tier),
+	}, c.err
+}
+
+type statsRecord struct {
+	OwnerDID   *string `json:"ownerDid"`
+	Repository *string `json:"repository"`
+	PullCount  *int64  `json:"pullCount"`
+	PushCount  *int64  `json:"pushCount"`
+	UpdatedAt  *string `json:"updatedAt"`
+	LastPull   *string `json:"lastPull"`
+	LastPush   *string `json:"lastPush"`
+}
+
+func decodeStats(raw json.RawMessage) (*HoldStat, error) {
+	var r statsRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, invalid(ReasonMalformedRecord, "%v", err)
+	}
+	var c check
+	c.required("ownerDid", r.OwnerDID != nil)
+	c.required("repository", r.Repository != nil)
+	c.required("pullCount", r.PullCount != nil)
+	c.required("pushCount", r.PushCount != nil)
+	c.required("updatedAt", r.UpdatedAt != nil)
+	c.nonEmpty("repository", r.Repository)
+	if c.err != nil {
+		return nil, c.err
+	}
+	c.did("ownerDid", *r.OwnerDID)
+	c.maxLen("repository", *r.Repository, maxPageRepositoryLen)
+	if c.err == nil && (*r.PullCount < 0 || *r.PushCount < 0) {
+		c.err = invalid(ReasonBadValue, "pullCount %d / pushCount %d must be >= 0", *r.PullCount, *r.PushCount)
+	}
+	s := &HoldStat{
+		OwnerDID:   *r.OwnerDID,
+		Repository: *r.Repository,
+		PullCount:  *r.PullCount,
+		PushCount:  *r.PushCount,
+		UpdatedAt:  c.datetime("updatedAt", r.UpdatedAt),
+	}
+	if r.LastPull != nil {
+		v := c.datetime("lastPull", r.LastPull)
+		s.LastPull = &v
+	}
+	if r.LastPush != nil {
+		v := c.datetime("lastPush", r.LastPush)
+		s.LastPush = &v
+	}
+	return s, c.err
+}
