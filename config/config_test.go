@@ -91,6 +91,15 @@ var badConfigs = []struct {
 	{name: "negative backfill concurrency", sets: []string{"backfill.concurrency=-1"}, key: "backfill.concurrency", reason: "at least 1"},
 	{name: "negative retry delay", sets: []string{"webhooks.retry_schedule=[0s, -30s]"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
 	{name: "negative cleanup interval", yaml: "cleanup:\n  interval: -1h\n", key: "cleanup.interval", reason: "must be positive"},
+	{name: "zero cleanup chunk", sets: []string{"cleanup.chunk_rows=0"}, key: "cleanup.chunk_rows", reason: "at least 1"},
+	{name: "negative health concurrency", sets: []string{"health.concurrency=-1"}, key: "health.concurrency", reason: "at least 1"},
+	{name: "health timeout not below the check interval", sets: []string{"health.timeout=15s"}, key: "health.timeout", reason: "must be below health.check_interval"},
+	{name: "negative webhook concurrency", sets: []string{"webhooks.concurrency=-4"}, key: "webhooks.concurrency", reason: "at least 1"},
+	{name: "webhook public url over ftp", sets: []string{"webhooks.public_url=ftp://atcr.example"}, key: "webhooks.public_url", reason: "scheme must be one of http, https"},
+	{name: "zero labeler stale timeout", sets: []string{"labeler.stale_timeout=0s"}, key: "labeler.stale_timeout", reason: "must be positive"},
+	{name: "negative billing timeout", sets: []string{"billing.timeout=-1s"}, key: "billing.timeout", reason: "must be positive"},
+	{name: "negative default tier rank", sets: []string{"billing.default_tier_rank=-1"}, key: "billing.default_tier_rank", reason: "must not be negative"},
+	{name: "backfill enabled without relays", yaml: "backfill:\n  relay_endpoints: []\n", key: "backfill.relay_endpoints", reason: "at least one relay"},
 	{name: "unknown log level", sets: []string{"log_level=verbose"}, key: "log_level", reason: "want debug, info, warn or error"},
 	{name: "billing without a secret", sets: []string{"billing.enabled=true"}, key: "billing.stripe_secret_key", reason: "required"},
 	{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASES_TLL=15s"}, key: "APPVIEW_LEASES_TLL", reason: "unknown environment variable"},
@@ -274,6 +283,7 @@ func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
 		"webhooks.retry_schedule": "0s,1s", "webhooks.public_url": "https://atcr.example",
 		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s",
 		"jetstream.max_message_bytes": "4096", "billing.enabled": "false", // true needs a secret key too
+		"health.timeout": "1s", // below health.check_interval
 	}
 	def := Default()
 	fields := leafFields(reflect.ValueOf(&def).Elem(), "")

@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,12 +16,12 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/leakcheck"
 )
 
 // Timing bounds for the tests. Lease timings are short so that expiry,
@@ -40,20 +38,10 @@ const (
 	instance          = "test-instance"
 )
 
-// leakOptions are the goroutines goleak ignores after a System stopped.
-// protoactor-go throttles dead-letter logging: the first dead letter of a
-// period starts a goroutine that lives for DeadLetterThrottleInterval (1 s)
-// and is not tied to the actor system, so Shutdown does not end it. A
-// dead letter near shutdown is normal (a store call's answer reaching a
-// LeaseActor that has just stopped). Its name depends on inlining, hence
-// both spellings; TestLeakOptionsMatchProtoactorsDeadLetterThrottle keeps
-// them honest.
-var leakOptions = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
-}
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leakOptions...) }
+// TestMain fails the package if goroutines outlive the tests; the one
+// standing exception (protoactor-go's dead-letter throttle) is in
+// internal/leakcheck.
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // harness is one System on a fresh file database, with every custody
 // event it publishes recorded in order.
@@ -348,7 +336,7 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 		t.Errorf("actors saw Stopping %d and %d times, want once each", leasedActor.stopping, unleasedActor.stopping)
 	}
 	h.db.Close()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 // reopen opens the closed harness database again, to read it after Stop.
@@ -399,7 +387,7 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 	if wroteWhileStopping.Load() {
 		t.Error("a fenced write ran after the job's context was cancelled")
 	}
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
@@ -419,7 +407,7 @@ func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	h.db = reopen(t, h.db)
 	h.assertReleasedInPlace("once", 1)
 	h.db.Close()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
@@ -461,7 +449,7 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 		t.Errorf("once-only job runs by fence %v, want all under fence 1", once.byFence)
 	}
 	h.stop()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
@@ -490,7 +478,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 	if !strings.Contains(h.log.String(), `"event":"worker.restarted","lease":"panicky"`) {
 		t.Errorf("worker.restarted was not logged:\n%s", h.log.String())
 	}
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
@@ -503,7 +491,7 @@ func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
 		t.Errorf("worker.failed %+v then lease.released %+v; want fence 1 and reason %s", failed, released, events.ReasonWorkerFailed)
 	}
 	h.stop()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
@@ -546,7 +534,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	}
 	h.eventually("the job run under the new custody", func() bool { return r.under(3) == 1 })
 	h.stop()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
@@ -564,7 +552,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 		t.Error("a lease row was written with leases disabled")
 	}
 	h.stop()
-	goleak.VerifyNone(t, leakOptions...)
+	leakcheck.VerifyNone(t)
 }
 
 func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
@@ -578,22 +566,5 @@ func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
 
 	h2 := newHarness(t, testConfig())
 	h2.stop()
-	goleak.VerifyNone(t, leakOptions...)
-}
-
-func TestLeakOptionsMatchProtoactorsDeadLetterThrottle(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	pid := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
-	if err := sys.Root.StopFuture(pid).Wait(); err != nil {
-		t.Fatal(err)
-	}
-	sys.Root.Send(pid, "a dead letter")
-	sys.Shutdown()
-	// goleak gives up well within the throttle's 1 s, so a name that no
-	// longer matches fails here.
-	if err := goleak.Find(leakOptions...); err != nil {
-		t.Fatalf("leakOptions no longer match protoactor-go's throttle goroutine: %v", err)
-	}
+	leakcheck.VerifyNone(t)
 }

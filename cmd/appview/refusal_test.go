@@ -40,7 +40,7 @@ func refusals() []refusal {
 		{name: "labeler url scheme", args: []string{"--set", "labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
 		{name: "negative duration", args: []string{"--set", "shutdown_timeout=-5s"}, key: "shutdown_timeout", reason: "must be positive"},
 		{name: "negative count", args: []string{"--set", "backfill.concurrency=-2"}, key: "backfill.concurrency", reason: "at least 1"},
-		{name: "negative count checked by a worker", args: []string{"--set", "cleanup.chunk_rows=-1"}, key: "cleanup.chunk_rows", reason: "at least 1"},
+		{name: "negative chunk size", args: []string{"--set", "cleanup.chunk_rows=-1"}, key: "cleanup.chunk_rows", reason: "at least 1"},
 		{name: "negative retry delay", env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,-30s"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
 		{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASE_TTL=15s"}, key: "APPVIEW_LEASE_TTL", reason: "unknown environment variable"},
 		{name: "bad value from the environment", env: []string{"APPVIEW_LEASES_TTL=15"}, key: "leases.ttl", reason: "(from APPVIEW_LEASES_TTL)"},
