@@ -123,11 +123,25 @@ func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
 
 	p.signal(syscall.SIGTERM)
 	p.waitLog(startTimeout, map[string]string{"msg": "stopping: workers drain, leases are released"})
-	// Its worker has stopped, so the release is what it is waiting for.
-	p.waitLog(startTimeout, map[string]string{"event": string(events.WorkerStopped), "lease": held[0]})
-	if _, done := p.logLine(map[string]string{"event": string(events.LeaseReleased), "lease": held[0]}); done || p.exited() {
-		t.Fatalf("the release landed while the test held the write lock; the stop is not slow")
-	}
+	// The stop is blocked once some held lease's worker has stopped and
+	// its release cannot land. (Workers that write while stopping, such as
+	// the Jetstream consumer flushing its cursor, block earlier still.)
+	blocked := ""
+	p.waitFor(startTimeout, "a leased worker stopped whose release is held up", func() bool {
+		for _, name := range held {
+			_, stopped := p.logLine(map[string]string{"event": string(events.WorkerStopped), "lease": name})
+			_, released := p.logLine(map[string]string{"event": string(events.LeaseReleased), "lease": name})
+			if released {
+				t.Fatalf("lease %s was released while the test held the write lock; the stop is not slow", name)
+			}
+			if stopped {
+				blocked = name
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("lease %s: worker stopped, release waiting on the write lock", blocked)
 
 	p.signal(syscall.SIGTERM)
 	code, took := p.wait(stopBound)
