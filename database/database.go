@@ -5,9 +5,11 @@
 // go-libsql facts this package exists to hide: the context passed to a query
 // is ignored; busy_timeout starts at 0 on every new connection; a statement
 // that returns rows fails under Exec; a multi-statement Exec runs only the
-// first statement. Open therefore wraps the driver's connector so every
-// pooled connection is configured before use, and Migrate splits each
-// migration into statements.
+// first statement; a remote connection is one Hrana stream that dies for
+// good when sqld restarts or after 10 s idle. Open therefore wraps the
+// driver's connector so every pooled connection is configured before use
+// and a failed remote connection is retired (remote.go), and Migrate
+// splits each migration into statements.
 package database
 
 import (
