@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func Load(src Sources) (Config, error) {
 			return cfg, keyErr(name, "unknown environment variable (no such config key)")
 		}
 		if err := setFromString(leaves[key], key, value); err != nil {
-			return cfg, err
+			return cfg, from(err, name)
 		}
 	}
 	for _, kv := range src.Sets {
@@ -70,13 +71,23 @@ func Load(src Sources) (Config, error) {
 			return cfg, keyErr(key, "unknown key")
 		}
 		if err := setFromString(field, key, value); err != nil {
-			return cfg, err
+			return cfg, from(err, "--set")
 		}
 	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = NewInstanceID()
 	}
 	return cfg, cfg.Validate()
+}
+
+// from says where a bad value came from (an environment variable or
+// --set), since it may override a file the operator is looking at.
+func from(err error, source string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Key: e.Key, Reason: e.Reason + " (from " + source + ")"}
+	}
+	return err
 }
 
 // EnvName is the environment variable for a dotted key: leases.ttl → APPVIEW_LEASES_TTL.
@@ -143,7 +154,7 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
 			if n.Tag == "!!null" {
 				return nil
 			}
-			return keyErr(orRoot(key), "expected a mapping (line %d)", n.Line)
+			return keyErr(orRoot(key), "expected a mapping%s", at(n))
 		}
 		fields := map[string]reflect.Value{}
 		t := v.Type()
@@ -159,10 +170,10 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
 			}
 			f, ok := fields[name]
 			if !ok {
-				return keyErr(child, "unknown key (line %d)", n.Content[i].Line)
+				return keyErr(child, "unknown key%s", at(n.Content[i]))
 			}
 			if seen[name] {
-				return keyErr(child, "duplicate key (line %d)", n.Content[i].Line)
+				return keyErr(child, "duplicate key%s", at(n.Content[i]))
 			}
 			seen[name] = true
 			if err := decodeNode(n.Content[i+1], f, child); err != nil {
@@ -173,6 +184,19 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
 	}
 	return decodeLeaf(n, v, key)
 }
+
+// at is " (line N)" for a node read from the file, and "" for one parsed
+// from an environment variable or --set value (line 0), whose line number
+// would only mislead.
+func at(n *yaml.Node) string {
+	if n.Line == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d)", n.Line)
+}
+
+// yamlLine matches the "line N: " prefix of a yaml.v3 type error.
+var yamlLine = regexp.MustCompile(`^line \d+: `)
 
 func orRoot(key string) string {
 	if key == "" {
@@ -185,22 +209,22 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 	switch {
 	case v.Type() == durationType:
 		if n.Kind != yaml.ScalarNode {
-			return keyErr(key, "expected a duration such as 15s (line %d)", n.Line)
+			return keyErr(key, "expected a duration such as 15s%s", at(n))
 		}
 		d, err := parseDuration(n.Value)
 		if err != nil {
-			return keyErr(key, "%v (line %d)", err, n.Line)
+			return keyErr(key, "%v%s", err, at(n))
 		}
 		v.SetInt(int64(d))
 	case v.Kind() == reflect.Slice && v.Type().Elem() == durationType:
 		if n.Kind != yaml.SequenceNode {
-			return keyErr(key, "expected a list of durations (line %d)", n.Line)
+			return keyErr(key, "expected a list of durations%s", at(n))
 		}
 		out := make([]time.Duration, 0, len(n.Content))
 		for _, item := range n.Content {
 			d, err := parseDuration(item.Value)
 			if err != nil {
-				return keyErr(key, "%v (line %d)", err, item.Line)
+				return keyErr(key, "%v%s", err, at(item))
 			}
 			out = append(out, d)
 		}
@@ -210,7 +234,7 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		if err := n.Decode(fresh.Interface()); err != nil {
 			var te *yaml.TypeError
 			if errors.As(err, &te) && len(te.Errors) > 0 {
-				return keyErr(key, "%s", te.Errors[0])
+				return keyErr(key, "%s%s", yamlLine.ReplaceAllString(te.Errors[0], ""), at(n))
 			}
 			return keyErr(key, "%v", err)
 		}
@@ -252,7 +276,17 @@ func setFromString(v reflect.Value, key, raw string) error {
 	if err := yaml.Unmarshal([]byte(raw), &doc); err != nil || len(doc.Content) == 0 {
 		return keyErr(key, "unparsable value %q", raw)
 	}
+	forgetLines(doc.Content[0])
 	return decodeLeaf(doc.Content[0], v, key)
+}
+
+// forgetLines zeroes the line numbers of a value that did not come from
+// the file (see at).
+func forgetLines(n *yaml.Node) {
+	n.Line = 0
+	for _, c := range n.Content {
+		forgetLines(c)
+	}
 }
 
 // Validate checks the relations between keys. It returns the first problem

@@ -5,9 +5,11 @@
 // go-libsql facts this package exists to hide: the context passed to a query
 // is ignored; busy_timeout starts at 0 on every new connection; a statement
 // that returns rows fails under Exec; a multi-statement Exec runs only the
-// first statement. Open therefore wraps the driver's connector so every
-// pooled connection is configured before use, and Migrate splits each
-// migration into statements.
+// first statement; a remote connection is one Hrana stream that dies for
+// good when sqld restarts or after 10 s idle. Open therefore wraps the
+// driver's connector so every pooled connection is configured before use
+// and a failed remote connection is retired (remote.go), and Migrate
+// splits each migration into statements.
 package database
 
 import (
@@ -98,6 +100,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	}
 	pool.SetMaxOpenConns(max)
 	pool.SetMaxIdleConns(max)
+	if remote {
+		pool.SetConnMaxIdleTime(remoteMaxIdle)
+	}
 	db := &DB{DB: pool, Remote: remote, Path: path, connector: c}
 	if err := db.Ping(ctx); err != nil {
 		_ = db.Close()
@@ -172,7 +177,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	if c.remote { // sqld refuses PRAGMA busy_timeout; the server handles locking
-		return conn, nil
+		return wrapRemote(conn), nil
 	}
 	pragmas := []string{
 		fmt.Sprintf("PRAGMA busy_timeout = %d", c.busyTimeout.Milliseconds()),

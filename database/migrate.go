@@ -79,6 +79,11 @@ func (db *DB) Migrate(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return db.apply(ctx, migs)
+}
+
+// apply is Migrate for a given list of migrations (tests pass their own).
+func (db *DB) apply(ctx context.Context, migs []Migration) ([]int, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)

@@ -2,7 +2,11 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -37,5 +41,207 @@ func TestMigrateTwiceAppliesEachMigrationOnce(t *testing.T) {
 	}
 	if err := db.Ready(ctx); err != nil {
 		t.Fatalf("ready after migrate: %v", err)
+	}
+	assertRecordedOnce(t, db.DB)
+}
+
+// assertRecordedOnce checks that schema_migrations holds every embedded
+// migration exactly once, under its name, with a Unix ms timestamp.
+func assertRecordedOnce(t *testing.T, db *sql.DB) {
+	t.Helper()
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query("SELECT version, name, applied_at, typeof(applied_at) FROM schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []Migration
+	for rows.Next() {
+		var m Migration
+		var at int64
+		var typ string
+		if err := rows.Scan(&m.Version, &m.Name, &at, &typ); err != nil {
+			t.Fatal(err)
+		}
+		if typ != "integer" || at < time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() {
+			t.Errorf("version %d applied_at = %d (%s), want an integer Unix ms timestamp", m.Version, at, typ)
+		}
+		got = append(got, Migration{Version: m.Version, Name: m.Name})
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var want []Migration
+	for _, m := range migs {
+		want = append(want, Migration{Version: m.Version, Name: m.Name})
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("schema_migrations = %+v, want each of %+v once", got, want)
+	}
+}
+
+// schema returns the database's schema (sqlite_master without SQLite's
+// own objects), for comparing two databases.
+func schema(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT type || ' ' || name || ': ' || COALESCE(sql, '') FROM sqlite_master
+		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestMigrationsAreNumberedFromOneWithoutGaps(t *testing.T) {
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migs {
+		if m.Version != i+1 || m.Name == "" || len(m.Statements) == 0 {
+			t.Errorf("migration %d: version %d name %q, %d statements; want version %d, a name and statements",
+				i, m.Version, m.Name, len(m.Statements), i+1)
+		}
+	}
+}
+
+func TestLeasesTableHasTheExactShapeOfTheSpec(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query("SELECT name, type, \"notnull\", pk FROM pragma_table_info('leases') ORDER BY cid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var name, typ string
+		var notNull, pk int
+		if err := rows.Scan(&name, &typ, &notNull, &pk); err != nil {
+			t.Fatal(err)
+		}
+		col := name + " " + typ
+		if pk == 1 {
+			col += " PRIMARY KEY"
+		} else if notNull == 1 {
+			col += " NOT NULL"
+		}
+		got = append(got, col)
+	}
+	want := []string{"name TEXT PRIMARY KEY", "holder TEXT NOT NULL", "fence INTEGER NOT NULL",
+		"acquired_at INTEGER NOT NULL", "renewed_at INTEGER NOT NULL", "expires_at INTEGER NOT NULL"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("leases columns = %q, want SPEC §4 %q", got, want)
+	}
+}
+
+func TestConcurrentMigrateFromSeparateHandlesAppliesEachMigrationOnce(t *testing.T) {
+	ref := openTemp(t, filepath.Join(t.TempDir(), "ref.db"))
+	if _, err := ref.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := schema(t, ref.DB)
+	migs, _ := Migrations()
+
+	for round := 0; round < 5; round++ {
+		path := filepath.Join(t.TempDir(), "shared.db")
+		// Separate Open calls are separate native database handles, as
+		// two processes would have.
+		const handles = 4
+		dbs := make([]*DB, handles)
+		for i := range dbs {
+			dbs[i] = openTemp(t, path)
+		}
+		applied := make([][]int, handles)
+		errs := make([]error, handles)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, db := range dbs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				applied[i], errs[i] = db.Migrate(context.Background())
+			}()
+		}
+		close(start)
+		wg.Wait()
+		total := 0
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: handle %d: %v", round, i, err)
+			}
+			total += len(applied[i])
+		}
+		if total != len(migs) {
+			t.Fatalf("round %d: applied %v in total, want each of %d migrations once", round, applied, len(migs))
+		}
+		assertRecordedOnce(t, dbs[0].DB)
+		if got := schema(t, dbs[0].DB); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: schema after concurrent migrations differs from a single migration:\n%s\nwant\n%s",
+				round, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+func TestAFailingMigrationLeavesNothingBehind(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	migs := []Migration{
+		{Version: 1, Name: "good", Statements: []string{"CREATE TABLE first (id INTEGER PRIMARY KEY)"}},
+		{Version: 2, Name: "bad", Statements: []string{
+			"CREATE TABLE second (id INTEGER PRIMARY KEY)",
+			"INSERT INTO no_such_table VALUES (1)",
+		}},
+	}
+	if _, err := db.apply(ctx, migs); err == nil || !strings.Contains(err.Error(), "migration 0002_bad statement 2") {
+		t.Fatalf("apply = %v, want an error naming migration 0002_bad statement 2", err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name IN ('first', 'second', 'schema_migrations')").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d of first, second, schema_migrations exist after a failed run, want none (one transaction)", n)
+	}
+	// Fixed, the same run applies from the start.
+	migs[1].Statements = migs[1].Statements[:1]
+	if applied, err := db.apply(ctx, migs); err != nil || !reflect.DeepEqual(applied, []int{1, 2}) {
+		t.Fatalf("apply after the fix = %v, %v; want [1 2]", applied, err)
+	}
+}
+
+func TestReadyReportsPendingMigrations(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	if err := db.Ready(ctx); err == nil {
+		t.Fatal("Ready on a database never migrated returned nil")
+	}
+	migs, _ := Migrations()
+	if _, err := db.apply(ctx, migs[:len(migs)-1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ready(ctx); err == nil || !strings.Contains(err.Error(), "migrations pending") {
+		t.Fatalf("Ready with the last migration missing = %v, want migrations pending", err)
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("Ready after migrating: %v", err)
 	}
 }

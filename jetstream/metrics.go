@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Why a Client reconnected: the reason label of
@@ -99,20 +101,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// register registers *c, or swaps it for the collector already registered
-// under its name.
-func register[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
-	err := reg.Register(*c)
-	var are prometheus.AlreadyRegisteredError
-	if err == nil || !errors.As(err, &are) {
-		return err
-	}
-	existing, ok := are.ExistingCollector.(T)
-	if !ok {
-		return fmt.Errorf("%w (as a %T)", err, are.ExistingCollector)
-	}
-	*c = existing
-	return nil
+// register swaps *c for the collector registered under its name, if any.
+func register[T prometheus.Collector](reg prometheus.Registerer, c *T) (err error) {
+	*c, err = promshare.Register(reg, *c)
+	return err
 }
 
 func (m *Metrics) frame(size int64) {

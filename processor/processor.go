@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/promshare"
 	"github.com/atcr-io/appview/jetstream"
 )
 
@@ -386,33 +386,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	var err error
-	if m.events, err = register(reg, m.events); err != nil {
+	if m.events, err = promshare.Register(reg, m.events); err != nil {
 		return nil, err
 	}
-	if m.skips, err = register(reg, m.skips); err != nil {
+	if m.skips, err = promshare.Register(reg, m.skips); err != nil {
 		return nil, err
 	}
-	if m.latency, err = register(reg, m.latency); err != nil {
+	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name, so the consumer's and the backfill's processors can share one
-// registry.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return c, nil
-	case errors.As(err, &are):
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("register processor metrics: %w", err)
 }
 
 func (m *Metrics) event(collection, operation, outcome string) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/identity"
 )
 
 // Deps is what a worker package gets when it registers: shared, process-wide
@@ -32,6 +33,18 @@ type Deps struct {
 	Admin *http.ServeMux
 	// Instance is this process's instance_id.
 	Instance string
+	// Identity resolves DIDs (shared, so its cache is shared); nil means
+	// one is built from Config on first use by Resolver.
+	Identity *identity.Resolver
+}
+
+// Resolver is the process's DID resolver (Deps.Identity, or a new one for
+// identity.plc_url when Deps was built without it, as in tests).
+func (d Deps) Resolver() *identity.Resolver {
+	if d.Identity != nil {
+		return d.Identity
+	}
+	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL}
 }
 
 // Worker describes one background worker to the registry. Exactly one of

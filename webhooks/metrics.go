@@ -1,9 +1,9 @@
 package webhooks
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Delivery outcomes, the values of the "outcome" label.
@@ -58,27 +58,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.deliveries, err = register(reg, m.deliveries); err != nil {
+	if m.deliveries, err = promshare.Register(reg, m.deliveries); err != nil {
 		return nil, err
 	}
-	if m.latency, err = register(reg, m.latency); err != nil {
+	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
 		return nil, err
 	}
-	if m.pending, err = register(reg, m.pending); err != nil {
+	if m.pending, err = promshare.Register(reg, m.pending); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/system"
@@ -47,7 +46,7 @@ func Worker(d system.Deps, applier Applier) (system.Worker, error) {
 		DB:             d.DB,
 		Log:            d.Log,
 		Applier:        applier,
-		Resolver:       &identity.Resolver{PLCURL: d.Config.Identity.PLCURL},
+		Resolver:       d.Resolver(),
 		RelayEndpoints: cfg.RelayEndpoints,
 		Concurrency:    cfg.Concurrency,
 		Metrics:        metrics,

@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -33,7 +32,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 	client := &http.Client{Timeout: cfg.Timeout}
 	log := d.Log.With().Str("worker", LeaseName).Logger()
 	return worker(d, &Stripe{BaseURL: cfg.StripeAPIURL, SecretKey: cfg.StripeSecretKey, HTTP: client, Log: log},
-		&identity.Resolver{PLCURL: d.Config.Identity.PLCURL, HTTP: client}, client)
+		d.Resolver(), client)
 }
 
 func worker(d system.Deps, src Source, endpoints Endpoints, client *http.Client) (system.Worker, error) {

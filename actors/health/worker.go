@@ -3,7 +3,6 @@ package health
 import (
 	"fmt"
 
-	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -21,7 +20,7 @@ const DebugPath = "/debug/holds"
 // *config.Error for an invalid health.timeout or health.concurrency, and the
 // metrics registerer's error.
 func Worker(d system.Deps) (system.Worker, error) {
-	return worker(d, &identity.Resolver{PLCURL: d.Config.Identity.PLCURL})
+	return worker(d, d.Resolver())
 }
 
 func worker(d system.Deps, endpoints Endpoints) (system.Worker, error) {

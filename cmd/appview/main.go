@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,7 +46,7 @@ func run(args []string) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(os.Stderr, "appview:", err)
+	fmt.Fprintln(os.Stderr, "appview:", oneLine(err.Error()))
 	var cfgErr *config.Error
 	var se *startError
 	if errors.As(err, &cfgErr) || errors.As(err, &se) {
@@ -53,6 +54,14 @@ func run(args []string) int {
 	}
 	return exitFailure
 }
+
+// oneLine folds a multi-line error onto one line: a refusal is one stderr
+// line (SPEC §3), and driver errors (go-libsql, Hrana) embed newlines.
+func oneLine(s string) string {
+	return lineBreaks.Replace(strings.TrimSpace(s))
+}
+
+var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{

@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/admin"
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -63,7 +64,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		}
 		mux = srv.Mux
 	}
-	deps := system.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID}
+	deps := system.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
+		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL}}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {
 		if srv != nil {

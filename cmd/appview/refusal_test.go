@@ -1,0 +1,228 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/atcr-io/appview/config"
+)
+
+// refusal is one configuration `appview serve` must refuse at start (SPEC
+// §3): exit code 2 and exactly one stderr line naming key and reason.
+type refusal struct {
+	name string
+	// yaml, when set, is written to appview.yaml and passed as --config.
+	yaml string
+	env  []string
+	args []string
+	// setup prepares the run directory and returns extra arguments.
+	setup  func(t *testing.T, dir string) []string
+	key    string
+	reason string
+}
+
+func refusals() []refusal {
+	return []refusal{
+		{name: "unknown top-level key", yaml: "instance_idd: web-1\n", key: "instance_idd", reason: "unknown key (line 1)"},
+		{name: "unknown nested key", yaml: "admin:\n  addr: 127.0.0.1:0\nleases:\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 4)"},
+		{name: "duplicate key", yaml: "leases:\n  ttl: 15s\n  ttl: 20s\n", key: "leases.ttl", reason: "duplicate key (line 3)"},
+		{name: "unparsable duration", yaml: "leases:\n  ttl: fifteen seconds\n", key: "leases.ttl", reason: `unparsable duration "fifteen seconds"`},
+		{name: "renew_interval not below half the ttl", args: []string{"--set", "leases.renew_interval=7500ms"}, key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
+		{name: "renew_deadline not below ttl", args: []string{"--set", "leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
+		{name: "renew_deadline not above renew_interval", args: []string{"--set", "leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
+		{name: "database url scheme", env: []string{"APPVIEW_DATABASE_URL=postgres://db.example/appview"}, key: "database.url", reason: "scheme must be one of"},
+		{name: "jetstream url scheme", args: []string{"--set", "jetstream.urls=https://jetstream.example/subscribe"}, key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
+		{name: "labeler url scheme", args: []string{"--set", "labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
+		{name: "negative duration", args: []string{"--set", "shutdown_timeout=-5s"}, key: "shutdown_timeout", reason: "must be positive"},
+		{name: "negative count", args: []string{"--set", "backfill.concurrency=-2"}, key: "backfill.concurrency", reason: "at least 1"},
+		{name: "negative chunk size", args: []string{"--set", "cleanup.chunk_rows=-1"}, key: "cleanup.chunk_rows", reason: "at least 1"},
+		{name: "negative retry delay", env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,-30s"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
+		{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASE_TTL=15s"}, key: "APPVIEW_LEASE_TTL", reason: "unknown environment variable"},
+		{name: "bad value from the environment", env: []string{"APPVIEW_LEASES_TTL=15"}, key: "leases.ttl", reason: "(from APPVIEW_LEASES_TTL)"},
+		{name: "unknown key in --set", args: []string{"--set", "leases.tll=15s"}, key: "leases.tll", reason: "unknown key"},
+		{name: "missing config file", args: []string{"--config", "nowhere.yaml"}, key: "--config", reason: "no such file or directory"},
+		{
+			name: "database path under a file", key: "database.url", reason: "not a directory",
+			setup: func(t *testing.T, dir string) []string {
+				writeTestFile(t, filepath.Join(dir, "data"), "not a directory\n")
+				return nil // the default file:./data/appview.db
+			},
+		},
+		{
+			name: "database path is a directory", key: "database.url", reason: "cannot open file:db",
+			setup: func(t *testing.T, dir string) []string {
+				mkdir(t, filepath.Join(dir, "db"))
+				return []string{"--set", "database.url=file:db"}
+			},
+		},
+		{
+			name: "database file is not a database", key: "database.url", reason: "file is not a database",
+			setup: func(t *testing.T, dir string) []string {
+				writeTestFile(t, filepath.Join(dir, "appview.db"), strings.Repeat("not a database, just text\n", 200))
+				return []string{"--set", "database.url=file:appview.db"}
+			},
+		},
+		{
+			// Root ignores directory permissions, so an unwritable database
+			// is made the way root cannot undo: its write-ahead log cannot
+			// be created because a directory has the log's name.
+			name: "database cannot be written", key: "database.url", reason: "cannot open file:appview.db",
+			setup: func(t *testing.T, dir string) []string {
+				mkdir(t, filepath.Join(dir, "appview.db-wal"))
+				return []string{"--set", "database.url=file:appview.db"}
+			},
+		},
+		{
+			name: "sqld url with nothing listening", key: "database.url", reason: "Connection refused",
+			setup: func(t *testing.T, dir string) []string {
+				return []string{"--set", "database.url=http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+			},
+		},
+		{
+			name: "admin port in use", key: "admin.addr", reason: "address already in use",
+			setup: func(t *testing.T, dir string) []string {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ln.Close() })
+				return []string{"--set", "admin.addr=" + ln.Addr().String()}
+			},
+		},
+	}
+}
+
+func writeTestFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdir(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeRefusesBadConfigurationWithExitCode2AndOneLineNamingTheKey(t *testing.T) {
+	for _, tc := range refusals() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := []string{"serve"}
+			if tc.yaml != "" {
+				writeTestFile(t, filepath.Join(dir, "appview.yaml"), tc.yaml)
+				args = append(args, "--config", "appview.yaml")
+			}
+			if tc.setup != nil {
+				args = append(args, tc.setup(t, dir)...)
+			}
+			args = append(args, tc.args...)
+			// Port 0 unless the case is about the admin address: nothing
+			// here may take 5001, and a case that wrongly starts must not
+			// collide with another.
+			env := childEnv(append([]string{"APPVIEW_ADMIN_ADDR=127.0.0.1:0"}, tc.env...)...)
+			r := runAppview(t, dir, env, args...)
+			assertRefusal(t, r, tc.key, tc.reason)
+		})
+	}
+}
+
+// assertRefusal checks exit code 2 and exactly one stderr line of the form
+// "appview: config: KEY: REASON".
+func assertRefusal(t *testing.T, r result, key, reason string) {
+	t.Helper()
+	if r.code != exitConfig {
+		t.Errorf("exit code %d, want %d", r.code, exitConfig)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Fatalf("stderr has %d lines, want exactly one:\n%s", len(lines), r.stderr)
+	}
+	prefix := "appview: config: " + key + ": "
+	if !strings.HasPrefix(lines[0], prefix) || !strings.Contains(lines[0], reason) {
+		t.Fatalf("stderr = %q, want %q... containing %q", lines[0], prefix, reason)
+	}
+}
+
+func TestLeasesRefusesBadConfigurationLikeServe(t *testing.T) {
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv("APPVIEW_LEASES_TTL=1s"), "leases")
+	assertRefusal(t, r, "leases.renew_interval", "must be less than half of leases.ttl")
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Errorf("a refused configuration still created ./data (stat: %v)", err)
+	}
+}
+
+func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv(), "config", "init")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("config init: code %d, stderr %q", r.code, r.stderr)
+	}
+	if r.stdout != config.Sample {
+		t.Fatalf("config init printed something other than config.Sample")
+	}
+	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
+	if r.code != 0 {
+		t.Fatalf("config init appview.yaml: code %d, stderr %q", r.code, r.stderr)
+	}
+	written, err := os.ReadFile(filepath.Join(dir, "appview.yaml"))
+	if err != nil || string(written) != config.Sample {
+		t.Fatalf("config init FILE wrote something other than config.Sample (read: %v)", err)
+	}
+	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml")})
+	if err != nil {
+		t.Fatalf("load the written file: %v", err)
+	}
+	cfg.InstanceID = ""
+	if !reflect.DeepEqual(cfg, config.Default()) {
+		t.Fatalf("the written file loads to\n%+v\nwant config.Default()\n%+v", cfg, config.Default())
+	}
+
+	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "--force") {
+		t.Fatalf("config init over an existing file: code %d, stderr %q; want 1 and a hint to use --force", r.code, r.stderr)
+	}
+
+	// The file as written, unchanged; only the admin address moves to a
+	// free port (the lifecycle test is the one test that takes 5001).
+	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), "--config", "appview.yaml")
+	base := p.started()
+	p.waitFor(startTimeout, "/readyz 200", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
+	p.signal(os.Interrupt)
+	if code, _ := p.wait(runTimeout); code != 0 {
+		t.Fatalf("serve --config (init output): exit %d after SIGINT, want 0", code)
+	}
+}
+
+func TestServeTakesTheFileThenTheEnvironmentThenSet(t *testing.T) {
+	// Each source sets a ttl too short for the default renew_interval
+	// (5s), so the refusal names the ttl that won.
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "appview.yaml"), "leases:\n  ttl: 1s\n")
+	env := childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"file", nil, nil, "(5s >= 1s/2)"},
+		{"environment over file", []string{"APPVIEW_LEASES_TTL=2s"}, nil, "(5s >= 2s/2)"},
+		{"--set over environment", []string{"APPVIEW_LEASES_TTL=2s"}, []string{"--set", "leases.ttl=4s"}, "(5s >= 4s/2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--config", "appview.yaml"}, tc.args...)
+			r := runAppview(t, dir, append(append([]string{}, env...), tc.env...), args...)
+			assertRefusal(t, r, "leases.renew_interval", tc.want)
+		})
+	}
+}

@@ -1,0 +1,341 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeFile writes a YAML file into a fresh temp dir and returns its path.
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "appview.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// load runs Load with an optional YAML body, environment and --set flags.
+func load(t *testing.T, yaml string, env, sets []string) (Config, error) {
+	t.Helper()
+	src := Sources{Environ: env, Sets: sets}
+	if yaml != "" {
+		src.File = writeFile(t, yaml)
+	}
+	return Load(src)
+}
+
+func mustLoad(t *testing.T, yaml string, env, sets []string) Config {
+	t.Helper()
+	cfg, err := load(t, yaml, env, sets)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return cfg
+}
+
+// badConfigs is every kind of invalid configuration the issue lists, each
+// with the key the refusal must name and a phrase of its reason. The
+// subprocess test in cmd/appview runs the same kinds through the binary.
+var badConfigs = []struct {
+	name   string
+	yaml   string
+	env    []string
+	sets   []string
+	key    string
+	reason string
+}{
+	{name: "unknown top-level key", yaml: "instance_idd: x\n", key: "instance_idd", reason: "unknown key (line 1)"},
+	{name: "unknown nested key", yaml: "leases:\n  ttl: 15s\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 3)"},
+	{name: "scalar where a section belongs", yaml: "leases: 15s\n", key: "leases", reason: "expected a mapping"},
+	{name: "mapping where a scalar belongs", yaml: "jetstream:\n  compress:\n    on: true\n", key: "jetstream.compress", reason: "cannot unmarshal"},
+	{name: "duplicate top-level key", yaml: "shutdown_timeout: 5s\nshutdown_timeout: 6s\n", key: "shutdown_timeout", reason: "duplicate key (line 2)"},
+	{name: "duplicate nested key", yaml: "leases:\n  ttl: 15s\n  ttl: 20s\n", key: "leases.ttl", reason: "duplicate key (line 3)"},
+	{name: "unparsable duration", yaml: "leases:\n  ttl: 15 seconds\n", key: "leases.ttl", reason: `unparsable duration "15 seconds"`},
+	{name: "duration without unit", yaml: "leases:\n  ttl: 15\n", key: "leases.ttl", reason: "unparsable duration"},
+	{name: "unparsable duration in a list", yaml: "webhooks:\n  retry_schedule: [0s, soon]\n", key: "webhooks.retry_schedule", reason: `unparsable duration "soon"`},
+	{name: "wrong type for an integer", yaml: "backfill:\n  concurrency: many\n", key: "backfill.concurrency", reason: "cannot unmarshal !!str `many` into int (line 2)"},
+	{name: "invalid YAML", yaml: "leases: [\n", key: "--config", reason: "invalid YAML"},
+	{name: "renew_interval equal to half the ttl", sets: []string{"leases.ttl=10s", "leases.renew_interval=5s", "leases.renew_deadline=8s"},
+		key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
+	{name: "renew_interval above half the ttl", yaml: "leases:\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "must be less than half of leases.ttl (8s >= 15s/2)"},
+	{name: "renew_deadline equal to ttl", sets: []string{"leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
+	{name: "renew_deadline above ttl", sets: []string{"leases.renew_deadline=1m"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
+	{name: "renew_deadline equal to renew_interval", sets: []string{"leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
+	{name: "renew_deadline below renew_interval", sets: []string{"leases.renew_interval=6s", "leases.renew_deadline=4s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
+	{name: "database url with an unknown scheme", sets: []string{"database.url=ftp://db.example"}, key: "database.url", reason: "scheme must be one of file, http, https, libsql"},
+	{name: "database url with no scheme", sets: []string{"database.url=./data/appview.db"}, key: "database.url", reason: "scheme must be one of"},
+	{name: "database url without a host", sets: []string{"database.url=http://"}, key: "database.url", reason: "has no host"},
+	{name: "jetstream url over http", yaml: "jetstream:\n  urls: [\"http://jetstream.example/subscribe\"]\n", key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
+	{name: "no jetstream url", yaml: "jetstream:\n  urls: []\n", key: "jetstream.urls", reason: "at least one"},
+	{name: "plc url over websocket", sets: []string{"identity.plc_url=wss://plc.directory"}, key: "identity.plc_url", reason: "scheme must be one of http, https"},
+	{name: "labeler url over ftp", sets: []string{"labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
+	{name: "relay endpoint over websocket", sets: []string{"backfill.relay_endpoints=wss://relay.example"}, key: "backfill.relay_endpoints", reason: "scheme must be one of http, https"},
+	{name: "advertise url over websocket", sets: []string{"admin.advertise_url=ws://10.0.0.5:5001"}, key: "admin.advertise_url", reason: "scheme must be one of http, https"},
+	{name: "stripe url over ftp", sets: []string{"billing.enabled=true", "billing.stripe_secret_key=sk", "billing.stripe_api_url=ftp://stripe"},
+		key: "billing.stripe_api_url", reason: "scheme must be one of"},
+	{name: "admin addr without a port", sets: []string{"admin.addr=localhost"}, key: "admin.addr", reason: "want host:port"},
+	{name: "bad collection pattern", sets: []string{"jetstream.collections=io.atcr"}, key: "jetstream.collections", reason: "not an NSID"},
+	{name: "negative shutdown timeout", sets: []string{"shutdown_timeout=-1s"}, key: "shutdown_timeout", reason: "must be positive"},
+	{name: "zero shutdown timeout", sets: []string{"shutdown_timeout=0"}, key: "shutdown_timeout", reason: "must be positive"},
+	{name: "negative ttl", sets: []string{"leases.ttl=-15s"}, key: "leases.ttl", reason: "must be positive"},
+	{name: "negative busy timeout", sets: []string{"database.busy_timeout=-1s"}, key: "database.busy_timeout", reason: "must not be negative"},
+	{name: "negative rewind", sets: []string{"jetstream.rewind=-5s"}, key: "jetstream.rewind", reason: "must not be negative"},
+	{name: "negative max message bytes", sets: []string{"jetstream.max_message_bytes=-1"}, key: "jetstream.max_message_bytes", reason: "at least 1024"},
+	{name: "negative backfill interval", sets: []string{"backfill.interval=-1h"}, key: "backfill.interval", reason: "must not be negative"},
+	{name: "negative backfill concurrency", sets: []string{"backfill.concurrency=-1"}, key: "backfill.concurrency", reason: "at least 1"},
+	{name: "negative retry delay", sets: []string{"webhooks.retry_schedule=[0s, -30s]"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
+	{name: "negative cleanup interval", yaml: "cleanup:\n  interval: -1h\n", key: "cleanup.interval", reason: "must be positive"},
+	{name: "zero cleanup chunk", sets: []string{"cleanup.chunk_rows=0"}, key: "cleanup.chunk_rows", reason: "at least 1"},
+	{name: "negative health concurrency", sets: []string{"health.concurrency=-1"}, key: "health.concurrency", reason: "at least 1"},
+	{name: "health timeout not below the check interval", sets: []string{"health.timeout=15s"}, key: "health.timeout", reason: "must be below health.check_interval"},
+	{name: "negative webhook concurrency", sets: []string{"webhooks.concurrency=-4"}, key: "webhooks.concurrency", reason: "at least 1"},
+	{name: "webhook public url over ftp", sets: []string{"webhooks.public_url=ftp://atcr.example"}, key: "webhooks.public_url", reason: "scheme must be one of http, https"},
+	{name: "zero labeler stale timeout", sets: []string{"labeler.stale_timeout=0s"}, key: "labeler.stale_timeout", reason: "must be positive"},
+	{name: "negative billing timeout", sets: []string{"billing.timeout=-1s"}, key: "billing.timeout", reason: "must be positive"},
+	{name: "negative default tier rank", sets: []string{"billing.default_tier_rank=-1"}, key: "billing.default_tier_rank", reason: "must not be negative"},
+	{name: "backfill enabled without relays", yaml: "backfill:\n  relay_endpoints: []\n", key: "backfill.relay_endpoints", reason: "at least one relay"},
+	{name: "unknown log level", sets: []string{"log_level=verbose"}, key: "log_level", reason: "want debug, info, warn or error"},
+	{name: "billing without a secret", sets: []string{"billing.enabled=true"}, key: "billing.stripe_secret_key", reason: "required"},
+	{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASES_TLL=15s"}, key: "APPVIEW_LEASES_TLL", reason: "unknown environment variable"},
+	{name: "unparsable duration from the environment", env: []string{"APPVIEW_LEASES_TTL=soon"}, key: "leases.ttl", reason: `unparsable duration "soon" (want e.g. 500ms, 15s, 2m, 24h) (from APPVIEW_LEASES_TTL)`},
+	{name: "bad boolean from the environment", env: []string{"APPVIEW_LEASES_ENABLED=maybe"}, key: "leases.enabled", reason: "cannot unmarshal !!str `maybe` into bool (from APPVIEW_LEASES_ENABLED)"},
+	{name: "unknown key in --set", sets: []string{"leases.tll=15s"}, key: "leases.tll", reason: "unknown key"},
+	{name: "section name in --set", sets: []string{"leases=15s"}, key: "leases", reason: "unknown key"},
+	{name: "--set without a value", sets: []string{"leases.ttl"}, key: "leases.ttl", reason: "--set wants key=value"},
+	{name: "unparsable duration in --set", sets: []string{"leases.ttl=[1s]"}, key: "leases.ttl", reason: "expected a duration such as 15s (from --set)"},
+	{name: "unterminated list in --set", sets: []string{"jetstream.urls=[wss://a.example/subscribe"}, key: "jetstream.urls", reason: "unparsable value"},
+}
+
+func TestLoadRefusesInvalidConfigurationNamingTheKeyAndReason(t *testing.T) {
+	for _, tc := range badConfigs {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.yaml, tc.env, tc.sets)
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v (%T), want *config.Error", err, err)
+			}
+			if ce.Key != tc.key || !strings.Contains(ce.Reason, tc.reason) {
+				t.Fatalf("err = {Key: %q, Reason: %q}, want key %q and a reason containing %q", ce.Key, ce.Reason, tc.key, tc.reason)
+			}
+			if strings.ContainsAny(ce.Error(), "\r\n") {
+				t.Fatalf("error spans lines: %q", ce.Error())
+			}
+		})
+	}
+}
+
+func TestValuesOutsideTheFileCarryNoLineNumber(t *testing.T) {
+	for _, src := range []struct {
+		env, sets []string
+	}{
+		{env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,later"}},
+		{sets: []string{"webhooks.retry_schedule=0s,later"}},
+		{sets: []string{"backfill.concurrency=lots"}},
+	} {
+		_, err := load(t, "", src.env, src.sets)
+		if err == nil || strings.Contains(err.Error(), "line ") {
+			t.Errorf("env %v sets %v: err = %v, want a refusal without a (meaningless) line number", src.env, src.sets, err)
+		}
+	}
+}
+
+func TestSampleLoadsToExactlyTheDefaults(t *testing.T) {
+	cfg := mustLoad(t, Sample, nil, nil)
+	if cfg.InstanceID == "" {
+		t.Fatal("instance_id was not filled in")
+	}
+	cfg.InstanceID = ""
+	if want := Default(); !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("Sample loads to\n%+v\nwant Default()\n%+v", cfg, want)
+	}
+}
+
+func TestSampleMentionsEveryKey(t *testing.T) {
+	for _, key := range Keys() {
+		leaf := key[strings.LastIndex(key, ".")+1:]
+		if !strings.Contains(Sample, "\n"+strings.Repeat(" ", 2*strings.Count(key, "."))+leaf+":") {
+			t.Errorf("Sample has no line for %s", key)
+		}
+	}
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg := Default()
+	cfg.InstanceID = "test"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Default() does not validate: %v", err)
+	}
+}
+
+func TestEmptyFileAndEmptySectionsKeepDefaults(t *testing.T) {
+	for _, body := range []string{"\n", "# only a comment\n", "leases:\njetstream:\n"} {
+		cfg := mustLoad(t, body, nil, nil)
+		cfg.InstanceID = ""
+		if !reflect.DeepEqual(cfg, Default()) {
+			t.Errorf("file %q: config differs from Default(): %+v", body, cfg)
+		}
+	}
+}
+
+func TestEnvironmentBeatsFileAndSetBeatsEnvironment(t *testing.T) {
+	file := "leases:\n  ttl: 20s\nlog_level: warn\n"
+	env := []string{"APPVIEW_LEASES_TTL=30s", "APPVIEW_LOG_LEVEL=error"}
+	sets := []string{"leases.ttl=40s"}
+
+	if got := mustLoad(t, file, nil, nil).Leases.TTL; got != 20*time.Second {
+		t.Errorf("file only: ttl = %s, want 20s", got)
+	}
+	if got := mustLoad(t, file, env, nil); got.Leases.TTL != 30*time.Second || got.LogLevel != "error" {
+		t.Errorf("file+env: ttl = %s, log_level = %s; want 30s, error", got.Leases.TTL, got.LogLevel)
+	}
+	got := mustLoad(t, file, env, sets)
+	if got.Leases.TTL != 40*time.Second {
+		t.Errorf("file+env+set: ttl = %s, want 40s", got.Leases.TTL)
+	}
+	if got.LogLevel != "error" {
+		t.Errorf("file+env+set: log_level = %s, want error (from the environment: --set did not name it)", got.LogLevel)
+	}
+	if got := mustLoad(t, "", nil, []string{"leases.ttl=1m", "leases.ttl=50s"}).Leases.TTL; got != 50*time.Second {
+		t.Errorf("repeated --set: ttl = %s, want the last one, 50s", got)
+	}
+}
+
+func TestValidationSeesTheMergedConfigurationNotEachSource(t *testing.T) {
+	// The file alone is invalid (renew_interval 8s >= 15s/2); the
+	// environment raises the ttl, and only the merged result counts.
+	cfg := mustLoad(t, "leases:\n  renew_interval: 8s\n", []string{"APPVIEW_LEASES_TTL=30s", "APPVIEW_LEASES_RENEW_DEADLINE=20s"}, nil)
+	if cfg.Leases.RenewInterval != 8*time.Second || cfg.Leases.TTL != 30*time.Second {
+		t.Fatalf("leases = %+v", cfg.Leases)
+	}
+}
+
+func TestListsFromTheEnvironmentTakeCommaListsAndFlowSyntax(t *testing.T) {
+	want := []string{"wss://a.example/subscribe", "wss://b.example/subscribe"}
+	for _, v := range []string{
+		"wss://a.example/subscribe,wss://b.example/subscribe",
+		" wss://a.example/subscribe , wss://b.example/subscribe ,",
+		"[wss://a.example/subscribe, wss://b.example/subscribe]",
+		`["wss://a.example/subscribe", "wss://b.example/subscribe"]`,
+	} {
+		cfg := mustLoad(t, "", []string{"APPVIEW_JETSTREAM_URLS=" + v}, nil)
+		if !reflect.DeepEqual(cfg.Jetstream.URLs, want) {
+			t.Errorf("APPVIEW_JETSTREAM_URLS=%q: urls = %q, want %q", v, cfg.Jetstream.URLs, want)
+		}
+	}
+	wantSchedule := []time.Duration{0, 30 * time.Second, 2 * time.Minute}
+	for _, v := range []string{"0s,30s,2m", "0, 30s, 2m", "[0, 30s, 2m]", "[0s,30s,2m]"} {
+		cfg := mustLoad(t, "", []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=" + v}, nil)
+		if !reflect.DeepEqual(cfg.Webhooks.RetrySchedule, wantSchedule) {
+			t.Errorf("APPVIEW_WEBHOOKS_RETRY_SCHEDULE=%q: schedule = %v, want %v", v, cfg.Webhooks.RetrySchedule, wantSchedule)
+		}
+	}
+	cfg := mustLoad(t, "", []string{"APPVIEW_JETSTREAM_COLLECTIONS=io.atcr.manifest,io.atcr.tag"}, nil)
+	if want := []string{"io.atcr.manifest", "io.atcr.tag"}; !reflect.DeepEqual(cfg.Jetstream.Collections, want) {
+		t.Errorf("collections = %q, want %q", cfg.Jetstream.Collections, want)
+	}
+}
+
+func TestZeroDurationsAcceptBareZeroAndZeroSeconds(t *testing.T) {
+	cfg := Default()
+	cfg.Backfill.Interval = time.Hour // so that 0 is visibly applied
+	for _, v := range []string{"0", "0s", "0ms", " 0 "} {
+		fromFile := mustLoad(t, "backfill:\n  interval: 1h\n  rerun_after: \""+v+"\"\n", nil, nil)
+		fromEnv := mustLoad(t, "backfill:\n  interval: 1h\n", []string{"APPVIEW_BACKFILL_INTERVAL=" + v}, nil)
+		fromSet := mustLoad(t, "backfill:\n  interval: 1h\n", nil, []string{"backfill.interval=" + v})
+		if fromFile.Backfill.RerunAfter != 0 || fromEnv.Backfill.Interval != 0 || fromSet.Backfill.Interval != 0 {
+			t.Errorf("%q: file rerun_after %s, env interval %s, --set interval %s; want all 0",
+				v, fromFile.Backfill.RerunAfter, fromEnv.Backfill.Interval, fromSet.Backfill.Interval)
+		}
+	}
+	if got := mustLoad(t, "webhooks:\n  retry_schedule: [0, 0s, 1s]\n", nil, nil).Webhooks.RetrySchedule; !reflect.DeepEqual(got, []time.Duration{0, 0, time.Second}) {
+		t.Errorf("retry_schedule [0, 0s, 1s] = %v", got)
+	}
+}
+
+func TestEveryKeyHasItsOwnEnvironmentVariable(t *testing.T) {
+	seen := map[string]string{}
+	for _, key := range Keys() {
+		name := EnvName(key)
+		if other, dup := seen[name]; dup {
+			t.Errorf("%s and %s share the environment variable %s", key, other, name)
+		}
+		seen[name] = key
+	}
+	if EnvName("leases.renew_deadline") != "APPVIEW_LEASES_RENEW_DEADLINE" {
+		t.Errorf("EnvName(leases.renew_deadline) = %s", EnvName("leases.renew_deadline"))
+	}
+}
+
+func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
+	// A value each kind of key accepts, chosen to pass validation.
+	values := map[string]string{
+		"instance_id": "x", "log_level": "debug", "database.url": "file:./x.db", "database.auth_token": "t",
+		"admin.addr": "127.0.0.1:0", "admin.advertise_url": "http://10.0.0.5:5001",
+		"jetstream.urls": "wss://j.example/subscribe", "jetstream.collections": "io.atcr.*",
+		"backfill.relay_endpoints": "https://r.example", "identity.plc_url": "https://plc.example",
+		"labeler.url": "https://labeler.example", "billing.stripe_secret_key": "sk", "billing.stripe_api_url": "https://s.example",
+		"webhooks.retry_schedule": "0s,1s", "webhooks.public_url": "https://atcr.example",
+		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s",
+		"jetstream.max_message_bytes": "4096", "billing.enabled": "false", // true needs a secret key too
+		"health.timeout": "1s", // below health.check_interval
+	}
+	def := Default()
+	fields := leafFields(reflect.ValueOf(&def).Elem(), "")
+	for _, key := range Keys() {
+		v, ok := values[key]
+		if !ok {
+			switch f := fields[key]; {
+			case f.Type() == durationType:
+				v = "1h"
+			case f.Kind() == reflect.Bool:
+				v = "true"
+			case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+				v = "3"
+			default:
+				t.Errorf("no test value for %s (%s)", key, f.Type())
+				continue
+			}
+		}
+		if _, err := load(t, "", []string{EnvName(key) + "=" + v}, nil); err != nil {
+			t.Errorf("%s=%s: %v", EnvName(key), v, err)
+		}
+		if _, err := load(t, "", nil, []string{key + "=" + v}); err != nil {
+			t.Errorf("--set %s=%s: %v", key, v, err)
+		}
+	}
+}
+
+func TestInstanceIDIsUniquePerLoadUnlessGiven(t *testing.T) {
+	a, b := mustLoad(t, "", nil, nil), mustLoad(t, "", nil, nil)
+	if a.InstanceID == b.InstanceID {
+		t.Errorf("two loads share instance_id %q", a.InstanceID)
+	}
+	host, _ := os.Hostname()
+	if !strings.HasPrefix(a.InstanceID, host+"-") {
+		t.Errorf("instance_id %q does not start with the hostname %q", a.InstanceID, host)
+	}
+	if got := mustLoad(t, "instance_id: web-1\n", nil, nil).InstanceID; got != "web-1" {
+		t.Errorf("instance_id = %q, want web-1", got)
+	}
+}
+
+func TestUnreadableFileIsRefusedNamingTheFlag(t *testing.T) {
+	_, err := Load(Sources{File: filepath.Join(t.TempDir(), "missing.yaml")})
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Key != "--config" || !strings.Contains(ce.Reason, "no such file") {
+		t.Fatalf("err = %v, want a --config error saying the file is missing", err)
+	}
+}
+
+func TestOtherEnvironmentVariablesAreIgnored(t *testing.T) {
+	cfg := mustLoad(t, "", []string{"HOME=/root", "APPVIEWX=1", "appview_leases_ttl=1s", "NOEQUALS"}, nil)
+	if cfg.Leases.TTL != Default().Leases.TTL {
+		t.Errorf("ttl = %s, want the default", cfg.Leases.TTL)
+	}
+}

@@ -1,0 +1,59 @@
+package system
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/atcr-io/appview/actors/lease"
+)
+
+func TestRegisterRefusesInvalidWorkers(t *testing.T) {
+	job := func(context.Context, lease.Custody) error { return nil }
+	props := func(lease.Custody) *actor.Props { return nil }
+	for _, tc := range []struct {
+		name   string
+		w      Worker
+		reason string
+	}{
+		{"empty name", Worker{Job: job}, "name must match"},
+		{"upper case name", Worker{Name: "Cleanup", Job: job}, "name must match"},
+		{"name with a dot", Worker{Name: "jetstream.consumer", Job: job}, "name must match"},
+		{"neither actor nor job", Worker{Name: "nothing"}, "exactly one of Actor and Job"},
+		{"both actor and job", Worker{Name: "both", Actor: props, Job: job}, "exactly one of Actor and Job"},
+		{"negative interval", Worker{Name: "neg", Job: job, Interval: -1}, "negative interval"},
+		{"interval on an actor", Worker{Name: "actor", Actor: props, Interval: 1}, "Job workers only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Registry
+			if err := r.Register(tc.w); err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("Register = %v, want an error containing %q", err, tc.reason)
+			}
+			if len(r.Workers()) != 0 {
+				t.Fatalf("a refused worker was registered")
+			}
+		})
+	}
+}
+
+func TestRegisterRefusesADuplicateNameAndKeepsOrder(t *testing.T) {
+	job := func(context.Context, lease.Custody) error { return nil }
+	var r Registry
+	for _, name := range []string{"cleanup", "backfill", "health"} {
+		if err := r.Register(Worker{Name: name, Job: job}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Register(Worker{Name: "backfill", Job: job}); err == nil || !strings.Contains(err.Error(), "already registered") {
+		t.Fatalf("duplicate Register = %v, want already registered", err)
+	}
+	var names []string
+	for _, w := range r.Workers() {
+		names = append(names, w.Name)
+	}
+	if strings.Join(names, ",") != "cleanup,backfill,health" {
+		t.Fatalf("Workers() = %v, want registration order", names)
+	}
+}

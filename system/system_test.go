@@ -1,0 +1,570 @@
+package system
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/leakcheck"
+)
+
+// Timing bounds for the tests. Lease timings are short so that expiry,
+// renewal and takeover happen within seconds; waits are generous because
+// the race detector on two cores is slow.
+const (
+	testTTL           = 3 * time.Second
+	testRenewInterval = 500 * time.Millisecond
+	testRenewDeadline = 2 * time.Second
+	testRetryInterval = 200 * time.Millisecond
+	waitBound         = 15 * time.Second
+	pollEvery         = 10 * time.Millisecond
+	stopBound         = 10 * time.Second
+	instance          = "test-instance"
+)
+
+// TestMain fails the package if goroutines outlive the tests; the one
+// standing exception (protoactor-go's dead-letter throttle) is in
+// internal/leakcheck.
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+// harness is one System on a fresh file database, with every custody
+// event it publishes recorded in order.
+type harness struct {
+	t   *testing.T
+	db  *database.DB
+	sys *System
+	log *syncBuffer
+
+	mu     sync.Mutex
+	events []events.Custody
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.InstanceID = instance
+	cfg.Leases.TTL = testTTL
+	cfg.Leases.RenewInterval = testRenewInterval
+	cfg.Leases.RenewDeadline = testRenewDeadline
+	cfg.Leases.RetryInterval = testRetryInterval
+	return cfg
+}
+
+// newHarness builds (but does not start) a System running workers.
+func newHarness(t *testing.T, cfg config.Config, workers ...Worker) *harness {
+	t.Helper()
+	ctx := context.Background()
+	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reg := &Registry{}
+	for _, w := range workers {
+		if err := reg.Register(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, db: db, log: &syncBuffer{}}
+	h.sys, err = New(Options{Config: cfg, DB: db, Log: NewLogger(h.log, zerolog.DebugLevel),
+		Registry: reg, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The handler runs on the publisher's goroutine: append and return.
+	h.sys.EventStream().Subscribe(func(evt any) {
+		if e, ok := evt.(events.Custody); ok {
+			h.mu.Lock()
+			h.events = append(h.events, e)
+			h.mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", h.log.String())
+		}
+	})
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	if err := h.sys.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// stop stops the System within stopBound and closes the database, so
+// that goleak sees neither actors nor the pool's goroutines.
+func (h *harness) stop() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), stopBound)
+	defer cancel()
+	if err := h.sys.Stop(ctx); err != nil {
+		h.t.Fatalf("Stop: %v", err)
+	}
+	if err := h.db.Close(); err != nil {
+		h.t.Fatalf("close database: %v", err)
+	}
+}
+
+// seen returns the recorded events matching kind and lease.
+func (h *harness) seen(kind events.Kind, name string) []events.Custody {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []events.Custody
+	for _, e := range h.events {
+		if e.Kind == kind && e.Lease == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitEvent waits for the n-th event of kind on lease and returns it.
+func (h *harness) waitEvent(kind events.Kind, name string, n int) events.Custody {
+	h.t.Helper()
+	var got []events.Custody
+	h.eventually(fmt.Sprintf("%d× %s on %s", n, kind, name), func() bool {
+		got = h.seen(kind, name)
+		return len(got) >= n
+	})
+	return got[n-1]
+}
+
+// eventually polls cond until it holds or waitBound passes.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(waitBound)
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no %s within %s", what, waitBound)
+		}
+		<-tick.C
+	}
+}
+
+// row reads one lease row with the database clock's now.
+type leaseRow struct {
+	holder                       string
+	fence, renewed, expires, now int64
+}
+
+func (h *harness) row(name string) (leaseRow, bool) {
+	h.t.Helper()
+	var r leaseRow
+	err := h.db.QueryRow(`SELECT holder, fence, renewed_at, expires_at, `+database.NowMS+` FROM leases WHERE name = ?1`, name).
+		Scan(&r.holder, &r.fence, &r.renewed, &r.expires, &r.now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r, true
+}
+
+func (h *harness) assertHeld(name string, fence int64) {
+	h.t.Helper()
+	r, ok := h.row(name)
+	if !ok || r.holder != instance || r.fence != fence || r.expires <= r.now {
+		h.t.Fatalf("lease %s = %+v (exists %v), want held by %s with fence %d", name, r, ok, instance, fence)
+	}
+}
+
+// assertReleasedInPlace checks SPEC §4's release: the row is kept, holder
+// and fence unchanged, expired now (renewed_at = expires_at <= now).
+func (h *harness) assertReleasedInPlace(name string, fence int64) {
+	h.t.Helper()
+	r, ok := h.row(name)
+	if !ok || r.holder != instance || r.fence != fence || r.expires > r.now || r.renewed != r.expires {
+		h.t.Fatalf("lease %s = %+v (exists %v), want released in place by %s keeping fence %d", name, r, ok, instance, fence)
+	}
+}
+
+// probe records an actor worker's lifecycle.
+type probe struct {
+	mu       sync.Mutex
+	started  []lease.Custody
+	stopping int
+}
+
+func (p *probe) actorWorker(name string, leased bool) Worker {
+	return Worker{Name: name, Leased: leased, Actor: func(c lease.Custody) *actor.Props {
+		return actor.PropsFromProducer(func() actor.Actor { return &probeActor{p: p, c: c} })
+	}}
+}
+
+func (p *probe) startedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.started)
+}
+
+type probeActor struct {
+	p *probe
+	c lease.Custody
+}
+
+func (a *probeActor) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		a.p.mu.Lock()
+		a.p.started = append(a.p.started, a.c)
+		a.p.mu.Unlock()
+	case *actor.Stopping:
+		a.p.mu.Lock()
+		a.p.stopping++
+		a.p.mu.Unlock()
+	case *actor.Stopped:
+	}
+}
+
+// runs counts job runs by fence.
+type runs struct {
+	mu      sync.Mutex
+	byFence map[int64]int
+	total   atomic.Int64
+}
+
+func (r *runs) add(c lease.Custody) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byFence == nil {
+		r.byFence = map[int64]int{}
+	}
+	r.byFence[c.Fence]++
+	return int(r.total.Add(1))
+}
+
+func (r *runs) under(fence int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byFence[fence]
+}
+
+func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
+	leasedActor, unleasedActor := &probe{}, &probe{}
+	var leasedJob, unleasedJob runs
+	h := newHarness(t, testConfig(),
+		leasedActor.actorWorker("leased-actor", true),
+		unleasedActor.actorWorker("unleased-actor", false),
+		Worker{Name: "leased-job", Leased: true, Interval: 20 * time.Millisecond,
+			Job: func(ctx context.Context, c lease.Custody) error { leasedJob.add(c); return nil }},
+		Worker{Name: "unleased-job", Leased: false,
+			Job: func(ctx context.Context, c lease.Custody) error { unleasedJob.add(c); return nil }},
+	)
+	h.start()
+	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
+		h.waitEvent(events.WorkerStarted, name, 1)
+	}
+	h.eventually("both actors started, the periodic job run 3 times, the once-only job once", func() bool {
+		return leasedActor.startedCount() == 1 && unleasedActor.startedCount() == 1 &&
+			leasedJob.total.Load() >= 3 && unleasedJob.total.Load() == 1
+	})
+	if c := leasedActor.started[0]; c.Fence != 1 || c.Holder != instance || c.Lease != "leased-actor" {
+		t.Errorf("leased actor custody = %+v, want leased-actor held by %s with fence 1", c, instance)
+	}
+	if c := unleasedActor.started[0]; c.Fence != 0 {
+		t.Errorf("unleased actor custody = %+v, want fence 0 (unfenced)", c)
+	}
+	if leasedJob.under(1) != int(leasedJob.total.Load()) || unleasedJob.under(0) != 1 {
+		t.Errorf("jobs ran under the wrong fences: leased %v, unleased %v", leasedJob.byFence, unleasedJob.byFence)
+	}
+	h.assertHeld("leased-actor", 1)
+	h.assertHeld("leased-job", 1)
+	for _, name := range []string{"unleased-actor", "unleased-job"} {
+		if _, ok := h.row(name); ok {
+			t.Errorf("unleased worker %s has a lease row", name)
+		}
+		if n := len(h.seen(events.LeaseAcquired, name)); n != 0 {
+			t.Errorf("unleased worker %s published %d lease.acquired", name, n)
+		}
+	}
+
+	h.stop()
+	h.db = reopen(t, h.db)
+	for _, name := range []string{"leased-actor", "leased-job"} {
+		if rel := h.seen(events.LeaseReleased, name); len(rel) != 1 || rel[0].Fence != 1 || rel[0].Reason != events.ReasonShutdown {
+			t.Errorf("%s: lease.released events %+v, want one with fence 1, reason shutdown", name, rel)
+		}
+		h.assertReleasedInPlace(name, 1)
+	}
+	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
+		if n := len(h.seen(events.WorkerStopped, name)); n != 1 {
+			t.Errorf("%s: %d worker.stopped, want 1", name, n)
+		}
+	}
+	if leasedActor.stopping != 1 || unleasedActor.stopping != 1 {
+		t.Errorf("actors saw Stopping %d and %d times, want once each", leasedActor.stopping, unleasedActor.stopping)
+	}
+	h.db.Close()
+	leakcheck.VerifyNone(t)
+}
+
+// reopen opens the closed harness database again, to read it after Stop.
+func reopen(t *testing.T, closed *database.DB) *database.DB {
+	t.Helper()
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + closed.Path, BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
+	running, returned := make(chan struct{}), make(chan struct{})
+	var releasedAfterReturn, wroteWhileStopping atomic.Bool
+	var h *harness
+	h = newHarness(t, testConfig(), Worker{Name: "slow-job", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error {
+			close(running)
+			<-ctx.Done()
+			// Custody is still held until the release, but a stopping
+			// job's fenced writes are refused by its cancelled context.
+			err := lease.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { wroteWhileStopping.Store(true); return nil })
+			close(returned)
+			return err
+		}})
+	h.sys.EventStream().Subscribe(func(evt any) {
+		if e, ok := evt.(events.Custody); ok && e.Kind == events.LeaseReleased {
+			select {
+			case <-returned:
+				releasedAfterReturn.Store(true)
+			default:
+			}
+		}
+	})
+	h.start()
+	<-running
+	h.stop()
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Stop returned before the job did")
+	}
+	if !releasedAfterReturn.Load() {
+		t.Error("the lease was released before the job returned")
+	}
+	if wroteWhileStopping.Load() {
+		t.Error("a fenced write ran after the job's context was cancelled")
+	}
+	leakcheck.VerifyNone(t)
+}
+
+func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
+	var r runs
+	h := newHarness(t, testConfig(), Worker{Name: "once", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error { r.add(c); return nil }})
+	h.start()
+	h.waitEvent(events.WorkerStarted, "once", 1)
+	// Several renewals later the job has still run only once, and the
+	// lease is still held: the worker idles holding custody.
+	h.waitEvent(events.LeaseRenewed, "once", 3)
+	if got := r.total.Load(); got != 1 {
+		t.Fatalf("job ran %d times, want once", got)
+	}
+	h.assertHeld("once", 1)
+	h.stop()
+	h.db = reopen(t, h.db)
+	h.assertReleasedInPlace("once", 1)
+	h.db.Close()
+	leakcheck.VerifyNone(t)
+}
+
+func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
+	var once, periodic runs
+	h := newHarness(t, testConfig(),
+		Worker{Name: "once-flaky", Leased: true, Job: func(ctx context.Context, c lease.Custody) error {
+			if once.add(c) <= 2 {
+				return errors.New("flaky")
+			}
+			return nil
+		}},
+		Worker{Name: "periodic-failing", Leased: true, Interval: 20 * time.Millisecond,
+			Job: func(ctx context.Context, c lease.Custody) error {
+				periodic.add(c)
+				return errors.New("always fails")
+			}},
+	)
+	h.start()
+	h.eventually("the once-only job retried until it succeeded (3 runs) and the periodic one run 5 times", func() bool {
+		return once.total.Load() >= 3 && periodic.total.Load() >= 5
+	})
+	// Give a wrongly repeated once-only job the chance to show itself: a
+	// renewal after its success.
+	n := len(h.seen(events.LeaseRenewed, "once-flaky"))
+	h.waitEvent(events.LeaseRenewed, "once-flaky", n+1)
+	if got := once.total.Load(); got != 3 {
+		t.Errorf("once-only job ran %d times, want 3 (two failures, one success)", got)
+	}
+	for _, name := range []string{"once-flaky", "periodic-failing"} {
+		if n := len(h.seen(events.WorkerRestarted, name)); n != 0 {
+			t.Errorf("%s: %d worker.restarted; an error is retried, not a failure", name, n)
+		}
+		if n := len(h.seen(events.WorkerStarted, name)); n != 1 {
+			t.Errorf("%s: %d worker.started, want 1", name, n)
+		}
+		h.assertHeld(name, 1)
+	}
+	if once.under(1) != 3 {
+		t.Errorf("once-only job runs by fence %v, want all under fence 1", once.byFence)
+	}
+	h.stop()
+	leakcheck.VerifyNone(t)
+}
+
+func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
+	var r runs
+	h := newHarness(t, testConfig(), Worker{Name: "panicky", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error {
+			if r.add(c) == 1 {
+				panic("boom")
+			}
+			return nil
+		}})
+	h.start()
+	restarted := h.waitEvent(events.WorkerRestarted, "panicky", 1)
+	if restarted.Fence != 1 || restarted.Attempt != 1 || restarted.Err == nil || !strings.Contains(restarted.Err.Error(), "boom") {
+		t.Errorf("worker.restarted = %+v, want fence 1, attempt 1, the panic as cause", restarted)
+	}
+	h.eventually("the job run again after the restart", func() bool { return r.total.Load() == 2 })
+	if r.under(1) != 2 {
+		t.Errorf("runs by fence %v, want both under fence 1 (a restart keeps custody)", r.byFence)
+	}
+	h.assertHeld("panicky", 1)
+	if n := len(h.seen(events.LeaseLost, "panicky")) + len(h.seen(events.LeaseReleased, "panicky")); n != 0 {
+		t.Errorf("custody changed hands over a restart (%d lost/released events)", n)
+	}
+	h.stop()
+	if !strings.Contains(h.log.String(), `"event":"worker.restarted","lease":"panicky"`) {
+		t.Errorf("worker.restarted was not logged:\n%s", h.log.String())
+	}
+	leakcheck.VerifyNone(t)
+}
+
+func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
+	h := newHarness(t, testConfig(), Worker{Name: "doomed", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error { panic("always") }})
+	h.start()
+	failed := h.waitEvent(events.WorkerFailed, "doomed", 1)
+	released := h.waitEvent(events.LeaseReleased, "doomed", 1)
+	if failed.Fence != 1 || released.Fence != 1 || released.Reason != events.ReasonWorkerFailed {
+		t.Errorf("worker.failed %+v then lease.released %+v; want fence 1 and reason %s", failed, released, events.ReasonWorkerFailed)
+	}
+	h.stop()
+	leakcheck.VerifyNone(t)
+}
+
+func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
+	var r runs
+	var h *harness
+	h = newHarness(t, testConfig(), Worker{Name: "usurped", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error {
+			if r.add(c) > 1 {
+				return nil
+			}
+			// Another instance takes the lease (as if this one had stalled
+			// past its TTL); the job's next fenced write finds out.
+			if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1,
+				acquired_at = `+database.NowMS+`, renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+` + ?2
+				WHERE name = ?1`, c.Lease, testTTL.Milliseconds()); err != nil {
+				return err
+			}
+			return lease.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { return nil })
+		}})
+	h.start()
+	lost := h.waitEvent(events.LeaseLost, "usurped", 1)
+	if lost.Reason != events.ReasonSuperseded || lost.Fence != 1 || lost.Err == nil || !strings.Contains(lost.Err.Error(), "fenced write") {
+		t.Fatalf("lease.lost = %+v, want reason superseded, fence 1, caused by the job's fenced write", lost)
+	}
+	h.waitEvent(events.WorkerStopped, "usurped", 1)
+	if n := len(h.seen(events.WorkerRestarted, "usurped")); n != 0 {
+		t.Errorf("%d worker.restarted: a superseded worker is stopped, never restarted", n)
+	}
+	if n := len(h.seen(events.LeaseReleased, "usurped")); n != 0 {
+		t.Errorf("%d lease.released: a superseded holder must not touch the row", n)
+	}
+	if r.under(1) != 1 {
+		t.Errorf("runs by fence %v: the job ran again under the lost custody", r.byFence)
+	}
+	// The usurper never renews: once its grant expires this instance takes
+	// the lease back with a new fence and starts a fresh worker.
+	again := h.waitEvent(events.LeaseAcquired, "usurped", 2)
+	if again.Fence != 3 {
+		t.Errorf("re-acquired with fence %d, want 3 (1 ours, 2 the usurper's)", again.Fence)
+	}
+	h.eventually("the job run under the new custody", func() bool { return r.under(3) == 1 })
+	h.stop()
+	leakcheck.VerifyNone(t)
+}
+
+func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
+	cfg := testConfig()
+	cfg.Leases.Enabled = false
+	var r runs
+	h := newHarness(t, cfg, Worker{Name: "cleanup-like", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error { r.add(c); return nil }})
+	h.start()
+	h.eventually("the job run", func() bool { return r.total.Load() == 1 })
+	if r.under(0) != 1 {
+		t.Errorf("runs by fence %v, want fence 0 (unfenced)", r.byFence)
+	}
+	if _, ok := h.row("cleanup-like"); ok {
+		t.Error("a lease row was written with leases disabled")
+	}
+	h.stop()
+	leakcheck.VerifyNone(t)
+}
+
+func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
+	h := newHarness(t, testConfig(), Worker{Name: "idle", Leased: false,
+		Job: func(ctx context.Context, c lease.Custody) error { return nil }})
+	h.start()
+	if err := h.sys.Start(); err == nil {
+		t.Error("a second Start returned nil")
+	}
+	h.stop()
+
+	h2 := newHarness(t, testConfig())
+	h2.stop()
+	leakcheck.VerifyNone(t)
+}
