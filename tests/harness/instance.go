@@ -176,7 +176,7 @@ func StartCommand(dir, id string, args ...string) (*Instance, error) {
 
 // CleanEnv is this process's environment without APPVIEW_* variables:
 // appview refuses an APPVIEW_ variable that names no configuration key
-// (scripts/test exports APPVIEW_SQLD), and the configuration under test
+// (a caller's stray one makes it exit 2), and the configuration under test
 // must come from the harness alone.
 func CleanEnv() []string { return cleanEnv() }
 

@@ -48,7 +48,7 @@ type Sqld struct {
 // binary is an error naming the path (callers must fail, not skip).
 func StartSqld(ctx context.Context, s SqldSpec) (*Sqld, error) {
 	if _, err := os.Stat(s.Bin); err != nil {
-		return nil, fmt.Errorf("harness: sqld binary: %w (set APPVIEW_SQLD or run scripts/test, which installs it)", err)
+		return nil, fmt.Errorf("harness: sqld binary: %w (set SQLD_BIN or run scripts/test, which installs it)", err)
 	}
 	if s.Listen == "" {
 		addr, err := FreeLoopbackAddr()
