@@ -24,17 +24,13 @@ import (
 // leaseConsumer is the Jetstream consumer's lease (SPEC §4).
 const leaseConsumer = "jetstream-consumer"
 
-// resendAcrossHandoverAllowed tolerates, in a rolling restart (graceful
-// handovers only), a push sent again by the next holder: the stopping
-// holder's request reached the receiver but its outcome was not recorded.
-// The brief asks for exactly once; the webhooks dispatcher is
-// at-least-once across a handover by design (on Stopping it cancels
-// requests in flight and records nothing: webhooks'
-// TestStoppingMidRequestCancelsItAndWritesNothingAfter; X-Appview-Delivery
-// lets receivers de-duplicate). Two sends under one custody are never
-// tolerated. Set this to false once a graceful stop lets its requests in
-// flight finish and records their outcomes under the custody it still holds.
-const resendAcrossHandoverAllowed = true
+// resendAcrossHandoverAllowed would tolerate, in a rolling restart
+// (graceful handovers only), a push sent again by the next holder. It is
+// false: before a graceful stop the LeaseActor sends lease.Drain, the
+// consumer stops reading and the webhook dispatcher finishes the requests
+// it has in flight and records their outcomes under the custody it still
+// holds, so every push reaches the receiver exactly once.
+const resendAcrossHandoverAllowed = false
 
 // trafficPoll is how often a traffic scenario reads the database for
 // progress: the consumer's commits are not logged one by one, so progress

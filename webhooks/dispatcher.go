@@ -52,6 +52,15 @@ const (
 	DefaultPublicURL = "https://atcr.io"
 )
 
+// Drain asks the dispatcher to claim nothing new and to finish the
+// attempts in flight, recording their outcomes (custody is still held
+// during a graceful stop); it answers Drained when done. Send it with
+// RequestFuture and bound the wait by webhooks.timeout.
+type Drain struct{}
+
+// Drained answers Drain.
+type Drained struct{}
+
 // Kick prompts the dispatcher to look for due deliveries now. The consumer
 // sends it after committing a transaction in which EnqueueTx added rows.
 type Kick struct{}
@@ -179,6 +188,9 @@ type dispatcher struct {
 
 	inFlight int
 	scanning bool
+	// draining: no new scans; drained is answered once nothing is in flight.
+	draining bool
+	drained  *actor.PID
 	// rescan: a reason to look again arrived while a scan was running.
 	rescan bool
 	timer  *time.Timer
@@ -205,6 +217,12 @@ func (d *dispatcher) Receive(c actor.Context) {
 		d.scan()
 	case Kick, *Kick, wake:
 		d.scan()
+	case Drain, *Drain:
+		d.draining, d.drained = true, c.Sender()
+		if d.timer != nil {
+			d.timer.Stop()
+		}
+		d.maybeDrained()
 	case scanned:
 		d.onScanned(msg)
 	case attempted:
@@ -219,7 +237,7 @@ func (d *dispatcher) Receive(c actor.Context) {
 // scan starts a scan unless one is running (then it runs again after) or
 // every slot is busy (a finishing attempt scans again).
 func (d *dispatcher) scan() {
-	if d.ctx.Err() != nil {
+	if d.ctx.Err() != nil || d.draining {
 		return
 	}
 	if d.scanning {
@@ -240,6 +258,7 @@ func (d *dispatcher) scan() {
 
 func (d *dispatcher) onScanned(s scanned) {
 	d.scanning = false
+	defer d.maybeDrained()
 	if s.err != nil {
 		if d.ctx.Err() != nil {
 			return
@@ -255,7 +274,10 @@ func (d *dispatcher) onScanned(s scanned) {
 	d.retry.Reset()
 	d.o.Metrics.pending.Set(float64(s.pending))
 	for _, a := range s.claimed {
-		d.start(a)
+		d.start(a) // claimed under this custody: sent even when draining
+	}
+	if d.draining {
+		return
 	}
 	switch {
 	case d.rescan:
@@ -299,6 +321,15 @@ func (d *dispatcher) onAttempted(m attempted) {
 			Msg("webhook outcome not recorded")
 	}
 	d.scan()
+	d.maybeDrained()
+}
+
+// maybeDrained answers a Drain once no scan or attempt is in flight.
+func (d *dispatcher) maybeDrained() {
+	if d.draining && d.drained != nil && !d.scanning && d.inFlight == 0 {
+		d.root.Send(d.drained, Drained{})
+		d.drained = nil
+	}
 }
 
 func (d *dispatcher) setTimer(delay time.Duration) {

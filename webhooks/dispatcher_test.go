@@ -367,6 +367,48 @@ func TestStoppingMidRequestCancelsItAndWritesNothingAfter(t *testing.T) {
 	}
 }
 
+// A graceful stop (the LeaseActor drains its worker before poisoning it,
+// custody still held) lets the request in flight finish and records its
+// outcome, so the next holder does not send the push again.
+func TestDrainFinishesTheRequestInFlightAndRecordsItsOutcome(t *testing.T) {
+	leakCheck(t)
+	e := newEnv(t)
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	rc := newReceiver(t, func(r *http.Request, _ int) int {
+		arrived <- struct{}{}
+		<-release
+		return http.StatusOK
+	})
+	hook := e.addWebhook(rc.srv.URL, "")
+	p := push("app", "sha256:aaa")
+	e.enqueue(e.custody, p)
+	pid := e.sys.Root.Spawn(NewDispatcherProps(e.options(e.custody,
+		config.Webhooks{AllowPrivate: true, Timeout: time.Hour}, nil)))
+	select {
+	case <-arrived:
+	case <-time.After(waitBudget):
+		t.Fatal("request never arrived")
+	}
+	drained := e.sys.Root.RequestFuture(pid, Drain{}, waitBudget)
+	close(release)
+	if res, err := drained.Result(); err != nil {
+		t.Fatalf("drain: %v", err)
+	} else if _, ok := res.(Drained); !ok {
+		t.Fatalf("drain answered %T", res)
+	}
+	if row := e.delivery(hook, p.EventKey); row.Status != "delivered" || row.Attempts != 1 {
+		t.Fatalf("delivery after drain = %+v, want delivered on its one attempt", row)
+	}
+	// A Kick after the drain claims nothing more.
+	e.enqueue(e.custody, push("app", "sha256:bbb"))
+	e.sys.Root.Send(pid, Kick{})
+	e.stop(pid)
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("receiver saw %d requests, want the one in flight only", n)
+	}
+}
+
 func TestLoopbackTargetsAreRefusedAtDialTime(t *testing.T) {
 	leakCheck(t)
 	e := newEnv(t)

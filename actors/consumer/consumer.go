@@ -100,6 +100,8 @@ func (c *consumer) Receive(ctx actor.Context) {
 				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
+	case lease.Drain, *lease.Drain:
+		c.drain()
 	case *runEnded:
 		if msg.err != nil {
 			// ErrSuperseded (or any failure): fail, so the LeaseActor
@@ -157,6 +159,24 @@ func (c *consumer) start(ctx actor.Context) {
 		c.root.Send(c.self, &runEnded{err: err})
 	}()
 	c.log.Info().Int64("cursor", stored).Msg("consumer started")
+}
+
+// drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
+const drainGrace = time.Second
+
+// drain runs before a graceful stop, while custody is still held: stop
+// reading (the batch in flight commits), then let the webhook dispatcher
+// finish and record the deliveries it has in flight, so the next holder
+// does not send them again.
+func (c *consumer) drain() {
+	c.stop()
+	if c.disp == nil {
+		return
+	}
+	bound := c.o.Dispatcher.Config.Timeout + drainGrace
+	if _, err := c.root.RequestFuture(c.disp, webhooks.Drain{}, bound).Result(); err != nil {
+		c.log.Warn().Err(err).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
+	}
 }
 
 // stop closes the socket and waits for the Run goroutine: after it

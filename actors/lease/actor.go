@@ -51,6 +51,14 @@ type Options struct {
 	Seed uint64
 }
 
+// Drain is sent to a worker just before a graceful stop (it is then
+// poisoned). Custody is still held and renewed while the worker handles
+// it, so a worker with work in flight (a request whose outcome must be
+// recorded) should finish that work, bounded, before returning: its fenced
+// writes still land. On a loss of custody no Drain is sent: the worker is
+// stopped at once.
+type Drain struct{}
+
 // StatusRequest asks a LeaseActor for its Status (use RequestFuture).
 type StatusRequest struct{}
 
@@ -231,6 +239,7 @@ func (a *leaseActor) exec(ctx actor.Context, c Command) {
 	case StopWorkerCmd:
 		if pid := a.workers[c.Gen]; pid != nil {
 			if c.Graceful {
+				ctx.Send(pid, Drain{})
 				ctx.Poison(pid)
 			} else {
 				ctx.Stop(pid)

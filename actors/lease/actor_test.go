@@ -42,6 +42,9 @@ func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
 	if n := p.stopping.Load(); n != 1 {
 		t.Fatalf("worker stopped %d times", n)
 	}
+	if p.drains.Load() != 1 || !p.drainedBeforeStop.Load() {
+		t.Fatalf("a graceful stop sent %d Drain (before Stopping: %v), want one, first", p.drains.Load(), p.drainedBeforeStop.Load())
+	}
 	stopped, i := h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
 	released, j := h.events.wait(t, 0, "lease.released", is(events.LeaseReleased, "instance-a"))
 	if j < i || released.Reason != events.ReasonShutdown || released.Fence != 1 || stopped.Fence != 1 {
@@ -230,6 +233,9 @@ func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
 	}
 	if n := h.events.count(is(events.LeaseReleased, "instance-a")); n != 0 {
 		t.Fatal("a superseded holder released")
+	}
+	if n := p.drains.Load(); n != 0 {
+		t.Fatalf("a superseded worker was sent %d Drain: a lost custody stops at once", n)
 	}
 }
 

@@ -278,6 +278,9 @@ func (r *runner) terminated() bool {
 // from its props (one per grant of custody).
 type probe struct {
 	started, stopping, restarting atomic.Int32
+	// drains counts Drain messages; drainedBeforeStop that one came first.
+	drains            atomic.Int32
+	drainedBeforeStop atomic.Bool
 	// stoppingAt is when the last worker received Stopping.
 	stoppingAt atomic.Value
 	// panicOnStart (a string) makes every start (spawn or restart) panic
@@ -334,6 +337,11 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 		}
 	case *actor.Restarting:
 		w.p.restarting.Add(1)
+	case Drain:
+		w.p.drains.Add(1)
+		if w.p.stopping.Load() == 0 {
+			w.p.drainedBeforeStop.Store(true)
+		}
 	case *actor.Stopping:
 		w.p.stoppingAt.Store(time.Now())
 		w.p.stopping.Add(1)
