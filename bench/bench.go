@@ -51,7 +51,7 @@ type rounds struct {
 }
 
 var (
-	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 11}
+	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 31}
 	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1}
 )
 

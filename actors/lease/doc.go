@@ -19,8 +19,8 @@
 // CONFLICT(name) DO UPDATE ... WHERE leases.expires_at <= now, so two
 // contenders racing for one expired grant cannot both win: the loser's
 // update matches no row. Renew and release match name, holder and fence
-// (renew also an unexpired grant: a renewal that reaches the database after
-// a release or an expiry must not revive it); zero rows means superseded. Release expires the row in place
+// (renew also a grant not released: a renewal that reaches the database
+// after the release must not revive it); zero rows means superseded. Release expires the row in place
 // (renewed_at = expires_at = now) and keeps holder and fence, so the fence
 // survives and a stalled former holder can never match again. Nothing
 // deletes a lease row.

@@ -67,10 +67,11 @@ func (q *simQueue) Pop() any        { old := *q; e := old[len(old)-1]; *q = old[
 func (q *simQueue) add(e *simEvent) { heap.Push(q, e) }
 
 type simRow struct {
-	exists  bool
-	holder  string
-	fence   int64
-	expires time.Duration
+	exists   bool
+	holder   string
+	fence    int64
+	expires  time.Duration
+	released bool // expired in place by a release (renewed_at = expires_at)
 }
 
 type simWorker struct {
@@ -218,7 +219,7 @@ func (s *sim) execute(i int, cmds []Command) {
 		case RenewCmd:
 			seq, cust := c.Seq, c.Custody
 			s.storeCall(i, func() Input {
-				if !s.matches(cust) || s.row.expires <= s.now {
+				if !s.matches(cust) || s.row.released {
 					return RenewResult{Seq: seq, Err: ErrSuperseded}
 				}
 				s.row.expires = s.now + simTiming.TTL
@@ -231,6 +232,7 @@ func (s *sim) execute(i int, cmds []Command) {
 					return ReleaseResult{Seq: seq, Err: ErrSuperseded}
 				}
 				s.row.expires = min(s.row.expires, s.now)
+				s.row.released = true
 				s.tracef("db: released by %s fence %d", cust.Holder, cust.Fence)
 				for j := range s.insts {
 					if j != i {

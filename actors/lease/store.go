@@ -120,11 +120,15 @@ RETURNING fence`
 	contendedSQL = `SELECT holder, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
 
 	// renewSQL never changes the fence: renewal is not a change of custody.
-	// It extends only an unexpired grant: a renewal that reaches the
-	// database after the release (the driver ignores contexts, so one in
-	// flight at shutdown still lands) must not revive the grant for a TTL.
+	// It never extends a released grant (renewed_at = expires_at): a
+	// renewal that reaches the database after the release (the driver
+	// ignores contexts, so one in flight at shutdown still lands) must not
+	// revive the grant for a TTL. A grant that merely ran out is still
+	// renewable by its holder and fence: nobody else has taken it, or the
+	// fence would differ. (Comparing two columns is cheaper than a third
+	// evaluation of the database clock, on the hottest statement.)
 	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
 
 	// releaseSQL expires the row in place and keeps holder and fence, so a
 	// stalled former holder can never match again. renewed_at = expires_at
