@@ -16,13 +16,21 @@ import (
 // jobRetryMax caps the retry backoff of a once-only job (Interval 0) that failed.
 const jobRetryMax = time.Minute
 
+// jobStopTimeout bounds how long a stopping worker waits for its job to
+// return. A job stuck in a call that ignores its context (go-libsql
+// ignores contexts; a partitioned database can hang a call for minutes)
+// is abandoned after it: its context is cancelled, so lease.Fenced rolls
+// back whatever it would still write, and custody can move on.
+const jobStopTimeout = 5 * time.Second
+
 // jobPanicked carries a panic out of the job goroutine to the actor, which
 // re-raises it so supervision sees a worker failure.
 type jobPanicked struct{ value any }
 
 // jobActor runs a Job every Interval (or once, then idles) in its own
-// goroutine, cancels it when the actor stops and returns from Stopping only
-// after the job has returned, so nothing the job does outlives the worker.
+// goroutine, cancels it when the actor stops and returns from Stopping
+// once the job has returned (or, stuck past jobStopTimeout, has been
+// abandoned with its context cancelled, so its fenced writes cannot land).
 type jobActor struct {
 	w       Worker
 	custody lease.Custody
@@ -56,7 +64,14 @@ func (j *jobActor) halt() {
 		return
 	}
 	j.cancel()
-	<-j.done
+	t := time.NewTimer(jobStopTimeout)
+	defer t.Stop()
+	select {
+	case <-j.done:
+	case <-t.C:
+		j.log.Warn().Str("waited", jobStopTimeout.String()).
+			Msg("job did not return after its context was cancelled; abandoning it (its writes are fenced and cancelled)")
+	}
 	j.cancel = nil
 }
 
