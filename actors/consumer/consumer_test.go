@@ -59,8 +59,39 @@ type fixture struct {
 	srv *jetstream.ReplayServer
 	// serverLog is the replay server's log (one JSON line per event).
 	serverLog *syncBuffer
-	// hooks receives webhook deliveries (always 200).
+	// hooks receives webhook deliveries (always 200) and counts them by
+	// X-Appview-Delivery.
 	hooks *httptest.Server
+	recv  *deliveryCounter
+}
+
+// deliveryCounter counts the requests a webhook receiver saw per delivery key.
+type deliveryCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (d *deliveryCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	d.mu.Lock()
+	d.counts[r.Header.Get(webhooks.HeaderDelivery)]++
+	d.mu.Unlock()
+}
+
+func (d *deliveryCounter) snapshot() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]int, len(d.counts))
+	for k, v := range d.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (d *deliveryCounter) reset() {
+	d.mu.Lock()
+	d.counts = map[string]int{}
+	d.mu.Unlock()
 }
 
 func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions) *fixture {
@@ -94,11 +125,10 @@ func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOption
 		srv.Close()
 		<-served
 	})
-	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-	}))
+	recv := &deliveryCounter{counts: map[string]int{}}
+	hooks := httptest.NewServer(recv)
 	t.Cleanup(hooks.Close)
-	return &fixture{exp: exp, srv: srv, serverLog: serverLog, hooks: hooks}
+	return &fixture{exp: exp, srv: srv, serverLog: serverLog, hooks: hooks, recv: recv}
 }
 
 func newSystem(t *testing.T) *actor.ActorSystem {
@@ -235,6 +265,11 @@ func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
 		f.srv.DropConnections()
 	}
 	waitFor(t, "the whole stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	waitFor(t, "every webhook delivery", func() bool {
+		var pending int
+		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
+		return pending == 0
+	})
 	stop(t, sys, pid)
 	if drops > 0 && f.srv.Connections() < 2 {
 		t.Fatalf("%d connections for %d drops", f.srv.Connections(), drops)
@@ -251,7 +286,17 @@ func TestReplayedStreamThroughTheConsumerProducesTheExpectedState(t *testing.T) 
 func TestDroppingTheConnectionAtTenRandomPointsLeavesAnIdenticalState(t *testing.T) {
 	f := newFixture(t, 42, 3000, jetstream.ReplayOptions{})
 	clean := registryDump(t, runOnce(t, f, 0))
+	f.recv.reset()
 	dropped := runOnce(t, f, 10)
+	got := f.recv.snapshot()
+	for _, key := range f.exp.PushEventKeys {
+		if got[key] != 1 {
+			t.Errorf("push %s reached the receiver %d times, want exactly once", key, got[key])
+		}
+	}
+	if len(got) != len(f.exp.PushEventKeys) {
+		t.Errorf("receiver saw %d distinct deliveries, want %d", len(got), len(f.exp.PushEventKeys))
+	}
 	checkExpected(t, dropped, f)
 	if got := registryDump(t, dropped); got != clean {
 		t.Fatalf("a run with 10 dropped connections differs from an undisturbed run:\n%s", firstDifference(clean, got))
