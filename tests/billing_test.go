@@ -224,3 +224,66 @@ func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// slowHoldAnswer is how long the hold takes to answer the push in flight
+// at SIGTERM: far longer than the stop takes to cancel the job, far
+// shorter than the bound on waiting for a stopping job (5 s).
+const slowHoldAnswer = time.Second
+
+// TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated stops the
+// holder while the hold is still answering a push: a graceful stop lets
+// the push finish and records it under the custody still held, so the
+// next holder does not push the change again.
+func TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated(t *testing.T) {
+	c := newCluster(t)
+	db := fileDB(t)
+	reader := newDBReader(t, db)
+	ctx := within(t, 60*time.Second)
+	w := newBillingWorld(t, ctx, reader)
+	inflight := make(chan struct{})
+	var once sync.Once
+	w.hold.Intercept(func(_ http.ResponseWriter, r *http.Request, _ fakepeer.CrewTier) bool {
+		once.Do(func() { close(inflight) })
+		select {
+		case <-time.After(slowHoldAnswer):
+		case <-r.Context().Done(): // the client gave up; the hold has acted on the call anyway
+		}
+		return false
+	})
+	a, err := c.Start(ctx, w.spec("a", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := a.Wait(ctx, harness.Is(harness.WorkerStarted, leaseBilling))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Start(ctx, w.spec("b", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Wait(ctx, harness.Is(harness.LeaseContended, leaseBilling)); err != nil {
+		t.Fatal(err)
+	}
+	w.stripe.set("did:plc:alice", 1)
+	select {
+	case <-inflight:
+	case <-ctx.Done():
+		t.Fatalf("a never pushed alice's tier: %v", ctx.Err())
+	}
+	mark := b.Log.Len()
+	if code, err := a.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("a: SIGTERM exit code %d, %v; want 0", code, err)
+	}
+	acq, err := b.Log.WaitFrom(ctx, mark, harness.Is(harness.LeaseAcquired, leaseBilling))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := settled(ctx, b, acq.Fence, acq.Seq, 0, 2); err != nil {
+		t.Error(err)
+	}
+	wantCalls(t, w.hold, fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
+	if n := reader.int(t, ctx, `SELECT COUNT(*) FROM billing_tier_pushes WHERE user_did = 'did:plc:alice' AND tier_rank = 1 AND fence = ?1`, started.Fence); n != 1 {
+		t.Errorf("the push a sent is not recorded under a's fence %d", started.Fence)
+	}
+}
