@@ -166,9 +166,13 @@ func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
 	}
 	// From mark, not from acq: custody events are written by a relay
 	// goroutine, so the worker's own lines may come first in the log.
-	skipped, err := second.Log.WaitFrom(ctx, mark, harness.Msg("backfill skipped: a run completed recently"))
-	if err != nil {
+	skipped, err := second.Log.WaitFrom(ctx, mark, harness.Or(
+		harness.Msg("backfill skipped: a run completed recently"), harness.Msg("backfill run started")))
+	switch {
+	case err != nil:
 		t.Fatalf("%s did not skip the completed run: %v", second.ID, err)
+	case skipped.Msg != "backfill skipped: a run completed recently":
+		t.Fatalf("%s backfilled again after the handover: %s", second.ID, skipped.Line)
 	}
 	if skipped.Fence != acq.Fence {
 		t.Errorf("the skip was logged under fence %d; want the new grant's %d", skipped.Fence, acq.Fence)
@@ -177,8 +181,9 @@ func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
 	if err := holdsAfter(ctx, second, leaseBackfill, skipped.Seq, 3); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range second.Log.Find(mark, harness.Or(harness.Msg("backfill run started"), harness.Is(harness.WorkerStopped, leaseBackfill))) {
-		t.Errorf("%s after the handover: %s\n  %s", second.ID, e, e.Line)
+	// Neither while contending nor after the handover did it run a backfill.
+	for _, e := range second.Log.Find(0, harness.Or(harness.Msg("backfill run started"), harness.Is(harness.WorkerStopped, leaseBackfill))) {
+		t.Errorf("%s ran or stopped a backfill: %s\n  %s", second.ID, e, e.Line)
 	}
 	for _, col := range backfill.Collections {
 		if n := w.relay.Count(col); n != 1 {
