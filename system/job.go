@@ -23,6 +23,16 @@ const jobRetryMax = time.Minute
 // back whatever it would still write, and custody can move on.
 const jobStopTimeout = 5 * time.Second
 
+// ErrDrain is the cause (context.Cause) of a job's context when its
+// worker is stopped gracefully: the LeaseActor sent lease.Drain, and
+// custody stays held and renewed until the job returns. A job must start
+// nothing new, but it may let the one request it has in flight finish and
+// record its outcome under that custody (within jobStopTimeout), when the
+// peer acts on the request whether or not the job waits for the answer:
+// otherwise the next holder repeats it. Any other cause (context.Canceled:
+// custody lost, or a restart) means stop at once.
+var ErrDrain = errors.New("worker draining for a graceful stop")
+
 // jobPanicked carries a panic out of the job goroutine to the actor, which
 // re-raises it so supervision sees a worker failure.
 type jobPanicked struct{ value any }
@@ -35,7 +45,7 @@ type jobActor struct {
 	w       Worker
 	custody lease.Custody
 	log     zerolog.Logger
-	cancel  context.CancelFunc
+	cancel  context.CancelCauseFunc
 	done    chan struct{}
 }
 
@@ -48,10 +58,16 @@ func jobProps(w Worker, c lease.Custody, log zerolog.Logger) *actor.Props {
 func (j *jobActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
-		run, cancel := context.WithCancel(context.Background())
+		run, cancel := context.WithCancelCause(context.Background())
 		j.cancel, j.done = cancel, make(chan struct{})
 		sys, self := ctx.ActorSystem(), ctx.Self()
 		go j.loop(run, func(v any) { sys.Root.Send(self, &jobPanicked{value: v}) })
+	case lease.Drain:
+		// Poison follows at once; cancelling here is what tells the job
+		// (through the cause) that the stop is graceful.
+		if j.cancel != nil {
+			j.cancel(ErrDrain)
+		}
 	case *jobPanicked:
 		panic(msg.value)
 	case *actor.Stopping, *actor.Restarting:
@@ -63,7 +79,7 @@ func (j *jobActor) halt() {
 	if j.cancel == nil {
 		return
 	}
-	j.cancel()
+	j.cancel(nil) // a no-op after Drain: the cause stays ErrDrain
 	t := time.NewTimer(jobStopTimeout)
 	defer t.Stop()
 	select {

@@ -390,6 +390,37 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 	leakcheck.VerifyNone(t)
 }
 
+func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T) {
+	causes := make(chan error, 2)
+	var h *harness
+	h = newHarness(t, testConfig(), Worker{Name: "cause", Leased: true,
+		Job: func(ctx context.Context, c lease.Custody) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}})
+	h.start()
+	h.waitEvent(events.WorkerStarted, "cause", 1)
+	// Another instance takes the lease over: the next renewal finds it
+	// superseded and stops the worker at once, without a drain.
+	if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1 WHERE name = ?1`, "cause"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(events.LeaseLost, "cause", 1)
+	if cause := <-causes; !errors.Is(cause, context.Canceled) || errors.Is(cause, ErrDrain) {
+		t.Errorf("a job whose custody was lost ended with cause %v, want context.Canceled", cause)
+	}
+	if _, err := h.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, "cause"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(events.WorkerStarted, "cause", 2)
+	h.stop()
+	if cause := <-causes; !errors.Is(cause, ErrDrain) {
+		t.Errorf("a job stopped gracefully ended with cause %v, want ErrDrain", cause)
+	}
+	leakcheck.VerifyNone(t)
+}
+
 func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	var r runs
 	h := newHarness(t, testConfig(), Worker{Name: "once", Leased: true,

@@ -170,6 +170,9 @@ type fakeHold struct {
 	down     atomic.Bool // 503 to everything
 	authReq  atomic.Bool // AuthRequired to everything
 	unknown  map[string]bool
+	// answering, when set, runs after a push is accepted and before the
+	// hold answers it (a slow hold, or one the client gives up on).
+	answering func(r *http.Request)
 }
 
 func newFakeHold(t *testing.T) *fakeHold {
@@ -206,6 +209,11 @@ func newFakeHold(t *testing.T) *fakeHold {
 			return
 		}
 		h.pushes = append(h.pushes, push{in.UserDID, *in.TierRank})
+		if h.answering != nil {
+			h.mu.Unlock()
+			h.answering(r)
+			h.mu.Lock()
+		}
 		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": fmt.Sprintf("hold-tier-%d", *in.TierRank)})
 	})
 	h.Server = httptest.NewServer(mux)
@@ -226,6 +234,12 @@ func (h *fakeHold) takePushes() []push {
 		out = []push{}
 	}
 	return out
+}
+
+func (h *fakeHold) onAnswer(f func(r *http.Request)) {
+	h.mu.Lock()
+	h.answering = f
+	h.mu.Unlock()
 }
 
 func (h *fakeHold) setUnknown(user string, unknown bool) {
@@ -587,6 +601,70 @@ func TestAnswerReceivedWhileStoppingIsStillRecorded(t *testing.T) {
 
 	mustRound(t, f.refresher(t, zerolog.Nop()), c)
 	wantPushes(t, h, push{bob, 1}) // alice is not pushed again
+}
+
+// slowAnswer is how long the fake hold takes to answer once the worker
+// was told to stop: a client that gives up on the push does so within
+// milliseconds.
+const slowAnswer = 200 * time.Millisecond
+
+func TestAPushInFlightAtAGracefulStopIsLetFinishAndRecorded(t *testing.T) {
+	f := newFixture(t)
+	h := newFakeHold(t)
+	f.crew(t, h, alice, "a", 1)
+	f.crew(t, h, bob, "b", 1)
+	f.stripe.subscribe(alice, 1)
+	f.stripe.subscribe(bob, 1)
+	c := f.acquire(t, "inst-a")
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	var cutShort atomic.Bool
+	h.onAnswer(func(r *http.Request) {
+		stop(system.ErrDrain) // the job runner's graceful stop, mid-push
+		select {
+		case <-r.Context().Done():
+			cutShort.Store(true)
+		case <-time.After(slowAnswer):
+		}
+	})
+	r := f.refresher(t, zerolog.Nop())
+	if err := r.Run(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run stopped mid-round: %v, want context.Canceled", err)
+	}
+	if cutShort.Load() {
+		t.Error("a graceful stop cut the push in flight short")
+	}
+	wantPushes(t, h, push{alice, 1}) // bob is not pushed once stopping
+	if got, ok := f.recorded(t, h, alice); !ok || got.Rank != 1 || got.Fence != c.Fence {
+		t.Errorf("the push in flight at the graceful stop was not recorded: %+v %v", got, ok)
+	}
+	h.onAnswer(nil)
+	mustRound(t, f.refresher(t, zerolog.Nop()), f.handOver(t, "inst-b"))
+	wantPushes(t, h, push{bob, 1}) // alice is not pushed again
+}
+
+func TestAPushInFlightWhenCustodyIsLostIsCutShort(t *testing.T) {
+	f := newFixture(t)
+	h := newFakeHold(t)
+	f.crew(t, h, alice, "a", 1)
+	f.stripe.subscribe(alice, 1)
+	c := f.acquire(t, "inst-a")
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	h.onAnswer(func(r *http.Request) {
+		stop(nil) // lost custody: stop at once
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+			t.Error("the push in flight was not cut short when custody was lost")
+		}
+	})
+	if err := f.refresher(t, zerolog.Nop()).Run(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run stopped mid-round: %v, want context.Canceled", err)
+	}
+	if _, ok := f.recorded(t, h, alice); ok {
+		t.Error("a push cut short was recorded as pushed")
+	}
 }
 
 func TestStripeSourceMapsSubscriptionsToTiers(t *testing.T) {

@@ -43,10 +43,14 @@
 // that stalled past its TTL finds itself superseded and stops before it
 // pushes, instead of pushing and then failing to record. Rounds on one
 // Refresher are serialised, and an answer already received is recorded
-// even when the worker is being stopped. What is not guaranteed: if the process dies (or is
-// superseded) between the hold's answer and the record, the next holder
-// pushes that change again. updateCrewTier sets an absolute rank, so the
-// repeat is harmless.
+// even when the worker is being stopped. A graceful stop (SIGTERM: the
+// job's context ends with cause system.ErrDrain) lets the push in flight
+// finish and records its answer under the custody still held, then pushes
+// nothing more; a lost custody cuts the push short at once. What is not
+// guaranteed: if the process dies (or is superseded, or the hold answers
+// slower than the job runner waits for a stopping job) between the hold
+// receiving a push and the record, the next holder pushes that change
+// again. updateCrewTier sets an absolute rank, so the repeat is harmless.
 //
 // # Stripe mapping (Stripe type)
 //

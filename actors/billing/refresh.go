@@ -14,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/system"
 )
 
 // Endpoints resolves a hold DID to the hold's base URL. *identity.Resolver
@@ -271,7 +272,7 @@ func (r *Refresher) pushHold(ctx context.Context, c lease.Custody, changes []cha
 		if err := r.checkCustody(ctx, c); err != nil {
 			return fmt.Errorf("billing: before pushing to %s: %w", hold, err)
 		}
-		name, err := updateCrewTier(ctx, r.o.HTTP, endpoint, ch.user, ch.rank)
+		name, err := r.send(ctx, endpoint, ch)
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -320,6 +321,25 @@ func (r *Refresher) pushHold(ctx context.Context, c lease.Custody, changes []cha
 		r.count(outcome, 1)
 	}
 	return nil
+}
+
+// send pushes one change to the hold. A graceful stop (ctx ends with
+// cause system.ErrDrain) does not cut the push short: the hold acts on a
+// call it has received whether or not we wait for its answer, and only the
+// recorded answer keeps the next holder from pushing the same change
+// again. The push stays bounded by the HTTP client's timeout
+// (billing.timeout) and by how long the job runner waits for a stopping
+// job. Any other end of ctx (custody lost) aborts it at once.
+func (r *Refresher) send(ctx context.Context, endpoint string, ch change) (string, error) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(context.Cause(ctx), system.ErrDrain) {
+			cancel()
+		}
+	})
+	defer stop()
+	return updateCrewTier(pctx, r.o.HTTP, endpoint, ch.user, ch.rank)
 }
 
 // checkCustody is a fenced no-op: it fails (wrapping lease.ErrSuperseded)

@@ -18,15 +18,18 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/leakcheck"
 )
 
+// TestMain fails the package if goroutines outlive the tests, except
+// protoactor-go's dead-letter throttle (see internal/leakcheck): a message
+// that reaches a stopped subscriber starts it, and it lives a second.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // waitFor bounds every wait on the subscriber or the fake labeler.

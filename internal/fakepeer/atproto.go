@@ -258,20 +258,36 @@ func (p *PDS) serve(w http.ResponseWriter, req Request) {
 }
 
 // PLC is a fake PLC directory: GET /{did} answers the DID document of a
-// registered DID (alsoKnownAs and an #atproto_pds service), else 404.
+// registered DID (alsoKnownAs and its services: #atproto_pds for a
+// repository, #atcr_hold for a hold), else 404.
 type PLC struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	pdss map[string]string // did → PDS URL
+	srv      *httptest.Server
+	mu       sync.Mutex
+	services map[string]map[string]string // did → service id → endpoint
 }
+
+// Service ids a fake DID document can carry (identity.ServicePDS and
+// identity.ServiceHold).
+const (
+	servicePDS  = "#atproto_pds"
+	serviceHold = "#atcr_hold"
+)
+
+var serviceTypes = map[string]string{servicePDS: "AtprotoPersonalDataServer", serviceHold: "AtcrHoldService"}
 
 // NewPLC starts a fake PLC directory on loopback; it stops at test cleanup.
 func NewPLC(t testing.TB) *PLC {
-	p := &PLC{pdss: map[string]string{}}
+	p := &PLC{services: map[string]map[string]string{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		did := strings.TrimPrefix(r.URL.Path, "/")
 		p.mu.Lock()
-		pds, ok := p.pdss[did]
+		services := []map[string]string{}
+		for _, id := range []string{servicePDS, serviceHold} {
+			if ep, ok := p.services[did][id]; ok {
+				services = append(services, map[string]string{"id": id, "type": serviceTypes[id], "serviceEndpoint": ep})
+			}
+		}
+		_, ok := p.services[did]
 		p.mu.Unlock()
 		if !ok {
 			XRPCError(w, http.StatusNotFound, "NotFound", "DID not registered: "+did)
@@ -281,9 +297,7 @@ func NewPLC(t testing.TB) *PLC {
 			"@context":    []string{"https://www.w3.org/ns/did/v1"},
 			"id":          did,
 			"alsoKnownAs": []string{"at://" + strings.ReplaceAll(strings.TrimPrefix(did, "did:plc:"), ":", "-") + ".test"},
-			"service": []map[string]string{{
-				"id": "#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": pds,
-			}},
+			"service":     services,
 		})
 	}))
 	t.Cleanup(p.srv.Close)
@@ -294,8 +308,18 @@ func NewPLC(t testing.TB) *PLC {
 func (p *PLC) URL() string { return p.srv.URL }
 
 // Register makes did resolve to a document whose PDS is pdsURL.
-func (p *PLC) Register(did, pdsURL string) {
+func (p *PLC) Register(did, pdsURL string) { p.register(did, servicePDS, pdsURL) }
+
+// RegisterHold makes did resolve to a hold's document whose #atcr_hold
+// service is holdURL. A did:plc hold is how a test points a real appview
+// process at a hold on loopback: a did:web hold resolves over https only.
+func (p *PLC) RegisterHold(did, holdURL string) { p.register(did, serviceHold, holdURL) }
+
+func (p *PLC) register(did, service, endpoint string) {
 	p.mu.Lock()
-	p.pdss[did] = pdsURL
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.services[did] == nil {
+		p.services[did] = map[string]string{}
+	}
+	p.services[did][service] = endpoint
 }
