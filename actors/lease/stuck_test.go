@@ -31,8 +31,8 @@ func (h *hungStore) wait() error {
 }
 
 func (h *hungStore) Acquire(context.Context, string, string) (Grant, error) { return Grant{}, h.wait() }
-func (h *hungStore) Renew(context.Context, Custody) error                 { return h.wait() }
-func (h *hungStore) Release(context.Context, Custody) error               { return h.wait() }
+func (h *hungStore) Renew(context.Context, Custody) error                   { return h.wait() }
+func (h *hungStore) Release(context.Context, Custody) error                 { return h.wait() }
 
 // The driver ignores contexts, so a call to a hung database keeps its
 // goroutine. A contender that gives up on such calls must not start a new
