@@ -10,6 +10,14 @@
 // driver's connector so every pooled connection is configured before use
 // and a failed remote connection is retired (remote.go), and Migrate
 // splits each migration into statements.
+//
+// One fact it cannot hide: reading a TEXT value whose content looks like a
+// date ("2024-06-01", "2024-06-01T12:00:00.000Z", "2024-06-01 12:00")
+// makes go-libsql return a time.Time, which database/sql formats back as
+// RFC 3339 when scanned into a string, so the value comes back changed.
+// Writes are unaffected. Every query that reads a TEXT value into Go
+// selects it through Text (text.go), which casts it to BLOB so the bytes
+// arrive untouched.
 package database
 
 import (
