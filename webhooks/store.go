@@ -73,7 +73,8 @@ func List(ctx context.Context, db *sql.DB, did string) ([]Webhook, error) {
 	var out []Webhook
 	err := database.Bounded(ctx, func() error {
 		rows, err := db.QueryContext(ctx,
-			`SELECT id, did, url, secret, triggers, created_at FROM webhooks
+			`SELECT id, `+database.Text("did")+`, `+database.Text("url")+`, `+database.Text("secret")+`, `+
+				database.Text("triggers")+`, created_at FROM webhooks
 			 WHERE ?1 = '' OR did = ?1 ORDER BY id`, did)
 		if err != nil {
 			return err
