@@ -122,8 +122,6 @@ ON CONFLICT(name) DO UPDATE SET
 WHERE leases.expires_at <= excluded.acquired_at
 RETURNING fence`
 
-	contendedSQL = `SELECT holder, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
-
 	// renewSQL never changes the fence: renewal is not a change of custody.
 	// It never extends a released grant (renewed_at = expires_at): a
 	// renewal that reaches the database after the release (the driver
@@ -148,8 +146,16 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3`
 	// can commit between the check and the transaction's commit.
 	guardSQL = `UPDATE leases SET fence = fence
 WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
+)
 
-	listSQL = `SELECT name, holder, fence, acquired_at, renewed_at, expires_at, ` + database.NowMS + ` FROM leases ORDER BY name`
+// The reads of a lease row. holder is an instance_id, which an operator
+// may set to anything, date-like included, so it is read through
+// database.Text to be reported exactly as stored.
+var (
+	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
+
+	listSQL = `SELECT ` + database.Text("name") + `, ` + database.Text("holder") + `, fence, acquired_at, renewed_at, expires_at, ` +
+		database.NowMS + ` FROM leases ORDER BY name`
 )
 
 // Acquire tries to take the named lease for holder. It grants when the
