@@ -26,8 +26,8 @@ import (
 // Use it in the select list (and RETURNING) for every TEXT value read into
 // Go; comparisons in WHERE, ORDER BY and GROUP BY need no wrapping (the
 // rewrite happens only when a row is handed to Go). INTEGER and REAL
-// columns are never rewritten and must not be wrapped: a cast would turn
-// them into text.
+// values are never rewritten and must not be wrapped: the cast would hand
+// Go the bytes of their decimal text instead of a number.
 func Text(expr string) string {
 	return "CAST(" + expr + " AS BLOB)"
 }
