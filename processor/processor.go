@@ -33,7 +33,8 @@ const (
 	// ReasonTooLong: a string is over the lexicon's maxLength.
 	ReasonTooLong = "too_long"
 	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
-	// record key, negative count).
+	// record key), a count outside [0, MaxSafeInteger] or another integer
+	// outside the AT Protocol data model's ±MaxSafeInteger.
 	ReasonBadValue = "bad_value"
 	// ReasonUnresolvedManifest: an io.atcr.tag whose manifest at-uri names no
 	// stored manifest and that carries no manifestDigest.

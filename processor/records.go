@@ -31,6 +31,23 @@ const (
 	maxDescriptionLen    = 100000
 )
 
+// MaxSafeInteger is the largest magnitude an integer in a record may have:
+// the AT Protocol data model limits integers to what JavaScript clients
+// represent exactly, ±(2^53−1) (Number.MAX_SAFE_INTEGER). A record carrying
+// a larger one is skipped (ReasonBadValue), and aggregates of counts
+// saturate at it (see SaturatingAdd), so no sum over holds can overflow.
+const MaxSafeInteger = 1<<53 - 1
+
+// SaturatingAdd returns a + b for counts in [0, MaxSafeInteger], capped at
+// MaxSafeInteger: the sum of every hold's count for one repository, which
+// a few thousand holds at the limit would otherwise push past int64.
+func SaturatingAdd(a, b int64) int64 {
+	if a > MaxSafeInteger-b {
+		return MaxSafeInteger
+	}
+	return a + b
+}
+
 // invalidError is a record that breaks its lexicon; reason is the skip
 // reason it is counted under.
 type invalidError struct {
@@ -77,6 +94,20 @@ func (c *check) nonEmpty(field string, v *string) {
 func (c *check) did(field string, v string) {
 	if c.err == nil && !validDID(v) {
 		c.err = invalid(ReasonBadValue, "%s %q is not a DID", field, v)
+	}
+}
+
+// count checks a count: an integer in [0, MaxSafeInteger].
+func (c *check) count(field string, v int64) {
+	if c.err == nil && (v < 0 || v > MaxSafeInteger) {
+		c.err = invalid(ReasonBadValue, "%s %d is outside [0, %d]", field, v, int64(MaxSafeInteger))
+	}
+}
+
+// integer checks any other record integer against the data model's range.
+func (c *check) integer(field string, v int64) {
+	if c.err == nil && (v < -MaxSafeInteger || v > MaxSafeInteger) {
+		c.err = invalid(ReasonBadValue, "%s %d is outside the AT Protocol integer range ±%d", field, v, int64(MaxSafeInteger))
 	}
 }
 
@@ -181,6 +212,21 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
 	c.maxLen("digest", str(r.Digest), maxDigestLen)
 	c.maxLen("mediaType", str(r.MediaType), maxMediaTypeLen)
+	if r.SchemaVersion != nil {
+		c.integer("schemaVersion", *r.SchemaVersion)
+	}
+	if r.Config != nil {
+		c.integer("config.size", r.Config.Size)
+	}
+	if r.Subject != nil {
+		c.integer("subject.size", r.Subject.Size)
+	}
+	for _, l := range r.Layers {
+		c.integer("layers.size", l.Size)
+	}
+	for _, m := range r.Manifests {
+		c.integer("manifests.size", m.Size)
+	}
 	m := &manifest{
 		Repository:   str(r.Repository),
 		Digest:       str(r.Digest),
@@ -557,9 +603,8 @@ func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 	}
 	c.did("ownerDid", *r.OwnerDID)
 	c.maxLen("repository", *r.Repository, maxPageRepositoryLen)
-	if c.err == nil && (*r.PullCount < 0 || *r.PushCount < 0) {
-		c.err = invalid(ReasonBadValue, "pullCount %d / pushCount %d must be >= 0", *r.PullCount, *r.PushCount)
-	}
+	c.count("pullCount", *r.PullCount)
+	c.count("pushCount", *r.PushCount)
 	s := &HoldStat{
 		OwnerDID:   *r.OwnerDID,
 		Repository: *r.Repository,
