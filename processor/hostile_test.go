@@ -124,3 +124,78 @@ func TestSaturatingAddCapsAtTheSafeIntegerLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
+	const alice = "did:plc:alice"
+	manifest := func(repo, digest string) map[string]any {
+		return map[string]any{"repository": repo, "digest": digest, "mediaType": "x", "schemaVersion": 2,
+			"createdAt": "2026-01-01T00:00:00Z", "holdDid": "did:web:hold.example"}
+	}
+	stats := func(owner, repo string) map[string]any {
+		return map[string]any{"ownerDid": owner, "repository": repo, "pullCount": 1, "pushCount": 1, "updatedAt": "2026-01-01T00:00:00Z"}
+	}
+	cases := map[string]jetstream.Event{
+		"manifest repository with NUL":  commit(alice, 1, "create", processor.CollectionManifest, "m1", manifest("a\x00b", "sha256:1")),
+		"manifest digest with NUL":      commit(alice, 1, "create", processor.CollectionManifest, "m1", manifest("app", "sha256:\x00")),
+		"layer digest with NUL":         commit(alice, 1, "create", processor.CollectionManifest, "m1", mergeMap(manifest("app", "sha256:1"), map[string]any{"layers": []any{map[string]any{"digest": "sha\x00", "size": 1, "mediaType": "x"}}})),
+		"layer size beyond 2^53-1":      commit(alice, 1, "create", processor.CollectionManifest, "m1", mergeMap(manifest("app", "sha256:1"), map[string]any{"layers": []any{map[string]any{"digest": "sha256:2", "size": int64(processor.MaxSafeInteger) + 1, "mediaType": "x"}}})),
+		"tag name with NUL":             commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1\x00", "sha256:1")),
+		"tag repository with NUL":       commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("\x00", "v1", "sha256:1")),
+		"tag manifestDigest with NUL":   commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:\x00")),
+		"tag manifest at-uri rkey NUL":  commit(alice, 1, "create", processor.CollectionTag, "t1", map[string]any{"repository": "app", "tag": "v1", "manifest": "at://" + alice + "/io.atcr.manifest/m\x00"}),
+		"stats repository with NUL":     commit("did:web:hold.example", 1, "create", processor.CollectionStats, "s1", stats(alice, "app\x00")),
+		"stats owner DID with NUL":      commit("did:web:hold.example", 1, "create", processor.CollectionStats, "s1", stats("did:plc:a\x00", "app")),
+		"star subject repository NUL":   commit(alice, 1, "create", processor.CollectionStar, "s1", map[string]any{"subject": map[string]any{"did": alice, "repository": "a\x00"}, "createdAt": "2026-01-01T00:00:00Z"}),
+		"repo page repository with NUL": commit(alice, 1, "create", processor.CollectionRepoPage, "app", map[string]any{"repository": "app\x00", "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"}),
+		"crew member DID with NUL":      commit("did:web:hold.example", 1, "create", processor.CollectionCrew, "c1", map[string]any{"member": "did:plc:\x00", "role": "read", "permissions": []string{}, "addedAt": "2026-01-01T00:00:00Z"}),
+		"event DID with NUL":            commit("did:plc:al\x00ice", 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:1")),
+		"event DID invalid UTF-8":       commit("did:plc:al\xffice", 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:1")),
+		"rkey with NUL":                 commit(alice, 1, "create", processor.CollectionTag, "t\x001", tagRecord("app", "v1", "sha256:1")),
+		"rkey invalid UTF-8":            commit(alice, 1, "create", processor.CollectionTag, "t\xff", tagRecord("app", "v1", "sha256:1")),
+		"delete with an rkey NUL":       commit(alice, 1, "delete", processor.CollectionTag, "t\x00", nil),
+		"identity DID with NUL":         {DID: "did:plc:\x00", TimeUS: 1, Kind: jetstream.KindIdentity, Identity: &jetstream.Identity{DID: "did:plc:\x00", Handle: "x.example"}},
+	}
+	for name, ev := range cases {
+		t.Run(name, func(t *testing.T) {
+			db := openDB(t)
+			p := processor.New(processor.Options{Log: zerolog.Nop()})
+			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Skipped[processor.ReasonBadValue] != 1 {
+				t.Fatalf("result %+v: want one bad_value skip", res)
+			}
+			for _, table := range registryTables {
+				if n := countRows(t, db.DB, table); n != 0 {
+					t.Errorf("%s has %d rows", table, n)
+				}
+			}
+		})
+	}
+}
+
+func TestValidKeysWithUnicodeAndRecordKeyPunctuationAreApplied(t *testing.T) {
+	db := openDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		commit("did:web:example.com%3A8443", 1, "create", processor.CollectionTag, "a.b_c:d~e-f", tagRecord("café", "v1", "sha256:1")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 1 {
+		t.Fatalf("result %+v: want the tag applied", res)
+	}
+	var repo string
+	if err := db.QueryRow(`SELECT repository FROM tags`).Scan(&repo); err != nil || repo != "café" {
+		t.Fatalf("stored repository %q (%v)", repo, err)
+	}
+}
+
+func mergeMap(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}

@@ -34,7 +34,8 @@ const (
 	ReasonTooLong = "too_long"
 	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
 	// record key), a count outside [0, MaxSafeInteger] or another integer
-	// outside the AT Protocol data model's ±MaxSafeInteger.
+	// outside the AT Protocol data model's ±MaxSafeInteger, or a key field
+	// (repository, digest, tag, DID, rkey) holding a NUL or invalid UTF-8.
 	ReasonBadValue = "bad_value"
 	// ReasonUnresolvedManifest: an io.atcr.tag whose manifest at-uri names no
 	// stored manifest and that carries no manifestDigest.
