@@ -60,7 +60,8 @@ func NewProps(o Options) *actor.Props {
 	}
 	o.Dispatcher.Custody = o.Custody
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &consumer{o: o, log: o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()}
+		log := o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()
+		return &consumer{o: o, log: log, sampled: log.Sample(&zerolog.BurstSampler{Burst: logBurst, Period: logPeriod})}
 	}, actor.WithSupervisor(escalate))
 }
 
@@ -69,16 +70,25 @@ func NewProps(o Options) *actor.Props {
 // LeaseActor decides: lost custody, or a restart of the whole worker.
 var escalate = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.EscalateDirective })
 
+// Sampled logging: a hostile or broken stream can fail every batch, and
+// must not flood the log doing it.
+const (
+	logBurst  = 10
+	logPeriod = time.Minute
+)
+
 // runEnded reports that the client's Run returned.
 type runEnded struct{ err error }
 
 type consumer struct {
-	o     Options
-	log   zerolog.Logger
-	root  *actor.RootContext
-	self  *actor.PID
-	stats *actor.PID
-	disp  *actor.PID
+	o   Options
+	log zerolog.Logger
+	// sampled is log at logBurst lines per logPeriod.
+	sampled zerolog.Logger
+	root    *actor.RootContext
+	self    *actor.PID
+	stats   *actor.PID
+	disp    *actor.PID
 
 	client *jetstream.Client
 	// cursor is the time_us of the last committed batch (read by the
@@ -198,6 +208,12 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	}
 	start := time.Now()
 	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
+	if err != nil && isolable(ctx, err) {
+		c.sampled.Warn().Err(err).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
+		out, err = commitEach(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events, func(ev *jetstream.Event, err error) {
+			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
+		})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopping: the batch is rolled back and replayed by the next holder

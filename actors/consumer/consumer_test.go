@@ -96,10 +96,22 @@ func (d *deliveryCounter) reset() {
 
 func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions) *fixture {
 	t.Helper()
+	return newFixtureAfter(t, seed, events, ro)
+}
+
+// newFixtureAfter is newFixture with the given JSONL lines served before the
+// synthetic stream (their time_us must be below synth's start).
+func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions, before ...string) *fixture {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "stream.jsonl")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, line := range before {
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	exp, err := synth.Write(context.Background(), f, synth.Options{Seed: seed, Events: events})
 	if err != nil {

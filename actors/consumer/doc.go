@@ -22,6 +22,21 @@
 // deliveries were enqueued. A commit that fails with lease.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //
+// # One bad row cannot stall the stream
+//
+// The processor isolates each event under a savepoint, but some work sits
+// outside them: the repository_stats refresh, the webhook enqueue, the
+// commit. If one event breaks that work, the batch can never commit, and
+// retrying it from the cursor forever is a stall. So a batch commit that
+// fails with anything but lost custody, the end of the context or a
+// failure of the database itself (processor.DatabaseFailure: locked, I/O,
+// ...) is retried event by event (commitEach), each event with its
+// deliveries and the cursor in its own fenced transaction. An event whose
+// own commit still fails is skipped (counted by the processor as db_error,
+// logged at a sampled rate) and the cursor is moved past it in a fenced
+// transaction of its own. Only when even that write fails does the worker
+// fail: the database is broken, and a restart retries from the cursor.
+//
 // A batch that does not reach past the stored cursor (replaying an older
 // stretch after a rewind) leaves it alone, so restarts cannot walk the
 // resume point backwards.
