@@ -463,6 +463,47 @@ func TestClientTriesTheNextURLWhenOneRefuses(t *testing.T) {
 	}
 }
 
+func TestClientAsksCursorForTheEndpointItDialsAndTagsBatchesWithIt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	all := captureEvents(t, "expected_v1.jsonl")
+	k := prefixMaxIndex(t, all, 40)
+	srv := startReplay(t, ReplayOptions{})
+	var mu sync.Mutex
+	var asked, from []string
+	s := newSink()
+	s.onBatch = func(_ context.Context, b Batch) error {
+		mu.Lock()
+		from = append(from, b.URL)
+		mu.Unlock()
+		return nil
+	}
+	runClient(t, ClientOptions{URLs: []string{dead, srv.URL()}, CursorFor: func(url string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, url)
+		return all[k].TimeUS
+	}}, s.handle)
+	got := s.waitEvents(t, 1)
+	if !reflect.DeepEqual(got[0], all[k]) {
+		t.Fatalf("first event %+v, want event %d, whose time_us CursorFor gave", got[0], k)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) < 2 || asked[0] != dead || asked[1] != srv.URL() {
+		t.Fatalf("CursorFor asked for %q, want the refused URL then the live one", asked)
+	}
+	for _, u := range from {
+		if u != srv.URL() {
+			t.Fatalf("a batch says it came from %q, want %q", u, srv.URL())
+		}
+	}
+}
+
 func TestClientRetriesAHealthyURLBeforeRotating(t *testing.T) {
 	first := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), DropAfter: 3})
 	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
