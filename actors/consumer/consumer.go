@@ -92,8 +92,14 @@ type consumer struct {
 
 	client *jetstream.Client
 	// cursor is the time_us of the last committed batch (read by the
-	// client's Cursor callback on its goroutine).
+	// client's CursorFor callback on its goroutine).
 	cursor atomic.Int64
+	// resumeURL and resumeUS are where this incarnation left off: the
+	// endpoint its last committed batch was read from and that batch's
+	// last time_us (see resumeAt). Only the client's Run goroutine touches
+	// them (the handler and CursorFor both run there).
+	resumeURL string
+	resumeUS  int64
 	// runDone closes when the Run goroutine has exited.
 	runDone chan struct{}
 }
@@ -137,17 +143,10 @@ func (c *consumer) start(ctx actor.Context) {
 	}))
 	c.disp = ctx.Spawn(webhooks.NewDispatcherProps(c.o.Dispatcher))
 	js := c.o.Jetstream
-	rewind := js.Rewind.Microseconds()
 	client, err := jetstream.NewClient(jetstream.ClientOptions{
-		URLs:        js.URLs,
-		Collections: js.Collections,
-		Cursor: func() int64 {
-			cur := c.cursor.Load()
-			if cur == 0 {
-				return 0 // nothing committed yet: the live tail
-			}
-			return max(1, cur-rewind)
-		},
+		URLs:            js.URLs,
+		Collections:     js.Collections,
+		CursorFor:       c.resumeAt,
 		Compress:        js.Compress,
 		MaxMessageBytes: js.MaxMessageBytes,
 		StaleTimeout:    js.StaleTimeout,
@@ -169,6 +168,31 @@ func (c *consumer) start(ctx actor.Context) {
 		c.root.Send(c.self, &runEnded{err: err})
 	}()
 	c.log.Info().Int64("cursor", stored).Msg("consumer started")
+}
+
+// resumeAt is the cursor to (re)connect to url with.
+//
+// On the instance this incarnation last committed a batch from, it resumes
+// at that batch's last time_us itself (inclusive, so that event comes
+// again; every write is idempotent). Rewinding there would only replay
+// what this instance already sent us, in order, and a connection that
+// drops more often than it can deliver jetstream.rewind's worth of events
+// would then never get past the cursor.
+//
+// Everywhere else it rewinds the committed cursor by jetstream.rewind: on
+// the first connect of an incarnation (after a restart or a handover we do
+// not know which instance the cursor came from) and on a different URL
+// (failover), because each Jetstream instance stamps time_us on its own
+// clock. Nothing committed yet means the live tail.
+func (c *consumer) resumeAt(url string) int64 {
+	if url == c.resumeURL && c.resumeUS > 0 {
+		return c.resumeUS
+	}
+	cur := c.cursor.Load()
+	if cur == 0 {
+		return 0
+	}
+	return max(1, cur-c.o.Jetstream.Rewind.Microseconds())
 }
 
 // drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
@@ -220,9 +244,11 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
 	}
-	if last, newest := batchCursor(b.Events); newest > c.cursor.Load() {
+	last, newest := batchCursor(b.Events)
+	if newest > c.cursor.Load() {
 		c.cursor.Store(last)
 	}
+	c.resumeURL, c.resumeUS = b.URL, last
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	if len(out.res.HoldStats) > 0 {
 		c.root.Send(c.stats, &statscache.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})

@@ -1,7 +1,8 @@
 // Package consumer is the Jetstream consumer worker (lease
 // "jetstream-consumer"): it reads the Jetstream v1 stream from the stored
-// cursor minus jetstream.rewind and applies each batch of events in one
-// fenced transaction.
+// cursor (minus jetstream.rewind when the cursor may come from another
+// Jetstream instance) and applies each batch of events in one fenced
+// transaction.
 //
 // # One batch, one commit
 //
@@ -53,10 +54,21 @@
 // client's Run goroutine. The client calls the handler with each batch on
 // that goroutine and reads no further than a small buffer until it returns:
 // that is the backpressure, and it keeps the blocking database work off the
-// actor's goroutine. Every (re)connect resumes from the committed cursor
-// minus jetstream.rewind (Jetstream time_us is per instance; replays are
-// idempotent). After a commit the handler sends the StatsCache an Observe
-// and the dispatcher a Kick (only when deliveries were enqueued).
+// actor's goroutine. After a commit the handler sends the StatsCache an
+// Observe and the dispatcher a Kick (only when deliveries were enqueued).
+//
+// # Where a connection resumes
+//
+// Jetstream stamps time_us per instance, so a cursor read from one
+// instance is only exact on that instance. The first connect of each
+// incarnation (after a restart or a handover, we do not know where the
+// cursor came from) and every connect to a URL other than the one the
+// last committed batch came from resume at the committed cursor minus
+// jetstream.rewind. A reconnect to that same URL resumes at the last
+// committed event itself (inclusive; replays are idempotent): rewinding
+// there would replay what the instance already sent, and a connection that
+// drops before it delivers a rewind's worth of events would never get past
+// the cursor.
 //
 // Failure: a commit error ends Run; the actor then fails with that error
 // (a panic its parent sees as the reason), so lease.ErrSuperseded reaches
