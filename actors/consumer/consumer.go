@@ -61,7 +61,11 @@ func NewProps(o Options) *actor.Props {
 	o.Dispatcher.Custody = o.Custody
 	return actor.PropsFromProducer(func() actor.Actor {
 		log := o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()
-		return &consumer{o: o, log: log, sampled: log.Sample(&zerolog.BurstSampler{Burst: logBurst, Period: logPeriod})}
+		c := &consumer{o: o, log: log, sampled: sampled(log), frameLog: map[jetstream.ErrorClass]zerolog.Logger{}}
+		for _, class := range jetstream.ErrorClasses {
+			c.frameLog[class] = sampled(log)
+		}
+		return c
 	}, actor.WithSupervisor(escalate))
 }
 
@@ -77,6 +81,10 @@ const (
 	logPeriod = time.Minute
 )
 
+func sampled(l zerolog.Logger) zerolog.Logger {
+	return l.Sample(&zerolog.BurstSampler{Burst: logBurst, Period: logPeriod})
+}
+
 // runEnded reports that the client's Run returned.
 type runEnded struct{ err error }
 
@@ -85,10 +93,13 @@ type consumer struct {
 	log zerolog.Logger
 	// sampled is log at logBurst lines per logPeriod.
 	sampled zerolog.Logger
-	root    *actor.RootContext
-	self    *actor.PID
-	stats   *actor.PID
-	disp    *actor.PID
+	// frameLog samples undecodable frames per jetstream.ErrorClass, so a
+	// flood of one class cannot hide another.
+	frameLog map[jetstream.ErrorClass]zerolog.Logger
+	root     *actor.RootContext
+	self     *actor.PID
+	stats    *actor.PID
+	disp     *actor.PID
 
 	client *jetstream.Client
 	// cursor is the time_us of the last committed batch (read by the
@@ -227,8 +238,9 @@ func (c *consumer) stop() {
 // handle commits one batch (the jetstream Handler, on the client's Run
 // goroutine; the client reads no further until it returns).
 func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
+	c.logFailures(&b)
 	if len(b.Events) == 0 {
-		return nil // only undecodable frames: counted by the client
+		return nil // only undecodable frames: the next event moves the cursor past them
 	}
 	start := time.Now()
 	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
@@ -257,6 +269,23 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		c.root.Send(c.disp, webhooks.Kick{})
 	}
 	return nil
+}
+
+// logFailures logs the frames of b that did not decode (the client has
+// counted them in appview_jetstream_decode_errors_total), each class at
+// logBurst lines per logPeriod.
+func (c *consumer) logFailures(b *jetstream.Batch) {
+	for _, f := range b.Failures {
+		l, ok := c.frameLog[f.Class]
+		if !ok {
+			l = c.sampled
+		}
+		e := l.Warn().Str("class", string(f.Class)).Int64("size", f.Size).Str("url", b.URL)
+		if f.TimeUS > 0 {
+			e = e.Int64("time_us", f.TimeUS)
+		}
+		e.Err(f.Err).Msg("undecodable Jetstream frame skipped")
+	}
 }
 
 // Metrics are the consumer's Prometheus collectors.

@@ -153,12 +153,17 @@ func newSystem(t *testing.T) *actor.ActorSystem {
 }
 
 func (f *fixture) options(db *sql.DB, c lease.Custody) Options {
+	return optionsFor(db, c, f.srv.URL())
+}
+
+// optionsFor are the test options of a consumer reading url.
+func optionsFor(db *sql.DB, c lease.Custody, url string) Options {
 	return Options{
 		DB:      db,
 		Custody: c,
 		Log:     zerolog.Nop(),
 		Jetstream: config.Jetstream{
-			URLs: []string{f.srv.URL()}, Collections: []string{"io.atcr.*"}, Compress: true,
+			URLs: []string{url}, Collections: []string{"io.atcr.*"}, Compress: true,
 			Rewind: 2 * time.Second, StaleTimeout: 30 * time.Second, MaxMessageBytes: 1 << 20,
 		},
 		Processor: processor.New(processor.Options{Log: zerolog.Nop()}),

@@ -56,6 +56,9 @@
 // that is the backpressure, and it keeps the blocking database work off the
 // actor's goroutine. After a commit the handler sends the StatsCache an
 // Observe and the dispatcher a Kick (only when deliveries were enqueued).
+// Frames that did not decode (Batch.Failures, already counted by the
+// client) are logged with their class, size and time_us when known, at a
+// sampled rate per class; the next good event moves the cursor past them.
 //
 // # Where a connection resumes
 //
