@@ -103,9 +103,10 @@ type ClientOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Metrics receives the client's counters; nil records nothing.
 	Metrics *Metrics
-	// Log receives connection events (connected, lost, reconnecting). The
-	// zero Logger discards them. Decode failures are not logged here: they
-	// are delivered in batches for the handler to log and count.
+	// Log receives connection events (connected; lost, with the delay
+	// before the next attempt as retry_in_ms). The zero Logger discards
+	// them. Decode failures are counted (Metrics) but not logged here: they
+	// are delivered in batches for the handler to log.
 	Log zerolog.Logger
 	// Dialer overrides the websocket dialer (proxies, TLS); nil uses a
 	// dialer with a 10 s handshake timeout and the environment's proxy.
@@ -269,7 +270,7 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := bo.NextBackOff()
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(end.err).Str("url", endpoint).Str("reason", end.reason).
-			Str("next_url", c.opts.URLs[at]).Dur("retry_in", wait).Msg("jetstream connection lost")
+			Str("next_url", c.opts.URLs[at]).Int64("retry_in_ms", wait.Milliseconds()).Msg("jetstream connection lost")
 		if !sleepCtx(ctx, wait) {
 			return nil
 		}

@@ -179,7 +179,7 @@ func New(o Options) (*Backfiller, error) {
 	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
 	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, onRetry: func(err error, wait time.Duration) {
 		o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
-		b.skipLog.Debug().Err(err).Dur("retry_in", wait).Msg("backfill request retried")
+		b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
 	}}
 	return b, nil
 }
@@ -224,7 +224,7 @@ func (b *Backfiller) Run(ctx context.Context, c lease.Custody) (err error) {
 	}
 	if cl.skip {
 		outcome = runSkipped
-		log.Info().Dur("completed_ago", cl.lastCompletedAgo).Dur("rerun_after", b.o.RerunAfter).
+		log.Info().Int64("completed_ago_ms", cl.lastCompletedAgo.Milliseconds()).Int64("rerun_after_ms", b.o.RerunAfter.Milliseconds()).
 			Msg("backfill skipped: a run completed recently")
 		return nil
 	}
