@@ -86,7 +86,11 @@ type Jetstream struct {
 	Collections []string `yaml:"collections"`
 	// Compress asks for zstd-compressed binary frames (compress=true).
 	Compress bool `yaml:"compress"`
-	// Rewind is subtracted from the stored cursor on (re)connect.
+	// Rewind is subtracted from the stored cursor when the consumer
+	// connects for the first time after starting and when it connects to
+	// another URL than the one it last read from (Jetstream instances
+	// stamp time_us independently); a reconnect to the same URL resumes at
+	// the cursor itself.
 	Rewind time.Duration `yaml:"rewind"`
 	// StaleTimeout reconnects when no frame arrives for this long.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`

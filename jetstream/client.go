@@ -74,10 +74,17 @@ type ClientOptions struct {
 	Collections []string
 	// Cursor is called before every connect and reconnect and returns the
 	// Unix-microsecond time_us to replay from (inclusive); 0 means live
-	// tail. Jetstream instances stamp time_us independently, so return
-	// your stored cursor minus a rewind of a few seconds and process
-	// idempotently. nil means always live tail.
+	// tail. nil means always live tail. Ignored when CursorFor is set.
 	Cursor func() int64
+	// CursorFor is Cursor told which endpoint (one of URLs, as given) is
+	// about to be dialled. Jetstream instances stamp time_us
+	// independently, so a cursor read from one instance needs a rewind of
+	// a few seconds on another (and on a first connect, when the instance
+	// it came from is unknown); on the instance the cursor was read from,
+	// the cursor itself resumes exactly (inclusive: the last event is
+	// delivered again, so process idempotently). Batch.URL says which
+	// endpoint each batch came from.
+	CursorFor func(url string) int64
 	// Compress asks for zstd binary frames (compress=true): about half the
 	// bytes on the wire for a little CPU.
 	Compress bool
@@ -96,9 +103,10 @@ type ClientOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Metrics receives the client's counters; nil records nothing.
 	Metrics *Metrics
-	// Log receives connection events (connected, lost, reconnecting). The
-	// zero Logger discards them. Decode failures are not logged here: they
-	// are delivered in batches for the handler to log and count.
+	// Log receives connection events (connected; lost, with the delay
+	// before the next attempt as retry_in_ms). The zero Logger discards
+	// them. Decode failures are counted (Metrics) but not logged here: they
+	// are delivered in batches for the handler to log.
 	Log zerolog.Logger
 	// Dialer overrides the websocket dialer (proxies, TLS); nil uses a
 	// dialer with a 10 s handshake timeout and the environment's proxy.
@@ -107,6 +115,9 @@ type ClientOptions struct {
 
 // Batch is a run of consecutive frames, in stream order.
 type Batch struct {
+	// URL is the endpoint (one of ClientOptions.URLs, as given) the frames
+	// were read from.
+	URL string
 	// Events are the frames that decoded, in stream order.
 	Events []Event
 	// Failures are the frames in this run that did not decode, in stream
@@ -176,8 +187,12 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 		return nil, errors.New("jetstream client: negative size, count or duration option")
 	}
 	opts.URLs = slices.Clone(opts.URLs)
-	if opts.Cursor == nil {
-		opts.Cursor = func() int64 { return 0 }
+	if opts.CursorFor == nil {
+		cursor := opts.Cursor
+		if cursor == nil {
+			cursor = func() int64 { return 0 }
+		}
+		opts.CursorFor = func(string) int64 { return cursor() }
 	}
 	if opts.MaxMessageBytes == 0 {
 		opts.MaxMessageBytes = DefaultMaxEventBytes
@@ -255,7 +270,7 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := bo.NextBackOff()
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(end.err).Str("url", endpoint).Str("reason", end.reason).
-			Str("next_url", c.opts.URLs[at]).Dur("retry_in", wait).Msg("jetstream connection lost")
+			Str("next_url", c.opts.URLs[at]).Int64("retry_in_ms", wait.Milliseconds()).Msg("jetstream connection lost")
 		if !sleepCtx(ctx, wait) {
 			return nil
 		}
@@ -377,7 +392,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	c.mu.Lock()
 	sent := slices.Clone(c.collections)
 	c.mu.Unlock()
-	cursor := c.opts.Cursor()
+	cursor := c.opts.CursorFor(base)
 	target, err := subscribeURL(base, sent, cursor, c.opts.Compress)
 	if err != nil {
 		return sessionEnd{err: err, reason: ReasonDial}
@@ -411,7 +426,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 		c.opts.Log.Warn().Err(err).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
 		conn.Close()
 	}
-	handlerErr = c.deliver(ctx, items)
+	handlerErr = c.deliver(ctx, base, items)
 
 	close(stop)
 	// Not attach: an options_update stuck writing to a dead socket holds
@@ -537,7 +552,7 @@ func (c *Client) ping(conn *websocket.Conn, stop <-chan struct{}) {
 // deliver batches items and calls the handler until items closes (the
 // connection ended: what was read is still delivered), ctx ends (a partial
 // batch is dropped; the cursor replays it) or the handler fails.
-func (c *Client) deliver(ctx context.Context, items <-chan item) error {
+func (c *Client) deliver(ctx context.Context, endpoint string, items <-chan item) error {
 	var b Batch
 	var linger *time.Timer
 	var lingerC <-chan time.Time
@@ -555,6 +570,7 @@ func (c *Client) deliver(ctx context.Context, items <-chan item) error {
 			return nil
 		}
 		out := b
+		out.URL = endpoint
 		b = Batch{}
 		return c.handler(ctx, out)
 	}

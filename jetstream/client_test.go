@@ -21,6 +21,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 )
 
 // closeBound is the brief's promise for Close and context cancellation.
@@ -462,6 +463,94 @@ func TestClientTriesTheNextURLWhenOneRefuses(t *testing.T) {
 		t.Fatalf("reconnects_total{dial} %v, want the refused URL counted", v)
 	}
 }
+
+func TestClientAsksCursorForTheEndpointItDialsAndTagsBatchesWithIt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	all := captureEvents(t, "expected_v1.jsonl")
+	k := prefixMaxIndex(t, all, 40)
+	srv := startReplay(t, ReplayOptions{})
+	var mu sync.Mutex
+	var asked, from []string
+	s := newSink()
+	s.onBatch = func(_ context.Context, b Batch) error {
+		mu.Lock()
+		from = append(from, b.URL)
+		mu.Unlock()
+		return nil
+	}
+	runClient(t, ClientOptions{URLs: []string{dead, srv.URL()}, CursorFor: func(url string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, url)
+		return all[k].TimeUS
+	}}, s.handle)
+	got := s.waitEvents(t, 1)
+	if !reflect.DeepEqual(got[0], all[k]) {
+		t.Fatalf("first event %+v, want event %d, whose time_us CursorFor gave", got[0], k)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) < 2 || asked[0] != dead || asked[1] != srv.URL() {
+		t.Fatalf("CursorFor asked for %q, want the refused URL then the live one", asked)
+	}
+	for _, u := range from {
+		if u != srv.URL() {
+			t.Fatalf("a batch says it came from %q, want %q", u, srv.URL())
+		}
+	}
+}
+
+func TestConnectionLostLinesGiveTheRetryDelayInMilliseconds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	lines := make(chan []byte, 16)
+	log := zerolog.New(writerFunc(func(p []byte) (int, error) {
+		select {
+		case lines <- append([]byte(nil), p...):
+		default:
+		}
+		return len(p), nil
+	}))
+	const minBackoff, maxBackoff = 40 * time.Millisecond, 80 * time.Millisecond
+	runClient(t, ClientOptions{URLs: []string{dead}, Log: log, MinBackoff: minBackoff, MaxBackoff: maxBackoff},
+		func(context.Context, Batch) error { return nil })
+	deadline := time.After(testWait)
+	for {
+		select {
+		case <-deadline:
+			t.Fatal("no connection lost line")
+		case raw := <-lines:
+			var line map[string]any
+			if err := json.Unmarshal(raw, &line); err != nil || line["message"] != "jetstream connection lost" {
+				continue
+			}
+			if _, ok := line["retry_in"]; ok {
+				t.Fatalf("a unitless retry_in field: %s", raw)
+			}
+			ms, ok := line["retry_in_ms"].(float64)
+			// ±50% jitter around the backoff, capped at maxBackoff.
+			if !ok || ms < float64(minBackoff.Milliseconds())/2 || ms > float64(maxBackoff.Milliseconds()) {
+				t.Fatalf("retry_in_ms %v, want milliseconds within [%d, %d]: %s",
+					line["retry_in_ms"], minBackoff.Milliseconds()/2, maxBackoff.Milliseconds(), raw)
+			}
+			return
+		}
+	}
+}
+
+// writerFunc adapts a function to io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestClientRetriesAHealthyURLBeforeRotating(t *testing.T) {
 	first := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), DropAfter: 3})

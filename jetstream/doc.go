@@ -42,7 +42,7 @@
 // on: the next good event advances the consumer's cursor past them.
 //
 //	              Run(ctx)
-//	                 │ Cursor() → subscribe URL (wantedCollections, cursor, compress)
+//	                 │ CursorFor(url) → subscribe URL (wantedCollections, cursor, compress)
 //	                 ▼
 //	  ┌────────── dialing ◀──────────────────── backoff (×2, ±50% jitter;
 //	  │              │ ok                         reset after a healthy

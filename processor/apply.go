@@ -665,9 +665,10 @@ func (a *applier) refreshTouched() error {
 
 // refreshManySQL is refreshSQL for a list of (did, repository, updated_at)
 // tuples (the %s); the last parameter is the fence.
-const refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
+var refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
 INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
-SELECT k.did, k.repository, COALESCE(SUM(h.pull_count), 0), COALESCE(SUM(h.push_count), 0), MAX(h.last_pull), MAX(h.last_push),
+SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
+  MAX(h.last_pull), MAX(h.last_push),
   (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?, k.at
 FROM k LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
 WHERE true
@@ -685,9 +686,10 @@ WHERE excluded.updated_at > repository_stats.updated_at
    IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
 
 // refreshSQL is the aggregate of one repository (SPEC §8 repository_stats):
-// sums over holds, latest last_pull/last_push, the star count.
-const refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
-SELECT ?1, ?2, COALESCE(SUM(pull_count), 0), COALESCE(SUM(push_count), 0), MAX(last_pull), MAX(last_push),
+// sums over holds (saturating: SaturatingSumSQL), latest
+// last_pull/last_push, the star count.
+var refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
+SELECT ?1, ?2, ` + SaturatingSumSQL("pull_count") + `, ` + SaturatingSumSQL("push_count") + `, MAX(last_pull), MAX(last_push),
   (SELECT COUNT(*) FROM stars WHERE owner_did = ?1 AND repository = ?2), ?3, ?4
 FROM repository_hold_stats WHERE did = ?1 AND repository = ?2
 ` + refreshConflict
@@ -704,4 +706,16 @@ func RefreshRepositoryStats(ctx context.Context, tx *sql.Tx, did, repository str
 		return fmt.Errorf("refresh repository_stats %s/%s: %w", did, repository, err)
 	}
 	return nil
+}
+
+// SaturatingSumSQL is the SQL aggregate summing an INTEGER count column
+// over a group, capped at MaxSafeInteger, 0 for no rows. SQLite's SUM
+// fails the whole statement with "integer overflow" past int64, which
+// would make one repository's aggregate (and so every batch touching it)
+// fail forever; TOTAL sums in float64 and never fails. For non-negative
+// counts every partial sum below 2^53 is exact in float64, and once a sum
+// reaches 2^53 it stays there or above, so the capped result is exactly
+// min(sum, MaxSafeInteger).
+func SaturatingSumSQL(column string) string {
+	return fmt.Sprintf("CAST(MIN(TOTAL(%s), %d) AS INTEGER)", column, int64(MaxSafeInteger))
 }

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/atcr-io/appview/jetstream"
@@ -57,10 +58,23 @@ func decode(ev *jetstream.Event) (*op, string, error) {
 	default:
 		return nil, ReasonMalformedEvent, errors.New("unknown kind " + ev.Kind)
 	}
-	if !validDID(o.did) {
-		return nil, ReasonMalformedEvent, errors.New("no valid did")
+	if reason, err := checkDID(o.did); err != nil {
+		return nil, reason, err
 	}
 	return o, "", nil
+}
+
+// checkDID checks the event's repo DID: missing makes the event unusable,
+// present but not DID syntax (a NUL, invalid UTF-8, a stray character) is
+// a bad value.
+func checkDID(did string) (string, error) {
+	switch {
+	case did == "":
+		return ReasonMalformedEvent, errors.New("no did")
+	case !validDID(did):
+		return ReasonBadValue, fmt.Errorf("did %q is not a DID", did)
+	}
+	return "", nil
 }
 
 func decodeCommit(o *op) (*op, string, error) {
@@ -74,11 +88,14 @@ func decodeCommit(o *op) (*op, string, error) {
 	if !knownCollection(c.Collection) {
 		return nil, ReasonUnknownCollection, errors.New("collection " + c.Collection)
 	}
-	if !validDID(o.did) {
-		return nil, ReasonMalformedEvent, errors.New("no valid did")
+	if reason, err := checkDID(o.did); err != nil {
+		return nil, reason, err
 	}
 	if c.RKey == "" {
 		return nil, ReasonMalformedEvent, errors.New("commit without rkey")
+	}
+	if !validRKey(c.RKey) {
+		return nil, ReasonBadValue, fmt.Errorf("rkey %q is not a record key", c.RKey)
 	}
 	o.collection, o.rkey, o.cid = c.Collection, c.RKey, c.CID
 	switch c.Operation {

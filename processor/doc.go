@@ -39,6 +39,11 @@
 //     transaction, from the persisted repository_hold_stats and stars rows
 //     of every repository the batch changed. Whatever a cache knew or
 //     missed, the stored aggregate is the sum over all persisted holds.
+//   - No overflow: a count must lie in [0, MaxSafeInteger] (2^53−1, the
+//     AT Protocol data model's integer range) or its record is skipped as
+//     bad_value; the sums over holds saturate at MaxSafeInteger
+//     (SaturatingSumSQL), so no number of holds, nor a row stored before
+//     the check, can make the aggregate fail.
 //   - Isolation: each event runs under its own SAVEPOINT. A record that
 //     breaks its lexicon (missing required field, over a length limit,
 //     wrong format) is skipped before it touches the database; one the

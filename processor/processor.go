@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,7 +34,9 @@ const (
 	// ReasonTooLong: a string is over the lexicon's maxLength.
 	ReasonTooLong = "too_long"
 	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
-	// record key, negative count).
+	// record key), a count outside [0, MaxSafeInteger] or another integer
+	// outside the AT Protocol data model's ±MaxSafeInteger, or a key field
+	// (repository, digest, tag, DID, rkey) holding a NUL or invalid UTF-8.
 	ReasonBadValue = "bad_value"
 	// ReasonUnresolvedManifest: an io.atcr.tag whose manifest at-uri names no
 	// stored manifest and that carries no manifestDigest.
@@ -280,7 +283,23 @@ func fatal(err error) bool {
 	if err == context.Canceled || err == context.DeadlineExceeded {
 		return true
 	}
-	if _, ok := err.(*savepointError); ok {
+	return DatabaseFailure(err)
+}
+
+// DatabaseFailure reports whether err is a failure of the database itself
+// rather than of the events being written: locked or busy past
+// busy_timeout, an I/O error, a read-only or out-of-memory database, a
+// missing table, or a savepoint that could not be taken. Retrying the same
+// events later can succeed, so a caller must not skip them over such an
+// error: it fails and retries from its checkpoint instead. Anything else
+// (a constraint, an overflow, a value the database refuses) is about the
+// events, and isolating them one by one can get past it.
+func DatabaseFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *savepointError
+	if errors.As(err, &se) {
 		return true
 	}
 	msg := strings.ToLower(err.Error())
@@ -290,6 +309,17 @@ func fatal(err error) bool {
 		}
 	}
 	return false
+}
+
+// ReportSkipped counts and logs an event its caller had to skip after the
+// processor applied it, because the transaction around it could not
+// commit (the consumer's and the backfill's event-by-event retry of a
+// failed batch): under reason in appview_processor_skipped_total and as
+// outcome skipped in appview_processor_events_total, and logged at the
+// processor's sampled rate like every other skip.
+func (p *Processor) ReportSkipped(ev *jetstream.Event, reason string, err error) {
+	var res Result
+	p.report(ev, &outcome{reason: reason, err: err}, &res)
 }
 
 func errString(err error) string {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // NSIDs of the io.atcr collections the processor indexes (LEXICONS.md).
@@ -29,7 +30,27 @@ const (
 	maxMediaTypeLen      = 128
 	maxTagLen            = 128
 	maxDescriptionLen    = 100000
+	// maxDIDLen and maxRKeyLen are the AT Protocol syntax limits.
+	maxDIDLen  = 2048
+	maxRKeyLen = 512
 )
+
+// MaxSafeInteger is the largest magnitude an integer in a record may have:
+// the AT Protocol data model limits integers to what JavaScript clients
+// represent exactly, ±(2^53−1) (Number.MAX_SAFE_INTEGER). A record carrying
+// a larger one is skipped (ReasonBadValue), and aggregates of counts
+// saturate at it (see SaturatingAdd), so no sum over holds can overflow.
+const MaxSafeInteger = 1<<53 - 1
+
+// SaturatingAdd returns a + b for counts in [0, MaxSafeInteger], capped at
+// MaxSafeInteger: the sum of every hold's count for one repository, which
+// a few thousand holds at the limit would otherwise push past int64.
+func SaturatingAdd(a, b int64) int64 {
+	if a > MaxSafeInteger-b {
+		return MaxSafeInteger
+	}
+	return a + b
+}
 
 // invalidError is a record that breaks its lexicon; reason is the skip
 // reason it is counted under.
@@ -80,6 +101,40 @@ func (c *check) did(field string, v string) {
 	}
 }
 
+// key checks a string that names a row (repository, digest, tag): SQLite
+// text with a NUL or invalid UTF-8 compares and truncates unpredictably
+// (C string APIs stop at the NUL), so two different records could land on
+// one key, or a key could not be read back as it was written.
+func (c *check) key(field, v string) {
+	if c.err == nil && !validKey(v) {
+		c.err = invalid(ReasonBadValue, "%s %q contains a NUL or invalid UTF-8", field, v)
+	}
+}
+
+// count checks a count: an integer in [0, MaxSafeInteger].
+func (c *check) count(field string, v int64) {
+	if c.err == nil && (v < 0 || v > MaxSafeInteger) {
+		c.err = invalid(ReasonBadValue, "%s %d is outside [0, %d]", field, v, int64(MaxSafeInteger))
+	}
+}
+
+// integer checks any other record integer against the data model's range.
+func (c *check) integer(field string, v int64) {
+	if c.err == nil && (v < -MaxSafeInteger || v > MaxSafeInteger) {
+		c.err = invalid(ReasonBadValue, "%s %d is outside the AT Protocol integer range ±%d", field, v, int64(MaxSafeInteger))
+	}
+}
+
+// blob checks a blob reference's digest and size.
+func (c *check) blob(field string, b *blobRef) {
+	c.key(field+".digest", b.Digest)
+	c.integer(field+".size", b.Size)
+}
+
+func validKey(v string) bool {
+	return utf8.ValidString(v) && !strings.ContainsRune(v, 0)
+}
+
 // datetime parses an AT Protocol datetime (RFC 3339) into Unix ms.
 func (c *check) datetime(field string, v *string) int64 {
 	if c.err != nil || v == nil {
@@ -93,18 +148,54 @@ func (c *check) datetime(field string, v *string) int64 {
 	return t.UnixMilli()
 }
 
-// validDID accepts did:METHOD:ID with a lowercase method (AT Protocol DID syntax, loosely).
+// validDID accepts the AT Protocol DID syntax: "did:", a lowercase method,
+// ":", then an identifier of ASCII letters, digits and ._:%- that does not
+// end in ":" or "%"; at most 2048 bytes (atproto.com/specs/did). ASCII only,
+// so no NUL or invalid UTF-8 can reach a key column through a DID.
 func validDID(s string) bool {
+	if len(s) > maxDIDLen {
+		return false
+	}
 	rest, ok := strings.CutPrefix(s, "did:")
 	if !ok {
 		return false
 	}
 	method, id, ok := strings.Cut(rest, ":")
-	if !ok || method == "" || id == "" || strings.HasSuffix(id, ":") {
+	if !ok || method == "" || id == "" || strings.HasSuffix(id, ":") || strings.HasSuffix(id, "%") {
 		return false
 	}
 	for _, r := range method {
 		if r < 'a' || r > 'z' {
+			return false
+		}
+	}
+	for i := 0; i < len(id); i++ {
+		if !didIDByte(id[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func didIDByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	return b == '.' || b == '_' || b == ':' || b == '%' || b == '-'
+}
+
+// validRKey accepts the AT Protocol record key syntax: 1 to 512 ASCII
+// letters, digits and ._:~-, not "." or ".." (atproto.com/specs/record-key).
+func validRKey(s string) bool {
+	if s == "" || len(s) > maxRKeyLen || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case b == '.', b == '_', b == ':', b == '~', b == '-':
+		default:
 			return false
 		}
 	}
@@ -181,6 +272,23 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
 	c.maxLen("digest", str(r.Digest), maxDigestLen)
 	c.maxLen("mediaType", str(r.MediaType), maxMediaTypeLen)
+	c.key("repository", str(r.Repository))
+	c.key("digest", str(r.Digest))
+	if r.SchemaVersion != nil {
+		c.integer("schemaVersion", *r.SchemaVersion)
+	}
+	if r.Config != nil {
+		c.blob("config", r.Config)
+	}
+	if r.Subject != nil {
+		c.blob("subject", r.Subject)
+	}
+	for i := range r.Layers {
+		c.blob("layers", &r.Layers[i])
+	}
+	for i := range r.Manifests {
+		c.blob("manifests", &r.Manifests[i].blobRef)
+	}
 	m := &manifest{
 		Repository:   str(r.Repository),
 		Digest:       str(r.Digest),
@@ -268,6 +376,9 @@ func decodeTag(raw json.RawMessage) (*tag, error) {
 	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
 	c.maxLen("tag", str(r.Tag), maxTagLen)
 	c.maxLen("manifestDigest", str(r.ManifestDigest), maxDigestLen)
+	c.key("repository", str(r.Repository))
+	c.key("tag", str(r.Tag))
+	c.key("manifestDigest", str(r.ManifestDigest))
 	t := &tag{
 		Repository:     str(r.Repository),
 		Tag:            str(r.Tag),
@@ -295,7 +406,7 @@ func parseATURI(s string) (did, collection, rkey string, ok bool) {
 		return "", "", "", false
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || !validDID(parts[0]) || parts[1] == "" || parts[2] == "" {
+	if len(parts) != 3 || !validDID(parts[0]) || parts[1] == "" || !validRKey(parts[2]) {
 		return "", "", "", false
 	}
 	return parts[0], parts[1], parts[2], true
@@ -349,6 +460,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 	}
 	c.did("subject.did", s.OwnerDID)
 	c.maxLen("subject.repository", s.Repository, maxPageRepositoryLen)
+	c.key("subject.repository", s.Repository)
 	return s, c.err
 }
 
@@ -422,6 +534,7 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 	c.nonEmpty("repository", r.Repository)
 	c.maxLen("repository", str(r.Repository), maxPageRepositoryLen)
 	c.maxLen("description", str(r.Description), maxDescriptionLen)
+	c.key("repository", str(r.Repository))
 	p := &repoPage{
 		Repository:  str(r.Repository),
 		Description: str(r.Description),
@@ -557,9 +670,9 @@ func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 	}
 	c.did("ownerDid", *r.OwnerDID)
 	c.maxLen("repository", *r.Repository, maxPageRepositoryLen)
-	if c.err == nil && (*r.PullCount < 0 || *r.PushCount < 0) {
-		c.err = invalid(ReasonBadValue, "pullCount %d / pushCount %d must be >= 0", *r.PullCount, *r.PushCount)
-	}
+	c.key("repository", *r.Repository)
+	c.count("pullCount", *r.PullCount)
+	c.count("pushCount", *r.PushCount)
 	s := &HoldStat{
 		OwnerDID:   *r.OwnerDID,
 		Repository: *r.Repository,

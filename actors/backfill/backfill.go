@@ -17,6 +17,7 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
 )
 
 // LeaseName is the lease the backfill runs under (SPEC §4).
@@ -112,8 +113,9 @@ type Options struct {
 	// Metrics are shared across grants of custody; nil builds unregistered ones.
 	Metrics *Metrics
 	// AfterWrite, when set, runs after every committed database write with
-	// what was written (claim, page, repo_failed, relay_cursor,
-	// collection_done, complete): a hook for tests and instrumentation.
+	// what was written (claim, page, record (one record of a page retried
+	// record by record), repo_failed, relay_cursor, collection_done,
+	// complete): a hook for tests and instrumentation.
 	AfterWrite func(what string)
 	// Now is the clock stamped on synthetic events (TimeUS); nil means time.Now.
 	Now func() time.Time
@@ -177,7 +179,7 @@ func New(o Options) (*Backfiller, error) {
 	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
 	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, onRetry: func(err error, wait time.Duration) {
 		o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
-		b.skipLog.Debug().Err(err).Dur("retry_in", wait).Msg("backfill request retried")
+		b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
 	}}
 	return b, nil
 }
@@ -222,7 +224,7 @@ func (b *Backfiller) Run(ctx context.Context, c lease.Custody) (err error) {
 	}
 	if cl.skip {
 		outcome = runSkipped
-		log.Info().Dur("completed_ago", cl.lastCompletedAgo).Dur("rerun_after", b.o.RerunAfter).
+		log.Info().Int64("completed_ago_ms", cl.lastCompletedAgo.Milliseconds()).Int64("rerun_after_ms", b.o.RerunAfter.Milliseconds()).
 			Msg("backfill skipped: a run completed recently")
 		return nil
 	}
@@ -534,11 +536,15 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
 
 // savePage applies one page of records and checkpoints the DID's cursor
 // (and, on its last page, marks it done) in one fenced transaction.
+//
+// A page whose transaction fails for a reason of its records (isolable)
+// would fail every resumed run at the same page, so it is applied again
+// record by record (savePageByRecord) rather than stalling the backfill.
 func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, last bool) error {
 	events, invalid := r.events(col, did, page.Records)
-	state, doneRepos := repoRunning, 0
+	cp := pageCheckpoint{col: col, did: did, state: repoRunning, cursor: page.Cursor, records: len(events)}
 	if last {
-		state, doneRepos = repoDone, 1
+		cp.state, cp.doneRepos = repoDone, 1
 	}
 	var applied Applied
 	err := r.write(ctx, "page", func(tx *sql.Tx) error {
@@ -548,14 +554,13 @@ func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, l
 				return fmt.Errorf("apply %d %s records of %s: %w", len(events), col, did, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, saveRepoPageSQL, r.id, col, did, state, page.Cursor, len(events)); err != nil {
-			return fmt.Errorf("checkpoint %s of %s: %w", col, did, err)
-		}
-		if _, err := tx.ExecContext(ctx, countRunSQL, r.id, len(events), doneRepos, 0); err != nil {
-			return fmt.Errorf("count backfill run %d: %w", r.id, err)
-		}
-		return nil
+		return r.checkpoint(ctx, tx, cp)
 	})
+	if err != nil && len(events) > 0 && isolable(ctx, err) {
+		r.b.skipLog.Warn().Err(err).Str("did", did).Str("collection", col).Int("records", len(events)).
+			Msg("backfill page did not commit; applying its records one by one")
+		applied, err = r.savePageByRecord(ctx, cp, events)
+	}
 	if err != nil {
 		return err
 	}
@@ -567,6 +572,64 @@ func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, l
 		m.Errors.WithLabelValues(classInvalid).Add(float64(invalid))
 	}
 	return nil
+}
+
+// pageCheckpoint is what a committed page records for its DID and run.
+type pageCheckpoint struct {
+	col, did, state, cursor string
+	// records is how many records of the page were handed to the applier;
+	// doneRepos is 1 on the DID's last page.
+	records, doneRepos int
+}
+
+func (r *run) checkpoint(ctx context.Context, tx *sql.Tx, cp pageCheckpoint) error {
+	if _, err := tx.ExecContext(ctx, saveRepoPageSQL, r.id, cp.col, cp.did, cp.state, cp.cursor, cp.records); err != nil {
+		return fmt.Errorf("checkpoint %s of %s: %w", cp.col, cp.did, err)
+	}
+	if _, err := tx.ExecContext(ctx, countRunSQL, r.id, cp.records, cp.doneRepos, 0); err != nil {
+		return fmt.Errorf("count backfill run %d: %w", r.id, err)
+	}
+	return nil
+}
+
+// isolable reports whether a failed page is about its records, so applying
+// them one by one can get past it: not the end of custody or ctx, not a
+// failure of the database itself (processor.DatabaseFailure), which would
+// fail every record too and must not cost us records.
+func isolable(ctx context.Context, err error) bool {
+	return !fatal(ctx, err) && !processor.DatabaseFailure(err)
+}
+
+// savePageByRecord applies a page whose single transaction failed one
+// record at a time, each in its own fenced transaction. A record whose own
+// transaction still fails is skipped: logged (sampled) and counted as a
+// skipped record and a db_error. The checkpoint then commits alone, so the
+// run moves past the page. It returns an error when custody or ctx ends,
+// the database itself fails, or the checkpoint cannot be written.
+func (r *run) savePageByRecord(ctx context.Context, cp pageCheckpoint, events []jetstream.Event) (Applied, error) {
+	var total Applied
+	for i := range events {
+		var one Applied
+		err := r.write(ctx, "record", func(tx *sql.Tx) error {
+			var err error
+			one, err = r.b.o.Applier.ApplyTx(ctx, tx, r.custody, events[i:i+1])
+			return err
+		})
+		if err == nil {
+			total.Applied += one.Applied
+			total.Skipped += one.Skipped
+			continue
+		}
+		if !isolable(ctx, err) {
+			return total, fmt.Errorf("apply %s record %s of %s: %w", cp.col, events[i].Commit.RKey, cp.did, err)
+		}
+		total.Skipped++
+		r.b.o.Metrics.Errors.WithLabelValues(classDatabase).Inc()
+		r.b.skipLog.Error().Err(err).Str("did", cp.did).Str("collection", cp.col).Str("rkey", events[i].Commit.RKey).
+			Msg("backfill record skipped: the database refused it")
+	}
+	err := r.write(ctx, "page", func(tx *sql.Tx) error { return r.checkpoint(ctx, tx, cp) })
+	return total, err
 }
 
 // events turns listRecords entries into synthetic Jetstream create events.

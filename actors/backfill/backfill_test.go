@@ -623,3 +623,68 @@ func TestOnceResumesAnUnfinishedRunUntilItCompletes(t *testing.T) {
 		t.Errorf("%d runs recorded, want the one run resumed", n)
 	}
 }
+
+func TestOneRecordTheDatabaseRefusesDoesNotStallTheRun(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	e.pds(5, "did:plc:alice")
+	relay.Add(colManifest, "did:plc:alice")
+	relay.Add(colTag, "did:plc:alice")
+	// Like a repository_stats refresh that overflows: the record's effect
+	// fails the whole transaction it is in, not just its own savepoint.
+	const poisoned = "3k002"
+	poisonFails := ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
+		for _, ev := range events {
+			if ev.Commit.Collection == colManifest && ev.Commit.RKey == poisoned {
+				return Applied{}, errors.New("refresh repository_stats: integer overflow")
+			}
+		}
+		return fakeApplier(ctx, tx, c, events)
+	})
+	o := e.options(relay.URL())
+	o.Applier = poisonFails
+	c := e.acquire("instance-a")
+	if err := e.backfiller(o).Run(context.Background(), c); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled WHERE collection = ?1`, colManifest); got != 4 {
+		t.Fatalf("%d manifests applied, want the 4 beside the refused one", got)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled WHERE rkey = ?1 AND collection = ?2`, poisoned, colManifest); got != 0 {
+		t.Fatal("the refused record was applied")
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled WHERE collection = ?1`, colTag); got != 5 {
+		t.Fatalf("%d tags applied, want 5", got)
+	}
+	e.noDuplicates()
+	if got := e.count(`SELECT COUNT(*) FROM backfill_runs WHERE completed_at IS NOT NULL AND repos_done = 2 AND records = 10`); got != 1 {
+		t.Fatal("the run is not completed with both collections of alice done and 10 records counted")
+	}
+	if got := testutil.ToFloat64(e.metrics.Errors.WithLabelValues(classDatabase)); got != 1 {
+		t.Errorf("errors{db_error} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Records.WithLabelValues(colManifest, "skipped")); got != 1 {
+		t.Errorf("records{manifest, skipped} = %v, want 1", got)
+	}
+}
+
+func TestADatabaseFailureOfAPageStopsTheRunWithoutSkippingRecords(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	e.pds(3, "did:plc:alice")
+	relay.Add(colManifest, "did:plc:alice")
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	o.Applier = ApplierFunc(func(context.Context, *sql.Tx, lease.Custody, []jetstream.Event) (Applied, error) {
+		return Applied{}, errors.New("database is locked")
+	})
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err == nil {
+		t.Fatal("Run succeeded over a locked database")
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE record_cursor <> ''`); got != 0 {
+		t.Fatal("a checkpoint moved past records that were never applied")
+	}
+	if got := testutil.ToFloat64(e.metrics.Errors.WithLabelValues(classDatabase)); got != 0 {
+		t.Errorf("errors{db_error} = %v, want no record skipped", got)
+	}
+}

@@ -39,6 +39,12 @@
 //     Run waits for its goroutines and returns, and nothing is written
 //     after that.
 //
+// One bad record cannot stall a run: a page whose transaction fails for a
+// reason of its records (not lost custody, not the context, not the
+// database itself failing) is applied again record by record, each in its
+// own fenced transaction; a record that still fails is skipped (logged,
+// counted as db_error) and the page's checkpoint commits on its own.
+//
 // A relay's cursor means nothing to another relay, so switching relays
 // lists the collection again from the start; DIDs already finished are
 // skipped by their checkpoint.

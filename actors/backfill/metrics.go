@@ -23,7 +23,8 @@ type Metrics struct {
 	// skipped (by the applier), invalid (unusable uri or value).
 	Records *prometheus.CounterVec
 	// Errors counts failures by class: rate_limited, server, client,
-	// network, decode, resolve, protocol, invalid_record, relay. Retried
+	// network, decode, resolve, protocol, invalid_record, relay, db_error
+	// (a record the database refused even on its own). Retried
 	// attempts count too, so a PDS that rate-limits shows here.
 	Errors *prometheus.CounterVec
 }

@@ -85,7 +85,7 @@ func (b *Backfiller) Once(ctx context.Context, c lease.Custody) error {
 			return err
 		}
 		wait := bo.NextBackOff()
-		b.log.Warn().Err(err).Dur("retry_in", wait).Msg("backfill run unfinished; resuming it later")
+		b.log.Warn().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill run unfinished; resuming it later")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -39,11 +39,12 @@ const (
 	classProtocol    = "protocol"       // a peer repeated a pagination cursor
 	classInvalid     = "invalid_record" // a record whose uri or value is unusable
 	classRelay       = "relay"          // a relay failed; the next one is tried
+	classDatabase    = "db_error"       // a record whose own transaction could not commit; skipped
 )
 
 var errorClasses = []string{
 	classRateLimited, classServer, classClient, classNetwork, classDecode,
-	classResolve, classProtocol, classInvalid, classRelay,
+	classResolve, classProtocol, classInvalid, classRelay, classDatabase,
 }
 
 // xrpcError is a failed XRPC call: the HTTP status (0 when there was no

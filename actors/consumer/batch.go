@@ -25,6 +25,65 @@ type committed struct {
 	res processor.Result
 	// enqueued is the number of webhook deliveries newly recorded.
 	enqueued int
+	// skipped counts events whose own transaction could not commit (see
+	// commitEach); the cursor moved past them.
+	skipped int
+}
+
+// add merges the effects of a later commit into out.
+func (out *committed) add(more committed) {
+	out.res.HoldStats = append(out.res.HoldStats, more.res.HoldStats...)
+	out.res.NewManifests = append(out.res.NewManifests, more.res.NewManifests...)
+	out.enqueued += more.enqueued
+	out.skipped += more.skipped
+}
+
+// isolable reports whether a failed commit is about the events, so that
+// retrying them one by one can get past it: not lost custody, not the end
+// of ctx, not the database itself failing (locked, I/O, ...), which would
+// fail every retry too and must not cost us events.
+func isolable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, lease.ErrSuperseded) && !processor.DatabaseFailure(err)
+}
+
+// skipFunc is told about an event commitEach skipped and why.
+type skipFunc func(ev *jetstream.Event, err error)
+
+// commitEach is the fallback for a batch whose single commit failed with
+// an isolable error (one outside the processor's per-event savepoints: the
+// repository_stats refresh, the webhook enqueue, the commit itself). It
+// commits the events one by one, each with its deliveries and the cursor
+// in its own fenced transaction (commitBatch of one), so one bad row cannot
+// stall the stream. An event whose own commit still fails is reported to
+// skip and the cursor is moved past it in a fenced transaction of its own.
+//
+// It returns an error, with the events before it committed, when custody
+// is lost (wrapping lease.ErrSuperseded), ctx ends, an event fails with a
+// processor.DatabaseFailure, or the cursor cannot be moved past a skipped
+// event: the database itself is then broken and the worker must fail.
+func commitEach(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.Processor, enqueue enqueueFunc,
+	events []jetstream.Event, skip skipFunc) (committed, error) {
+	var out committed
+	for i := range events {
+		one, err := commitBatch(ctx, db, c, p, enqueue, events[i:i+1])
+		if err == nil {
+			out.add(one)
+			continue
+		}
+		if !isolable(ctx, err) {
+			return out, err
+		}
+		ev := &events[i]
+		skip(ev, err)
+		err = lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+			return saveCursorTx(ctx, tx, ev.TimeUS, ev.TimeUS, c.Fence)
+		})
+		if err != nil {
+			return out, fmt.Errorf("move the cursor past skipped event time_us=%d: %w", ev.TimeUS, err)
+		}
+		out.skipped++
+	}
+	return out, nil
 }
 
 // commitBatch applies events, enqueues their webhook deliveries and

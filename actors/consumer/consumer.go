@@ -60,7 +60,12 @@ func NewProps(o Options) *actor.Props {
 	}
 	o.Dispatcher.Custody = o.Custody
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &consumer{o: o, log: o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()}
+		log := o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()
+		c := &consumer{o: o, log: log, sampled: sampled(log), frameLog: map[jetstream.ErrorClass]zerolog.Logger{}}
+		for _, class := range jetstream.ErrorClasses {
+			c.frameLog[class] = sampled(log)
+		}
+		return c
 	}, actor.WithSupervisor(escalate))
 }
 
@@ -69,21 +74,43 @@ func NewProps(o Options) *actor.Props {
 // LeaseActor decides: lost custody, or a restart of the whole worker.
 var escalate = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.EscalateDirective })
 
+// Sampled logging: a hostile or broken stream can fail every batch, and
+// must not flood the log doing it.
+const (
+	logBurst  = 10
+	logPeriod = time.Minute
+)
+
+func sampled(l zerolog.Logger) zerolog.Logger {
+	return l.Sample(&zerolog.BurstSampler{Burst: logBurst, Period: logPeriod})
+}
+
 // runEnded reports that the client's Run returned.
 type runEnded struct{ err error }
 
 type consumer struct {
-	o     Options
-	log   zerolog.Logger
-	root  *actor.RootContext
-	self  *actor.PID
-	stats *actor.PID
-	disp  *actor.PID
+	o   Options
+	log zerolog.Logger
+	// sampled is log at logBurst lines per logPeriod.
+	sampled zerolog.Logger
+	// frameLog samples undecodable frames per jetstream.ErrorClass, so a
+	// flood of one class cannot hide another.
+	frameLog map[jetstream.ErrorClass]zerolog.Logger
+	root     *actor.RootContext
+	self     *actor.PID
+	stats    *actor.PID
+	disp     *actor.PID
 
 	client *jetstream.Client
 	// cursor is the time_us of the last committed batch (read by the
-	// client's Cursor callback on its goroutine).
+	// client's CursorFor callback on its goroutine).
 	cursor atomic.Int64
+	// resumeURL and resumeUS are where this incarnation left off: the
+	// endpoint its last committed batch was read from and that batch's
+	// last time_us (see resumeAt). Only the client's Run goroutine touches
+	// them (the handler and CursorFor both run there).
+	resumeURL string
+	resumeUS  int64
 	// runDone closes when the Run goroutine has exited.
 	runDone chan struct{}
 }
@@ -127,17 +154,10 @@ func (c *consumer) start(ctx actor.Context) {
 	}))
 	c.disp = ctx.Spawn(webhooks.NewDispatcherProps(c.o.Dispatcher))
 	js := c.o.Jetstream
-	rewind := js.Rewind.Microseconds()
 	client, err := jetstream.NewClient(jetstream.ClientOptions{
-		URLs:        js.URLs,
-		Collections: js.Collections,
-		Cursor: func() int64 {
-			cur := c.cursor.Load()
-			if cur == 0 {
-				return 0 // nothing committed yet: the live tail
-			}
-			return max(1, cur-rewind)
-		},
+		URLs:            js.URLs,
+		Collections:     js.Collections,
+		CursorFor:       c.resumeAt,
 		Compress:        js.Compress,
 		MaxMessageBytes: js.MaxMessageBytes,
 		StaleTimeout:    js.StaleTimeout,
@@ -159,6 +179,31 @@ func (c *consumer) start(ctx actor.Context) {
 		c.root.Send(c.self, &runEnded{err: err})
 	}()
 	c.log.Info().Int64("cursor", stored).Msg("consumer started")
+}
+
+// resumeAt is the cursor to (re)connect to url with.
+//
+// On the instance this incarnation last committed a batch from, it resumes
+// at that batch's last time_us itself (inclusive, so that event comes
+// again; every write is idempotent). Rewinding there would only replay
+// what this instance already sent us, in order, and a connection that
+// drops more often than it can deliver jetstream.rewind's worth of events
+// would then never get past the cursor.
+//
+// Everywhere else it rewinds the committed cursor by jetstream.rewind: on
+// the first connect of an incarnation (after a restart or a handover we do
+// not know which instance the cursor came from) and on a different URL
+// (failover), because each Jetstream instance stamps time_us on its own
+// clock. Nothing committed yet means the live tail.
+func (c *consumer) resumeAt(url string) int64 {
+	if url == c.resumeURL && c.resumeUS > 0 {
+		return c.resumeUS
+	}
+	cur := c.cursor.Load()
+	if cur == 0 {
+		return 0
+	}
+	return max(1, cur-c.o.Jetstream.Rewind.Microseconds())
 }
 
 // drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
@@ -193,20 +238,29 @@ func (c *consumer) stop() {
 // handle commits one batch (the jetstream Handler, on the client's Run
 // goroutine; the client reads no further until it returns).
 func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
+	c.logFailures(&b)
 	if len(b.Events) == 0 {
-		return nil // only undecodable frames: counted by the client
+		return nil // only undecodable frames: the next event moves the cursor past them
 	}
 	start := time.Now()
 	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
+	if err != nil && isolable(ctx, err) {
+		c.sampled.Warn().Err(err).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
+		out, err = commitEach(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events, func(ev *jetstream.Event, err error) {
+			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
+		})
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopping: the batch is rolled back and replayed by the next holder
 		}
 		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
 	}
-	if last, newest := batchCursor(b.Events); newest > c.cursor.Load() {
+	last, newest := batchCursor(b.Events)
+	if newest > c.cursor.Load() {
 		c.cursor.Store(last)
 	}
+	c.resumeURL, c.resumeUS = b.URL, last
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	if len(out.res.HoldStats) > 0 {
 		c.root.Send(c.stats, &statscache.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
@@ -215,6 +269,23 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		c.root.Send(c.disp, webhooks.Kick{})
 	}
 	return nil
+}
+
+// logFailures logs the frames of b that did not decode (the client has
+// counted them in appview_jetstream_decode_errors_total), each class at
+// logBurst lines per logPeriod.
+func (c *consumer) logFailures(b *jetstream.Batch) {
+	for _, f := range b.Failures {
+		l, ok := c.frameLog[f.Class]
+		if !ok {
+			l = c.sampled
+		}
+		e := l.Warn().Str("class", string(f.Class)).Int64("size", f.Size).Str("url", b.URL)
+		if f.TimeUS > 0 {
+			e = e.Int64("time_us", f.TimeUS)
+		}
+		e.Err(f.Err).Msg("undecodable Jetstream frame skipped")
+	}
 }
 
 // Metrics are the consumer's Prometheus collectors.

@@ -97,10 +97,22 @@ func (d *deliveryCounter) reset() {
 
 func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions) *fixture {
 	t.Helper()
+	return newFixtureAfter(t, seed, events, ro)
+}
+
+// newFixtureAfter is newFixture with the given JSONL lines served before the
+// synthetic stream (their time_us must be below synth's start).
+func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions, before ...string) *fixture {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "stream.jsonl")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, line := range before {
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	exp, err := synth.Write(context.Background(), f, synth.Options{Seed: seed, Events: events})
 	if err != nil {
@@ -142,12 +154,17 @@ func newSystem(t *testing.T) *actor.ActorSystem {
 }
 
 func (f *fixture) options(db *sql.DB, c lease.Custody) Options {
+	return optionsFor(db, c, f.srv.URL())
+}
+
+// optionsFor are the test options of a consumer reading url.
+func optionsFor(db *sql.DB, c lease.Custody, url string) Options {
 	return Options{
 		DB:      db,
 		Custody: c,
 		Log:     zerolog.Nop(),
 		Jetstream: config.Jetstream{
-			URLs: []string{f.srv.URL()}, Collections: []string{"io.atcr.*"}, Compress: true,
+			URLs: []string{url}, Collections: []string{"io.atcr.*"}, Compress: true,
 			Rewind: 2 * time.Second, StaleTimeout: 30 * time.Second, MaxMessageBytes: 1 << 20,
 		},
 		Processor: processor.New(processor.Options{Log: zerolog.Nop()}),

@@ -1,7 +1,8 @@
 // Package consumer is the Jetstream consumer worker (lease
 // "jetstream-consumer"): it reads the Jetstream v1 stream from the stored
-// cursor minus jetstream.rewind and applies each batch of events in one
-// fenced transaction.
+// cursor (minus jetstream.rewind when the cursor may come from another
+// Jetstream instance) and applies each batch of events in one fenced
+// transaction.
 //
 // # One batch, one commit
 //
@@ -22,6 +23,21 @@
 // deliveries were enqueued. A commit that fails with lease.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //
+// # One bad row cannot stall the stream
+//
+// The processor isolates each event under a savepoint, but some work sits
+// outside them: the repository_stats refresh, the webhook enqueue, the
+// commit. If one event breaks that work, the batch can never commit, and
+// retrying it from the cursor forever is a stall. So a batch commit that
+// fails with anything but lost custody, the end of the context or a
+// failure of the database itself (processor.DatabaseFailure: locked, I/O,
+// ...) is retried event by event (commitEach), each event with its
+// deliveries and the cursor in its own fenced transaction. An event whose
+// own commit still fails is skipped (counted by the processor as db_error,
+// logged at a sampled rate) and the cursor is moved past it in a fenced
+// transaction of its own. Only when even that write fails does the worker
+// fail: the database is broken, and a restart retries from the cursor.
+//
 // A batch that does not reach past the stored cursor (replaying an older
 // stretch after a rewind) leaves it alone, so restarts cannot walk the
 // resume point backwards.
@@ -38,10 +54,24 @@
 // client's Run goroutine. The client calls the handler with each batch on
 // that goroutine and reads no further than a small buffer until it returns:
 // that is the backpressure, and it keeps the blocking database work off the
-// actor's goroutine. Every (re)connect resumes from the committed cursor
-// minus jetstream.rewind (Jetstream time_us is per instance; replays are
-// idempotent). After a commit the handler sends the StatsCache an Observe
-// and the dispatcher a Kick (only when deliveries were enqueued).
+// actor's goroutine. After a commit the handler sends the StatsCache an
+// Observe and the dispatcher a Kick (only when deliveries were enqueued).
+// Frames that did not decode (Batch.Failures, already counted by the
+// client) are logged with their class, size and time_us when known, at a
+// sampled rate per class; the next good event moves the cursor past them.
+//
+// # Where a connection resumes
+//
+// Jetstream stamps time_us per instance, so a cursor read from one
+// instance is only exact on that instance. The first connect of each
+// incarnation (after a restart or a handover, we do not know where the
+// cursor came from) and every connect to a URL other than the one the
+// last committed batch came from resume at the committed cursor minus
+// jetstream.rewind. A reconnect to that same URL resumes at the last
+// committed event itself (inclusive; replays are idempotent): rewinding
+// there would replay what the instance already sent, and a connection that
+// drops before it delivers a rewind's worth of events would never get past
+// the cursor.
 //
 // Failure: a commit error ends Run; the actor then fails with that error
 // (a panic its parent sees as the reason), so lease.ErrSuperseded reaches

@@ -40,7 +40,8 @@ type Snapshot struct {
 	OwnerDID, Repository string
 	// Holds are the per-hold stats, sorted by HoldDID.
 	Holds []processor.HoldStat
-	// PullCount and PushCount are sums over Holds; LastPull and LastPush
+	// PullCount and PushCount are sums over Holds, capped at
+	// processor.MaxSafeInteger like repository_stats; LastPull and LastPush
 	// the latest over Holds (Unix ms, nil when no hold has one).
 	PullCount, PushCount int64
 	LastPull, LastPush   *int64
@@ -160,8 +161,8 @@ func (c *cache) snapshot(k repoKey) Snapshot {
 	s := Snapshot{OwnerDID: k.did, Repository: k.repository}
 	for _, h := range c.holds[k] {
 		s.Holds = append(s.Holds, h)
-		s.PullCount += h.PullCount
-		s.PushCount += h.PushCount
+		s.PullCount = processor.SaturatingAdd(s.PullCount, h.PullCount)
+		s.PushCount = processor.SaturatingAdd(s.PushCount, h.PushCount)
 		s.LastPull = later(s.LastPull, h.LastPull)
 		s.LastPush = later(s.LastPush, h.LastPush)
 	}
@@ -228,9 +229,11 @@ func (c *cache) warm() error {
 // reconcileSQL recomputes every repository_stats row from the persisted
 // per-hold and star rows and rewrites only those that differ (a partial
 // sum left by anyone), stamping the reconciling custody's fence and the
-// database clock.
-const reconcileSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
-SELECT k.did, k.repository, COALESCE(SUM(h.pull_count), 0), COALESCE(SUM(h.push_count), 0), MAX(h.last_pull), MAX(h.last_push),
+// database clock. The sums saturate as the processor's do, so rows stored
+// before counts were range-checked cannot fail the warm-up.
+var reconcileSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
+SELECT k.did, k.repository, ` + processor.SaturatingSumSQL("h.pull_count") + `, ` + processor.SaturatingSumSQL("h.push_count") + `,
+  MAX(h.last_pull), MAX(h.last_push),
   (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?1, ` + database.NowMS + `
 FROM (SELECT did, repository FROM repository_hold_stats UNION SELECT did, repository FROM repository_stats) AS k
 LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository

@@ -353,3 +353,31 @@ func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 		t.Fatal("the cache did not fail")
 	}
 }
+
+func TestAWarmUpOverCountsStoredBeforeTheRangeCheckSaturatesInsteadOfFailing(t *testing.T) {
+	db := openDB(t)
+	sys := newSystem(t)
+	// What an older processor let in: two holds at the top of int64, whose
+	// SUM overflows.
+	for _, hold := range []string{"did:web:a.example", "did:web:b.example"} {
+		if _, err := db.Exec(`INSERT INTO repository_hold_stats (did, repository, hold_did, rkey, pull_count, push_count, updated_at, source_us)
+VALUES ('did:plc:o', 'app', ?, 'rk', 9223372036854775807, 2, 1, 1)`, hold); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := acquire(t, db.DB, "me")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	defer stopped(t, sys, pid)
+	snap := request[statscache.Snapshot](t, sys, pid, &statscache.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	if snap.PullCount != processor.MaxSafeInteger || snap.PushCount != 4 {
+		t.Fatalf("snapshot pull %d push %d, want %d and 4", snap.PullCount, snap.PushCount, int64(processor.MaxSafeInteger))
+	}
+	var pull, push int64
+	if err := db.QueryRow(`SELECT pull_count, push_count FROM repository_stats WHERE did = 'did:plc:o' AND repository = 'app'`).
+		Scan(&pull, &push); err != nil {
+		t.Fatalf("the warm-up wrote no aggregate: %v", err)
+	}
+	if pull != processor.MaxSafeInteger || push != 4 {
+		t.Fatalf("repository_stats pull %d push %d, want %d and 4", pull, push, int64(processor.MaxSafeInteger))
+	}
+}

@@ -1,0 +1,103 @@
+package consumer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/webhooks"
+)
+
+func TestAConnectionThatDropsFarMoreOftenThanTheRewindWindowStillReachesTheEnd(t *testing.T) {
+	// 2 s of rewind is about 1300 synthetic events; every connection
+	// delivers 40. Rewinding on each reconnect would replay the same
+	// stretch forever.
+	f := newFixture(t, 55, 3000, jetstream.ReplayOptions{DropAfter: 40})
+	db := openDB(t)
+	f.subscribe(t, db.DB)
+	sys := newSystem(t)
+	o := f.options(db.DB, acquire(t, db.DB, "me"))
+	if window := o.Jetstream.Rewind; window < 2*time.Second {
+		t.Fatalf("rewind %v: the test needs a window much wider than a connection", window)
+	}
+	pid := sys.Root.Spawn(NewProps(o))
+	waitFor(t, "the cursor to reach the end of the stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	waitFor(t, "every webhook delivery", func() bool {
+		var pending int
+		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
+		return pending == 0
+	})
+	stop(t, sys, pid)
+	if n := f.srv.Connections(); n < 50 {
+		t.Fatalf("%d connections: the server did not drop as often as the test needs", n)
+	}
+	checkExpected(t, db.DB, f)
+}
+
+// sink is an actor that ignores what it is sent (the StatsCache and the
+// dispatcher, for tests that call handle directly).
+type sink struct{}
+
+func (sink) Receive(actor.Context) {}
+
+func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T) {
+	db := openDB(t)
+	events, _ := generate(56, 300)
+	c := acquire(t, db.DB, "me")
+	const rewind = 2 * time.Second
+	// A previous incarnation committed up to event 100, from an instance
+	// this one does not know.
+	stored := events[100].TimeUS
+	if _, err := db.Exec(`INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?, 0, ?)`, stored, c.Fence); err != nil {
+		t.Fatal(err)
+	}
+	sys := newSystem(t)
+	cons := &consumer{
+		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: rewind},
+			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
+		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root,
+		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+	}
+	cons.cursor.Store(stored)
+	const a, b = "ws://a.example/subscribe", "ws://b.example/subscribe"
+	rewound := func() int64 { return cons.cursor.Load() - rewind.Microseconds() }
+
+	if got := cons.resumeAt(a); got != stored-rewind.Microseconds() {
+		t.Fatalf("first connect: cursor %d, want the stored cursor minus the rewind (%d)", got, stored-rewind.Microseconds())
+	}
+	ctx := context.Background()
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[90:150]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.resumeAt(a); got != events[149].TimeUS {
+		t.Fatalf("reconnect to the same instance: cursor %d, want the last committed event's %d", got, events[149].TimeUS)
+	}
+	if got := cons.resumeAt(b); got != rewound() {
+		t.Fatalf("failover to another instance: cursor %d, want the committed cursor minus the rewind (%d)", got, rewound())
+	}
+	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: events[140:200]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.resumeAt(b); got != events[199].TimeUS {
+		t.Fatalf("reconnect to the new instance: cursor %d, want %d", got, events[199].TimeUS)
+	}
+	if got := cons.resumeAt(a); got != rewound() {
+		t.Fatalf("back to the first instance: cursor %d, want a rewind (%d)", got, rewound())
+	}
+	// A replay behind the stored cursor (after a rewind) resumes where the
+	// replay got to on that instance, not at the stored cursor.
+	cons.resumeURL, cons.resumeUS = "", 0
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[150:170]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.resumeAt(a); got != events[169].TimeUS {
+		t.Fatalf("reconnect during a rewound replay: cursor %d, want where the replay got to (%d)", got, events[169].TimeUS)
+	}
+}
