@@ -41,7 +41,10 @@ type Config struct {
 
 // Database selects the libSQL database every instance shares.
 type Database struct {
-	// URL is file:PATH (embedded), http://HOST:PORT (sqld) or libsql://HOST (Turso).
+	// URL is file:PATH (embedded: file:rel/path, file:/abs/path,
+	// file:///abs/path or file://localhost/abs/path), http://HOST:PORT
+	// (sqld) or libsql://HOST (Turso). Other file hosts and in-memory
+	// databases are refused (package database/dburl says why).
 	URL string `yaml:"url"`
 	// AuthToken is sent to a libSQL server; unused for file databases.
 	AuthToken string `yaml:"auth_token"`

@@ -71,6 +71,15 @@ var badConfigs = []struct {
 	{name: "database url with an unknown scheme", sets: []string{"database.url=ftp://db.example"}, key: "database.url", reason: "scheme must be one of file, http, https, libsql"},
 	{name: "database url with no scheme", sets: []string{"database.url=./data/appview.db"}, key: "database.url", reason: "scheme must be one of"},
 	{name: "database url without a host", sets: []string{"database.url=http://"}, key: "database.url", reason: "has no host"},
+	{name: "empty database url", sets: []string{"database.url="}, key: "database.url", reason: "must not be empty"},
+	{name: "file url naming another host", sets: []string{"database.url=file://db.example/srv/appview.db"}, key: "database.url",
+		reason: `host "db.example": a file database must be on this machine`},
+	{name: "file url with a relative path after //", sets: []string{"database.url=file://data/appview.db"}, key: "database.url", reason: `host "data"`},
+	{name: "in-memory database", sets: []string{"database.url=:memory:"}, key: "database.url", reason: "in-memory database is private to each go-libsql connection"},
+	{name: "in-memory database as a file url", env: []string{"APPVIEW_DATABASE_URL=file::memory:"}, key: "database.url", reason: "in-memory database"},
+	{name: "in-memory mode on a file url", sets: []string{"database.url=file:x.db?mode=memory"}, key: "database.url", reason: "in-memory database"},
+	{name: "file url with a query", sets: []string{"database.url=file:x.db?_busy_timeout=500"}, key: "database.url", reason: "query parameters are not supported"},
+	{name: "file url without a path", sets: []string{"database.url=file:"}, key: "database.url", reason: "needs a path"},
 	{name: "jetstream url over http", yaml: "jetstream:\n  urls: [\"http://jetstream.example/subscribe\"]\n", key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
 	{name: "no jetstream url", yaml: "jetstream:\n  urls: []\n", key: "jetstream.urls", reason: "at least one"},
 	{name: "plc url over websocket", sets: []string{"identity.plc_url=wss://plc.directory"}, key: "identity.plc_url", reason: "scheme must be one of http, https"},
@@ -127,6 +136,15 @@ func TestLoadRefusesInvalidConfigurationNamingTheKeyAndReason(t *testing.T) {
 				t.Fatalf("error spans lines: %q", ce.Error())
 			}
 		})
+	}
+}
+
+func TestEveryFileURLFormIsAccepted(t *testing.T) {
+	for _, u := range []string{"file:./data/appview.db", "file:data/appview.db", "file:/var/lib/appview/appview.db",
+		"file:///var/lib/appview/appview.db", "file://localhost/var/lib/appview/appview.db", "file:///srv/my%20data/appview.db"} {
+		if _, err := load(t, "", nil, []string{"database.url=" + u}); err != nil {
+			t.Errorf("database.url=%s: %v", u, err)
+		}
 	}
 }
 

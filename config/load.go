@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/atcr-io/appview/database/dburl"
 )
 
 // EnvPrefix starts every environment override (SPEC §2).
@@ -298,8 +300,6 @@ func (c Config) Validate() error {
 		return keyErr("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case !validLogLevel(c.LogLevel):
 		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
-	case c.Database.URL == "":
-		return keyErr("database.url", "must not be empty")
 	case c.Database.BusyTimeout < 0:
 		return keyErr("database.busy_timeout", "must not be negative")
 	case l.TTL <= 0:
@@ -315,8 +315,8 @@ func (c Config) Validate() error {
 	case l.RetryInterval <= 0:
 		return keyErr("leases.retry_interval", "must be positive, got %s", l.RetryInterval)
 	}
-	if err := checkURL("database.url", c.Database.URL, "file", "http", "https", "libsql"); err != nil {
-		return err
+	if _, err := dburl.Parse(c.Database.URL); err != nil {
+		return keyErr("database.url", "%v", err)
 	}
 	if c.Admin.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
@@ -435,7 +435,7 @@ func checkURL(key, raw string, schemes ...string) error {
 	}
 	for _, s := range schemes {
 		if u.Scheme == s {
-			if s != "file" && u.Host == "" {
+			if u.Host == "" {
 				return keyErr(key, "URL %q has no host", raw)
 			}
 			return nil

@@ -12,7 +12,7 @@ shutdown_timeout: 30s           # upper bound on a graceful stop (workers drain,
 log_level: info                 # debug shows lease.renewed and lease.contended
 
 database:
-  url: "file:./data/appview.db" # or http://HOST:PORT / libsql://HOST (sqld or Turso)
+  url: "file:./data/appview.db" # file:rel/path, file:///abs/path; or http://HOST:PORT / libsql://HOST (sqld or Turso)
   auth_token: ""                # for a libSQL server
   busy_timeout: 5s              # file databases: wait this long on a lock before failing
 

@@ -21,15 +21,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
+
+	"github.com/atcr-io/appview/database/dburl"
 )
 
 // Options says which database to open and how.
 type Options struct {
-	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST.
+	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST
+	// (every accepted form: package dburl).
 	URL string
 	// AuthToken is sent to a libSQL server.
 	AuthToken string
@@ -49,46 +51,37 @@ type DB struct {
 	connector *connector
 }
 
-// Open opens the database and checks that it answers. For a file URL the
-// parent directory is created. Errors say which part failed.
+// Open opens the database and checks that it answers. The URL takes the
+// forms of package dburl (file:PATH, file:///PATH, file://localhost/PATH,
+// http(s)://HOST, libsql://HOST); anything else is refused before the
+// driver sees it. For a file URL the parent directory is created. Errors
+// say which part failed.
 func Open(ctx context.Context, o Options) (*DB, error) {
-	u, err := url.Parse(o.URL)
+	loc, err := dburl.Parse(o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
+		return nil, fmt.Errorf("database url: %w", err)
 	}
-	var (
-		inner  driver.Connector
-		remote bool
-		path   string
-	)
-	switch u.Scheme {
-	case "file":
-		path = strings.TrimPrefix(o.URL, "file:")
-		path = strings.TrimPrefix(path, "//")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			path = path[:i]
-		}
-		if path == "" {
-			return nil, errors.New("database url: file: needs a path")
-		}
-		if dir := filepath.Dir(path); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("create database directory: %w", err)
-			}
-		}
-		inner, err = libsqlConnector("file:" + path)
-	case "http", "https", "libsql":
-		remote = true
-		dsn := *u
+	var inner driver.Connector
+	if loc.Remote() {
+		dsn := *loc.Server
 		if o.AuthToken != "" {
 			q := dsn.Query()
 			q.Set("authToken", o.AuthToken)
 			dsn.RawQuery = q.Encode()
 		}
 		inner, err = libsqlConnector(dsn.String())
-	default:
-		return nil, fmt.Errorf("database url: unsupported scheme %q (want file:, http://, https:// or libsql://)", u.Scheme)
+	} else {
+		if dir := filepath.Dir(loc.Path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create database directory: %w", err)
+			}
+		}
+		// go-libsql decodes percent escapes in a file: DSN, as SQLite URIs
+		// do: the decoded path is escaped again so "%", "#" or "?" in a
+		// directory name reach the file system as they are.
+		inner, err = libsqlConnector("file:" + (&url.URL{Path: loc.Path}).EscapedPath())
 	}
+	remote, path := loc.Remote(), loc.Path
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}

@@ -36,6 +36,8 @@ func refusals() []refusal {
 		{name: "renew_deadline not below ttl", args: []string{"--set", "leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 		{name: "renew_deadline not above renew_interval", args: []string{"--set", "leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
 		{name: "database url scheme", env: []string{"APPVIEW_DATABASE_URL=postgres://db.example/appview"}, key: "database.url", reason: "scheme must be one of"},
+		{name: "in-memory database", args: []string{"--set", "database.url=:memory:"}, key: "database.url", reason: "in-memory database is private"},
+		{name: "file url naming another host", env: []string{"APPVIEW_DATABASE_URL=file://db.example/appview.db"}, key: "database.url", reason: `host "db.example"`},
 		{name: "jetstream url scheme", args: []string{"--set", "jetstream.urls=https://jetstream.example/subscribe"}, key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
 		{name: "labeler url scheme", args: []string{"--set", "labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
 		{name: "negative duration", args: []string{"--set", "shutdown_timeout=-5s"}, key: "shutdown_timeout", reason: "must be positive"},
