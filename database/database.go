@@ -18,6 +18,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -39,7 +40,16 @@ type Options struct {
 	BusyTimeout time.Duration
 	// MaxOpenConns bounds the pool; 0 means 8.
 	MaxOpenConns int
+	// MustExist makes Open refuse a file database that does not exist
+	// (an error wrapping ErrNoDatabase) instead of creating it and its
+	// directory: read-only commands must not mistake a mistyped path for
+	// an empty database. It has no effect on a libSQL server.
+	MustExist bool
 }
+
+// ErrNoDatabase is wrapped by Open's error when Options.MustExist is set
+// and the file database does not exist.
+var ErrNoDatabase = errors.New("no database")
 
 // DB is an open database: the pool plus what kind of database it is.
 type DB struct {
@@ -54,8 +64,8 @@ type DB struct {
 // Open opens the database and checks that it answers. The URL takes the
 // forms of package dburl (file:PATH, file:///PATH, file://localhost/PATH,
 // http(s)://HOST, libsql://HOST); anything else is refused before the
-// driver sees it. For a file URL the parent directory is created. Errors
-// say which part failed.
+// driver sees it. For a file URL the parent directory is created, unless
+// Options.MustExist. Errors say which part failed.
 func Open(ctx context.Context, o Options) (*DB, error) {
 	loc, err := dburl.Parse(o.URL)
 	if err != nil {
@@ -70,16 +80,20 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			dsn.RawQuery = q.Encode()
 		}
 		inner, err = libsqlConnector(dsn.String())
+	} else if o.MustExist {
+		if _, err := os.Stat(loc.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ErrNoDatabase, loc.Path)
+		} else if err != nil {
+			return nil, fmt.Errorf("database file: %w", err)
+		}
+		inner, err = libsqlConnector(fileDSN(loc.Path))
 	} else {
 		if dir := filepath.Dir(loc.Path); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("create database directory: %w", err)
 			}
 		}
-		// go-libsql decodes percent escapes in a file: DSN, as SQLite URIs
-		// do: the decoded path is escaped again so "%", "#" or "?" in a
-		// directory name reach the file system as they are.
-		inner, err = libsqlConnector("file:" + (&url.URL{Path: loc.Path}).EscapedPath())
+		inner, err = libsqlConnector(fileDSN(loc.Path))
 	}
 	remote, path := loc.Remote(), loc.Path
 	if err != nil {
@@ -139,6 +153,14 @@ func Bounded(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// fileDSN is the go-libsql DSN of a file path. go-libsql decodes percent
+// escapes in a file: DSN, as SQLite URIs do, so the path (decoded by
+// dburl.Parse) is escaped again: "%", "#" or "?" in a directory name reach
+// the file system as they are.
+func fileDSN(path string) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath()
 }
 
 // libsqlConnector asks the registered go-libsql driver for a connector, so

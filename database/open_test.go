@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -75,5 +76,36 @@ func TestOpenRefusesURLsThatCannotHoldSharedLeases(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir("."); len(entries) != 0 {
 		t.Errorf("refused URLs left files behind: %v", entries)
+	}
+}
+
+func TestMustExistRefusesAMissingFileAndCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "typo", "appview.db")
+	db, err := Open(context.Background(), Options{URL: "file:" + path, MustExist: true})
+	if err == nil {
+		db.Close()
+		t.Fatal("Open with MustExist created a database")
+	}
+	if !errors.Is(err, ErrNoDatabase) || err.Error() != "no database at "+path {
+		t.Fatalf("err = %v, want ErrNoDatabase: \"no database at %s\"", err, path)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("MustExist left %v behind", entries)
+	}
+
+	// An existing database opens as usual, with its rows.
+	mk := openTemp(t, filepath.Join(dir, "there.db"))
+	if _, err := mk.Exec("CREATE TABLE t (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(context.Background(), Options{URL: "file:" + filepath.Join(dir, "there.db"), MustExist: true})
+	if err != nil {
+		t.Fatalf("MustExist on an existing database: %v", err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 't'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("existing database read %d tables named t, err %v", n, err)
 	}
 }

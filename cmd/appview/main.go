@@ -72,15 +72,18 @@ func newRootCommand() *cobra.Command {
 	}
 	flags := &configFlags{}
 	flags.register(root)
-	open := func(ctx context.Context) (*database.DB, error) {
-		cfg, err := flags.load()
-		if err != nil {
-			return nil, err
+	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
+		return func(ctx context.Context) (*database.DB, error) {
+			cfg, err := flags.load()
+			if err != nil {
+				return nil, err
+			}
+			return open(ctx, cfg)
 		}
-		return openDatabase(ctx, cfg)
 	}
-	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(flags, open),
-		newWebhooksCommand(open), newReplayCommand(), newSynthCommand(), newBenchCommand())
+	migrated, existing := opener(openDatabase), opener(openExisting)
+	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
+		newWebhooksCommand(migrated, existing), newReplayCommand(), newSynthCommand(), newBenchCommand())
 	return root
 }
 
