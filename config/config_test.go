@@ -64,6 +64,17 @@ var badConfigs = []struct {
 	{name: "renew_interval equal to half the ttl", sets: []string{"leases.ttl=10s", "leases.renew_interval=5s", "leases.renew_deadline=8s"},
 		key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
 	{name: "renew_interval above half the ttl", yaml: "leases:\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "must be less than half of leases.ttl (8s >= 15s/2)"},
+	{name: "ttl below the floor", sets: []string{"leases.ttl=3ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 3ms"},
+	{name: "ttl just below the floor", env: []string{"APPVIEW_LEASES_TTL=499ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 499ms"},
+	{name: "ttl above the ceiling", sets: []string{"leases.ttl=100000h"}, key: "leases.ttl", reason: "must be at most 1h, got 100000h"},
+	{name: "ttl just above the ceiling", yaml: "leases:\n  ttl: 61m\n", key: "leases.ttl", reason: "must be at most 1h, got 1h1m"},
+	{name: "renew_interval below the floor", sets: []string{"leases.ttl=1s", "leases.renew_interval=10ms", "leases.renew_deadline=500ms", "leases.retry_interval=200ms"},
+		key: "leases.renew_interval", reason: "must be at least 50ms, got 10ms"},
+	{name: "renew_deadline below the floor", sets: []string{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=99ms", "leases.retry_interval=100ms"},
+		key: "leases.renew_deadline", reason: "must be at least 100ms, got 99ms"},
+	{name: "retry_interval below the floor", sets: []string{"leases.retry_interval=49ms"}, key: "leases.retry_interval", reason: "must be at least 50ms, got 49ms"},
+	{name: "zero retry_interval", sets: []string{"leases.retry_interval=0"}, key: "leases.retry_interval", reason: "must be positive"},
+	{name: "retry_interval above the ttl", sets: []string{"leases.retry_interval=16s"}, key: "leases.retry_interval", reason: "must not exceed leases.ttl (16s > 15s)"},
 	{name: "renew_deadline equal to ttl", sets: []string{"leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 	{name: "renew_deadline above ttl", sets: []string{"leases.renew_deadline=1m"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 	{name: "renew_deadline equal to renew_interval", sets: []string{"leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
@@ -144,6 +155,29 @@ func TestEveryFileURLFormIsAccepted(t *testing.T) {
 		"file:///var/lib/appview/appview.db", "file://localhost/var/lib/appview/appview.db", "file:///srv/my%20data/appview.db"} {
 		if _, err := load(t, "", nil, []string{"database.url=" + u}); err != nil {
 			t.Errorf("database.url=%s: %v", u, err)
+		}
+	}
+}
+
+func TestLeaseTimingsAtTheirBoundsAreAccepted(t *testing.T) {
+	for _, sets := range [][]string{
+		{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=100ms", "leases.retry_interval=50ms"},
+		{"leases.ttl=1h", "leases.renew_interval=20m", "leases.renew_deadline=40m", "leases.retry_interval=1h"},
+		{"leases.retry_interval=15s"}, // equal to the default ttl
+	} {
+		if _, err := load(t, "", nil, sets); err != nil {
+			t.Errorf("%v: %v", sets, err)
+		}
+	}
+}
+
+func TestShortDurationsDropTrailingZeroUnits(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Hour: "1h", 100000 * time.Hour: "100000h", 61 * time.Minute: "1h1m", 90 * time.Minute: "1h30m",
+		2 * time.Minute: "2m", 500 * time.Millisecond: "500ms", 15 * time.Second: "15s", time.Hour + time.Second: "1h0m1s",
+	} {
+		if got := short(d); got != want {
+			t.Errorf("short(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
@@ -299,7 +333,7 @@ func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
 		"backfill.relay_endpoints": "https://r.example", "identity.plc_url": "https://plc.example",
 		"labeler.url": "https://labeler.example", "billing.stripe_secret_key": "sk", "billing.stripe_api_url": "https://s.example",
 		"webhooks.retry_schedule": "0s,1s", "webhooks.public_url": "https://atcr.example",
-		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s",
+		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s", "leases.retry_interval": "2s",
 		"jetstream.max_message_bytes": "4096", "billing.enabled": "false", // true needs a secret key too
 		"health.timeout": "1s", // below health.check_interval
 	}

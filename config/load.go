@@ -304,16 +304,28 @@ func (c Config) Validate() error {
 		return keyErr("database.busy_timeout", "must not be negative")
 	case l.TTL <= 0:
 		return keyErr("leases.ttl", "must be positive, got %s", l.TTL)
+	case l.TTL < MinLeaseTTL:
+		return keyErr("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
+	case l.TTL > MaxLeaseTTL:
+		return keyErr("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
 	case l.RenewInterval <= 0:
 		return keyErr("leases.renew_interval", "must be positive, got %s", l.RenewInterval)
+	case l.RenewInterval < MinLeaseRenewInterval:
+		return keyErr("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
 	case l.RenewInterval >= l.TTL/2:
 		return keyErr("leases.renew_interval", "must be less than half of leases.ttl (%s >= %s/2)", l.RenewInterval, l.TTL)
+	case l.RenewDeadline < MinLeaseRenewDeadline:
+		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
 	case l.RenewDeadline >= l.TTL:
 		return keyErr("leases.renew_deadline", "must be less than leases.ttl (%s >= %s)", l.RenewDeadline, l.TTL)
 	case l.RenewDeadline <= l.RenewInterval:
 		return keyErr("leases.renew_deadline", "must be greater than leases.renew_interval (%s <= %s)", l.RenewDeadline, l.RenewInterval)
 	case l.RetryInterval <= 0:
 		return keyErr("leases.retry_interval", "must be positive, got %s", l.RetryInterval)
+	case l.RetryInterval < MinLeaseRetryInterval:
+		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
+	case l.RetryInterval > l.TTL:
+		return keyErr("leases.retry_interval", "must not exceed leases.ttl (%s > %s)", l.RetryInterval, l.TTL)
 	}
 	if _, err := dburl.Parse(c.Database.URL); err != nil {
 		return keyErr("database.url", "%v", err)
@@ -418,6 +430,18 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// short renders d as an operator writes it: 1h rather than 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") { // 2m0s, 1h0m0s
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") { // 1h0m
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func validLogLevel(s string) bool {
