@@ -61,6 +61,9 @@ var badConfigs = []struct {
 	{name: "unparsable duration in a list", yaml: "webhooks:\n  retry_schedule: [0s, soon]\n", key: "webhooks.retry_schedule", reason: `unparsable duration "soon"`},
 	{name: "wrong type for an integer", yaml: "backfill:\n  concurrency: many\n", key: "backfill.concurrency", reason: "cannot unmarshal !!str `many` into int (line 2)"},
 	{name: "invalid YAML", yaml: "leases: [\n", key: "--config", reason: "invalid YAML"},
+	{name: "two YAML documents", yaml: "leases:\n  ttl: 20s\n---\nleases:\n  ttl: 1s\n", key: "--config", reason: "more than one YAML document (a second one starts at line 3); keep one"},
+	{name: "a trailing document separator", yaml: "log_level: warn\n---\n", key: "--config", reason: "more than one YAML document"},
+	{name: "an invalid second document", yaml: "log_level: warn\n---\nleases: [\n", key: "--config", reason: "more than one YAML document, and the second is invalid"},
 	{name: "renew_interval equal to half the ttl", sets: []string{"leases.ttl=10s", "leases.renew_interval=5s", "leases.renew_deadline=8s"},
 		key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
 	{name: "renew_interval above half the ttl", yaml: "leases:\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "must be less than half of leases.ttl (8s >= 15s/2)"},
@@ -226,7 +229,7 @@ func TestDefaultsAreValid(t *testing.T) {
 }
 
 func TestEmptyFileAndEmptySectionsKeepDefaults(t *testing.T) {
-	for _, body := range []string{"\n", "# only a comment\n", "leases:\njetstream:\n"} {
+	for _, body := range []string{"\n", "# only a comment\n", "leases:\njetstream:\n", "---\n", "---\nleases:\n...\n"} {
 		cfg := mustLoad(t, body, nil, nil)
 		cfg.InstanceID = ""
 		if !reflect.DeepEqual(cfg, Default()) {

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -138,13 +140,27 @@ func yamlName(f reflect.StructField) string {
 }
 
 // decodeYAML walks the document against the struct so that an unknown key
-// or a bad value is reported with its full dotted path.
+// or a bad value is reported with its full dotted path. A file holds one
+// document: yaml.Unmarshal would read the first and silently drop the
+// rest (settings the operator believes are applied), so a second one,
+// even an empty one after a trailing "---", is refused.
 func decodeYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF): // empty file, or only comments: defaults
+		return nil
+	case err != nil:
 		return &Error{Key: "--config", Reason: "invalid YAML: " + err.Error()}
 	}
-	if len(doc.Content) == 0 { // empty file: defaults
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return keyErr("--config", "more than one YAML document (a second one starts at line %d); keep one", next.Line)
+	case !errors.Is(err, io.EOF):
+		return &Error{Key: "--config", Reason: "more than one YAML document, and the second is invalid: " + err.Error()}
+	}
+	if len(doc.Content) == 0 {
 		return nil
 	}
 	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")

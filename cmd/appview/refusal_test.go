@@ -31,6 +31,7 @@ func refusals() []refusal {
 		{name: "unknown top-level key", yaml: "instance_idd: web-1\n", key: "instance_idd", reason: "unknown key (line 1)"},
 		{name: "unknown nested key", yaml: "admin:\n  addr: 127.0.0.1:0\nleases:\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 4)"},
 		{name: "duplicate key", yaml: "leases:\n  ttl: 15s\n  ttl: 20s\n", key: "leases.ttl", reason: "duplicate key (line 3)"},
+		{name: "two YAML documents", yaml: "admin:\n  addr: 127.0.0.1:0\n---\nleases:\n  ttl: 20s\n", key: "--config", reason: "more than one YAML document"},
 		{name: "unparsable duration", yaml: "leases:\n  ttl: fifteen seconds\n", key: "leases.ttl", reason: `unparsable duration "fifteen seconds"`},
 		{name: "ttl below 500ms", args: []string{"--set", "leases.ttl=3ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 3ms"},
 		{name: "ttl above 1h", env: []string{"APPVIEW_LEASES_TTL=100000h"}, key: "leases.ttl", reason: "must be at most 1h, got 100000h"},
