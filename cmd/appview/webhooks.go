@@ -129,7 +129,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
-				return fmt.Errorf("webhook id %q: want a positive integer (see `appview webhooks list`)", args[0])
+				return usage(cmd, "webhook id %q: want a positive integer, as `appview webhooks list` prints", args[0])
 			}
 			db, err := open(cmd.Context())
 			if err != nil {
