@@ -194,8 +194,11 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
-	if r.code != exitFailure || !strings.Contains(r.stderr, "--force") {
+	if r.code != exitFailure || r.stderr != "appview: write config: appview.yaml exists (use --force to overwrite)\n" {
 		t.Fatalf("config init over an existing file: code %d, stderr %q; want 1 and a hint to use --force", r.code, r.stderr)
+	}
+	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
+		t.Fatalf("config init --force over an existing file: code %d, stderr %q", r.code, r.stderr)
 	}
 
 	// The file as written, unchanged; only the admin address moves to a
@@ -206,6 +209,20 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	p.signal(os.Interrupt)
 	if code, _ := p.wait(runTimeout); code != 0 {
 		t.Fatalf("serve --config (init output): exit %d after SIGINT, want 0", code)
+	}
+}
+
+func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.T) {
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv(), "config", "init", "nonexistent/appview.yaml")
+	if r.code != exitFailure {
+		t.Errorf("exit code %d, want %d", r.code, exitFailure)
+	}
+	if !strings.Contains(r.stderr, "no such file or directory") || strings.Contains(r.stderr, "--force") {
+		t.Fatalf("stderr = %q, want the missing directory named and no --force hint (it would not help)", r.stderr)
+	}
+	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "nonexistent/appview.yaml"); r.code != exitFailure {
+		t.Fatalf("config init --force into a missing directory: exit %d, want %d", r.code, exitFailure)
 	}
 }
 
