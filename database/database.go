@@ -10,6 +10,14 @@
 // driver's connector so every pooled connection is configured before use
 // and a failed remote connection is retired (remote.go), and Migrate
 // splits each migration into statements.
+//
+// One fact it cannot hide: reading a TEXT value whose content looks like a
+// date ("2024-06-01", "2024-06-01T12:00:00.000Z", "2024-06-01 12:00")
+// makes go-libsql return a time.Time, which database/sql formats back as
+// RFC 3339 when scanned into a string, so the value comes back changed.
+// Writes are unaffected. Every query that reads a TEXT value into Go
+// selects it through Text (text.go), which casts it to BLOB so the bytes
+// arrive untouched.
 package database
 
 import (
@@ -59,6 +67,9 @@ type DB struct {
 	// Path is the file path of an embedded database ("" when remote).
 	Path      string
 	connector *connector
+	// file is the database file as opened, to notice it being deleted or
+	// replaced under a running instance (nil when remote).
+	file os.FileInfo
 }
 
 // Open opens the database and checks that it answers. The URL takes the
@@ -115,7 +126,51 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if path != "" {
+		if db.file, err = os.Stat(path); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("database file: %w", err)
+		}
+	}
 	return db, nil
+}
+
+// ErrFileReplaced means the database file was deleted or replaced while
+// this process had it open: the process keeps writing to the old file
+// (its open handle) while every other instance uses the new one, so two
+// instances could each hold the same lease in different databases.
+var ErrFileReplaced = errors.New("database file was deleted or replaced while open")
+
+// CheckFile reports ErrFileReplaced when Path no longer names the file
+// that was opened (a stat, a few µs). Always nil for a remote database.
+func (db *DB) CheckFile() error {
+	if db.file == nil {
+		return nil
+	}
+	now, err := os.Stat(db.Path)
+	if err != nil || !os.SameFile(db.file, now) {
+		return fmt.Errorf("%s: %w", db.Path, ErrFileReplaced)
+	}
+	return nil
+}
+
+// writeProbeSQL rewrites one column of one row with its own value: a real
+// write that needs the write lock and lands in the log, and changes nothing.
+const writeProbeSQL = `UPDATE schema_migrations SET applied_at = applied_at
+WHERE version = (SELECT MAX(version) FROM schema_migrations)`
+
+// CheckWritable makes a real, no-op write and reports why it failed (a
+// read-only file or mount, a full disk, a replaced file). Bounded by ctx.
+func (db *DB) CheckWritable(ctx context.Context) error {
+	if err := db.CheckFile(); err != nil {
+		return err
+	}
+	return Bounded(ctx, func() error {
+		if _, err := db.ExecContext(ctx, writeProbeSQL); err != nil {
+			return fmt.Errorf("database not writable: %w", err)
+		}
+		return nil
+	})
 }
 
 // Ping runs SELECT 1 and waits at most until ctx is done. The driver ignores
@@ -216,7 +271,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		_ = rows.Close()
 	}
-	return conn, nil
+	return guard(conn, retireFile), nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
@@ -224,3 +279,36 @@ func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
 // NowMS is the SQL expression for the database's clock in Unix milliseconds.
 // Every expiry comparison uses it, so all instances share one clock.
 const NowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+
+// Querier is what QueryReturning needs: a *sql.DB, *sql.Tx or *sql.Conn.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// QueryReturning runs a write with a RETURNING clause and scans its first
+// row into dest, reporting whether there was one. It reads the result to
+// the end before returning: an autocommit statement commits only when it
+// has run to completion, and a failed commit (disk full, read-only file)
+// surfaces there. sql.Row.Scan stops after the first row, and go-libsql
+// ignores the error of closing a statement early, so with it a write that
+// never committed would look as if it had.
+func QueryReturning(ctx context.Context, q Querier, query string, args []any, dest ...any) (bool, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	found := false
+	for rows.Next() {
+		if !found {
+			if err := rows.Scan(dest...); err != nil {
+				return false, err
+			}
+			found = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	return found, rows.Close()
+}

@@ -143,18 +143,28 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int
 		}
 		applied = append(applied, m.Version)
 	}
+	// With nothing to apply the transaction would write nothing, and a
+	// read-only file or mount would pass for a working database: make it
+	// write.
+	if _, err := conn.ExecContext(ctx, writeProbeSQL); err != nil {
+		return nil, fmt.Errorf("migrate: database not writable: %w", err)
+	}
 	return applied, nil
 }
 
-// Ready reports whether the database answers and every embedded migration
-// is recorded (for /readyz).
+// Ready reports whether the database answers, every embedded migration is
+// recorded, and it takes writes (for /readyz): an instance that cannot
+// write can hold no lease and run no leased worker.
 func (db *DB) Ready(ctx context.Context) error {
 	migs, err := Migrations()
 	if err != nil {
 		return err
 	}
 	want := migs[len(migs)-1].Version
-	return Bounded(ctx, func() error {
+	if err := db.CheckFile(); err != nil {
+		return err
+	}
+	if err := Bounded(ctx, func() error {
 		var have sql.NullInt64
 		if err := db.QueryRow("SELECT MAX(version) FROM schema_migrations").Scan(&have); err != nil {
 			return fmt.Errorf("database not answering: %w", err)
@@ -163,5 +173,8 @@ func (db *DB) Ready(ctx context.Context) error {
 			return fmt.Errorf("migrations pending: at %d, want %d", have.Int64, want)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return db.CheckWritable(ctx)
 }

@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"database/sql/driver"
+	"strings"
 	"time"
 )
 
@@ -23,31 +24,63 @@ type libsqlConn interface {
 	driver.QueryerContext
 }
 
-// remoteConn is a connection to a libSQL server that the pool discards
-// after any failed call (driver.Validator, driver.SessionResetter). A
+// remoteConn is a connection that the pool discards after a failed call
+// that retire says poisons it (driver.Validator, driver.SessionResetter);
+// go-libsql never reports driver.ErrBadConn itself.
+//
+// For a libSQL server every error retires the connection (retireRemote): a
 // Hrana stream that failed once, because the server restarted or the
-// stream expired, fails forever ("Received an invalid baton"), and
-// go-libsql does not report it as driver.ErrBadConn. An SQL error (a
-// constraint, a syntax error) also retires the connection; a new stream
-// costs one request, which is cheap next to a pool that never heals.
+// stream expired, fails forever ("Received an invalid baton"). An SQL error
+// (a constraint, a syntax error) also retires it; a new stream costs one
+// request, which is cheap next to a pool that never heals.
+//
+// For a file, only errors that stick to the SQLite connection retire it
+// (retireFile): a connection that opened the file read-only (or lost it to
+// an I/O error) keeps failing after the file is writable again, while a new
+// one opens it read-write.
 //
 // database/sql never uses one connection from two goroutines at once, so
 // broken needs no lock.
 type remoteConn struct {
 	inner  libsqlConn
+	retire func(error) bool
 	broken bool
 }
 
-func wrapRemote(c driver.Conn) driver.Conn {
+func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote) }
+
+func guard(c driver.Conn, retire func(error) bool) driver.Conn {
 	inner, ok := c.(libsqlConn)
 	if !ok {
 		return c
 	}
-	return &remoteConn{inner: inner}
+	return &remoteConn{inner: inner, retire: retire}
+}
+
+func retireRemote(err error) bool { return true }
+
+// stickyFileErrors are SQLite messages after which a file connection is
+// not trusted again.
+var stickyFileErrors = []string{
+	"readonly database",
+	"disk I/O error",
+	"unable to open database file",
+	"database disk image is malformed",
+	"file is not a database",
+}
+
+func retireFile(err error) bool {
+	msg := err.Error()
+	for _, s := range stickyFileErrors {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *remoteConn) note(err error) error {
-	if err != nil {
+	if err != nil && c.retire(err) {
 		c.broken = true
 	}
 	return err

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"sort"
 	"strings"
+
+	"github.com/atcr-io/appview/database"
 )
 
 // applier applies the ops of one batch inside one transaction.
@@ -166,6 +168,11 @@ type recordKey struct{ did, collection, rkey string }
 // tombstoneChunk bounds the keys per tombstone query (3 parameters each).
 const tombstoneChunk = 200
 
+// tombstoneColumns are what loadTombstones reads: a record key and the
+// time of its delete.
+var tombstoneColumns = database.Text("t.did") + ", " + database.Text("t.collection") + ", " +
+	database.Text("t.rkey") + ", t.source_us"
+
 // loadTombstones reads the tombstones of every record the batch creates
 // or updates, in a few queries instead of one per event; deletes in the
 // batch then keep the map current.
@@ -189,7 +196,7 @@ func (a *applier) loadTombstones(ops []*op) error {
 		args := make([]any, 0, 3*len(chunk))
 		var q strings.Builder
 		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
-		q.WriteString(`SELECT t.did, t.collection, t.rkey, t.source_us FROM (VALUES `)
+		q.WriteString(`SELECT ` + tombstoneColumns + ` FROM (VALUES `)
 		q.WriteString(values(len(chunk), 3))
 		q.WriteString(`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`)
 		for _, k := range chunk {
@@ -432,7 +439,8 @@ WHERE excluded.source_us > tags.source_us`,
 		return false, nil // older than the stored tag
 	}
 	var digest string
-	found, err := a.queryRow(`SELECT digest FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKey}, &digest)
+	found, err := a.queryRow(`SELECT `+database.Text("digest")+`
+FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKey}, &digest)
 	if err != nil {
 		return false, fmt.Errorf("resolve tag manifest: %w", err)
 	}
@@ -457,7 +465,8 @@ ON CONFLICT (did, rkey) DO NOTHING`, o.did, o.rkey, s.OwnerDID, s.Repository, s.
 			oldOwner, oldRepo string
 			sourceUS          int64
 		)
-		if _, err := a.queryRow(`SELECT owner_did, repository, source_us FROM stars WHERE did = ?1 AND rkey = ?2`,
+		if _, err := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`, source_us
+FROM stars WHERE did = ?1 AND rkey = ?2`,
 			[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &sourceUS); err != nil {
 			return false, fmt.Errorf("read star: %w", err)
 		}
@@ -592,7 +601,8 @@ WHERE excluded.source_us > record_tombstones.source_us`, o.did, o.collection, o.
 		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
 	case CollectionStar:
 		var owner, repo string
-		found, qerr := a.queryRow(`SELECT owner_did, repository FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`,
+		found, qerr := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`
+FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`,
 			[]any{o.did, o.rkey, t}, &owner, &repo)
 		if qerr != nil || !found {
 			err = qerr
@@ -612,7 +622,7 @@ WHERE did = ?1 AND profile_us < ?2`, o.did, t, t/1000)
 		n, err = a.exec(`DELETE FROM hold_crew WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
 	case CollectionStats:
 		var s HoldStat
-		found, qerr := a.queryRow(`SELECT did, repository, pull_count, push_count, last_pull, last_push, updated_at
+		found, qerr := a.queryRow(`SELECT `+database.Text("did")+`, `+database.Text("repository")+`, pull_count, push_count, last_pull, last_push, updated_at
 FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`,
 			[]any{o.did, o.rkey, t}, &s.OwnerDID, &s.Repository, &s.PullCount, &s.PushCount, &s.LastPull, &s.LastPush, &s.UpdatedAt)
 		if qerr != nil || !found {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/synth"
@@ -90,7 +91,11 @@ func dump(t testing.TB, db *sql.DB) string {
 	rows.Close()
 	var b strings.Builder
 	for _, name := range names {
-		r, err := db.Query("SELECT * FROM " + name)
+		q, err := database.SelectAll(context.Background(), db, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := db.Query(q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +110,14 @@ func dump(t testing.TB, db *sql.DB) string {
 			if err := r.Scan(ptrs...); err != nil {
 				t.Fatal(err)
 			}
-			lines = append(lines, fmt.Sprint(vals...))
+			parts := make([]string, len(vals))
+			for i, v := range vals {
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				parts[i] = fmt.Sprintf("%q", fmt.Sprint(v))
+			}
+			lines = append(lines, strings.Join(parts, " "))
 		}
 		r.Close()
 		sort.Strings(lines)

@@ -12,6 +12,10 @@
 // which must be ignored) and their deletes, identity and account events
 // (for known users and for outsiders, which must be ignored), non-io.atcr
 // noise and a few records that break their lexicon. time_us grows strictly.
+// Some tags, repository names, org.opencontainers.image.created annotations
+// and repo page descriptions look like dates, as in real traffic: go-libsql
+// hands such TEXT to Go as a time.Time unless it is read through
+// database.Text, so Diff catches any reader that forgets it.
 //
 // Expected is built by an independent model of the processor's rules,
 // event by event, while generating: Diff compares it with a database.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/atcr-io/appview/database"
 )
 
 // Expected is the exact database state a synthetic stream must produce, as
@@ -32,27 +34,41 @@ type table struct {
 	keyCols int
 }
 
-// Tables are the tables Expected covers and the columns compared.
+// Tables are the tables Expected covers and the columns compared. Every
+// TEXT column is read through database.Text (text, below), so the
+// comparison sees the stored bytes, not go-libsql's date rewrite of them.
 var tables = []table{
-	{"users", `SELECT did, handle, active, status, default_hold, auto_remove_untagged, profile_created_at,
-  profile_updated_at, updated_at FROM users`, 1},
-	{"manifests", `SELECT did, repository, digest, rkey, hold_did, hold_endpoint, media_type, schema_version,
-  config_digest, subject_digest, created_at, indexed_at,
+	{"users", `SELECT ` + text("did", "handle") + `, active, ` + text("status", "default_hold") + `, auto_remove_untagged,
+  profile_created_at, profile_updated_at, updated_at FROM users`, 1},
+	{"manifests", `SELECT ` + text("did", "repository", "digest", "rkey", "hold_did", "hold_endpoint", "media_type") + `,
+  schema_version, ` + text("config_digest", "subject_digest") + `, created_at, indexed_at,
   (SELECT COUNT(*) FROM manifest_layers l WHERE l.manifest_id = m.id),
   (SELECT COUNT(*) FROM manifest_references r WHERE r.manifest_id = m.id),
-  (SELECT COALESCE(group_concat(key || '=' || value, ','), '') FROM
-     (SELECT key, value FROM manifest_annotations a WHERE a.manifest_id = m.id ORDER BY key))
+  ` + text(`(SELECT COALESCE(group_concat(key || '=' || value, ','), '') FROM
+     (SELECT key, value FROM manifest_annotations a WHERE a.manifest_id = m.id ORDER BY key))`) + `
   FROM manifests m`, 3},
-	{"tags", `SELECT did, repository, tag, digest, rkey, created_at, updated_at FROM tags`, 3},
-	{"stars", `SELECT did, rkey, owner_did, repository, created_at FROM stars`, 2},
-	{"repo_pages", `SELECT did, repository, rkey, description, avatar_cid, created_at, updated_at FROM repo_pages`, 2},
-	{"hold_captains", `SELECT hold_did, owner_did, public, allow_all_crew, enable_bluesky_posts, deployed_at, region,
-  provider, successor FROM hold_captains`, 1},
-	{"hold_crew", `SELECT hold_did, rkey, member_did, role, permissions, tier, added_at FROM hold_crew`, 2},
-	{"repository_hold_stats", `SELECT did, repository, hold_did, pull_count, push_count, last_pull, last_push,
-  updated_at FROM repository_hold_stats`, 3},
-	{"repository_stats", `SELECT did, repository, pull_count, push_count, last_pull, last_push, star_count,
+	{"tags", `SELECT ` + text("did", "repository", "tag", "digest", "rkey") + `, created_at, updated_at FROM tags`, 3},
+	{"stars", `SELECT ` + text("did", "rkey", "owner_did", "repository") + `, created_at FROM stars`, 2},
+	{"repo_pages", `SELECT ` + text("did", "repository", "rkey", "description", "avatar_cid") + `, created_at, updated_at
+  FROM repo_pages`, 2},
+	{"hold_captains", `SELECT ` + text("hold_did", "owner_did") + `, public, allow_all_crew, enable_bluesky_posts, deployed_at,
+  ` + text("region", "provider", "successor") + ` FROM hold_captains`, 1},
+	{"hold_crew", `SELECT ` + text("hold_did", "rkey", "member_did", "role", "permissions", "tier") + `, added_at
+  FROM hold_crew`, 2},
+	{"repository_hold_stats", `SELECT ` + text("did", "repository", "hold_did") + `, pull_count, push_count, last_pull,
+  last_push, updated_at FROM repository_hold_stats`, 3},
+	{"repository_stats", `SELECT ` + text("did", "repository") + `, pull_count, push_count, last_pull, last_push, star_count,
   updated_at FROM repository_stats`, 2},
+}
+
+// text is the select list reading each TEXT expression through
+// database.Text, comma-separated.
+func text(exprs ...string) string {
+	out := make([]string, len(exprs))
+	for i, e := range exprs {
+		out[i] = database.Text(e)
+	}
+	return strings.Join(out, ", ")
 }
 
 // cell renders one value the same way for the model and the database.

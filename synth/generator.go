@@ -60,9 +60,13 @@ const (
 	maxCrewPerHold      = 6
 )
 
+// Date-like names and values are here because real traffic has them (a
+// tag per build day, a repository named after a release) and go-libsql
+// returns TEXT that parses as a date as a time.Time: a read that does not
+// go through database.Text changes them, and Diff then reports it.
 var (
-	repoNames = []string{"app", "api", "web", "worker", "cli", "db", "proxy", "base"}
-	tagNames  = []string{"latest", "stable", "dev", "v1", "v2", "v3"}
+	repoNames = []string{"app", "api", "web", "worker", "cli", "db", "proxy", "base", "2024-06-01"}
+	tagNames  = []string{"latest", "stable", "dev", "v1", "v2", "v3", "2024-06-01", "2024-06-01T12-00"}
 	roles     = []string{"owner", "admin", "write", "read"}
 	regions   = []string{"us-east", "eu-west", "ap-south"}
 )
@@ -274,8 +278,12 @@ func (g *Generator) pushManifest() (jetstream.Event, bool) {
 func (g *Generator) annotate(mf *manifestM, rec obj) {
 	clear(mf.annotations)
 	for range g.rng.IntN(3) {
-		k := []string{"org.opencontainers.image.source", "org.opencontainers.image.version", "org.opencontainers.image.title"}[g.rng.IntN(3)]
+		k := []string{"org.opencontainers.image.source", "org.opencontainers.image.version", "org.opencontainers.image.title",
+			"org.opencontainers.image.created"}[g.rng.IntN(4)]
 		mf.annotations[k] = fmt.Sprintf("v%d", g.rng.IntN(100))
+		if k == "org.opencontainers.image.created" { // RFC 3339 (OCI image-spec annotations)
+			mf.annotations[k] = datetime(mf.createdAt)
+		}
 	}
 	if len(mf.annotations) > 0 {
 		a := obj{}
@@ -529,7 +537,14 @@ func (g *Generator) repoPage() (jetstream.Event, bool) {
 		g.m.pages[pk] = p
 	}
 	p.updatedAt = g.ms()
-	p.description = fmt.Sprintf("# %s\n\nBuilt %d times.", pk.repo, g.rng.IntN(1000))
+	switch g.rng.IntN(6) {
+	case 0: // a page whose whole description is a date
+		p.description = time.UnixMilli(p.updatedAt).UTC().Format(time.DateOnly)
+	case 1:
+		p.description = datetime(p.updatedAt)
+	default:
+		p.description = fmt.Sprintf("# %s\n\nBuilt %d times.", pk.repo, g.rng.IntN(1000))
+	}
 	p.avatar = ""
 	rec := obj{"$type": colRepoPage, "repository": pk.repo, "description": p.description,
 		"createdAt": datetime(p.createdAt), "updatedAt": datetime(p.updatedAt)}

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/synth"
@@ -79,5 +81,41 @@ func TestStreamIsJetstreamJSONLWithGrowingTimeAndEveryShape(t *testing.T) {
 	}
 	if len(exp.PushEventKeys) == 0 || len(exp.Tables["repository_stats"]) == 0 {
 		t.Errorf("expected state has %d push keys and %d repository_stats rows", len(exp.PushEventKeys), len(exp.Tables["repository_stats"]))
+	}
+}
+
+// The expected state holds the date-like values go-libsql would rewrite
+// on a plain read, so the equality tests built on Diff catch a reader
+// that forgets database.Text.
+func TestExpectedStateHoldsDateLikeTagsRepositoriesAnnotationsAndDescriptions(t *testing.T) {
+	exp, err := synth.Write(context.Background(), &bytes.Buffer{}, synth.Options{Seed: 1, Events: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	isDate := func(s string) bool {
+		_, d := time.Parse(time.DateOnly, s)
+		_, r := time.Parse(time.RFC3339Nano, s)
+		return d == nil || r == nil
+	}
+	found := map[string]bool{}
+	for key := range exp.Tables["tags"] { // did|repository|tag
+		k := strings.Split(key, "|")
+		found["tag"] = found["tag"] || isDate(k[2])
+		found["repository"] = found["repository"] || isDate(k[1])
+	}
+	for _, row := range exp.Tables["manifests"] { // ...|annotations
+		cols := strings.Split(row, "|")
+		for _, a := range strings.Split(cols[len(cols)-1], ",") {
+			v, ok := strings.CutPrefix(a, "org.opencontainers.image.created=")
+			found["created annotation"] = found["created annotation"] || ok && isDate(v)
+		}
+	}
+	for _, row := range exp.Tables["repo_pages"] { // rkey|description|...
+		found["description"] = found["description"] || isDate(strings.Split(row, "|")[1])
+	}
+	for _, what := range []string{"tag", "repository", "created annotation", "description"} {
+		if !found[what] {
+			t.Errorf("no date-like %s in the expected state of 5000 events", what)
+		}
 	}
 }

@@ -88,6 +88,7 @@ func New(o Options) (*System, error) {
 	}
 	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
 	store := lease.NewStore(o.DB.DB, cfg.Leases.TTL)
+	store.Check = o.DB.CheckFile
 	timing := lease.Timing{TTL: cfg.Leases.TTL, RenewInterval: cfg.Leases.RenewInterval,
 		RenewDeadline: cfg.Leases.RenewDeadline, RetryInterval: cfg.Leases.RetryInterval}
 	var specs []childSpec

@@ -202,7 +202,7 @@ func (tr *traffic) check(ctx context.Context, resendAcrossCustody bool) {
 	for _, d := range synth.Diff(ctx, tr.reader.DB, tr.expected) {
 		t.Errorf("database differs from the generator's expected state: %s", d)
 	}
-	rows, err := tr.reader.QueryContext(ctx, `SELECT s.did, s.repository, s.pull_count, s.push_count,
+	rows, err := tr.reader.QueryContext(ctx, `SELECT `+database.Text("s.did")+`, `+database.Text("s.repository")+`, s.pull_count, s.push_count,
   COALESCE(SUM(h.pull_count), 0), COALESCE(SUM(h.push_count), 0)
 FROM repository_stats s LEFT JOIN repository_hold_stats h ON h.did = s.did AND h.repository = s.repository
 GROUP BY s.did, s.repository`)
@@ -271,7 +271,11 @@ func (tr *traffic) rowsUnderFence(ctx context.Context, fence int64) map[string]m
 	t.Helper()
 	out := map[string]map[string]bool{}
 	for _, table := range fencedTables {
-		rows, err := tr.reader.QueryContext(ctx, "SELECT * FROM "+table+" WHERE fence = ?1", fence)
+		q, err := database.SelectAll(ctx, tr.reader, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tr.reader.QueryContext(ctx, q+" WHERE fence = ?1", fence)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -378,10 +378,6 @@ const (
 	selectDueSQL = `SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
 WHERE ` + dueSQL + ` ORDER BY d.next_attempt_at, d.id LIMIT ?2`
 
-	claimReadSQL = `SELECT d.webhook_id, d.event_key, d.trigger_name, d.trigger_data, d.payload, d.attempts, w.url, w.secret
-FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-WHERE d.id = ?2 AND ` + dueSQL
-
 	claimSQL = `UPDATE webhook_deliveries SET
   attempts = attempts + 1,
   next_attempt_at = ` + database.NowMS + ` + ?2,
@@ -407,6 +403,14 @@ WHERE id = ?1 AND attempts = ?2 AND status = 'pending'`
 	failedSQL = `UPDATE webhook_deliveries SET status = 'failed', last_status_code = ?3, last_error = ?4,
   updated_at = ` + database.NowMS + ` WHERE id = ?1 AND attempts = ?2 AND status = 'pending'`
 )
+
+// claimReadSQL reads a due delivery and its webhook; the TEXT values go
+// through database.Text so a trigger or payload reaches Go unchanged.
+var claimReadSQL = `SELECT d.webhook_id, ` + database.Text("d.event_key") + `, ` + database.Text("d.trigger_name") + `, ` +
+	database.Text("d.trigger_data") + `, ` + database.Text("d.payload") + `, d.attempts, ` +
+	database.Text("w.url") + `, ` + database.Text("w.secret") + `
+FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+WHERE d.id = ?2 AND ` + dueSQL
 
 // claimDue finds up to limit due deliveries and claims them in one fenced
 // transaction. It runs off the actor goroutine.

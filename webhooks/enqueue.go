@@ -37,9 +37,10 @@ func PushEventKey(ownerDID, repository, digest string) string {
 	return TriggerPush + ":" + ownerDID + "/" + repository + "@" + digest
 }
 
-const (
-	subscribersSQL = `SELECT id, triggers FROM webhooks WHERE did = ?1 ORDER BY id`
+// subscribersSQL reads the webhooks of a DID and their triggers.
+var subscribersSQL = `SELECT id, ` + database.Text("triggers") + ` FROM webhooks WHERE did = ?1 ORDER BY id`
 
+const (
 	// enqueueSQL leaves next_attempt_at at the enqueue time: the first delay
 	// of webhooks.retry_schedule is added by the dispatcher, which knows the
 	// configuration (EnqueueTx runs in the consumer's transaction and does not).

@@ -142,7 +142,8 @@ type deliveryRow struct {
 func (e *env) delivery(webhookID int64, key string) deliveryRow {
 	e.t.Helper()
 	var r deliveryRow
-	err := e.db.QueryRow(`SELECT status, attempts, fence, last_error, last_status_code, updated_at, payload
+	err := e.db.QueryRow(`SELECT `+database.Text("status")+`, attempts, fence, `+database.Text("last_error")+`, last_status_code,
+		updated_at, `+database.Text("payload")+`
 		FROM webhook_deliveries WHERE webhook_id = ?1 AND event_key = ?2`, webhookID, key).
 		Scan(&r.Status, &r.Attempts, &r.Fence, &r.LastError, &r.StatusCode, &r.UpdatedAt, &r.Payload)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/identity"
 )
 
@@ -83,7 +84,7 @@ func buildPushPayload(ctx context.Context, tx *sql.Tx, triggerData, publicURL st
 	}
 
 	var handle string
-	err := tx.QueryRowContext(ctx, `SELECT handle FROM users WHERE did = ?1`, p.OwnerDID).Scan(&handle)
+	err := tx.QueryRowContext(ctx, `SELECT `+database.Text("handle")+` FROM users WHERE did = ?1`, p.OwnerDID).Scan(&handle)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("read handle of %s: %w", p.OwnerDID, err)
 	}
@@ -94,7 +95,8 @@ func buildPushPayload(ctx context.Context, tx *sql.Tx, triggerData, publicURL st
 
 	var holdDID, holdEndpoint, mediaType string
 	err = tx.QueryRowContext(ctx,
-		`SELECT hold_did, hold_endpoint, media_type FROM manifests WHERE did = ?1 AND repository = ?2 AND digest = ?3`,
+		`SELECT `+database.Text("hold_did")+`, `+database.Text("hold_endpoint")+`, `+database.Text("media_type")+`
+		 FROM manifests WHERE did = ?1 AND repository = ?2 AND digest = ?3`,
 		p.OwnerDID, p.Repository, p.Digest).Scan(&holdDID, &holdEndpoint, &mediaType)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("read manifest %s: %w", p.EventKey, err)
@@ -106,7 +108,7 @@ func buildPushPayload(ctx context.Context, tx *sql.Tx, triggerData, publicURL st
 
 	var tag string
 	err = tx.QueryRowContext(ctx,
-		`SELECT tag FROM tags WHERE did = ?1 AND repository = ?2 AND digest = ?3
+		`SELECT `+database.Text("tag")+` FROM tags WHERE did = ?1 AND repository = ?2 AND digest = ?3
 		 ORDER BY updated_at DESC, tag LIMIT 1`,
 		p.OwnerDID, p.Repository, p.Digest).Scan(&tag)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {

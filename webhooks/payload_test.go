@@ -87,3 +87,45 @@ func TestPushPayloadFallsBackToDIDAndDerivedHoldEndpoint(t *testing.T) {
 		t.Fatalf("payload without users/tags/stats rows = %+v", got)
 	}
 }
+
+func TestPushWithDateLikeTagRepositoryAndSecretDeliversThemExactly(t *testing.T) {
+	leakCheck(t)
+	e := newEnv(t)
+	// go-libsql returns TEXT that parses as a date as a time.Time; each of
+	// these would come back as 2024-06-01T00:00:00Z through a plain read.
+	const (
+		repo   = "2024-06-01"
+		tag    = "2024-06-01"
+		secret = "2024-06-01"
+		digest = "sha256:abc"
+	)
+	seed := []string{
+		`INSERT INTO manifests (did, repository, digest, rkey, media_type, schema_version, created_at, indexed_at)
+		 VALUES ('` + testOwner + `', '` + repo + `', '` + digest + `', 'r1', 'application/vnd.oci.image.manifest.v1+json', 2, 0, 0)`,
+		`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at)
+		 VALUES ('` + testOwner + `', '` + repo + `', '` + tag + `', '` + digest + `', 't1', 0, 1)`,
+	}
+	for _, q := range seed {
+		if _, err := e.db.Exec(q); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+	rc := newReceiver(t, nil)
+	hook := e.addWebhook(rc.srv.URL, secret)
+	p := push(repo, digest)
+	e.enqueue(e.custody, p)
+	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true}, nil))
+	e.waitStatus(hook, p.EventKey, "delivered")
+
+	r := rc.requests()[0]
+	var got PushPayload
+	if err := json.Unmarshal(r.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PushData.Tag != tag || got.Repository.Name != repo {
+		t.Fatalf("push_data.tag = %q, repository.name = %q; want %q and %q exactly", got.PushData.Tag, got.Repository.Name, tag, repo)
+	}
+	if sig := r.Header.Get(HeaderSignature); sig != Signature(secret, r.Body) {
+		t.Fatalf("signature %q was not made with the stored secret %q", sig, secret)
+	}
+}

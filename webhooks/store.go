@@ -56,13 +56,12 @@ func Add(ctx context.Context, db *sql.DB, w Webhook, g Guard) (int64, error) {
 	}
 	encoded, _ := json.Marshal(triggers)
 	var id int64
-	err = database.Bounded(ctx, func() error {
-		// RETURNING yields a row, so this is a query (go-libsql refuses it under Exec).
-		return db.QueryRowContext(ctx,
-			`INSERT INTO webhooks (did, url, secret, triggers, created_at)
-			 VALUES (?1, ?2, ?3, ?4, `+database.NowMS+`) RETURNING id`,
-			w.DID, w.URL, w.Secret, string(encoded)).Scan(&id)
-	})
+	// RETURNING yields a row, so this is a query (go-libsql refuses it under
+	// Exec), read to the end so a failed commit is not mistaken for success.
+	_, err = database.QueryReturning(ctx, db,
+		`INSERT INTO webhooks (did, url, secret, triggers, created_at)
+		 VALUES (?1, ?2, ?3, ?4, `+database.NowMS+`) RETURNING id`,
+		[]any{w.DID, w.URL, w.Secret, string(encoded)}, &id)
 	if err != nil {
 		return 0, fmt.Errorf("add webhook: %w", err)
 	}
@@ -74,7 +73,8 @@ func List(ctx context.Context, db *sql.DB, did string) ([]Webhook, error) {
 	var out []Webhook
 	err := database.Bounded(ctx, func() error {
 		rows, err := db.QueryContext(ctx,
-			`SELECT id, did, url, secret, triggers, created_at FROM webhooks
+			`SELECT id, `+database.Text("did")+`, `+database.Text("url")+`, `+database.Text("secret")+`, `+
+				database.Text("triggers")+`, created_at FROM webhooks
 			 WHERE ?1 = '' OR did = ?1 ORDER BY id`, did)
 		if err != nil {
 			return err

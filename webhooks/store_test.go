@@ -152,3 +152,19 @@ func TestEnqueueRefusesAPushWithoutItsKeyFieldsAndWritesNothing(t *testing.T) {
 		t.Fatalf("%d deliveries written from a refused batch", n)
 	}
 }
+
+func TestListReturnsADateLikeSecretUnchanged(t *testing.T) {
+	e := newEnv(t)
+	const secret = "2024-06-01T12:00:00.000Z"
+	id, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:alice", URL: "http://127.0.0.1:1/a", Secret: secret}, Guard{AllowPrivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := List(e.ctx, e.db.DB, "")
+	if err != nil || len(got) != 1 || got[0].ID != id {
+		t.Fatalf("List = %+v, %v", got, err)
+	}
+	if got[0].Secret != secret {
+		t.Fatalf("secret read back as %q, want %q", got[0].Secret, secret)
+	}
+}

@@ -454,6 +454,49 @@ func TestFailoverMidRunResumesFromTheCheckpointWithoutDuplicates(t *testing.T) {
 	}
 }
 
+func TestResumedRunSendsADateLikeRecordCursorExactlyAsStored(t *testing.T) {
+	e := newEnv(t)
+	// io.atcr.repo.page records are keyed by repository name, and a PDS
+	// pages by rkey: the cursor is a name like 2024-06-02, which go-libsql
+	// would hand a plain read back as 2024-06-02T00:00:00Z.
+	const colRepoPage = "io.atcr.repo.page"
+	relay := fakepeer.NewRelay(t)
+	relay.Add(colRepoPage, "did:plc:a")
+	pds := fakepeer.NewPDS(t)
+	e.plc.Register("did:plc:a", pds.URL())
+	var pages []fakepeer.Record
+	for day := 1; day <= 5; day++ {
+		pages = append(pages, fakepeer.Record{RKey: fmt.Sprintf("2024-06-%02d", day), Value: map[string]any{"$type": colRepoPage}})
+	}
+	pds.Put("did:plc:a", colRepoPage, pages...)
+	o := e.options(relay.URL())
+	o.Collections = []string{colRepoPage}
+
+	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool { return r.Cursor == "2024-06-02" })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.backfiller(o).Run(ctx, e.acquire("instance-a")) }()
+	wait(t, inflight, "the second page to be requested")
+	cancel()
+	wait(t, cancelled, "the request in flight to be cancelled")
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Run returned %v, want context.Canceled", err)
+	}
+
+	pds.Intercept(nil)
+	before := len(pds.Requests())
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-b")); err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
+	if got := cursors(pds.Requests()[before:], "did:plc:a", colRepoPage); !equal(got, []string{"2024-06-02", "2024-06-04"}) {
+		t.Fatalf("the new holder asked for pages with cursors %q, want [2024-06-02 2024-06-04]", got)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 5 {
+		t.Fatalf("%d records, want 5", got)
+	}
+	e.noDuplicates()
+}
+
 func TestShutdownCancelsTheRequestInFlightAndNothingIsWrittenAfter(t *testing.T) {
 	e := newEnv(t)
 	relay := fakepeer.NewRelay(t)

@@ -33,8 +33,6 @@ WHERE id = ?1 AND completed_at IS NULL`
 
 	runTotalsSQL = `SELECT repos_done, repos_failed, records FROM backfill_runs WHERE id = ?1`
 
-	collectionSQL = `SELECT relay, relay_cursor, done FROM backfill_collections WHERE run_id = ?1 AND collection = ?2`
-
 	saveCollectionSQL = `INSERT INTO backfill_collections (run_id, collection, relay, relay_cursor, done, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ` + database.NowMS + `)
 ON CONFLICT (run_id, collection) DO UPDATE SET
@@ -42,8 +40,6 @@ ON CONFLICT (run_id, collection) DO UPDATE SET
   relay_cursor = excluded.relay_cursor,
   done         = excluded.done,
   updated_at   = excluded.updated_at`
-
-	repoStatesSQL = `SELECT did, state, record_cursor FROM backfill_repos WHERE run_id = ?1 AND collection = ?2`
 
 	saveRepoPageSQL = `INSERT INTO backfill_repos (run_id, collection, did, state, record_cursor, records, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ` + database.NowMS + `)
@@ -66,6 +62,17 @@ ON CONFLICT (run_id, collection, did) DO UPDATE SET
   repos_failed = repos_failed + ?4,
   updated_at   = ` + database.NowMS + `
 WHERE id = ?1`
+)
+
+// The checkpoint reads. A cursor is opaque text from a relay or PDS (for
+// io.atcr.repo.page, listRecords pages by rkey: the repository name), so it
+// is read through database.Text to reach the next request byte for byte.
+var (
+	collectionSQL = `SELECT ` + database.Text("relay") + `, ` + database.Text("relay_cursor") + `, done
+FROM backfill_collections WHERE run_id = ?1 AND collection = ?2`
+
+	repoStatesSQL = `SELECT ` + database.Text("did") + `, ` + database.Text("state") + `, ` + database.Text("record_cursor") + `
+FROM backfill_repos WHERE run_id = ?1 AND collection = ?2`
 )
 
 // claim is the outcome of the first write of a Run.

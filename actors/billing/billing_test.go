@@ -339,7 +339,8 @@ type recorded struct {
 func (f *fixture) recorded(t *testing.T, hold *fakeHold, user string) (recorded, bool) {
 	t.Helper()
 	var r recorded
-	err := f.db.QueryRow(`SELECT tier_rank, tier_name, outcome, fence FROM billing_tier_pushes WHERE hold_did = ?1 AND user_did = ?2`,
+	err := f.db.QueryRow(`SELECT tier_rank, `+database.Text("tier_name")+`, `+database.Text("outcome")+`, fence
+		FROM billing_tier_pushes WHERE hold_did = ?1 AND user_did = ?2`,
 		hold.did, user).Scan(&r.Rank, &r.Name, &r.Outcome, &r.Fence)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false

@@ -29,13 +29,16 @@ const (
 	OutcomeUserNotFound = "user_not_found"
 )
 
-const (
-	crewSQL = `SELECT hold_did, member_did, MAX(added_at) FROM hold_crew
+var (
+	crewSQL = `SELECT ` + database.Text("hold_did") + `, ` + database.Text("member_did") + `, MAX(added_at) FROM hold_crew
 WHERE hold_did <> '' AND member_did <> ''
 GROUP BY hold_did, member_did ORDER BY hold_did, member_did`
 
-	pushesSQL = `SELECT hold_did, user_did, tier_rank, outcome, crew_added_at FROM billing_tier_pushes`
+	pushesSQL = `SELECT ` + database.Text("hold_did") + `, ` + database.Text("user_did") + `, tier_rank, ` +
+		database.Text("outcome") + `, crew_added_at FROM billing_tier_pushes`
+)
 
+const (
 	recordSQL = `INSERT INTO billing_tier_pushes
   (hold_did, user_did, tier_rank, tier_name, outcome, crew_added_at, fence, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ` + database.NowMS + `)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/synth"
@@ -196,13 +197,18 @@ func cursorAt(db *sql.DB) int64 {
 func registryDump(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	var b strings.Builder
-	for _, q := range []string{
-		"SELECT * FROM users", "SELECT * FROM manifests", "SELECT * FROM manifest_layers", "SELECT * FROM manifest_references",
-		"SELECT * FROM manifest_annotations", "SELECT * FROM tags", "SELECT * FROM stars", "SELECT * FROM repo_pages",
-		"SELECT * FROM hold_captains", "SELECT * FROM hold_crew", "SELECT * FROM repository_hold_stats",
-		"SELECT * FROM repository_stats", "SELECT * FROM record_tombstones",
-		"SELECT webhook_id, event_key FROM webhook_deliveries", "SELECT time_us FROM jetstream_cursor",
+	queries := []string{"SELECT webhook_id, " + database.Text("event_key") + " FROM webhook_deliveries", "SELECT time_us FROM jetstream_cursor"}
+	for _, table := range []string{
+		"users", "manifests", "manifest_layers", "manifest_references", "manifest_annotations", "tags", "stars", "repo_pages",
+		"hold_captains", "hold_crew", "repository_hold_stats", "repository_stats", "record_tombstones",
 	} {
+		q, err := database.SelectAll(context.Background(), db, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queries = append(queries, q)
+	}
+	for _, q := range queries {
 		rows, err := db.Query(q)
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +224,14 @@ func registryDump(t *testing.T, db *sql.DB) string {
 			if err := rows.Scan(ptrs...); err != nil {
 				t.Fatal(err)
 			}
-			lines = append(lines, fmt.Sprint(vals...))
+			parts := make([]string, len(vals))
+			for i, v := range vals {
+				if b, ok := v.([]byte); ok {
+					v = string(b)
+				}
+				parts[i] = fmt.Sprintf("%q", fmt.Sprint(v))
+			}
+			lines = append(lines, strings.Join(parts, " "))
 		}
 		rows.Close()
 		sort.Strings(lines)

@@ -27,8 +27,8 @@ const maxBodyBytes = 64 << 10
 
 // knownHoldsSQL lists every hold this AppView knows of: those that
 // published a captain record and those that manifests point at.
-const knownHoldsSQL = `SELECT hold_did FROM hold_captains WHERE hold_did <> ''
-UNION SELECT hold_did FROM manifests WHERE hold_did <> ''
+var knownHoldsSQL = `SELECT ` + database.Text("hold_did") + ` FROM hold_captains WHERE hold_did <> ''
+UNION SELECT ` + database.Text("hold_did") + ` FROM manifests WHERE hold_did <> ''
 ORDER BY 1`
 
 // Endpoints resolves a hold DID to the hold's base URL (no trailing

@@ -156,7 +156,8 @@ type takedown struct {
 
 func (h *harness) takedowns() map[takedown]bool {
 	h.t.Helper()
-	rows, err := h.db.Query(`SELECT src, did, repo FROM taken_down_subjects`)
+	rows, err := h.db.Query(`SELECT ` + database.Text("src") + `, ` + database.Text("did") + `, ` + database.Text("repo") + `
+FROM taken_down_subjects`)
 	if err != nil {
 		h.t.Fatalf("read taken_down_subjects: %v", err)
 	}
@@ -261,6 +262,34 @@ VALUES ('did:plc:erin', 'api', 'sha256:aa', '3kmanifest1', 'application/vnd.oci.
 	}
 	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameLabels)); got != 7 {
 		t.Errorf("frames{kind=labels} = %v, want 7", got)
+	}
+}
+
+func TestTakedownOfARecordInADateNamedRepositoryNamesThatRepository(t *testing.T) {
+	h := newHarness(t)
+	// go-libsql would hand a plain read of this name back as 2024-06-01T00:00:00Z.
+	const repo = "2024-06-01"
+	for _, q := range []string{
+		`INSERT INTO manifests (did, repository, digest, rkey, media_type, schema_version, created_at, indexed_at)
+VALUES ('did:plc:erin', '` + repo + `', 'sha256:aa', '3kmanifest1', 'application/vnd.oci.image.manifest.v1+json', 2, 0, 0)`,
+		`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at)
+VALUES ('did:plc:gina', '` + repo + `', 'latest', 'sha256:aa', '3ktag1', 0, 0)`,
+	} {
+		if _, err := h.db.Exec(q); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendLabels(t, 1,
+		takedownLabel("at://did:plc:erin/io.atcr.manifest/3kmanifest1"),
+		takedownLabel("at://did:plc:gina/io.atcr.tag/3ktag1"))
+	h.waitCursor(1)
+
+	got := h.takedowns()
+	want := map[takedown]bool{{src, "did:plc:erin", repo}: true, {src, "did:plc:gina", repo}: true}
+	if len(got) != len(want) || !got[takedown{src, "did:plc:erin", repo}] || !got[takedown{src, "did:plc:gina", repo}] {
+		t.Fatalf("taken_down_subjects = %v, want %v", got, want)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/atcr-io/appview/database"
 )
 
 // Collections whose records name a repository (LEXICONS.md).
@@ -73,9 +75,9 @@ func resolveSubject(ctx context.Context, tx *sql.Tx, uri string) (subject, error
 		s.repo = rkey
 		return s, nil
 	case collectionManifest:
-		query = `SELECT repository FROM manifests WHERE did = ?1 AND rkey = ?2 LIMIT 1`
+		query = `SELECT ` + database.Text("repository") + ` FROM manifests WHERE did = ?1 AND rkey = ?2 LIMIT 1`
 	case collectionTag:
-		query = `SELECT repository FROM tags WHERE did = ?1 AND rkey = ?2 LIMIT 1`
+		query = `SELECT ` + database.Text("repository") + ` FROM tags WHERE did = ?1 AND rkey = ?2 LIMIT 1`
 	default:
 		return subject{}, fmt.Errorf("subject %q: %w", uri, errUnsupportedSubject)
 	}

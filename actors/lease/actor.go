@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -112,6 +113,19 @@ type (
 // callBound is how long the shell waits for a synchronous backstop release.
 const callBound = 2 * time.Second
 
+// maxStuckCalls bounds the acquire calls, and separately the renew calls,
+// of one LeaseActor still running in the background. The driver ignores contexts, so a call the
+// machine gave up on keeps its goroutine (and its pool connection) until
+// the database answers; while that many are stuck, a new attempt fails at
+// once with errStoreStuck instead of piling up another.
+const maxStuckCalls = 2
+
+// storeErrorLogPeriod rate-limits the warnings about failing store calls.
+const storeErrorLogPeriod = 10 * time.Second
+
+// errStoreStuck fails an attempt while earlier calls have not returned.
+var errStoreStuck = errors.New("earlier lease store calls have not returned; the database is hung")
+
 type leaseActor struct {
 	o       Options
 	inc     *incarnation
@@ -127,6 +141,10 @@ type leaseActor struct {
 	calls   context.Context
 	cancel  context.CancelFunc
 	log     zerolog.Logger
+	// storeErrs logs failing store calls, at most once per storeErrorLogPeriod.
+	storeErrs zerolog.Logger
+	// acquiring and renewing count the calls of each kind not yet returned.
+	acquiring, renewing *atomic.Int32
 }
 
 func (a *leaseActor) now() time.Duration { return time.Since(a.origin) }
@@ -138,6 +156,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.workers, a.gens = map[int]*actor.PID{}, map[string]int{}
 		a.calls, a.cancel = context.WithCancel(context.Background())
 		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
+		a.storeErrs = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
+		a.acquiring, a.renewing = &atomic.Int32{}, &atomic.Int32{}
 		seed := a.o.Seed
 		if seed == 0 {
 			seed = rand.Uint64()
@@ -161,8 +181,14 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case Nudge, *Nudge:
 		a.step(ctx, Nudge{})
 	case AcquireResult:
+		if msg.Err != nil {
+			a.storeErrs.Warn().Err(msg.Err).Msg("lease acquire failed; retrying")
+		}
 		a.step(ctx, msg)
 	case RenewResult:
+		if msg.Err != nil && !errors.Is(msg.Err, ErrSuperseded) {
+			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
+		}
 		a.step(ctx, msg)
 	case ReleaseResult:
 		a.step(ctx, msg)
@@ -284,8 +310,14 @@ func (a *leaseActor) publish(e events.Custody) {
 
 func (a *leaseActor) goAcquire(c AcquireCmd) {
 	store, sys, self, ctx := a.o.Store, a.sys, a.self, a.calls
-	name, holder, metrics := a.o.Name, a.o.Instance, a.o.Metrics
+	name, holder, metrics, running := a.o.Name, a.o.Instance, a.o.Metrics, a.acquiring
+	if running.Load() >= maxStuckCalls {
+		sys.Root.Send(self, AcquireResult{Seq: c.Seq, Err: errStoreStuck})
+		return
+	}
+	running.Add(1)
 	go func() {
+		defer running.Add(-1)
 		start := time.Now()
 		g, err := store.Acquire(ctx, name, holder)
 		if metrics != nil {
@@ -296,8 +328,14 @@ func (a *leaseActor) goAcquire(c AcquireCmd) {
 }
 
 func (a *leaseActor) goRenew(c RenewCmd) {
-	store, sys, self, ctx, metrics := a.o.Store, a.sys, a.self, a.calls, a.o.Metrics
+	store, sys, self, ctx, metrics, running := a.o.Store, a.sys, a.self, a.calls, a.o.Metrics, a.renewing
+	if running.Load() >= maxStuckCalls {
+		sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: errStoreStuck})
+		return
+	}
+	running.Add(1)
 	go func() {
+		defer running.Add(-1)
 		start := time.Now()
 		err := store.Renew(ctx, c.Custody)
 		if metrics != nil {

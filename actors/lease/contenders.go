@@ -81,7 +81,7 @@ func (c *Contenders) NudgeOthers(lease string) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		rows, err := c.DB.Query(`SELECT nudge_url FROM lease_contenders
+		rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
 WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
 			lease, c.Instance, (3 * c.TTL).Milliseconds())
 		if err != nil {

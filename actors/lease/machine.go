@@ -704,7 +704,10 @@ func (m *Machine) afterWorkerStopped(now time.Duration) {
 		}
 		m.cause = causeNone
 		m.phase = PhaseContending
-		m.nextAcquireAt = max(now, m.cooldownUntil)
+		// Whoever caused the loss (another holder, a database that is down
+		// or refuses writes) is still there: wait a retry interval rather
+		// than spin through acquire, lose, acquire.
+		m.nextAcquireAt = max(now+m.jitter(m.t.RetryInterval), m.cooldownUntil)
 	case causeShutdown:
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
 	case causeFailed:

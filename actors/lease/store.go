@@ -94,6 +94,11 @@ func (r Row) TimeLeft() time.Duration {
 type Store struct {
 	db  *sql.DB
 	ttl time.Duration
+	// Check, when set, runs before every acquire and renewal and fails
+	// them with its error (database.DB.CheckFile: a file deleted or
+	// replaced under the process must end its custody, not leave it
+	// holding leases in a file nobody else sees).
+	Check func() error
 }
 
 // NewStore returns a store granting leases of the given TTL.
@@ -116,8 +121,6 @@ ON CONFLICT(name) DO UPDATE SET
   expires_at  = excluded.expires_at
 WHERE leases.expires_at <= excluded.acquired_at
 RETURNING fence`
-
-	contendedSQL = `SELECT holder, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
 
 	// renewSQL never changes the fence: renewal is not a change of custody.
 	// It never extends a released grant (renewed_at = expires_at): a
@@ -143,8 +146,16 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3`
 	// can commit between the check and the transaction's commit.
 	guardSQL = `UPDATE leases SET fence = fence
 WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
+)
 
-	listSQL = `SELECT name, holder, fence, acquired_at, renewed_at, expires_at, ` + database.NowMS + ` FROM leases ORDER BY name`
+// The reads of a lease row. holder is an instance_id, which an operator
+// may set to anything, date-like included, so it is read through
+// database.Text to be reported exactly as stored.
+var (
+	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
+
+	listSQL = `SELECT ` + database.Text("name") + `, ` + database.Text("holder") + `, fence, acquired_at, renewed_at, expires_at, ` +
+		database.NowMS + ` FROM leases ORDER BY name`
 )
 
 // Acquire tries to take the named lease for holder. It grants when the
@@ -152,22 +163,15 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.Now
 // new fence is the old fence + 1 (1 for a new row). When it does not grant
 // it reports the current holder and how long its grant has left.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
-	rows, err := s.db.QueryContext(ctx, acquireSQL, name, holder, s.ttl.Milliseconds())
-	if err != nil {
+	if err := s.check(); err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
 	var g Grant
-	if rows.Next() {
-		g.Granted = true
-		err = rows.Scan(&g.Fence)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	rows.Close()
+	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, &g.Fence)
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
+	g.Granted = granted
 	if g.Granted {
 		return g, nil
 	}
@@ -184,7 +188,17 @@ func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error)
 // already ended on the database's clock (released or expired): a renewal
 // never revives a grant.
 func (s *Store) Renew(ctx context.Context, c Custody) error {
+	if err := s.check(); err != nil {
+		return fmt.Errorf("renew lease %q: %w", c.Lease, err)
+	}
 	return s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds())
+}
+
+func (s *Store) check() error {
+	if s.Check == nil {
+		return nil
+	}
+	return s.Check()
 }
 
 // Release expires the grant in place (expires_at = now), keeping holder

@@ -176,10 +176,13 @@ func later(a, b *int64) *int64 {
 	return a
 }
 
+// warmSQL reads every persisted per-hold row.
+var warmSQL = `SELECT ` + database.Text("did") + `, ` + database.Text("repository") + `, ` + database.Text("hold_did") + `, ` +
+	database.Text("rkey") + `, pull_count, push_count, last_pull, last_push, updated_at, source_us FROM repository_hold_stats`
+
 // warm loads every persisted per-hold row, then reconciles the aggregate.
 func (c *cache) warm() error {
-	rows, err := c.o.DB.QueryContext(c.ctx, `SELECT did, repository, hold_did, rkey, pull_count, push_count,
-  last_pull, last_push, updated_at, source_us FROM repository_hold_stats`)
+	rows, err := c.o.DB.QueryContext(c.ctx, warmSQL)
 	if err != nil {
 		return fmt.Errorf("statscache warm-up: %w", err)
 	}

@@ -201,7 +201,8 @@ func TestAWarmCacheHoldsThePersistedRows(t *testing.T) {
 // repository with repository_stats.
 func assertViewMatchesDatabase(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *sql.DB) {
 	t.Helper()
-	rows, err := db.Query(`SELECT did, repository, pull_count, push_count FROM repository_stats`)
+	rows, err := db.Query(`SELECT ` + database.Text("did") + `, ` + database.Text("repository") + `, pull_count, push_count
+FROM repository_stats`)
 	if err != nil {
 		t.Fatal(err)
 	}
