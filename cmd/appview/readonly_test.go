@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,9 +63,10 @@ func migratedWithLease(t *testing.T, path string) (*database.DB, lease.Grant) {
 	return db, g
 }
 
-// holdWriteLock takes the database's write lock on one connection of db
-// until the test ends, as a busy instance (or a migration) does.
-func holdWriteLock(t *testing.T, db *database.DB) {
+// holdWriteLock takes the database's write lock on one connection of db,
+// as a busy instance (or a migration) does, until release is called or
+// the test ends.
+func holdWriteLock(t *testing.T, db *database.DB) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
@@ -74,10 +76,17 @@ func holdWriteLock(t *testing.T, db *database.DB) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatalf("take the write lock: %v", err)
 	}
-	t.Cleanup(func() {
-		_, _ = conn.ExecContext(ctx, "ROLLBACK")
-		conn.Close()
-	})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+				t.Errorf("release the write lock: %v", err)
+			}
+			conn.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
