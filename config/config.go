@@ -41,7 +41,10 @@ type Config struct {
 
 // Database selects the libSQL database every instance shares.
 type Database struct {
-	// URL is file:PATH (embedded), http://HOST:PORT (sqld) or libsql://HOST (Turso).
+	// URL is file:PATH (embedded: file:rel/path, file:/abs/path,
+	// file:///abs/path or file://localhost/abs/path), http://HOST:PORT
+	// (sqld) or libsql://HOST (Turso). Other file hosts and in-memory
+	// databases are refused (package database/dburl says why).
 	URL string `yaml:"url"`
 	// AuthToken is sent to a libSQL server; unused for file databases.
 	AuthToken string `yaml:"auth_token"`
@@ -61,8 +64,28 @@ type Admin struct {
 	AdvertiseURL string `yaml:"advertise_url"`
 }
 
-// Leases tunes the named leases (SPEC §4). Invariants: RenewInterval < TTL/2,
-// RenewInterval < RenewDeadline < TTL.
+// Bounds on the lease timings, enforced by Validate (exit 2 at start).
+//
+// A TTL below MinLeaseTTL is shorter than one slow renewal (an fsync, a GC
+// pause, a round trip to sqld), so custody would flap between instances;
+// above MaxLeaseTTL a crashed holder's workers stay stopped for hours. A
+// renewal or retry more often than every 50 ms is a write (or a read)
+// hammering the shared database for no gain in handover time, and a
+// renew deadline under 100 ms gives up a lease on ordinary latency. A
+// retry interval above the TTL would leave an expired lease unclaimed for
+// longer than the TTL it was meant to bound.
+const (
+	MinLeaseTTL           = 500 * time.Millisecond
+	MaxLeaseTTL           = time.Hour
+	MinLeaseRenewInterval = 50 * time.Millisecond
+	MinLeaseRenewDeadline = 100 * time.Millisecond
+	MinLeaseRetryInterval = 50 * time.Millisecond
+)
+
+// Leases tunes the named leases (SPEC §4). Invariants: MinLeaseTTL <= TTL
+// <= MaxLeaseTTL, MinLeaseRenewInterval <= RenewInterval < TTL/2,
+// RenewInterval < RenewDeadline < TTL with RenewDeadline >=
+// MinLeaseRenewDeadline, MinLeaseRetryInterval <= RetryInterval <= TTL.
 type Leases struct {
 	// Enabled false runs every worker unconditionally (single instance only).
 	Enabled bool `yaml:"enabled"`

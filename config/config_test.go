@@ -61,9 +61,23 @@ var badConfigs = []struct {
 	{name: "unparsable duration in a list", yaml: "webhooks:\n  retry_schedule: [0s, soon]\n", key: "webhooks.retry_schedule", reason: `unparsable duration "soon"`},
 	{name: "wrong type for an integer", yaml: "backfill:\n  concurrency: many\n", key: "backfill.concurrency", reason: "cannot unmarshal !!str `many` into int (line 2)"},
 	{name: "invalid YAML", yaml: "leases: [\n", key: "--config", reason: "invalid YAML"},
+	{name: "two YAML documents", yaml: "leases:\n  ttl: 20s\n---\nleases:\n  ttl: 1s\n", key: "--config", reason: "more than one YAML document (a second one starts at line 3); keep one"},
+	{name: "a trailing document separator", yaml: "log_level: warn\n---\n", key: "--config", reason: "more than one YAML document"},
+	{name: "an invalid second document", yaml: "log_level: warn\n---\nleases: [\n", key: "--config", reason: "more than one YAML document, and the second is invalid"},
 	{name: "renew_interval equal to half the ttl", sets: []string{"leases.ttl=10s", "leases.renew_interval=5s", "leases.renew_deadline=8s"},
 		key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
 	{name: "renew_interval above half the ttl", yaml: "leases:\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "must be less than half of leases.ttl (8s >= 15s/2)"},
+	{name: "ttl below the floor", sets: []string{"leases.ttl=3ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 3ms"},
+	{name: "ttl just below the floor", env: []string{"APPVIEW_LEASES_TTL=499ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 499ms"},
+	{name: "ttl above the ceiling", sets: []string{"leases.ttl=100000h"}, key: "leases.ttl", reason: "must be at most 1h, got 100000h"},
+	{name: "ttl just above the ceiling", yaml: "leases:\n  ttl: 61m\n", key: "leases.ttl", reason: "must be at most 1h, got 1h1m"},
+	{name: "renew_interval below the floor", sets: []string{"leases.ttl=1s", "leases.renew_interval=10ms", "leases.renew_deadline=500ms", "leases.retry_interval=200ms"},
+		key: "leases.renew_interval", reason: "must be at least 50ms, got 10ms"},
+	{name: "renew_deadline below the floor", sets: []string{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=99ms", "leases.retry_interval=100ms"},
+		key: "leases.renew_deadline", reason: "must be at least 100ms, got 99ms"},
+	{name: "retry_interval below the floor", sets: []string{"leases.retry_interval=49ms"}, key: "leases.retry_interval", reason: "must be at least 50ms, got 49ms"},
+	{name: "zero retry_interval", sets: []string{"leases.retry_interval=0"}, key: "leases.retry_interval", reason: "must be positive"},
+	{name: "retry_interval above the ttl", sets: []string{"leases.retry_interval=16s"}, key: "leases.retry_interval", reason: "must not exceed leases.ttl (16s > 15s)"},
 	{name: "renew_deadline equal to ttl", sets: []string{"leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 	{name: "renew_deadline above ttl", sets: []string{"leases.renew_deadline=1m"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 	{name: "renew_deadline equal to renew_interval", sets: []string{"leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
@@ -71,6 +85,15 @@ var badConfigs = []struct {
 	{name: "database url with an unknown scheme", sets: []string{"database.url=ftp://db.example"}, key: "database.url", reason: "scheme must be one of file, http, https, libsql"},
 	{name: "database url with no scheme", sets: []string{"database.url=./data/appview.db"}, key: "database.url", reason: "scheme must be one of"},
 	{name: "database url without a host", sets: []string{"database.url=http://"}, key: "database.url", reason: "has no host"},
+	{name: "empty database url", sets: []string{"database.url="}, key: "database.url", reason: "must not be empty"},
+	{name: "file url naming another host", sets: []string{"database.url=file://db.example/srv/appview.db"}, key: "database.url",
+		reason: `host "db.example": a file database must be on this machine`},
+	{name: "file url with a relative path after //", sets: []string{"database.url=file://data/appview.db"}, key: "database.url", reason: `host "data"`},
+	{name: "in-memory database", sets: []string{"database.url=:memory:"}, key: "database.url", reason: "in-memory database is private to each go-libsql connection"},
+	{name: "in-memory database as a file url", env: []string{"APPVIEW_DATABASE_URL=file::memory:"}, key: "database.url", reason: "in-memory database"},
+	{name: "in-memory mode on a file url", sets: []string{"database.url=file:x.db?mode=memory"}, key: "database.url", reason: "in-memory database"},
+	{name: "file url with a query", sets: []string{"database.url=file:x.db?_busy_timeout=500"}, key: "database.url", reason: "query parameters are not supported"},
+	{name: "file url without a path", sets: []string{"database.url=file:"}, key: "database.url", reason: "needs a path"},
 	{name: "jetstream url over http", yaml: "jetstream:\n  urls: [\"http://jetstream.example/subscribe\"]\n", key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
 	{name: "no jetstream url", yaml: "jetstream:\n  urls: []\n", key: "jetstream.urls", reason: "at least one"},
 	{name: "plc url over websocket", sets: []string{"identity.plc_url=wss://plc.directory"}, key: "identity.plc_url", reason: "scheme must be one of http, https"},
@@ -130,6 +153,38 @@ func TestLoadRefusesInvalidConfigurationNamingTheKeyAndReason(t *testing.T) {
 	}
 }
 
+func TestEveryFileURLFormIsAccepted(t *testing.T) {
+	for _, u := range []string{"file:./data/appview.db", "file:data/appview.db", "file:/var/lib/appview/appview.db",
+		"file:///var/lib/appview/appview.db", "file://localhost/var/lib/appview/appview.db", "file:///srv/my%20data/appview.db"} {
+		if _, err := load(t, "", nil, []string{"database.url=" + u}); err != nil {
+			t.Errorf("database.url=%s: %v", u, err)
+		}
+	}
+}
+
+func TestLeaseTimingsAtTheirBoundsAreAccepted(t *testing.T) {
+	for _, sets := range [][]string{
+		{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=100ms", "leases.retry_interval=50ms"},
+		{"leases.ttl=1h", "leases.renew_interval=20m", "leases.renew_deadline=40m", "leases.retry_interval=1h"},
+		{"leases.retry_interval=15s"}, // equal to the default ttl
+	} {
+		if _, err := load(t, "", nil, sets); err != nil {
+			t.Errorf("%v: %v", sets, err)
+		}
+	}
+}
+
+func TestShortDurationsDropTrailingZeroUnits(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Hour: "1h", 100000 * time.Hour: "100000h", 61 * time.Minute: "1h1m", 90 * time.Minute: "1h30m",
+		2 * time.Minute: "2m", 500 * time.Millisecond: "500ms", 15 * time.Second: "15s", time.Hour + time.Second: "1h0m1s",
+	} {
+		if got := short(d); got != want {
+			t.Errorf("short(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
 func TestValuesOutsideTheFileCarryNoLineNumber(t *testing.T) {
 	for _, src := range []struct {
 		env, sets []string
@@ -174,7 +229,7 @@ func TestDefaultsAreValid(t *testing.T) {
 }
 
 func TestEmptyFileAndEmptySectionsKeepDefaults(t *testing.T) {
-	for _, body := range []string{"\n", "# only a comment\n", "leases:\njetstream:\n"} {
+	for _, body := range []string{"\n", "# only a comment\n", "leases:\njetstream:\n", "---\n", "---\nleases:\n...\n"} {
 		cfg := mustLoad(t, body, nil, nil)
 		cfg.InstanceID = ""
 		if !reflect.DeepEqual(cfg, Default()) {
@@ -281,7 +336,7 @@ func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
 		"backfill.relay_endpoints": "https://r.example", "identity.plc_url": "https://plc.example",
 		"labeler.url": "https://labeler.example", "billing.stripe_secret_key": "sk", "billing.stripe_api_url": "https://s.example",
 		"webhooks.retry_schedule": "0s,1s", "webhooks.public_url": "https://atcr.example",
-		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s",
+		"leases.ttl": "15s", "leases.renew_interval": "5s", "leases.renew_deadline": "10s", "leases.retry_interval": "2s",
 		"jetstream.max_message_bytes": "4096", "billing.enabled": "false", // true needs a secret key too
 		"health.timeout": "1s", // below health.check_interval
 	}

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/atcr-io/appview/database/dburl"
 )
 
 // EnvPrefix starts every environment override (SPEC §2).
@@ -136,13 +140,27 @@ func yamlName(f reflect.StructField) string {
 }
 
 // decodeYAML walks the document against the struct so that an unknown key
-// or a bad value is reported with its full dotted path.
+// or a bad value is reported with its full dotted path. A file holds one
+// document: yaml.Unmarshal would read the first and silently drop the
+// rest (settings the operator believes are applied), so a second one,
+// even an empty one after a trailing "---", is refused.
 func decodeYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF): // empty file, or only comments: defaults
+		return nil
+	case err != nil:
 		return &Error{Key: "--config", Reason: "invalid YAML: " + err.Error()}
 	}
-	if len(doc.Content) == 0 { // empty file: defaults
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return keyErr("--config", "more than one YAML document (a second one starts at line %d); keep one", next.Line)
+	case !errors.Is(err, io.EOF):
+		return &Error{Key: "--config", Reason: "more than one YAML document, and the second is invalid: " + err.Error()}
+	}
+	if len(doc.Content) == 0 {
 		return nil
 	}
 	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
@@ -298,25 +316,35 @@ func (c Config) Validate() error {
 		return keyErr("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case !validLogLevel(c.LogLevel):
 		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
-	case c.Database.URL == "":
-		return keyErr("database.url", "must not be empty")
 	case c.Database.BusyTimeout < 0:
 		return keyErr("database.busy_timeout", "must not be negative")
 	case l.TTL <= 0:
 		return keyErr("leases.ttl", "must be positive, got %s", l.TTL)
+	case l.TTL < MinLeaseTTL:
+		return keyErr("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
+	case l.TTL > MaxLeaseTTL:
+		return keyErr("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
 	case l.RenewInterval <= 0:
 		return keyErr("leases.renew_interval", "must be positive, got %s", l.RenewInterval)
+	case l.RenewInterval < MinLeaseRenewInterval:
+		return keyErr("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
 	case l.RenewInterval >= l.TTL/2:
 		return keyErr("leases.renew_interval", "must be less than half of leases.ttl (%s >= %s/2)", l.RenewInterval, l.TTL)
+	case l.RenewDeadline < MinLeaseRenewDeadline:
+		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
 	case l.RenewDeadline >= l.TTL:
 		return keyErr("leases.renew_deadline", "must be less than leases.ttl (%s >= %s)", l.RenewDeadline, l.TTL)
 	case l.RenewDeadline <= l.RenewInterval:
 		return keyErr("leases.renew_deadline", "must be greater than leases.renew_interval (%s <= %s)", l.RenewDeadline, l.RenewInterval)
 	case l.RetryInterval <= 0:
 		return keyErr("leases.retry_interval", "must be positive, got %s", l.RetryInterval)
+	case l.RetryInterval < MinLeaseRetryInterval:
+		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
+	case l.RetryInterval > l.TTL:
+		return keyErr("leases.retry_interval", "must not exceed leases.ttl (%s > %s)", l.RetryInterval, l.TTL)
 	}
-	if err := checkURL("database.url", c.Database.URL, "file", "http", "https", "libsql"); err != nil {
-		return err
+	if _, err := dburl.Parse(c.Database.URL); err != nil {
+		return keyErr("database.url", "%v", err)
 	}
 	if c.Admin.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
@@ -420,6 +448,18 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// short renders d as an operator writes it: 1h rather than 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") { // 2m0s, 1h0m0s
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") { // 1h0m
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 func validLogLevel(s string) bool {
 	switch s {
 	case "debug", "info", "warn", "error":
@@ -435,7 +475,7 @@ func checkURL(key, raw string, schemes ...string) error {
 	}
 	for _, s := range schemes {
 		if u.Scheme == s {
-			if s != "file" && u.Host == "" {
+			if u.Host == "" {
 				return keyErr(key, "URL %q has no host", raw)
 			}
 			return nil

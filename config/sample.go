@@ -12,7 +12,7 @@ shutdown_timeout: 30s           # upper bound on a graceful stop (workers drain,
 log_level: info                 # debug shows lease.renewed and lease.contended
 
 database:
-  url: "file:./data/appview.db" # or http://HOST:PORT / libsql://HOST (sqld or Turso)
+  url: "file:./data/appview.db" # file:rel/path, file:///abs/path; or http://HOST:PORT / libsql://HOST (sqld or Turso)
   auth_token: ""                # for a libSQL server
   busy_timeout: 5s              # file databases: wait this long on a lock before failing
 
@@ -22,10 +22,10 @@ admin:
 
 leases:
   enabled: true                 # false: every worker runs unconditionally (single instance only)
-  ttl: 15s                      # how long a grant lasts without renewal (database clock)
-  renew_interval: 5s            # holder renews this often (< ttl/2)
-  renew_deadline: 10s           # holder stops its worker when no renewal has succeeded for this long (< ttl)
-  retry_interval: 2s            # a contender retries this often (with jitter)
+  ttl: 15s                      # how long a grant lasts without renewal (database clock); 500ms..1h
+  renew_interval: 5s            # holder renews this often (>= 50ms, < ttl/2)
+  renew_deadline: 10s           # holder stops its worker when no renewal has succeeded for this long (>= 100ms, < ttl)
+  retry_interval: 2s            # a contender retries this often, with jitter (>= 50ms, <= ttl)
 
 jetstream:
   urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]

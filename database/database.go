@@ -26,18 +26,21 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
+
+	"github.com/atcr-io/appview/database/dburl"
 )
 
 // Options says which database to open and how.
 type Options struct {
-	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST.
+	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST
+	// (every accepted form: package dburl).
 	URL string
 	// AuthToken is sent to a libSQL server.
 	AuthToken string
@@ -45,7 +48,16 @@ type Options struct {
 	BusyTimeout time.Duration
 	// MaxOpenConns bounds the pool; 0 means 8.
 	MaxOpenConns int
+	// MustExist makes Open refuse a file database that does not exist
+	// (an error wrapping ErrNoDatabase) instead of creating it and its
+	// directory: read-only commands must not mistake a mistyped path for
+	// an empty database. It has no effect on a libSQL server.
+	MustExist bool
 }
+
+// ErrNoDatabase is wrapped by Open's error when Options.MustExist is set
+// and the file database does not exist.
+var ErrNoDatabase = errors.New("no database")
 
 // DB is an open database: the pool plus what kind of database it is.
 type DB struct {
@@ -60,46 +72,41 @@ type DB struct {
 	file os.FileInfo
 }
 
-// Open opens the database and checks that it answers. For a file URL the
-// parent directory is created. Errors say which part failed.
+// Open opens the database and checks that it answers. The URL takes the
+// forms of package dburl (file:PATH, file:///PATH, file://localhost/PATH,
+// http(s)://HOST, libsql://HOST); anything else is refused before the
+// driver sees it. For a file URL the parent directory is created, unless
+// Options.MustExist. Errors say which part failed.
 func Open(ctx context.Context, o Options) (*DB, error) {
-	u, err := url.Parse(o.URL)
+	loc, err := dburl.Parse(o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
+		return nil, fmt.Errorf("database url: %w", err)
 	}
-	var (
-		inner  driver.Connector
-		remote bool
-		path   string
-	)
-	switch u.Scheme {
-	case "file":
-		path = strings.TrimPrefix(o.URL, "file:")
-		path = strings.TrimPrefix(path, "//")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			path = path[:i]
-		}
-		if path == "" {
-			return nil, errors.New("database url: file: needs a path")
-		}
-		if dir := filepath.Dir(path); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("create database directory: %w", err)
-			}
-		}
-		inner, err = libsqlConnector("file:" + path)
-	case "http", "https", "libsql":
-		remote = true
-		dsn := *u
+	var inner driver.Connector
+	if loc.Remote() {
+		dsn := *loc.Server
 		if o.AuthToken != "" {
 			q := dsn.Query()
 			q.Set("authToken", o.AuthToken)
 			dsn.RawQuery = q.Encode()
 		}
 		inner, err = libsqlConnector(dsn.String())
-	default:
-		return nil, fmt.Errorf("database url: unsupported scheme %q (want file:, http://, https:// or libsql://)", u.Scheme)
+	} else if o.MustExist {
+		if _, err := os.Stat(loc.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ErrNoDatabase, loc.Path)
+		} else if err != nil {
+			return nil, fmt.Errorf("database file: %w", err)
+		}
+		inner, err = libsqlConnector(fileDSN(loc.Path))
+	} else {
+		if dir := filepath.Dir(loc.Path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create database directory: %w", err)
+			}
+		}
+		inner, err = libsqlConnector(fileDSN(loc.Path))
 	}
+	remote, path := loc.Remote(), loc.Path
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -201,6 +208,14 @@ func Bounded(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// fileDSN is the go-libsql DSN of a file path. go-libsql decodes percent
+// escapes in a file: DSN, as SQLite URIs do, so the path (decoded by
+// dburl.Parse) is escaped again: "%", "#" or "?" in a directory name reach
+// the file system as they are.
+func fileDSN(path string) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath()
 }
 
 // libsqlConnector asks the registered go-libsql driver for a connector, so

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -29,8 +30,18 @@ func (e *RefusedError) Error() string {
 	if !e.Addr.IsValid() {
 		return fmt.Sprintf("refused webhook target %s: %s", e.Target, e.Class)
 	}
-	return fmt.Sprintf("refused webhook target %s: %s is a %s address (set webhooks.allow_private to permit it)",
-		e.Target, e.Addr, e.Class)
+	return fmt.Sprintf("refused webhook target %s: %s is %s %s address (set webhooks.allow_private to permit it)",
+		e.Target, e.Addr, article(e.Class), e.Class)
+}
+
+// article is the indefinite article before class: "an unspecified",
+// "an IETF protocol assignment", "a loopback". Every class is an English
+// word or an initialism read letter by letter, so the first letter decides.
+func article(class string) string {
+	if class != "" && strings.ContainsRune("aeiouAEIOU", rune(class[0])) {
+		return "an"
+	}
+	return "a"
 }
 
 // Unwrap makes errors.Is(err, ErrRefused) true.

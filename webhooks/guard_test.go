@@ -47,6 +47,24 @@ func TestNonPublicClassifiesEveryNonRoutableForm(t *testing.T) {
 	}
 }
 
+func TestRefusalNamesTheAddressClassWithTheRightArticle(t *testing.T) {
+	for addr, want := range map[string]string{
+		"0.0.0.0":     "0.0.0.0 is an unspecified address",
+		"192.0.0.8":   "192.0.0.8 is an IETF protocol assignment address",
+		"127.0.0.1":   "127.0.0.1 is a loopback address",
+		"10.0.0.1":    "10.0.0.1 is a private address",
+		"100.64.0.1":  "100.64.0.1 is a shared (carrier-grade NAT) address",
+		"192.0.2.1":   "192.0.2.1 is a documentation address",
+		"224.0.0.251": "224.0.0.251 is a multicast address",
+	} {
+		a := netip.MustParseAddr(addr)
+		err := (&RefusedError{Target: "hooks.example", Addr: a, Class: nonPublic(a)}).Error()
+		if !strings.Contains(err, want) {
+			t.Errorf("refusal of %s = %q, want it to say %q", addr, err, want)
+		}
+	}
+}
+
 func TestControlRefusesNonPublicDialAddressesUnlessAllowed(t *testing.T) {
 	strict, lax := Guard{}, Guard{AllowPrivate: true}
 	for _, addr := range []string{"127.0.0.1:80", "[::1]:443", "[::ffff:192.168.0.1]:8080", "169.254.169.254:80"} {

@@ -42,7 +42,8 @@ type Options struct {
 	// Publish receives every custody event (normally the EventStream's
 	// Publish). It must not block.
 	Publish func(events.Custody)
-	// Metrics is optional.
+	// Metrics is optional, and ignored with Unleased: an unleased worker
+	// records no lease metrics.
 	Metrics *Metrics
 	// Contenders is optional: with it, a contender records itself so a
 	// releasing holder can nudge it, and a holder nudges on release.
@@ -82,7 +83,10 @@ type Status struct {
 // a holder has released. The actor is its worker's supervisor.
 func NewProps(o Options) *actor.Props {
 	if o.Unleased {
-		o.Store = unleasedStore{}
+		// No lease exists: nothing is acquired, renewed or held, so no
+		// lease metric may report one (appview_lease_* series for the
+		// health worker would show a lease on every dashboard).
+		o.Store, o.Metrics = unleasedStore{}, nil
 	}
 	inc := &incarnation{}
 	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o, inc: inc} })
@@ -159,7 +163,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			seed = rand.Uint64()
 		}
 		a.m = NewMachine(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
-		if a.o.Metrics != nil && !a.o.Unleased {
+		if a.o.Metrics != nil {
 			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
 		}
 		a.inc.mu.Lock()

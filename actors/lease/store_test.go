@@ -244,10 +244,10 @@ func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
 			}
 			before := rowBytes(t, db, "jetstream-consumer")
 			if err := s.Renew(context.Background(), c); !errors.Is(err, ErrSuperseded) {
-				t.Fatalf("renewal of a %s grant: got %v, want ErrSuperseded", end, err)
+				t.Fatalf("renewal of the %s grant: got %v, want ErrSuperseded", end, err)
 			}
 			if after := rowBytes(t, db, "jetstream-consumer"); after != before {
-				t.Fatalf("renewal changed a %s grant:\nbefore %s\nafter  %s", end, before, after)
+				t.Fatalf("renewal changed the %s grant:\nbefore %s\nafter  %s", end, before, after)
 			}
 		})
 	}

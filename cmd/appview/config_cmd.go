@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -26,8 +28,11 @@ func newConfigCommand() *cobra.Command {
 				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 			}
 			f, err := os.OpenFile(args[0], flags, 0o644)
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("write config: %s exists (use --force to overwrite)", args[0])
+			}
 			if err != nil {
-				return fmt.Errorf("write config: %w (use --force to overwrite)", err)
+				return fmt.Errorf("write config: %w", err)
 			}
 			if _, err := f.WriteString(config.Sample); err != nil {
 				f.Close()

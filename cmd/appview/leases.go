@@ -13,7 +13,9 @@ import (
 	"github.com/atcr-io/appview/database"
 )
 
-func newLeasesCommand(flags *configFlags, open func(context.Context) (*database.DB, error)) *cobra.Command {
+// newLeasesCommand is `appview leases` (SPEC §2). It only reads: open must
+// neither migrate nor create the database (openExisting).
+func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "leases",
@@ -27,6 +29,9 @@ func newLeasesCommand(flags *configFlags, open func(context.Context) (*database.
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
+			if err := requireTable(ctx, db, "leases"); err != nil {
+				return err
+			}
 			rows, err := lease.ListBounded(ctx, db.DB)
 			if err != nil {
 				return err

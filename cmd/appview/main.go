@@ -22,7 +22,7 @@ import (
 const (
 	exitOK      = 0
 	exitFailure = 1 // a runtime failure (or a forced stop)
-	exitConfig  = 2 // refused at start: bad configuration or unusable database
+	exitConfig  = 2 // refused at start: bad configuration, unusable database, or a usage error
 )
 
 // startError is a problem found before anything started; it exits 2.
@@ -49,7 +49,8 @@ func run(args []string) int {
 	fmt.Fprintln(os.Stderr, "appview:", oneLine(err.Error()))
 	var cfgErr *config.Error
 	var se *startError
-	if errors.As(err, &cfgErr) || errors.As(err, &se) {
+	var ue *usageError
+	if errors.As(err, &cfgErr) || errors.As(err, &se) || errors.As(err, &ue) {
 		return exitConfig
 	}
 	return exitFailure
@@ -72,15 +73,19 @@ func newRootCommand() *cobra.Command {
 	}
 	flags := &configFlags{}
 	flags.register(root)
-	open := func(ctx context.Context) (*database.DB, error) {
-		cfg, err := flags.load()
-		if err != nil {
-			return nil, err
+	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
+		return func(ctx context.Context) (*database.DB, error) {
+			cfg, err := flags.load()
+			if err != nil {
+				return nil, err
+			}
+			return open(ctx, cfg)
 		}
-		return openDatabase(ctx, cfg)
 	}
-	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(flags, open),
-		newWebhooksCommand(open), newReplayCommand(), newSynthCommand(), newBenchCommand())
+	migrated, existing := opener(openDatabase), opener(openExisting)
+	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
+		newWebhooksCommand(migrated, existing), newReplayCommand(), newSynthCommand(), newBenchCommand())
+	strictUsage(root)
 	return root
 }
 

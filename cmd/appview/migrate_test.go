@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,9 +17,11 @@ import (
 // concurrentStarts is how many processes start at once on one new database.
 const concurrentStarts = 3
 
-// startAtOnce runs `appview leases --json` in concurrentStarts processes
+// startAtOnce runs `appview webhooks add` in concurrentStarts processes
 // at once with the given environment, and fails unless every one exits 0
-// printing a JSON list.
+// printing the new webhook's id. The command opens and migrates the
+// database exactly as serve does (openDatabase) and then writes, without
+// the cost of starting workers; `leases` would not do, it only reads.
 func startAtOnce(t *testing.T, dir string, env []string) {
 	t.Helper()
 	results := make([]result, concurrentStarts)
@@ -27,12 +30,13 @@ func startAtOnce(t *testing.T, dir string, env []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = runAppview(t, dir, env, "leases", "--json")
+			results[i] = runAppview(t, dir, env, "webhooks", "add", "--did", "did:plc:alice",
+				"--url", "http://127.0.0.1:9/hook-"+strconv.Itoa(i), "--allow-private")
 		}()
 	}
 	wg.Wait()
 	for i, r := range results {
-		if r.code != 0 || !strings.HasPrefix(strings.TrimSpace(r.stdout), "[") {
+		if id, err := strconv.Atoi(strings.TrimSpace(r.stdout)); r.code != 0 || err != nil || id <= 0 {
 			t.Fatalf("process %d: exit %d, stdout %q, stderr:\n%s", i, r.code, r.stdout, r.stderr)
 		}
 	}

@@ -31,11 +31,17 @@ func refusals() []refusal {
 		{name: "unknown top-level key", yaml: "instance_idd: web-1\n", key: "instance_idd", reason: "unknown key (line 1)"},
 		{name: "unknown nested key", yaml: "admin:\n  addr: 127.0.0.1:0\nleases:\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 4)"},
 		{name: "duplicate key", yaml: "leases:\n  ttl: 15s\n  ttl: 20s\n", key: "leases.ttl", reason: "duplicate key (line 3)"},
+		{name: "two YAML documents", yaml: "admin:\n  addr: 127.0.0.1:0\n---\nleases:\n  ttl: 20s\n", key: "--config", reason: "more than one YAML document"},
 		{name: "unparsable duration", yaml: "leases:\n  ttl: fifteen seconds\n", key: "leases.ttl", reason: `unparsable duration "fifteen seconds"`},
+		{name: "ttl below 500ms", args: []string{"--set", "leases.ttl=3ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 3ms"},
+		{name: "ttl above 1h", env: []string{"APPVIEW_LEASES_TTL=100000h"}, key: "leases.ttl", reason: "must be at most 1h, got 100000h"},
+		{name: "retry_interval above the ttl", yaml: "leases:\n  retry_interval: 20s\n", key: "leases.retry_interval", reason: "must not exceed leases.ttl (20s > 15s)"},
 		{name: "renew_interval not below half the ttl", args: []string{"--set", "leases.renew_interval=7500ms"}, key: "leases.renew_interval", reason: "must be less than half of leases.ttl"},
 		{name: "renew_deadline not below ttl", args: []string{"--set", "leases.renew_deadline=15s"}, key: "leases.renew_deadline", reason: "must be less than leases.ttl"},
 		{name: "renew_deadline not above renew_interval", args: []string{"--set", "leases.renew_deadline=5s"}, key: "leases.renew_deadline", reason: "must be greater than leases.renew_interval"},
 		{name: "database url scheme", env: []string{"APPVIEW_DATABASE_URL=postgres://db.example/appview"}, key: "database.url", reason: "scheme must be one of"},
+		{name: "in-memory database", args: []string{"--set", "database.url=:memory:"}, key: "database.url", reason: "in-memory database is private"},
+		{name: "file url naming another host", env: []string{"APPVIEW_DATABASE_URL=file://db.example/appview.db"}, key: "database.url", reason: `host "db.example"`},
 		{name: "jetstream url scheme", args: []string{"--set", "jetstream.urls=https://jetstream.example/subscribe"}, key: "jetstream.urls", reason: "scheme must be one of ws, wss"},
 		{name: "labeler url scheme", args: []string{"--set", "labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
 		{name: "negative duration", args: []string{"--set", "shutdown_timeout=-5s"}, key: "shutdown_timeout", reason: "must be positive"},
@@ -188,8 +194,11 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
-	if r.code != exitFailure || !strings.Contains(r.stderr, "--force") {
+	if r.code != exitFailure || r.stderr != "appview: write config: appview.yaml exists (use --force to overwrite)\n" {
 		t.Fatalf("config init over an existing file: code %d, stderr %q; want 1 and a hint to use --force", r.code, r.stderr)
+	}
+	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
+		t.Fatalf("config init --force over an existing file: code %d, stderr %q", r.code, r.stderr)
 	}
 
 	// The file as written, unchanged; only the admin address moves to a
@@ -200,6 +209,20 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	p.signal(os.Interrupt)
 	if code, _ := p.wait(runTimeout); code != 0 {
 		t.Fatalf("serve --config (init output): exit %d after SIGINT, want 0", code)
+	}
+}
+
+func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.T) {
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv(), "config", "init", "nonexistent/appview.yaml")
+	if r.code != exitFailure {
+		t.Errorf("exit code %d, want %d", r.code, exitFailure)
+	}
+	if !strings.Contains(r.stderr, "no such file or directory") || strings.Contains(r.stderr, "--force") {
+		t.Fatalf("stderr = %q, want the missing directory named and no --force hint (it would not help)", r.stderr)
+	}
+	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "nonexistent/appview.yaml"); r.code != exitFailure {
+		t.Fatalf("config init --force into a missing directory: exit %d, want %d", r.code, exitFailure)
 	}
 }
 

@@ -23,6 +23,14 @@ import (
 // adminShutdownTimeout bounds closing the admin server after the workers stopped.
 const adminShutdownTimeout = 2 * time.Second
 
+// secondSignalAfter is how long after the first stop signal another one
+// forces an immediate exit. Two signals often arrive together as one
+// request to stop: `timeout -s INT` signals the process and its group, a
+// terminal's Ctrl-C reaches every process of the foreground group, a
+// process manager may send SIGTERM to both. Only a signal that comes
+// later is an operator who will not wait for the leases to be released.
+const secondSignalAfter = 500 * time.Millisecond
+
 func newServeCommand(flags *configFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
@@ -42,7 +50,8 @@ func newServeCommand(flags *configFlags) *cobra.Command {
 }
 
 // serve runs one instance. The first signal stops it gracefully within
-// shutdown_timeout; a second one exits at once with status 1.
+// shutdown_timeout; a second one, at least secondSignalAfter later, exits
+// at once with status 1.
 func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	base := system.NewLogger(os.Stderr, level)
@@ -110,7 +119,12 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	stopping := time.Now()
 	log.Info().Stringer("signal", sigOrNone{sig}).Str("timeout", cfg.ShutdownTimeout.String()).Msg("stopping: workers drain, leases are released")
 	go func() {
-		if s, ok := <-sigs; ok {
+		for s := range sigs {
+			if since := time.Since(stopping); since < secondSignalAfter {
+				log.Info().Stringer("signal", s).Float64("after_ms", float64(since.Microseconds())/1000).
+					Msg("signal arrived with the first: still stopping gracefully")
+				continue
+			}
 			log.Warn().Stringer("signal", s).Msg("second signal: exiting now without waiting for releases")
 			os.Exit(exitFailure)
 		}

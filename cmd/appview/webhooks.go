@@ -19,8 +19,11 @@ import (
 
 // newWebhooksCommand is `appview webhooks add|list|rm`: managing webhook
 // subscriptions (SPEC §8 webhooks table, §9 deliveries). open returns a
-// migrated database; each subcommand opens it once and closes it.
-func newWebhooksCommand(open func(ctx context.Context) (*database.DB, error)) *cobra.Command {
+// migrated database (for add and rm, which write); openRead one that is
+// neither migrated nor created (for list, which only reads, and must work
+// while an instance holds the write lock). Each subcommand opens the
+// database once and closes it.
+func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "webhooks",
 		Short: "Manage webhook subscriptions",
@@ -80,11 +83,14 @@ func newWebhooksCommand(open func(ctx context.Context) (*database.DB, error)) *c
 		Short: "List webhooks (secrets are never printed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open(cmd.Context())
+			db, err := openRead(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			if err := requireTable(cmd.Context(), db, "webhooks"); err != nil {
+				return err
+			}
 			hooks, err := webhooks.List(cmd.Context(), db.DB, listDID)
 			if err != nil {
 				return err
@@ -123,7 +129,7 @@ func newWebhooksCommand(open func(ctx context.Context) (*database.DB, error)) *c
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
-				return fmt.Errorf("webhook id %q: want a positive integer (see `appview webhooks list`)", args[0])
+				return usage(cmd, "webhook id %q: want a positive integer, as `appview webhooks list` prints", args[0])
 			}
 			db, err := open(cmd.Context())
 			if err != nil {

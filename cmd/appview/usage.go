@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// usageError is a command line that cannot be run as typed: an unknown
+// command or flag, a bad flag value, a wrong number of arguments or a
+// missing required flag. Like a refused configuration it exits 2 with one
+// stderr line; the line points at the command's --help.
+type usageError struct {
+	err error
+	// path is the command path, e.g. "appview webhooks rm".
+	path string
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%v (see %s --help)", e.err, e.path)
+}
+
+func (e *usageError) Unwrap() error { return e.err }
+
+func usage(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...), path: cmd.CommandPath()}
+}
+
+// strictUsage makes every usage error under root a *usageError. Cobra
+// returns plain errors for them (so they exited 1, like a runtime
+// failure), and for a command group given an unknown subcommand it prints
+// the help and succeeds. Call it once the command tree is complete.
+func strictUsage(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{err: err, path: cmd.CommandPath()}
+	})
+	// The default help and completion commands are added while executing;
+	// adding them now brings them under the rules below.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+		if cmd.HasSubCommands() && !cmd.Runnable() {
+			// A group: only its subcommands run. Cobra checks arguments
+			// only of runnable commands, so the group gets a RunE that
+			// shows its help when called bare.
+			cmd.Args = unknownSubcommand
+			cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+		if check := cmd.Args; check != nil {
+			cmd.Args = func(cmd *cobra.Command, args []string) error {
+				err := check(cmd, args)
+				var ue *usageError
+				if err == nil || errors.As(err, &ue) {
+					return err
+				}
+				return &usageError{err: err, path: cmd.CommandPath()}
+			}
+		}
+		// Cobra validates required flags after PreRunE, with plain errors:
+		// validate them here first.
+		preE, pre := cmd.PreRunE, cmd.PreRun
+		cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+			if err := cmd.ValidateRequiredFlags(); err != nil {
+				return &usageError{err: err, path: cmd.CommandPath()}
+			}
+			if err := cmd.ValidateFlagGroups(); err != nil {
+				return &usageError{err: err, path: cmd.CommandPath()}
+			}
+			switch {
+			case preE != nil:
+				return preE(cmd, args)
+			case pre != nil:
+				pre(cmd, args)
+			}
+			return nil
+		}
+	}
+	walk(root)
+}
+
+// unknownSubcommand is the Args of a command group: any argument names a
+// subcommand that does not exist.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default, set only on the root path it handles
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+	}
+	return usage(cmd, "%s", msg)
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--bogus"}, "unknown flag: --bogus (see appview serve --help)"},
+		{[]string{"--bogus"}, "unknown flag: --bogus (see appview --help)"},
+		{[]string{"leases", "--json=maybe"}, `invalid argument "maybe" for "--json" flag`},
+		{[]string{"jetstream-replay", "--rate", "fast"}, `invalid argument "fast" for "--rate" flag`},
+		{[]string{"serve", "--config"}, "flag needs an argument: --config"},
+		{[]string{"serv"}, `unknown command "serv" for "appview" (did you mean serve?)`},
+		{[]string{"webhooks", "lst"}, `unknown command "lst" for "appview webhooks" (did you mean list?)`},
+		{[]string{"config", "bogus"}, `unknown command "bogus" for "appview config"`},
+		{[]string{"serve", "extra"}, `unknown command "extra" for "appview serve"`},
+		{[]string{"config", "init", "a.yaml", "b.yaml"}, "accepts at most 1 arg(s), received 2"},
+		{[]string{"webhooks", "rm"}, "accepts 1 arg(s), received 0 (see appview webhooks rm --help)"},
+		{[]string{"webhooks", "rm", "first"}, `webhook id "first": want a positive integer`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice"}, `required flag(s) "url" not set (see appview webhooks add --help)`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			r := runAppview(t, dir, childEnv(), tc.args...)
+			if r.code != exitConfig {
+				t.Errorf("exit code %d, want %d", r.code, exitConfig)
+			}
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "appview: ") || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("stderr = %q, want one line \"appview: ...\" containing %q", r.stderr, tc.want)
+			}
+			if r.stdout != "" {
+				t.Errorf("printed %q on stdout for a usage error", r.stdout)
+			}
+			assertEmptyDir(t, dir)
+		})
+	}
+}
+
+func TestACommandGroupCalledBarePrintsItsHelp(t *testing.T) {
+	for _, args := range [][]string{nil, {"webhooks"}, {"config"}, {"serve", "--help"}} {
+		r := runAppview(t, t.TempDir(), childEnv(), args...)
+		if r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("appview %s: exit %d, stderr %q, stdout %q; want the help and exit 0", strings.Join(args, " "), r.code, r.stderr, r.stdout)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// opensFile opens rawURL, writes to it and checks that the write created
+// the file want.
+func opensFile(t *testing.T, rawURL, want string) {
+	t.Helper()
+	db, err := Open(context.Background(), Options{URL: rawURL})
+	if err != nil {
+		t.Fatalf("Open(%q): %v", rawURL, err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE probe (x INTEGER)"); err != nil {
+		t.Fatalf("Open(%q): write: %v", rawURL, err)
+	}
+	if st, err := os.Stat(want); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("Open(%q) did not create %s: %v", rawURL, want, err)
+	}
+	if db.Path == "" || db.Remote {
+		t.Fatalf("Open(%q): Path %q Remote %v", rawURL, db.Path, db.Remote)
+	}
+}
+
+func TestEveryFileURLFormOpensTheFileItNames(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	abs := t.TempDir()
+	opensFile(t, "file:rel/a.db", filepath.Join(work, "rel", "a.db"))
+	opensFile(t, "file:./b.db", filepath.Join(work, "b.db"))
+	opensFile(t, "file:"+abs+"/c.db", filepath.Join(abs, "c.db"))
+	opensFile(t, "file://"+abs+"/d.db", filepath.Join(abs, "d.db")) // file:///abs: empty authority
+	opensFile(t, "file://localhost"+abs+"/e.db", filepath.Join(abs, "e.db"))
+	if _, err := os.Stat(filepath.Join(work, "localhost")); !os.IsNotExist(err) {
+		t.Fatalf("file://localhost/... created ./localhost (stat: %v): the host was read as a relative directory", err)
+	}
+}
+
+func TestPercentEscapesInAFileURLAreDecodedOnce(t *testing.T) {
+	abs := t.TempDir()
+	u := (&url.URL{Scheme: "file", Path: abs + "/my data/100%/a#b?.db"}).String()
+	if !strings.Contains(u, "%25") || !strings.Contains(u, "%23") {
+		t.Fatalf("test URL %q is not escaped", u)
+	}
+	opensFile(t, u, filepath.Join(abs, "my data", "100%", "a#b?.db"))
+}
+
+func TestOpenRefusesURLsThatCannotHoldSharedLeases(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for raw, reason := range map[string]string{
+		":memory:":                  "in-memory database",
+		"file::memory:":             "in-memory database",
+		"file:x.db?mode=memory":     "in-memory database",
+		"file://db.example/x.db":    `host "db.example"`,
+		"file://data/appview.db":    `host "data"`,
+		"file:x.db?cache=shared":    "query parameters are not supported",
+		"postgres://db.example/app": "scheme must be one of file, http, https, libsql",
+	} {
+		db, err := Open(context.Background(), Options{URL: raw})
+		if err == nil {
+			db.Close()
+			t.Errorf("Open(%q) succeeded, want a refusal", raw)
+			continue
+		}
+		if !strings.Contains(err.Error(), reason) {
+			t.Errorf("Open(%q) = %v, want a reason containing %q", raw, err, reason)
+		}
+	}
+	if entries, _ := os.ReadDir("."); len(entries) != 0 {
+		t.Errorf("refused URLs left files behind: %v", entries)
+	}
+}
+
+func TestMustExistRefusesAMissingFileAndCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "typo", "appview.db")
+	db, err := Open(context.Background(), Options{URL: "file:" + path, MustExist: true})
+	if err == nil {
+		db.Close()
+		t.Fatal("Open with MustExist created a database")
+	}
+	if !errors.Is(err, ErrNoDatabase) || err.Error() != "no database at "+path {
+		t.Fatalf("err = %v, want ErrNoDatabase: \"no database at %s\"", err, path)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("MustExist left %v behind", entries)
+	}
+
+	// An existing database opens as usual, with its rows.
+	mk := openTemp(t, filepath.Join(dir, "there.db"))
+	if _, err := mk.Exec("CREATE TABLE t (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(context.Background(), Options{URL: "file:" + filepath.Join(dir, "there.db"), MustExist: true})
+	if err != nil {
+		t.Fatalf("MustExist on an existing database: %v", err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 't'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("existing database read %d tables named t, err %v", n, err)
+	}
+}
