@@ -223,7 +223,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 
 	start := time.Now()
 	pid := g.sys.Root.Spawn(w.Actor(custody))
-	err = waitCursor(ctx, reader.DB, g.lastUS, ingestPoll, ingestStall)
+	err = waitCursor(ctx, reader.DB, g.lastUS, ingestPoll, ingestStall, nil)
 	took := time.Since(start)
 	if serr := g.sys.Root.StopFuture(pid).Wait(); serr != nil && err == nil {
 		err = fmt.Errorf("stop consumer: %w", serr)
@@ -262,8 +262,9 @@ func readCursor(ctx context.Context, db *sql.DB) (int64, error) {
 }
 
 // waitCursor polls jetstream_cursor every poll until it reaches target
-// (time_us). It fails when the cursor has not moved for stall, or ctx ends.
-func waitCursor(ctx context.Context, db *sql.DB, target int64, poll, stall time.Duration) error {
+// (time_us), calling each (when not nil) after every poll that falls
+// short. It fails when the cursor has not moved for stall, or ctx ends.
+func waitCursor(ctx context.Context, db *sql.DB, target int64, poll, stall time.Duration, each func()) error {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	last, moved := int64(-1), time.Now()
@@ -274,6 +275,9 @@ func waitCursor(ctx context.Context, db *sql.DB, target int64, poll, stall time.
 		}
 		if us >= target {
 			return nil
+		}
+		if each != nil {
+			each()
 		}
 		if us != last {
 			last, moved = us, time.Now()
