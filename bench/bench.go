@@ -34,7 +34,7 @@ type Options struct {
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
@@ -83,6 +83,7 @@ func Run(ctx context.Context, o Options) error {
 		{"renew-cost", r.renewCost},
 		{"rss", r.idleRSS},
 		{"ingest", r.ingest},
+		{"replay-1m", r.replayRSS},
 	}
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
