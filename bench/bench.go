@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/tests/harness"
@@ -85,6 +87,7 @@ func Run(ctx context.Context, o Options) error {
 		{"ingest", r.ingest},
 		{"replay-1m", r.replayRSS},
 	}
+	r.noteHost()
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
 			continue
@@ -108,6 +111,18 @@ type runner struct {
 
 func (r *runner) note(format string, args ...any) {
 	fmt.Fprintf(r.o.Progress, "bench: "+format+"\n", args...)
+}
+
+// noteHost notes the host's CPUs and load: the figures are only
+// comparable between runs on equally quiet hosts.
+func (r *runner) noteHost() {
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	r.note("host: %d CPUs, load average %s (1, 5, 15 min)", runtime.NumCPU(), load)
 }
 
 // figure writes one result line.
