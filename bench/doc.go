@@ -31,7 +31,7 @@
 //     holds the last event; and the row images the processor writes for
 //     them (recorded once by internal/rowcapture) are written again by
 //     bare INSERT OR REPLACE, in the consumer's batches, one transaction
-//     per batch, into a new database of the same schema. Five alternating
+//     per batch, into a new database of the same schema. Seven alternating
 //     pairs; the figures are the median of bare time / consumer time, the
 //     median consumer events/s and the median bare rows/s.
 //   - replay_1m_rss_mb_at_{10,50,100}pct, replay_1m_rss_growth_ratio,

@@ -34,7 +34,7 @@ const (
 	ingestEventsFull, ingestEventsQuick = 20000, 2000
 	// ingestPairsFull and ingestPairsQuick are the timed (consumer, bare)
 	// pairs.
-	ingestPairsFull, ingestPairsQuick = 5, 3
+	ingestPairsFull, ingestPairsQuick = 7, 3
 	// ingestPoll is how often a consumer run reads jetstream_cursor: the
 	// resolution of the run's end (0.25% of a 2 s run).
 	ingestPoll = 5 * time.Millisecond
