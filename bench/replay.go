@@ -120,7 +120,8 @@ func (r *runner) replayRSS(ctx context.Context) error {
 	}
 	first, last := 0, len(marks)-1
 	rate := float64(n*(replayMarks[last]-replayMarks[first])/100) / (at[last] - at[first]).Seconds()
-	r.note("replay: peak serve RSS %.1f MB (sampled every %v)", float64(peak)/(1<<20), replayPoll)
+	r.note("replay: peak serve RSS %.1f MB (sampled every %v); growth from %d%% to %d%%: %.3f",
+		float64(peak)/(1<<20), replayPoll, replayMarks[1], replayMarks[last], rss[last]/rss[1])
 	for k, p := range replayMarks {
 		r.figure(fmt.Sprintf("replay_1m_rss_mb_at_%dpct", p), rss[k], "MB")
 	}
