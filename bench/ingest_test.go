@@ -38,8 +38,8 @@ func TestMeasureIngestRunsTheConsumerAndTheBareInsertsAndLeavesNothingRunning(t 
 	if res.Ratio <= 0 || res.EventsPerS <= 0 || res.BareRowsPerS <= 0 {
 		t.Errorf("figures %+v: want positive ratio and rates", res)
 	}
-	if notes != 1+2 {
-		t.Errorf("%d progress notes, want one for the stream and one a pair", notes)
+	if notes != 1+2+1 {
+		t.Errorf("%d progress notes, want one for the stream, one a pair and one for the quiet pairs", notes)
 	}
 }
 
