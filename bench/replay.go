@@ -92,6 +92,7 @@ func (r *runner) replayRSS(ctx context.Context) error {
 	defer reader.Close()
 
 	start = time.Now()
+	cpu := sampleCPU(inst.Pid(), replay.Pid())
 	rss := make([]float64, len(marks))
 	at := make([]time.Duration, len(marks))
 	var peak int64
@@ -112,6 +113,9 @@ func (r *runner) replayRSS(ctx context.Context) error {
 		peak = max(peak, b)
 		r.note("replay: %d%% of %d events processed after %v; serve RSS %.1f MB",
 			replayMarks[k], n, at[k].Round(time.Millisecond), rss[k])
+	}
+	if others, ok := cpu.others(sampleCPU(inst.Pid(), replay.Pid()), time.Since(start)); ok {
+		r.note("replay: processes other than the bench, serve and the replay server used %.2f CPUs meanwhile", others)
 	}
 	for _, e := range inst.Log.Events() {
 		if e.Lease == consumer.LeaseName && (e.Event == harness.LeaseLost || e.Event == harness.WorkerFailed) {
