@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/tests/harness"
@@ -33,17 +35,8 @@ type Options struct {
 	Progress io.Writer
 }
 
-// IngestRatio, when set, measures ingest_ratio as the processor defines it
-// (processor/bench_test.go, BenchmarkIngestVersusBareInserts): the time
-// bare batched INSERTs of the rows the processor writes take, over the
-// time the processor takes to ingest the same events (higher is better;
-// target >= 0.5). dir is a scratch directory; quick asks for a smoke run.
-// It is nil while that measurement exists only as a Go benchmark: a test
-// file cannot be called from this binary.
-var IngestRatio func(ctx context.Context, dir string, quick bool) (float64, error)
-
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
@@ -92,7 +85,9 @@ func Run(ctx context.Context, o Options) error {
 		{"renew-cost", r.renewCost},
 		{"rss", r.idleRSS},
 		{"ingest", r.ingest},
+		{"replay-1m", r.replayRSS},
 	}
+	r.noteHost()
 	for _, s := range steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
 			continue
@@ -116,6 +111,18 @@ type runner struct {
 
 func (r *runner) note(format string, args ...any) {
 	fmt.Fprintf(r.o.Progress, "bench: "+format+"\n", args...)
+}
+
+// noteHost notes the host's CPUs and load: the figures are only
+// comparable between runs on equally quiet hosts.
+func (r *runner) noteHost() {
+	load := "unknown"
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	r.note("host: %d CPUs, load average %s (1, 5, 15 min)", runtime.NumCPU(), load)
 }
 
 // figure writes one result line.
@@ -143,18 +150,20 @@ func (r *runner) spec(db string) harness.Spec {
 }
 
 func (r *runner) ingest(ctx context.Context) error {
-	if IngestRatio == nil {
-		r.note("ingest_ratio not measured: no measuring function is plugged into bench.IngestRatio (the processor measures it only in a Go benchmark, processor/bench_test.go)")
-		return nil
-	}
 	dir, err := r.scratch("ingest")
 	if err != nil {
 		return err
 	}
-	ratio, err := IngestRatio(ctx, dir, r.o.Quick)
+	o := IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: ingestPairsFull, Note: r.note}
+	if r.o.Quick {
+		o.Events, o.Pairs = ingestEventsQuick, ingestPairsQuick
+	}
+	res, err := MeasureIngest(ctx, dir, o)
 	if err != nil {
 		return err
 	}
-	r.figure("ingest_ratio", ratio, "ratio")
+	r.figure("ingest_ratio", res.Ratio, "ratio")
+	r.figure("ingest_events_per_s", res.EventsPerS, "events/s")
+	r.figure("bare_rows_per_s", res.BareRowsPerS, "rows/s")
 	return nil
 }

@@ -23,6 +23,10 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("appview bench --quick: %v\n%s", err, stderr.String())
 	}
+	// Figures that are zero only when nothing was measured.
+	positive := map[string]bool{"ingest_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
+		"replay_1m_rss_mb_at_10pct": true, "replay_1m_rss_mb_at_50pct": true, "replay_1m_rss_mb_at_100pct": true, "replay_1m_rss_growth_ratio": true,
+		"replay_1m_events_per_s": true}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		f := strings.Fields(line)
@@ -30,8 +34,12 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 			t.Errorf("line %q is not \"name value unit\"", line)
 			continue
 		}
-		if v, err := strconv.ParseFloat(f[1], 64); err != nil || v < 0 {
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil || v < 0 {
 			t.Errorf("line %q: value is not a non-negative number", line)
+		}
+		if positive[f[0]] && !(v > 0) {
+			t.Errorf("line %q: a rate, ratio or size measured is zero", line)
 		}
 		got[f[0]] = f[2]
 	}
@@ -40,6 +48,9 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"acquire_rtt_p50_ms_file": "ms", "acquire_rtt_p50_ms_sqld": "ms",
 		"renew_rtt_p50_ms_file": "ms", "renew_rtt_p50_ms_sqld": "ms",
 		"crash_handover_minus_ttl_p50_ms": "ms", "renew_cost_ratio": "ratio", "idle_rss_mb": "MB",
+		"ingest_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
+		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
+		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
 	} {
 		if got[name] != unit {
 			t.Errorf("figure %s: unit %q, want %q (output:\n%s)", name, got[name], unit, stdout.String())

@@ -21,7 +21,7 @@ func newBenchCommand() *cobra.Command {
 	var o bench.Options
 	cmd := &cobra.Command{
 		Use:   "bench [--quick] [--sqld PATH] [--dir DIR]",
-		Short: "Measure handover, round trips, renew cost and idle RSS with real processes; print \"name value unit\" lines",
+		Short: "Measure handover, round trips, renew cost, RSS, ingest ratio and a 1M-event replay; print \"name value unit\" lines",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			exe, err := os.Executable()

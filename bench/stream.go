@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/synth"
+)
+
+// atcrPrefix is what the consumer's default collection filter, "io.atcr.*"
+// (config.Default: jetstream.collections), matches.
+const atcrPrefix = "io.atcr."
+
+// delivered reports whether a Jetstream server filtering on "io.atcr.*"
+// sends e to the consumer: io.atcr commits, and every event without a
+// collection (identity and account events always pass, as Jetstream does).
+func delivered(e *jetstream.Event) bool {
+	c := e.Collection()
+	return c == "" || strings.HasPrefix(c, atcrPrefix)
+}
+
+// atcrCommit reports whether e is a commit to an io.atcr collection: the
+// traffic ingest_ratio is defined on.
+func atcrCommit(e *jetstream.Event) bool {
+	return e.Kind == jetstream.KindCommit && e.Commit != nil && strings.HasPrefix(e.Commit.Collection, atcrPrefix)
+}
+
+// writeStream streams the synthetic traffic o to path as JSONL, one
+// Jetstream v1 event a line (the encoding of synth.Write), keeping only the
+// events keep accepts (nil keeps all) and passing each kept one to seen
+// (nil: none) in stream order. Memory is the generator's model, bounded
+// whatever o.Events is. It returns how many events it wrote.
+func writeStream(ctx context.Context, path string, o synth.Options, keep func(*jetstream.Event) bool, seen func(*jetstream.Event)) (int, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<16)
+	enc := json.NewEncoder(bw)
+	g := synth.NewGenerator(o)
+	n := 0
+	for i := 0; ; i++ {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return n, err
+			}
+		}
+		ev, ok := g.Next()
+		if !ok {
+			break
+		}
+		if keep != nil && !keep(&ev) {
+			continue
+		}
+		if err := enc.Encode(ev); err != nil {
+			return n, fmt.Errorf("write event %d: %w", i, err)
+		}
+		if seen != nil {
+			seen(&ev)
+		}
+		n++
+	}
+	if err := bw.Flush(); err != nil {
+		return n, err
+	}
+	return n, f.Close()
+}
