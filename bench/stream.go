@@ -1,10 +1,7 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 
@@ -41,32 +38,8 @@ func writeStream(ctx context.Context, path string, o synth.Options, keep func(*j
 		return 0, err
 	}
 	defer f.Close()
-	bw := bufio.NewWriterSize(f, 1<<16)
-	enc := json.NewEncoder(bw)
-	g := synth.NewGenerator(o)
-	n := 0
-	for i := 0; ; i++ {
-		if i%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return n, err
-			}
-		}
-		ev, ok := g.Next()
-		if !ok {
-			break
-		}
-		if keep != nil && !keep(&ev) {
-			continue
-		}
-		if err := enc.Encode(ev); err != nil {
-			return n, fmt.Errorf("write event %d: %w", i, err)
-		}
-		if seen != nil {
-			seen(&ev)
-		}
-		n++
-	}
-	if err := bw.Flush(); err != nil {
+	n, err := synth.WriteEvents(ctx, f, synth.NewGenerator(o), keep, seen)
+	if err != nil {
 		return n, err
 	}
 	return n, f.Close()

@@ -7,33 +7,54 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/atcr-io/appview/jetstream"
 )
 
 // Write streams the Options' events to w as Jetstream v1 JSONL (one event
 // a line, time_us strictly increasing) and returns the expected state.
 // Memory is bounded by the model (users × repositories), not by Events.
 func Write(ctx context.Context, w io.Writer, o Options) (*Expected, error) {
+	g := NewGenerator(o)
+	if _, err := WriteEvents(ctx, w, g, nil, nil); err != nil {
+		return nil, err
+	}
+	return g.Expected(), nil
+}
+
+// WriteEvents streams g's events to w as Jetstream v1 JSONL, keeping only
+// the events keep accepts (nil keeps all) and passing each kept one to
+// seen (nil: none) in stream order. It returns how many events it wrote;
+// g.Expected() is the state of the whole stream, filtered or not.
+func WriteEvents(ctx context.Context, w io.Writer, g *Generator, keep func(*jetstream.Event) bool, seen func(*jetstream.Event)) (int, error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	enc := json.NewEncoder(bw)
-	g := NewGenerator(o)
+	n := 0
 	for i := 0; ; i++ {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return n, err
 			}
 		}
 		ev, ok := g.Next()
 		if !ok {
 			break
 		}
-		if err := enc.Encode(ev); err != nil {
-			return nil, fmt.Errorf("write event %d: %w", i, err)
+		if keep != nil && !keep(&ev) {
+			continue
 		}
+		if err := enc.Encode(ev); err != nil {
+			return n, fmt.Errorf("write event %d: %w", i, err)
+		}
+		if seen != nil {
+			seen(&ev)
+		}
+		n++
 	}
 	if err := bw.Flush(); err != nil {
-		return nil, fmt.Errorf("write events: %w", err)
+		return n, fmt.Errorf("write events: %w", err)
 	}
-	return g.Expected(), nil
+	return n, nil
 }
 
 // CommandOptions are the flags of `appview synth`.
