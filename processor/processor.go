@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/internal/promshare"
 	"github.com/atcr-io/appview/jetstream"
 )
@@ -287,13 +288,17 @@ func fatal(err error) bool {
 }
 
 // DatabaseFailure reports whether err is a failure of the database itself
-// rather than of the events being written: locked or busy past
-// busy_timeout, an I/O error, a read-only or out-of-memory database, a
-// missing table, or a savepoint that could not be taken. Retrying the same
-// events later can succeed, so a caller must not skip them over such an
-// error: it fails and retries from its checkpoint instead. Anything else
-// (a constraint, an overflow, a value the database refuses) is about the
-// events, and isolating them one by one can get past it.
+// rather than of the events being written: anything but the database
+// refusing the values of a statement (database.Refused: a constraint, a
+// datatype mismatch, a value too big). That covers no answer at all (a
+// libSQL server unreachable, an HTTP 5xx, a Hrana stream or transaction
+// timeout), locked or busy past busy_timeout, an I/O error, a read-only,
+// full or out-of-memory database, a missing table, a savepoint that could
+// not be taken, and any error of unknown shape. Retrying the same events
+// later can succeed, so a caller must not skip them over such an error: it
+// fails and retries from its checkpoint instead. Only a refusal, or an
+// event the processor itself found invalid, is about the events, and
+// isolating them one by one can get past it.
 func DatabaseFailure(err error) bool {
 	if err == nil {
 		return false
@@ -302,13 +307,11 @@ func DatabaseFailure(err error) bool {
 	if errors.As(err, &se) {
 		return true
 	}
-	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"database is locked", "busy", "disk i/o", "readonly", "no such table", "out of memory"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
+	var ie *invalidError
+	if errors.As(err, &ie) {
+		return false // the processor's own verdict on an event
 	}
-	return false
+	return !database.Refused(err)
 }
 
 // ReportSkipped counts and logs an event its caller had to skip after the

@@ -636,7 +636,7 @@ func TestOneRecordTheDatabaseRefusesDoesNotStallTheRun(t *testing.T) {
 	poisonFails := ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
 		for _, ev := range events {
 			if ev.Commit.Collection == colManifest && ev.Commit.RKey == poisoned {
-				return Applied{}, errors.New("refresh repository_stats: integer overflow")
+				return Applied{}, errors.New("refresh repository_stats: failed to execute query UPDATE repository_stats\nerror code = 2: Error executing statement: SQLite failure: `integer overflow`")
 			}
 		}
 		return fakeApplier(ctx, tx, c, events)

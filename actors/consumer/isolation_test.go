@@ -108,7 +108,8 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	bad := exp.PushEventKeys[len(exp.PushEventKeys)/2]
-	refused := errors.New("outbox refuses " + bad)
+	// The database's refusal of one row, in go-libsql's shape.
+	refused := errors.New("failed to execute query INSERT INTO webhook_deliveries\nerror code = 2: Error executing statement: SQLite failure: `outbox refuses " + bad + "`")
 	enqueue := func(ctx context.Context, tx *sql.Tx, pushes []webhooks.Push) (int, error) {
 		for _, p := range pushes {
 			if p.EventKey == bad {
@@ -169,17 +170,28 @@ BEGIN SELECT RAISE(ABORT, 'cursor refused'); END`, at)); err != nil {
 }
 
 func TestADatabaseFailureIsNeverSkippedEventByEvent(t *testing.T) {
+	for i, failure := range []error{
+		errors.New("database is locked"),
+		// sqld down or restarting: go-libsql's shape of a refused connection.
+		errors.New("failed to execute query INSERT INTO webhook_deliveries\nerror code = 1: Error executing statement: Hrana: `http error: `error trying to connect: tcp connect error: Connection refused (os error 111)``"),
+		errors.New("failed to execute query INSERT INTO webhook_deliveries\nerror code = 1: Error executing statement: Hrana: `api error: `status=503 Service Unavailable, body=``"),
+		errors.New("an error of a shape nobody has seen"),
+	} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { testFailureNotSkipped(t, failure) })
+	}
+}
+
+func testFailureNotSkipped(t *testing.T, failure error) {
 	db := openDB(t)
 	events, _ := generate(54, 100)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	locked := errors.New("database is locked")
 	skips := 0
 	_, err := commitEach(context.Background(), db.DB, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
-		return 0, locked
+		return 0, failure
 	}, events, func(*jetstream.Event, error) { skips++ })
-	if !errors.Is(err, locked) || skips != 0 {
-		t.Fatalf("err %v after %d skips, want the lock error and no event skipped", err, skips)
+	if !errors.Is(err, failure) || skips != 0 {
+		t.Fatalf("err %v after %d skips, want the failure and no event skipped", err, skips)
 	}
 	// The events before the first new manifest committed; the cursor stops
 	// short of it, so a restart retries it.

@@ -117,7 +117,12 @@ func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 		reason string
 	}{
 		{"hung", func(s *faultyStore) { s.hold(false) }, events.ReasonBlackout},
-		{"failing", func(s *faultyStore) { s.failRenewals(errors.New("injected: database unreachable")) }, events.ReasonError},
+		{"failing", func(s *faultyStore) { s.failRenewals(errors.New("injected: disk I/O error")) }, events.ReasonError},
+		// A libSQL server that is down answers nothing: that is a blackout
+		// even though every call returns at once (go-libsql's shape).
+		{"refused", func(s *faultyStore) {
+			s.failRenewals(errors.New("failed to execute query UPDATE leases\nerror code = 1: Error executing statement: Hrana: `http error: `error trying to connect: tcp connect error: Connection refused (os error 111)``"))
+		}, events.ReasonBlackout},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/events"
 )
 
@@ -382,8 +383,13 @@ func (m *Machine) expire(now time.Duration) {
 	if !m.holdsCustody() || now < m.trustedUntil {
 		return
 	}
+	// A blackout is a database that did not answer: a call still pending
+	// or abandoned, or failures that say it could not be reached or served
+	// (database.Unavailable: connection refused, HTTP 5xx, Hrana timeouts,
+	// locked past busy_timeout). An answer that something is wrong (an I/O
+	// error, a read-only or replaced file) is reason error.
 	reason, err := events.ReasonBlackout, m.lastErr
-	if m.call == callNone && m.lastErr != nil && !errors.Is(m.lastErr, errCallTimeout) {
+	if m.call == callNone && m.lastErr != nil && !errors.Is(m.lastErr, errCallTimeout) && !database.Unavailable(m.lastErr) {
 		reason = events.ReasonError
 	}
 	if err == nil {

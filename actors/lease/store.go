@@ -183,10 +183,14 @@ func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error)
 	return g, nil
 }
 
-// Renew extends the grant to now + TTL. It returns ErrSuperseded when the
-// row no longer carries this holder and fence, or when the grant has
-// already ended on the database's clock (released or expired): a renewal
-// never revives a grant.
+// Renew extends the grant to now + TTL (database clock). It returns
+// ErrSuperseded when the row no longer carries this holder and fence
+// (another instance acquired it since) or when the grant was released: a
+// renewal never revives a released grant. A grant that ran out its TTL but
+// that nobody acquired since still carries this holder and fence, so
+// nobody else has had custody in between, and Renew extends it; the
+// LeaseActor never relies on that, because it gives custody up at its
+// renew deadline, before the TTL runs out.
 func (s *Store) Renew(ctx context.Context, c Custody) error {
 	if err := s.check(); err != nil {
 		return fmt.Errorf("renew lease %q: %w", c.Lease, err)

@@ -229,8 +229,13 @@ func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
 	}
 }
 
-func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
-	for _, end := range []string{"released", "expired"} {
+// A released grant is never revived, and a grant another instance took
+// after it ran out is never renewed by its former holder. A grant that ran
+// out but that nobody took is still renewable by its holder and fence:
+// nobody else has had custody in between (that would have moved the
+// fence), which is how Kubernetes leases treat their own holder too.
+func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
+	for _, end := range []string{"released", "expired and taken"} {
 		t.Run(end, func(t *testing.T) {
 			db := openDB(t)
 			s := NewStore(db, longTTL)
@@ -240,7 +245,14 @@ func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				expireNow(t, db, "jetstream-consumer")
+				// Expired well in the past, so that no renewal in the same
+				// millisecond looks like a release.
+				if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` - 1000 WHERE name = ?1`, c.Lease); err != nil {
+					t.Fatal(err)
+				}
+				if taken := mustAcquire(t, s, c.Lease, "instance-b"); taken.Fence != c.Fence+1 {
+					t.Fatalf("taken at fence %d, want %d", taken.Fence, c.Fence+1)
+				}
 			}
 			before := rowBytes(t, db, "jetstream-consumer")
 			if err := s.Renew(context.Background(), c); !errors.Is(err, ErrSuperseded) {
@@ -251,4 +263,19 @@ func TestARenewalNeverRevivesAReleasedOrExpiredGrant(t *testing.T) {
 			}
 		})
 	}
+	t.Run("expired and untaken", func(t *testing.T) {
+		db := openDB(t)
+		s := NewStore(db, longTTL)
+		c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
+		if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` - 1000 WHERE name = ?1`, c.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Renew(context.Background(), c); err != nil {
+			t.Fatalf("renewal of an expired grant nobody took: %v", err)
+		}
+		row := readRow(t, db, c.Lease)
+		if row.Fence != c.Fence || row.Holder != c.Holder || row.State() != StateHeld {
+			t.Fatalf("after the renewal: %+v (%s), want holder %s fence %d held", row, row.State(), c.Holder, c.Fence)
+		}
+	})
 }

@@ -1,0 +1,138 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// go-libsql reports every failure as text with the same error code (2), so
+// the classification below reads the text. Two shapes mean that SQLite
+// itself answered the statement:
+//
+//   - a file database: "... SQLite failure: `MESSAGE`"
+//   - a libSQL server (Hrana): `... Error { message: "SQLite error: MESSAGE", code: "SQLITE_..." }`
+//
+// Anything else — "error trying to connect ... Connection refused", an
+// HTTP status such as 503, a Hrana stream or transaction error
+// (STREAM_EXPIRED, TRANSACTION_TIMEOUT), an invalid baton — means the
+// statement never got an answer from the database engine.
+const (
+	localAnswer  = "SQLite failure: `"
+	remoteAnswer = `message: "SQLite error: `
+	// hrana marks every error of a libSQL server connection: an SQL answer
+	// (remoteAnswer) or a transport one ("Hrana: `http error: ...",
+	// "Hrana: `api error: `status=503 ...", a stream error with code
+	// STREAM_EXPIRED or TRANSACTION_TIMEOUT).
+	hrana = "Hrana: `"
+)
+
+// unavailableMessages are SQLite answers that say the database could not
+// serve the statement now (another writer held it past busy_timeout), not
+// that the statement was wrong.
+var unavailableMessages = []string{
+	"database is locked",
+	"database table is locked",
+	"database is busy",
+}
+
+// failureMessages are SQLite answers about the database itself: its file,
+// its schema, its resources. Repeating the statement with other values
+// fails the same way.
+var failureMessages = []string{
+	"disk i/o error",
+	"readonly database",
+	"read-only",
+	"database or disk is full",
+	"out of memory",
+	"disk image is malformed",
+	"file is not a database",
+	"unable to open database",
+	"no such table",
+	"no such column",
+	"no such savepoint",
+	"cannot start a transaction",
+	"cannot commit",
+	"cannot rollback",
+	"interrupted",
+}
+
+// remoteFailureCodes are Hrana/SQLite result codes of a libSQL server that
+// mean the same as failureMessages or unavailableMessages.
+var remoteFailureCodes = []string{
+	`code: "SQLITE_BUSY`, `code: "SQLITE_LOCKED`, `code: "SQLITE_IOERR`,
+	`code: "SQLITE_FULL`, `code: "SQLITE_READONLY`, `code: "SQLITE_NOMEM`,
+	`code: "SQLITE_CORRUPT`, `code: "SQLITE_CANTOPEN`, `code: "SQLITE_NOTADB`,
+	`code: "SQLITE_INTERRUPT`, `code: "SQLITE_PERM`, `code: "SQLITE_AUTH`,
+}
+
+// answered reports whether SQLite itself answered the statement that
+// failed with err (see the shapes above).
+func answered(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, localAnswer) || strings.Contains(s, remoteAnswer)
+}
+
+// Refused reports whether err is the database refusing a statement for
+// the values it carries: a UNIQUE, NOT NULL, CHECK or FOREIGN KEY
+// constraint, a trigger's RAISE, a datatype mismatch, a value too big,
+// malformed JSON. The same statement with other values can succeed, so a
+// caller may skip the one input that caused it and go on.
+//
+// Everything else is a failure of the database itself, and Refused is
+// false: no answer at all (connection refused, an HTTP 5xx, a Hrana stream
+// or transaction timeout, a cancelled context), busy or locked past
+// busy_timeout, an I/O error, a read-only or full database, a missing
+// table. Input must never be skipped over those: the caller retries from
+// its checkpoint instead. An unknown shape counts as a failure of the
+// database, because skipping on a guess loses data and retrying does not.
+func Refused(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !answered(err) {
+		return false
+	}
+	s := err.Error()
+	for _, c := range remoteFailureCodes {
+		if strings.Contains(s, c) {
+			return false
+		}
+	}
+	msg := strings.ToLower(s)
+	for _, list := range [][]string{unavailableMessages, failureMessages} {
+		for _, m := range list {
+			if strings.Contains(msg, m) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Unavailable reports whether err says the database could not be reached
+// or could not serve the statement in time: a libSQL server that did not
+// answer with SQL (connection refused, an HTTP 5xx, a Hrana stream or
+// transaction timeout), busy or locked past busy_timeout, or a deadline
+// that ran out. A lease holder that sees only such errors until its renew
+// deadline is in a blackout; any other error is the database (or this
+// process) answering that something is wrong.
+func Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	s := err.Error()
+	if strings.Contains(s, hrana) && !strings.Contains(s, remoteAnswer) {
+		return true
+	}
+	if strings.Contains(s, `code: "SQLITE_BUSY`) || strings.Contains(s, `code: "SQLITE_LOCKED`) {
+		return true
+	}
+	msg := strings.ToLower(s)
+	for _, m := range unavailableMessages {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}

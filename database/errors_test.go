@@ -1,0 +1,57 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// The shapes below are go-libsql's, captured from a file database and from
+// sqld 0.24 (see errors.go).
+func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
+	local := func(msg string) error {
+		return fmt.Errorf("apply: %w", errors.New("failed to execute query INSERT INTO t\nerror code = 2: Error executing statement: SQLite failure: `"+msg+"`"))
+	}
+	remote := func(msg, code string) error {
+		return errors.New("failed to execute query INSERT INTO t\nerror code = 2: Error executing statement: Hrana: `stream error: `Error { message: \"SQLite error: " + msg + "\", code: \"" + code + "\" }``")
+	}
+	transport := func(detail string) error {
+		return errors.New("failed to execute query UPDATE leases\nerror code = 1: Error executing statement: Hrana: `" + detail + "`")
+	}
+	cases := []struct {
+		name        string
+		err         error
+		refused     bool
+		unavailable bool
+	}{
+		{"local unique", local("UNIQUE constraint failed: t.b"), true, false},
+		{"local trigger raise", local("tag boom is refused"), true, false},
+		{"local mismatch", local("datatype mismatch"), true, false},
+		{"local locked", local("database is locked"), false, true},
+		{"local io", local("disk I/O error"), false, false},
+		{"local readonly", local("attempt to write a readonly database"), false, false},
+		{"local missing table", local("no such table: tags"), false, false},
+		{"local full", local("database or disk is full"), false, false},
+		{"remote constraint", remote("NOT NULL constraint failed: t.b", "SQLITE_CONSTRAINT"), true, false},
+		{"remote malformed json", remote("malformed JSON", "SQLITE_UNKNOWN"), true, false},
+		{"remote busy", remote("database is locked", "SQLITE_BUSY"), false, true},
+		{"remote missing table", remote("no such table: nosuch", "SQLITE_UNKNOWN"), false, false},
+		{"connection refused", transport("http error: `error trying to connect: tcp connect error: Connection refused (os error 111)`"), false, true},
+		{"http 503", transport("api error: `status=503 Service Unavailable, body=`"), false, true},
+		{"stream expired", transport("stream error: `Error { message: \"The stream has expired due to inactivity\", code: \"STREAM_EXPIRED\" }`"), false, true},
+		{"transaction timeout", transport("stream error: `Error { message: \"Transaction timed out\", code: \"TRANSACTION_TIMEOUT\" }`"), false, true},
+		{"unknown shape", errors.New("something odd"), false, false},
+		{"deadline", fmt.Errorf("renew: %w", context.DeadlineExceeded), false, true},
+		{"cancelled", context.Canceled, false, false},
+		{"nil", nil, false, false},
+	}
+	for _, tc := range cases {
+		if got := Refused(tc.err); got != tc.refused {
+			t.Errorf("%s: Refused = %v, want %v", tc.name, got, tc.refused)
+		}
+		if got := Unavailable(tc.err); got != tc.unavailable {
+			t.Errorf("%s: Unavailable = %v, want %v", tc.name, got, tc.unavailable)
+		}
+	}
+}
