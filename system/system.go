@@ -45,15 +45,18 @@ type Options struct {
 // one LeaseActor per registered worker, custody events logged from the
 // EventStream.
 type System struct {
-	o          Options
-	actors     *actor.ActorSystem
-	root       *actor.PID
-	leases     map[string]*actor.PID
-	unleased   map[string]bool
-	eventLog   *eventLog
-	contenders *lease.Contenders
-	log        zerolog.Logger
-	specs      []childSpec
+	o        Options
+	actors   *actor.ActorSystem
+	root     *actor.PID
+	leases   map[string]*actor.PID
+	unleased map[string]bool
+	eventLog *eventLog
+	// releases tells Stop whether every lease held was released.
+	releases    *releaseAudit
+	releasesSub *eventstream.Subscription
+	contenders  *lease.Contenders
+	log         zerolog.Logger
+	specs       []childSpec
 }
 
 // New builds the actor system and the LeaseActor props for every
@@ -87,6 +90,8 @@ func New(o Options) (*System, error) {
 			TTL: cfg.Leases.TTL, Log: log}
 	}
 	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
+	s.releases = newReleaseAudit(cfg.InstanceID)
+	s.releasesSub = s.actors.EventStream.Subscribe(s.releases.observe)
 	store := lease.NewStore(o.DB.DB, cfg.Leases.TTL)
 	store.Check = o.DB.CheckFile
 	timing := lease.Timing{TTL: cfg.Leases.TTL, RenewInterval: cfg.Leases.RenewInterval,
@@ -199,13 +204,16 @@ func (s *System) Stop(ctx context.Context) error {
 			c.Stop(c.Self())
 		}
 	}))
+	s.releases.beginStop()
 	s.actors.Root.Send(root, shutdown{})
 	var err error
 	select {
 	case <-done:
+		err = s.releases.unreleased()
 	case <-ctx.Done():
 		err = fmt.Errorf("actors still stopping when the shutdown timeout ran out: %w", ctx.Err())
 	}
+	s.actors.EventStream.Unsubscribe(s.releasesSub)
 	s.contenders.Wait()
 	s.actors.Shutdown()
 	return err

@@ -208,7 +208,14 @@ func (s *Store) check() error {
 // Release expires the grant in place (expires_at = now), keeping holder
 // and fence. It returns ErrSuperseded when the row no longer carries this
 // holder and fence.
+//
+// Like Acquire and Renew it runs Check first: a release written to a
+// database file that was deleted or replaced lands nowhere anyone reads,
+// so it must fail rather than report the lease released.
 func (s *Store) Release(ctx context.Context, c Custody) error {
+	if err := s.check(); err != nil {
+		return fmt.Errorf("release lease %q: %w", c.Lease, err)
+	}
 	return s.matchOne(ctx, "release", releaseSQL, c)
 }
 

@@ -1,0 +1,89 @@
+package system
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/atcr-io/appview/events"
+)
+
+// releaseAudit follows this instance's custody events so that Stop can say
+// whether every lease the instance held when the stop began was released.
+// A lease lost during the stop for any reason but superseded (a release
+// that failed, a blackout) still has a live grant in the database that
+// runs out its TTL: the stop did not hand it over, and Stop says so. A
+// lease lost to another instance (superseded) is not ours to release.
+//
+// observe runs on the EventStream publisher's goroutine: it only takes a
+// mutex around map updates.
+type releaseAudit struct {
+	instance string
+	mu       sync.Mutex
+	held     map[string]int64 // lease → fence this instance holds
+	pending  map[string]int64 // held when the stop began, not yet released
+	failed   []string         // "lease (fence N): reason"
+	stopping bool
+}
+
+func newReleaseAudit(instance string) *releaseAudit {
+	return &releaseAudit{instance: instance, held: map[string]int64{}}
+}
+
+func (a *releaseAudit) observe(evt any) {
+	e, ok := evt.(events.Custody)
+	if !ok || e.Instance != a.instance {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch e.Kind {
+	case events.LeaseAcquired:
+		a.held[e.Lease] = e.Fence
+	case events.LeaseReleased:
+		delete(a.held, e.Lease)
+		if a.stopping {
+			delete(a.pending, e.Lease)
+		}
+	case events.LeaseLost:
+		delete(a.held, e.Lease)
+		if !a.stopping {
+			return
+		}
+		if _, was := a.pending[e.Lease]; !was {
+			return
+		}
+		delete(a.pending, e.Lease)
+		if e.Reason != events.ReasonSuperseded {
+			a.failed = append(a.failed, fmt.Sprintf("%s (fence %d): %s", e.Lease, e.Fence, e.Reason))
+		}
+	}
+}
+
+// beginStop records the leases held now: each must end released.
+func (a *releaseAudit) beginStop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopping = true
+	a.pending = make(map[string]int64, len(a.held))
+	for name, fence := range a.held {
+		a.pending[name] = fence
+	}
+}
+
+// unreleased returns nil when every lease held at beginStop was released
+// (or taken by another instance), else an error naming the others.
+func (a *releaseAudit) unreleased() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	left := append([]string(nil), a.failed...)
+	for name, fence := range a.pending {
+		left = append(left, fmt.Sprintf("%s (fence %d): no release", name, fence))
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	sort.Strings(left)
+	return fmt.Errorf("%d lease(s) not released, their grants run out their TTL: %s", len(left), strings.Join(left, "; "))
+}
