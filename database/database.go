@@ -280,6 +280,10 @@ func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
 // Every expiry comparison uses it, so all instances share one clock.
 const NowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 
+// NowUS is the database's clock in Unix microseconds (its resolution is
+// SQLite's: a millisecond).
+const NowUS = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
+
 // Querier is what QueryReturning needs: a *sql.DB, *sql.Tx or *sql.Conn.
 type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

@@ -62,6 +62,15 @@ const (
 // second Run.
 var ErrClientClosed = errors.New("jetstream client closed")
 
+// MaxFutureSkew is how far ahead of this host's clock an event's time_us
+// may be. Jetstream stamps time_us with its own clock when it receives an
+// event, so a later one is a broken server or a forged frame: the Client
+// skips it (ClassInvalidEvent) rather than let it order records after every
+// real event or carry the cursor into the future (a cursor from the future
+// makes Jetstream live-tail). A day is far beyond any clock error of a host
+// that can still speak TLS, so no real event is refused.
+const MaxFutureSkew = 24 * time.Hour
+
 // ClientOptions configures a Client. Zero values take the defaults above.
 type ClientOptions struct {
 	// URLs are Jetstream /subscribe endpoints (ws:// or wss://), tried in
@@ -517,6 +526,9 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 			if !errors.As(err, &it.fail) {
 				it.fail = &DecodeError{Class: ClassMalformedJSON, Size: n, Err: err}
 			}
+		} else if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
+			it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS,
+				Err: fmt.Errorf("time_us %d is more than %s ahead of this host's clock", ev.TimeUS, MaxFutureSkew)}
 		} else {
 			it.ev = ev
 		}

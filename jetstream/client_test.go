@@ -423,6 +423,8 @@ func TestClientDeliversDecodeFailuresInStreamWithoutStopping(t *testing.T) {
 		ws.WriteMessage(websocket.TextMessage, []byte(`{"did":`))
 		ws.WriteMessage(websocket.BinaryMessage, []byte("not zstd at all"))
 		ws.WriteMessage(websocket.TextMessage, []byte(`{"did":"did:plc:x","time_us":5,"kind":"sync"}`))
+		// Well formed, but stamped far beyond any clock error.
+		ws.WriteMessage(websocket.TextMessage, []byte(`{"did":"did:plc:x","time_us":9000000000000000000,"kind":"identity","identity":{"did":"did:plc:x","seq":1}}`))
 		ws.WriteMessage(websocket.BinaryMessage, Compress(nil, lines[1]))
 		<-quit
 	}))
@@ -430,20 +432,25 @@ func TestClientDeliversDecodeFailuresInStreamWithoutStopping(t *testing.T) {
 	m := testMetrics(t)
 	s := newSink()
 	runClient(t, ClientOptions{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http")}, Metrics: m}, s.handle)
-	s.waitFor(t, "2 events and 3 failures", func(evs []Event, fails []*DecodeError) bool { return len(evs) == 2 && len(fails) == 3 })
-	want := []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent}
+	s.waitFor(t, "2 events and 4 failures", func(evs []Event, fails []*DecodeError) bool { return len(evs) == 2 && len(fails) == 4 })
+	want := []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent, ClassInvalidEvent}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, f := range s.failures {
 		if f.Class != want[i] {
 			t.Errorf("failure %d: %s, want %s", i, f.Class, want[i])
 		}
-		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(want[i]))); v != 1 {
-			t.Errorf("decode_errors_total{%s} %v, want 1", want[i], v)
+	}
+	for class, n := range map[ErrorClass]float64{ClassMalformedJSON: 1, ClassBadZstd: 1, ClassInvalidEvent: 2} {
+		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(class))); v != n {
+			t.Errorf("decode_errors_total{%s} %v, want %v", class, v, n)
 		}
 	}
-	if s.failures[2].TimeUS != 5 {
-		t.Errorf("invalid event failure lost its time_us: %+v", s.failures[2])
+	if s.failures[2].TimeUS != 5 || s.failures[3].TimeUS != 9000000000000000000 {
+		t.Errorf("invalid event failures lost their time_us: %+v %+v", s.failures[2], s.failures[3])
+	}
+	if !strings.Contains(s.failures[3].Error(), "ahead of this host's clock") {
+		t.Errorf("the future event's failure does not say why: %v", s.failures[3])
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/database"
@@ -145,13 +146,23 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 // batch reached past the stored cursor (?2 is the batch's newest time_us):
 // a rewound replay of events already processed never moves the cursor
 // back, so a crash loop cannot walk the resume point backwards one rewind
-// at a time.
-const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?1, ` + database.NowMS + `, ?3)
+// at a time. The stored value is never more than cursorLead ahead of the
+// database's clock (?4 is cursorLead in µs): an event stamped ahead of
+// time (a Jetstream clock that runs fast) must not carry the cursor into
+// the future, where it would stop moving and make Jetstream live-tail on
+// the next connect; the worst a capped cursor costs is a replay, which
+// is idempotent. A stored cursor already beyond the cap (written before
+// the cap existed) is overwritten by the next batch, whatever its times.
+const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3)
 ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
-WHERE ?2 > jetstream_cursor.time_us`
+WHERE ?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4`
+
+// cursorLead is how far ahead of the clock a stored or resumed cursor may
+// be (see saveCursorSQL and consumer.resumeAt).
+const cursorLead = 10 * time.Minute
 
 func saveCursorTx(ctx context.Context, tx *sql.Tx, last, newest, fence int64) error {
-	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence); err != nil {
+	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence, cursorLead.Microseconds()); err != nil {
 		return fmt.Errorf("save jetstream cursor: %w", err)
 	}
 	return nil

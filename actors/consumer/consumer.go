@@ -195,15 +195,20 @@ func (c *consumer) start(ctx actor.Context) {
 // not know which instance the cursor came from) and on a different URL
 // (failover), because each Jetstream instance stamps time_us on its own
 // clock. Nothing committed yet means the live tail.
+//
+// Either is capped at cursorLead ahead of this host's clock: a cursor from
+// the future (stored by an older version from a mis-stamped event) would
+// make Jetstream live-tail and skip everything since the last commit.
 func (c *consumer) resumeAt(url string) int64 {
+	limit := time.Now().Add(cursorLead).UnixMicro()
 	if url == c.resumeURL && c.resumeUS > 0 {
-		return c.resumeUS
+		return min(c.resumeUS, limit)
 	}
 	cur := c.cursor.Load()
 	if cur == 0 {
 		return 0
 	}
-	return max(1, cur-c.o.Jetstream.Rewind.Microseconds())
+	return max(1, min(cur, limit)-c.o.Jetstream.Rewind.Microseconds())
 }
 
 // drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
