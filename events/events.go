@@ -45,7 +45,10 @@ const (
 	ReasonShutdown = "shutdown"
 	// ReasonWorkerFailed: released because the worker failed too often.
 	ReasonWorkerFailed = "worker-failed"
-	// ReasonStaleGrant: released because a grant arrived too late to trust.
+	// ReasonStaleGrant: a grant that arrived too late to trust (an acquire
+	// or renewal that landed after the LeaseActor stopped waiting for it),
+	// handed back at once. On lease.released it ends such a grant; on
+	// lease.acquired it marks the late grant itself, which no worker used.
 	ReasonStaleGrant = "stale-grant"
 	// ReasonActorRestarted: released by a LeaseActor restarted after its
 	// own failure, for the grant its previous incarnation held.

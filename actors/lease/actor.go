@@ -138,9 +138,11 @@ type leaseActor struct {
 	timerID uint64
 	workers map[int]*actor.PID
 	gens    map[string]int
-	calls   context.Context
-	cancel  context.CancelFunc
-	log     zerolog.Logger
+	// handedBack is the highest fence whose hand-back was published.
+	handedBack int64
+	calls      context.Context
+	cancel     context.CancelFunc
+	log        zerolog.Logger
 	// storeErrs logs failing store calls, at most once per storeErrorLogPeriod.
 	storeErrs zerolog.Logger
 	// acquiring and renewing count the calls of each kind not yet returned.
@@ -192,6 +194,20 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, msg)
 	case ReleaseResult:
 		a.step(ctx, msg)
+	case staleReleased:
+		// A hand-back landed: the custody it ended (and, for a late
+		// acquire, began) is published like any other (SPEC §5), once per
+		// grant (several late renewals of one grant each hand it back).
+		if msg.Custody.Fence <= a.handedBack {
+			return
+		}
+		a.handedBack = msg.Custody.Fence
+		if msg.LateAcquire {
+			a.publish(events.Custody{Kind: events.LeaseAcquired, Lease: msg.Custody.Lease, Instance: msg.Custody.Holder,
+				Fence: msg.Custody.Fence, Reason: events.ReasonStaleGrant})
+		}
+		a.publish(events.Custody{Kind: events.LeaseReleased, Lease: msg.Custody.Lease, Instance: msg.Custody.Holder,
+			Fence: msg.Custody.Fence, Reason: events.ReasonStaleGrant})
 	case tick:
 		if msg.gen == a.timerID {
 			a.step(ctx, Tick{})
@@ -345,6 +361,9 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 	}()
 }
 
+// staleReleased reports a Stale ReleaseCmd that landed.
+type staleReleased ReleaseCmd
+
 func (a *leaseActor) goRelease(c ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
 	// A release must land even when the process is stopping and every
@@ -354,7 +373,10 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 		defer cancel()
 		err := store.Release(ctx, c.Custody)
 		if c.Stale {
-			if err != nil && !errors.Is(err, ErrSuperseded) {
+			switch {
+			case err == nil:
+				sys.Root.Send(self, staleReleased(c))
+			case !errors.Is(err, ErrSuperseded):
 				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
 			}
 			return

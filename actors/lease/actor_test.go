@@ -1,10 +1,12 @@
 package lease
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,6 +373,12 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 	if acq.Fence != 2 {
 		t.Fatalf("re-acquired with fence %d, want 2", acq.Fence)
 	}
+	if h.events.count(func(e events.Custody) bool {
+		return e.Kind == events.LeaseReleased && e.Fence == 1 && e.Reason == events.ReasonStaleGrant
+	}) != 1 {
+		all, _ := h.events.snapshot()
+		t.Fatalf("the hand-back of fence 1 was not published once:\n%s", formatEvents(all))
+	}
 }
 
 // A LeaseActor stopped outright (its parent stopped it rather than asking)
@@ -395,5 +403,74 @@ func TestALeaseActorStoppedOutrightStillReleasesBeforeItTerminates(t *testing.T)
 	rel, _ := h.events.wait(t, 0, "lease.released", is(events.LeaseReleased, "instance-a"))
 	if rel.Reason != events.ReasonShutdown || rel.Fence != 1 {
 		t.Fatalf("lease.released %+v", rel)
+	}
+}
+
+// lateFirstAcquire holds the first Acquire until land is closed and fails
+// every other one until then, so the first is abandoned and lands late.
+type lateFirstAcquire struct {
+	StoreAPI
+	land    chan struct{}
+	mu      sync.Mutex
+	calls   int
+	retried chan struct{} // closed at the second call
+}
+
+func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	switch {
+	case n == 1:
+		<-s.land
+		return s.StoreAPI.Acquire(ctx, name, holder)
+	case n == 2:
+		close(s.retried)
+	}
+	select {
+	case <-s.land:
+		return s.StoreAPI.Acquire(ctx, name, holder)
+	default:
+		return Grant{}, errors.New("injected: database error")
+	}
+}
+
+// An acquire the LeaseActor stopped waiting for may still land and grant
+// the lease; it is handed back at once, and both changes of custody are
+// published (SPEC §5: every custody change), so the fences in the log run
+// without a gap.
+func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-store.land:
+		default:
+			close(store.land)
+		}
+	})
+	p := &probe{}
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
+	select {
+	case <-store.retried: // the first acquire was abandoned
+	case <-time.After(waitFor):
+		t.Fatal("the hung acquire was never abandoned")
+	}
+	close(store.land)
+	late, i := h.events.wait(t, 0, "the late grant published", func(e events.Custody) bool {
+		return e.Kind == events.LeaseAcquired && e.Reason == events.ReasonStaleGrant
+	})
+	back, _ := h.events.wait(t, i, "its hand-back published", func(e events.Custody) bool {
+		return e.Kind == events.LeaseReleased && e.Reason == events.ReasonStaleGrant
+	})
+	acq, _ := h.events.wait(t, 0, "the lease acquired for use", func(e events.Custody) bool {
+		return e.Kind == events.LeaseAcquired && e.Reason == ""
+	})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	if late.Fence != 1 || back.Fence != 1 || acq.Fence != 2 {
+		all, _ := h.events.snapshot()
+		t.Fatalf("late grant %d, hand-back %d, used grant %d; want 1, 1, 2\n%s", late.Fence, back.Fence, acq.Fence, formatEvents(all))
 	}
 }

@@ -132,6 +132,12 @@ type (
 		Seq     uint64
 		Custody Custody
 		Stale   bool
+		// LateAcquire marks a Stale release of a grant that an abandoned
+		// acquire obtained after the machine stopped waiting for it (as
+		// opposed to a grant a late renewal extended): the database
+		// changed custody to this instance without the machine acting on
+		// it, so once the hand-back lands both changes are published.
+		LateAcquire bool
 	}
 	// SpawnWorkerCmd: spawn worker Gen under Custody.
 	SpawnWorkerCmd struct {
@@ -493,7 +499,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		if r.Err == nil && r.Grant.Granted && r.Grant.Fence != m.fence {
 			// Granted after we stopped waiting: hand it straight back so
 			// the lease does not sit idle until its TTL.
-			m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true,
+			m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: true,
 				Custody: Custody{Lease: m.name, Holder: m.holder, Fence: r.Grant.Fence}})
 		}
 		return
