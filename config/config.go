@@ -101,6 +101,15 @@ type Leases struct {
 	RetryInterval time.Duration `yaml:"retry_interval"`
 }
 
+// Bounds on jetstream.max_message_bytes, enforced by Validate. Below 1 KiB
+// ordinary commit events would not fit; above 64 MiB one frame (read
+// whole into memory before it is decoded) could take an instance's memory.
+// Jetstream frames are a few KiB; the default is 2 MiB.
+const (
+	MinMaxMessageBytes = 1 << 10
+	MaxMaxMessageBytes = 64 << 20
+)
+
 // Jetstream configures the consumer (SPEC §6).
 type Jetstream struct {
 	// URLs are Jetstream /subscribe endpoints, tried in order.
@@ -117,7 +126,8 @@ type Jetstream struct {
 	Rewind time.Duration `yaml:"rewind"`
 	// StaleTimeout reconnects when no frame arrives for this long.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`
-	// MaxMessageBytes is the websocket read limit per frame, in bytes.
+	// MaxMessageBytes is the websocket read limit per frame, in bytes,
+	// MinMaxMessageBytes..MaxMaxMessageBytes.
 	MaxMessageBytes int64 `yaml:"max_message_bytes"`
 }
 

@@ -29,11 +29,11 @@ leases:
 
 jetstream:
   urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]
-  collections: ["io.atcr.*"]    # sent as repeated wantedCollections
+  collections: ["io.atcr.*"]    # sent as repeated wantedCollections; at least one (none would mean the whole firehose)
   compress: true                # zstd binary frames with the Jetstream dictionary
   rewind: 5s                    # resume from the stored cursor minus this (replay is idempotent)
   stale_timeout: 60s            # reconnect when no frame arrives for this long
-  max_message_bytes: 2097152    # websocket read limit per frame
+  max_message_bytes: 2097152    # websocket read limit per frame, 1024 (1 KiB)..67108864 (64 MiB)
 
 backfill:
   enabled: true
