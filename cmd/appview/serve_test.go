@@ -238,6 +238,9 @@ func assertJSONLog(t *testing.T, lines []string) int {
 		default:
 			t.Errorf("stderr line %d: level %v, want debug, info, warn or error\n%s", i+1, m["level"], line)
 		}
+		if msg, _ := m["msg"].(string); msg == "" {
+			t.Errorf("stderr line %d has no msg (README Operations: every line has time, level, msg)\n%s", i+1, line)
+		}
 		ev, _ := m["event"].(string)
 		if !kinds[ev] {
 			continue
