@@ -95,7 +95,10 @@ type Leases struct {
 	RenewInterval time.Duration `yaml:"renew_interval"`
 	// RenewDeadline is how long the holder keeps its worker running without a
 	// successful renewal (measured locally from the start of the last
-	// successful attempt) before it declares the lease lost.
+	// successful attempt) before it declares the lease lost. On a libSQL
+	// server keep it at 6 s or more: sqld rolls back a stalled writer's
+	// transaction only after about 5 s, and until then every instance's
+	// renewal waits on that writer's lock (serve warns below 6 s).
 	RenewDeadline time.Duration `yaml:"renew_deadline"`
 	// RetryInterval is how often a contender retries, with jitter.
 	RetryInterval time.Duration `yaml:"retry_interval"`

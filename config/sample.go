@@ -25,6 +25,8 @@ leases:
   ttl: 15s                      # how long a grant lasts without renewal (database clock); 500ms..1h
   renew_interval: 5s            # holder renews this often (>= 50ms, < ttl/2)
   renew_deadline: 10s           # holder stops its worker when no renewal has succeeded for this long (>= 100ms, < ttl)
+                                # on sqld/Turso keep it >= 6s: sqld frees a stalled writer's transaction only after ~5s,
+                                # so one paused instance holding the write lock would make every instance lose its leases
   retry_interval: 2s            # a contender retries this often, with jitter (>= 50ms, <= ttl)
 
 jetstream:

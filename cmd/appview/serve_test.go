@@ -81,6 +81,9 @@ func TestServeWithoutConfigAnswersOnTheDefaultAdminAddressAndStopsCleanlyOnSIGTE
 	}
 	t.Logf("exit 0 %s after SIGTERM", took.Round(time.Millisecond))
 
+	if n := countRenewDeadlineWarnings(p); n != 0 {
+		t.Errorf("%d warnings about renew_deadline for a file database; the sqld transaction timeout does not apply", n)
+	}
 	custody := assertJSONLog(t, p.lines())
 	if custody == 0 {
 		t.Fatalf("no custody event was logged (want at least worker.started and worker.stopped)")
