@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,7 +62,7 @@ func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, er
 				err = fmt.Errorf("database did not answer within %s", readyTimeout)
 			}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, err)
+			fmt.Fprintln(w, OneLine(err.Error()))
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -97,6 +98,12 @@ func (s *Server) Serve() error {
 
 // Shutdown stops accepting connections and waits for handlers in flight.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// OneLine folds s onto one line: a readiness probe or a debug view shows
+// its reason whole, and go-libsql and Hrana errors embed newlines.
+func OneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
 
 // JSON writes v as indented JSON with status 200.
 func JSON(w http.ResponseWriter, v any) {

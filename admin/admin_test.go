@@ -64,8 +64,10 @@ func TestReadyzIsUnavailableUntilMigrationsAreDone(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Fatalf("/healthz = %d %q", code, body)
 	}
-	if code, _ := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before migrating = %d, want 503", code)
+	} else {
+		assertOneLine(t, body)
 	}
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
@@ -113,5 +115,15 @@ func TestURLPrefersAdvertiseAndNamesAReachableHost(t *testing.T) {
 	}
 	if got := srv.URL("http://10.0.0.5:5001"); got != "http://10.0.0.5:5001" {
 		t.Errorf("URL(advertise) = %s", got)
+	}
+}
+
+// assertOneLine fails unless body is one non-empty line ending in "\n": a
+// probe's log shows the reason whole (driver errors embed newlines).
+func assertOneLine(t *testing.T, body string) {
+	t.Helper()
+	line, ok := strings.CutSuffix(body, "\n")
+	if !ok || line == "" || strings.ContainsAny(line, "\r\n") {
+		t.Fatalf("/readyz body is not one line: %q", body)
 	}
 }

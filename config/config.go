@@ -95,11 +95,23 @@ type Leases struct {
 	RenewInterval time.Duration `yaml:"renew_interval"`
 	// RenewDeadline is how long the holder keeps its worker running without a
 	// successful renewal (measured locally from the start of the last
-	// successful attempt) before it declares the lease lost.
+	// successful attempt) before it declares the lease lost. On a libSQL
+	// server keep it at 6 s or more: sqld rolls back a stalled writer's
+	// transaction only after about 5 s, and until then every instance's
+	// renewal waits on that writer's lock (serve warns below 6 s).
 	RenewDeadline time.Duration `yaml:"renew_deadline"`
 	// RetryInterval is how often a contender retries, with jitter.
 	RetryInterval time.Duration `yaml:"retry_interval"`
 }
+
+// Bounds on jetstream.max_message_bytes, enforced by Validate. Below 1 KiB
+// ordinary commit events would not fit; above 64 MiB one frame (read
+// whole into memory before it is decoded) could take an instance's memory.
+// Jetstream frames are a few KiB; the default is 2 MiB.
+const (
+	MinMaxMessageBytes = 1 << 10
+	MaxMaxMessageBytes = 64 << 20
+)
 
 // Jetstream configures the consumer (SPEC §6).
 type Jetstream struct {
@@ -117,7 +129,8 @@ type Jetstream struct {
 	Rewind time.Duration `yaml:"rewind"`
 	// StaleTimeout reconnects when no frame arrives for this long.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`
-	// MaxMessageBytes is the websocket read limit per frame, in bytes.
+	// MaxMessageBytes is the websocket read limit per frame, in bytes,
+	// MinMaxMessageBytes..MaxMaxMessageBytes.
 	MaxMessageBytes int64 `yaml:"max_message_bytes"`
 }
 

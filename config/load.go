@@ -364,6 +364,11 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if len(c.Jetstream.Collections) == 0 {
+		// Jetstream reads an absent wantedCollections as "everything": an
+		// empty list would subscribe this instance to the whole firehose.
+		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
+	}
 	for _, col := range c.Jetstream.Collections {
 		if !validCollectionPattern(col) {
 			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
@@ -374,8 +379,10 @@ func (c Config) Validate() error {
 		return keyErr("jetstream.rewind", "must not be negative")
 	case c.Jetstream.StaleTimeout <= 0:
 		return keyErr("jetstream.stale_timeout", "must be positive")
-	case c.Jetstream.MaxMessageBytes < 1024:
-		return keyErr("jetstream.max_message_bytes", "must be at least 1024, got %d", c.Jetstream.MaxMessageBytes)
+	case c.Jetstream.MaxMessageBytes < MinMaxMessageBytes:
+		return keyErr("jetstream.max_message_bytes", "must be at least %d (1 KiB), got %d", MinMaxMessageBytes, c.Jetstream.MaxMessageBytes)
+	case c.Jetstream.MaxMessageBytes > MaxMaxMessageBytes:
+		return keyErr("jetstream.max_message_bytes", "must be at most %d (64 MiB), got %d", MaxMaxMessageBytes, c.Jetstream.MaxMessageBytes)
 	case c.Backfill.Interval < 0:
 		return keyErr("backfill.interval", "must not be negative")
 	case c.Backfill.RerunAfter < 0:
@@ -394,6 +401,12 @@ func (c Config) Validate() error {
 		return keyErr("billing.default_tier_rank", "must not be negative")
 	case c.Health.Concurrency < 1:
 		return keyErr("health.concurrency", "must be at least 1")
+	// Each key's own bounds come before the rule relating them, so a
+	// zero check_interval is reported as itself, not as a timeout too long.
+	case c.Health.CheckInterval <= 0:
+		return keyErr("health.check_interval", "must be positive, got %s", c.Health.CheckInterval)
+	case c.Health.Timeout <= 0:
+		return keyErr("health.timeout", "must be positive, got %s", c.Health.Timeout)
 	case c.Health.Timeout >= c.Health.CheckInterval:
 		return keyErr("health.timeout", "must be below health.check_interval (%s), got %s", c.Health.CheckInterval, c.Health.Timeout)
 	case c.Webhooks.Concurrency < 1:
@@ -402,10 +415,6 @@ func (c Config) Validate() error {
 		return keyErr("cleanup.retention", "must be positive")
 	case c.Billing.Interval <= 0:
 		return keyErr("billing.interval", "must be positive")
-	case c.Health.CheckInterval <= 0:
-		return keyErr("health.check_interval", "must be positive")
-	case c.Health.Timeout <= 0:
-		return keyErr("health.timeout", "must be positive")
 	case len(c.Webhooks.RetrySchedule) == 0:
 		return keyErr("webhooks.retry_schedule", "must list at least one delay (the first attempt)")
 	case c.Webhooks.Timeout <= 0:

@@ -25,15 +25,17 @@ leases:
   ttl: 15s                      # how long a grant lasts without renewal (database clock); 500ms..1h
   renew_interval: 5s            # holder renews this often (>= 50ms, < ttl/2)
   renew_deadline: 10s           # holder stops its worker when no renewal has succeeded for this long (>= 100ms, < ttl)
+                                # on sqld/Turso keep it >= 6s: sqld frees a stalled writer's transaction only after ~5s,
+                                # so one paused instance holding the write lock would make every instance lose its leases
   retry_interval: 2s            # a contender retries this often, with jitter (>= 50ms, <= ttl)
 
 jetstream:
   urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]
-  collections: ["io.atcr.*"]    # sent as repeated wantedCollections
+  collections: ["io.atcr.*"]    # sent as repeated wantedCollections; at least one (none would mean the whole firehose)
   compress: true                # zstd binary frames with the Jetstream dictionary
   rewind: 5s                    # resume from the stored cursor minus this (replay is idempotent)
   stale_timeout: 60s            # reconnect when no frame arrives for this long
-  max_message_bytes: 2097152    # websocket read limit per frame
+  max_message_bytes: 2097152    # websocket read limit per frame, 1024 (1 KiB)..67108864 (64 MiB)
 
 backfill:
   enabled: true

@@ -92,8 +92,32 @@ func (e Custody) Level() zerolog.Level {
 	}
 }
 
-// Log writes the event as one JSON line with the SPEC §5 fields, plus
-// "at" (AtFormat) when At is set.
+// messages are the "msg" of each kind's log line: every line the process
+// writes has time, level and msg (README Operations); "event" stays the
+// field to filter on.
+var messages = map[Kind]string{
+	LeaseAcquired:   "lease acquired",
+	LeaseContended:  "lease held by another instance",
+	LeaseRenewed:    "lease renewed",
+	LeaseLost:       "lease lost: worker stopped",
+	LeaseReleased:   "lease released",
+	WorkerStarted:   "worker started",
+	WorkerStopped:   "worker stopped",
+	WorkerFailed:    "worker failed",
+	WorkerRestarted: "worker restarted",
+}
+
+// Message is the short sentence logged as "msg" for the event; a kind
+// this version does not know is logged as its own name.
+func (e Custody) Message() string {
+	if m, ok := messages[e.Kind]; ok {
+		return m
+	}
+	return string(e.Kind)
+}
+
+// Log writes the event as one JSON line with the SPEC §5 fields, "msg"
+// (Message), and "at" (AtFormat) when At is set.
 func (e Custody) Log(l zerolog.Logger) {
 	ev := l.WithLevel(e.Level()).
 		Str("event", string(e.Kind)).
@@ -123,5 +147,5 @@ func (e Custody) Log(l zerolog.Logger) {
 	if e.Err != nil {
 		ev = ev.Str("error", e.Err.Error())
 	}
-	ev.Send()
+	ev.Msg(e.Message())
 }

@@ -67,14 +67,20 @@ const (
 )
 
 // CheckURL validates a webhook URL when it is added: http or https, a host,
-// and (unless AllowPrivate) every address the host resolves to public. The
-// error is a *RefusedError for a non-public address, or says what is wrong
-// with the URL. Passing this check says nothing about later requests: DNS
-// can change, which is why Control repeats it at dial time.
+// no credentials (user:password@: they would be stored and listed in the
+// clear; the signing secret is what authenticates a delivery), and (unless
+// AllowPrivate) every address the host resolves to public. The error is a
+// *RefusedError for a non-public address, or says what is wrong with the
+// URL and wraps ErrInvalid (also for a host that does not exist). Passing
+// this check says nothing about later requests: DNS can change, which is
+// why Control repeats it at dial time.
 func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	u, err := parseTarget(raw)
 	if err != nil {
-		return nil, err
+		return nil, &invalidError{err: err}
+	}
+	if u.User != nil {
+		return nil, invalid("webhook url %q: must not carry credentials (user:password@); use the signing secret", u.Redacted())
 	}
 	if g.AllowPrivate {
 		return u, nil
@@ -91,6 +97,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 		r = net.DefaultResolver
 	}
 	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return nil, invalid("webhook url %q: resolve %s: %w", raw, host, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("webhook url %q: resolve %s: %w", raw, host, err)
 	}

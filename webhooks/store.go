@@ -39,22 +39,53 @@ type Webhook struct {
 // Signed reports whether deliveries carry X-Appview-Signature.
 func (w Webhook) Signed() bool { return w.Secret != "" }
 
-// Add validates w and stores it, returning its id. The DID must look like
-// did:<method>:<id>; the URL must pass g.CheckURL (a non-public address is
-// a *RefusedError unless g.AllowPrivate); Triggers default to ["push"] and
-// every name must be known. ID and CreatedAt of w are ignored.
-func Add(ctx context.Context, db *sql.DB, w Webhook, g Guard) (int64, error) {
+// ErrInvalid is wrapped by every error of Check (and so of Add) that is
+// about the webhook given (its DID, URL or triggers) rather than about
+// reaching the network or the database; a *RefusedError (a non-public
+// address) wraps ErrRefused instead.
+var ErrInvalid = errors.New("invalid webhook")
+
+// invalidError is a Check error that wraps ErrInvalid while keeping its
+// own message.
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string        { return e.err.Error() }
+func (e *invalidError) Unwrap() error        { return e.err }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{err: fmt.Errorf(format, args...)}
+}
+
+// Check validates w as Add does, without storing it, and returns it with
+// its triggers normalized. The DID must look like did:<method>:<id>; the
+// URL must pass g.CheckURL (a non-public address is a *RefusedError unless
+// g.AllowPrivate); Triggers default to ["push"] and every name must be
+// known. Errors about w wrap ErrInvalid or ErrRefused; a failed DNS lookup
+// other than "no such host" wraps neither.
+func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if err := checkDID(w.DID); err != nil {
-		return 0, err
+		return w, err
 	}
 	if _, err := g.CheckURL(ctx, w.URL); err != nil {
-		return 0, err
+		return w, err
 	}
 	triggers, err := normalizeTriggers(w.Triggers)
 	if err != nil {
+		return w, err
+	}
+	w.Triggers = triggers
+	return w, nil
+}
+
+// Add validates w (Check) and stores it, returning its id. ID and
+// CreatedAt of w are ignored.
+func Add(ctx context.Context, db *sql.DB, w Webhook, g Guard) (int64, error) {
+	w, err := Check(ctx, w, g)
+	if err != nil {
 		return 0, err
 	}
-	encoded, _ := json.Marshal(triggers)
+	encoded, _ := json.Marshal(w.Triggers)
 	var id int64
 	// RETURNING yields a row, so this is a query (go-libsql refuses it under
 	// Exec), read to the end so a failed commit is not mistaken for success.
@@ -164,7 +195,7 @@ func normalizeTriggers(in []string) ([]string, error) {
 	for _, t := range in {
 		t = strings.TrimSpace(t)
 		if !knownTriggers[t] {
-			return nil, fmt.Errorf("unknown webhook trigger %q (known: %s)", t, TriggerPush)
+			return nil, invalid("unknown webhook trigger %q (known: %s)", t, TriggerPush)
 		}
 		if !seen[t] {
 			seen[t] = true
@@ -182,7 +213,7 @@ func checkDID(did string) error {
 	if !ok || !ok2 || method == "" || id == "" || len(did) > 2048 ||
 		strings.Trim(method, "abcdefghijklmnopqrstuvwxyz0123456789") != "" ||
 		strings.ContainsAny(id, " \t\r\n/?#") {
-		return fmt.Errorf("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", did)
+		return invalid("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", did)
 	}
 	return nil
 }

@@ -31,6 +31,14 @@ type startError struct{ err error }
 func (e *startError) Error() string { return e.err.Error() }
 func (e *startError) Unwrap() error { return e.err }
 
+// loggedError is a failure serve has already written as a JSON log line:
+// once an instance has started, every stderr line is JSON (README
+// Operations), so run prints nothing more. It exits 1.
+type loggedError struct{ err error }
+
+func (e *loggedError) Error() string { return e.err.Error() }
+func (e *loggedError) Unwrap() error { return e.err }
+
 func refuse(key, format string, args ...any) error {
 	return &startError{err: &config.Error{Key: key, Reason: fmt.Sprintf(format, args...)}}
 }
@@ -45,6 +53,10 @@ func run(args []string) int {
 	err := root.Execute()
 	if err == nil {
 		return exitOK
+	}
+	var logged *loggedError
+	if errors.As(err, &logged) {
+		return exitFailure
 	}
 	fmt.Fprintln(os.Stderr, "appview:", oneLine(err.Error()))
 	var cfgErr *config.Error

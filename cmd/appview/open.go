@@ -16,30 +16,42 @@ const openTimeout = 20 * time.Second
 // openDatabase opens and migrates the configured database. Any failure is
 // a start error naming database.url: the instance refuses to start.
 func openDatabase(ctx context.Context, cfg config.Config) (*database.DB, error) {
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	return openWithin(ctx, cfg, openTimeout)
+}
+
+// openWithin is openDatabase bounded by within instead of openTimeout.
+func openWithin(ctx context.Context, cfg config.Config, within time.Duration) (*database.DB, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	db, err := database.Open(ctx, database.Options{
 		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout,
 	})
 	if err != nil {
-		return nil, refuse("database.url", "cannot open %s: %v", cfg.Database.URL, err)
+		return nil, refuse("database.url", "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within))
 	}
 	err = database.Bounded(ctx, func() error { _, err := db.Migrate(ctx); return err })
 	if err != nil {
 		db.Close()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s", openTimeout)
-		}
-		return nil, refuse("database.url", "cannot migrate (is it writable?) %s: %v", cfg.Database.URL, err)
+		return nil, refuse("database.url", "cannot migrate (is it writable?) %s: %v", cfg.Database.URL, noAnswer(err, "migrating", within))
 	}
 	return db, nil
+}
+
+// noAnswer replaces the bare "context deadline exceeded" of an open or
+// migration that ran out of its time (within) with what timed out.
+func noAnswer(err error, doing string, within time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("the database gave no answer within %s while %s it (a server that accepts connections but is stopped or paused?)", within, doing)
+	}
+	return err
 }
 
 // openExisting opens the configured database for a read-only command
 // (`leases`, `webhooks list`): it neither migrates it, so it takes no write
 // lock and works while an instance holds one, nor creates it, so a
-// mistyped path fails with "no database at PATH" (exit 1) instead of
-// printing an empty table. Other failures refuse database.url like serve.
+// mistyped path is refused with "no database at PATH" instead of printing
+// an empty table. Every failure refuses database.url like serve (exit 2:
+// an unusable database, nothing ran).
 func openExisting(ctx context.Context, cfg config.Config) (*database.DB, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
@@ -47,17 +59,18 @@ func openExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout, MustExist: true,
 	})
 	if errors.Is(err, database.ErrNoDatabase) {
-		return nil, err
+		return nil, refuse("database.url", "%v", err)
 	}
 	if err != nil {
-		return nil, refuse("database.url", "cannot open %s: %v", cfg.Database.URL, err)
+		return nil, refuse("database.url", "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", openTimeout))
 	}
 	return db, nil
 }
 
-// requireTable fails (exit 1) when db has no table named table: a database
-// that no instance has migrated yet, or a mistaken database.url, rather
-// than an empty result.
+// requireTable refuses database.url (exit 2, an unusable database) when
+// db has no table named table: a database that no instance has migrated
+// yet, or a mistaken database.url, rather than an empty result. Failing to
+// read the schema is a runtime failure (exit 1).
 func requireTable(ctx context.Context, db *database.DB, table string) error {
 	var n int
 	err := database.Bounded(ctx, func() error {
@@ -71,7 +84,7 @@ func requireTable(ctx context.Context, db *database.DB, table string) error {
 		if db.Remote {
 			where = "the database server"
 		}
-		return fmt.Errorf("no %s table in %s: has appview serve run against it?", table, where)
+		return refuse("database.url", "no %s table in %s: has appview serve run against it?", table, where)
 	}
 	return nil
 }

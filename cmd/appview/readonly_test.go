@@ -109,7 +109,7 @@ func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
 				args = append(args, "--set", "database.url="+u)
 			}
 			r := runAppview(t, dir, childEnv(), args...)
-			assertFailure(t, r, "appview: "+tc.want(dir))
+			assertRefusal(t, r, "database.url", tc.want(dir))
 			if r.stdout != "" {
 				t.Errorf("printed %q for a database that does not exist", r.stdout)
 			}
@@ -125,7 +125,7 @@ func TestLeasesOnADatabaseWithoutALeasesTableAsksWhetherServeRanAgainstIt(t *tes
 		t.Fatal(err)
 	}
 	r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:other.db"), "leases")
-	assertFailure(t, r, "no leases table in other.db", "has appview serve run against it?")
+	assertRefusal(t, r, "database.url", "no leases table in other.db: has appview serve run against it?")
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'leases'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("leases migrated the database (%d leases tables, err %v)", n, err)
@@ -167,7 +167,7 @@ func TestWebhooksListOnlyReads(t *testing.T) {
 	t.Run("missing database", func(t *testing.T) {
 		dir := t.TempDir()
 		r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:hooks/appview.db"), "webhooks", "list")
-		assertFailure(t, r, "no database at hooks/appview.db")
+		assertRefusal(t, r, "database.url", "no database at hooks/appview.db")
 		assertEmptyDir(t, dir)
 	})
 	t.Run("unmigrated database", func(t *testing.T) {
@@ -177,7 +177,7 @@ func TestWebhooksListOnlyReads(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:appview.db"), "webhooks", "list")
-		assertFailure(t, r, "no webhooks table in appview.db", "has appview serve run against it?")
+		assertRefusal(t, r, "database.url", "no webhooks table in appview.db: has appview serve run against it?")
 	})
 	t.Run("write lock held", func(t *testing.T) {
 		dir := t.TempDir()

@@ -27,6 +27,10 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 	p := startServe(t, t.TempDir(), env)
 	base := p.started()
 	p.waitFor(startTimeout, "/readyz 200", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
+	// renew_deadline 2s against a libSQL server: the operator is warned once.
+	if n := countRenewDeadlineWarnings(p); n != 1 {
+		t.Errorf("%d warnings about renew_deadline against sqld, want 1", n)
+	}
 	first := p.waitLog(startTimeout, map[string]string{"event": string(events.LeaseAcquired)})
 	lease := asString(first["lease"])
 
@@ -41,6 +45,9 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 	t.Logf("/readyz 503 %s after sqld was killed", time.Since(killed).Round(time.Millisecond))
 	if !strings.Contains(body, "database") {
 		t.Errorf("/readyz body %q does not say the database is the problem", body)
+	}
+	if line, ok := strings.CutSuffix(body, "\n"); !ok || strings.ContainsAny(line, "\r\n") {
+		t.Errorf("/readyz body %q is not one line", body)
 	}
 	if code, _ := get(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz = %d while the database is down; the process is alive", code)
@@ -70,4 +77,16 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 		t.Errorf("exit %d after SIGTERM, want 0", code)
 	}
 	assertJSONLog(t, p.lines())
+}
+
+// countRenewDeadlineWarnings counts the start-up warnings that
+// leases.renew_deadline is too short for a libSQL server.
+func countRenewDeadlineWarnings(p *proc) int {
+	n := 0
+	for _, m := range p.logLines() {
+		if msg, _ := m["msg"].(string); m["level"] == "warn" && strings.HasPrefix(msg, "leases.renew_deadline is below") {
+			n++
+		}
+	}
+	return n
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,14 +30,27 @@ func newReplayCommand() *cobra.Command {
 			if o.Rate < 0 {
 				return refuse("--rate", "must not be negative")
 			}
+			// Bound here rather than in ListenAndServe: an unusable address
+			// (unparsable, a port in use) is refused before anything ran,
+			// exit 2, like a bad admin.addr for serve.
+			ln, err := net.Listen("tcp", o.Listen)
+			if err != nil {
+				return refuse("--listen", "%v", err)
+			}
 			log := system.NewLogger(os.Stderr, zerolog.InfoLevel).With().Str("component", "jetstream-replay").Logger()
 			srv, err := jetstream.NewReplayServer(o, log)
 			if err != nil {
+				ln.Close()
 				return &startError{err: err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if err := srv.ListenAndServe(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrReplayClosed) {
+			closed := make(chan struct{})
+			go func() { <-ctx.Done(); srv.Close(); close(closed) }()
+			err = srv.Serve(ln)
+			stop()   // the server stops here either way
+			<-closed // subscribers got their going-away frames
+			if err != nil && !errors.Is(err, jetstream.ErrReplayClosed) {
 				return err
 			}
 			return nil

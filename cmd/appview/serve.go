@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	stdlog "log"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -16,6 +18,7 @@ import (
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/admin"
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/identity"
 	"github.com/atcr-io/appview/system"
 )
@@ -49,16 +52,41 @@ func newServeCommand(flags *configFlags) *cobra.Command {
 	}
 }
 
-// serve runs one instance. The first signal stops it gracefully within
-// shutdown_timeout; a second one, at least secondSignalAfter later, exits
-// at once with status 1.
+// startAbortWait is how long a start aborted by a signal waits for the
+// database open in progress to return, so that what it opened is closed.
+// The driver ignores contexts: an open stuck on a server that accepts
+// connections but never answers (a SIGSTOPped sqld, a paused VM) is
+// abandoned after this, and the process exits anyway.
+const startAbortWait = time.Second
+
+// sqldStallRelease is how long a libSQL server (sqld) takes to release the
+// write lock of a client that stalled inside a write transaction: sqld
+// rolls such a transaction back only after its transaction timeout of
+// about 5 s. A renew_deadline below this lets one stalled instance (SIGSTOP,
+// VM pause) make every other instance's renewals wait past their deadline,
+// so that every instance loses every lease at once.
+const sqldStallRelease = 6 * time.Second
+
+// serve runs one instance. A signal while the database is being opened
+// aborts the start (exit 0: nothing was acquired). Once started, the
+// first signal stops it gracefully within shutdown_timeout; in both
+// phases another signal at least secondSignalAfter after the first exits
+// at once with status 1. Once the instance has started, every stderr line
+// is a JSON log line, including the last one of a failure (*loggedError).
 func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	base := system.NewLogger(os.Stderr, level)
 	log := base.With().Str("instance", cfg.InstanceID).Logger()
+	// net/http logs server errors (a failed accept, a panicking handler)
+	// through the standard logger: make those JSON lines too.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(slog.NewLogLogger(system.SlogBridge(log.With().Str("component", "stdlog").Logger()).Handler(), slog.LevelWarn).Writer())
 	started := time.Now()
 
-	db, err := openDatabase(ctx, cfg)
+	db, aborted, err := openDuringStart(ctx, cfg, log, sigs)
+	if aborted {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -95,13 +123,28 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		return err
 	}
 	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
-	mux.Handle("GET /debug/leases", debugLeases(db.DB, cfg.InstanceID, sys))
+	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
+	if sig := pendingSignal(sigs); sig != nil {
+		// Still nothing acquired: the workers have not been spawned.
+		if srv != nil {
+			srv.Shutdown(context.Background())
+		}
+		log.Info().Stringer("signal", sig).Msg("signal during start: start aborted, nothing was acquired")
+		return nil
+	}
 	serveErr := make(chan error, 1)
 	if srv != nil {
 		go func() { serveErr <- srv.Serve() }()
 	}
 	if err := sys.Start(); err != nil {
-		return err
+		log.Error().Err(err).Msg("cannot start the workers")
+		return &loggedError{err: err}
+	}
+	if db.Remote && cfg.Leases.Enabled && cfg.Leases.RenewDeadline < sqldStallRelease {
+		log.Warn().Str("renew_deadline", cfg.Leases.RenewDeadline.String()).Str("want_at_least", sqldStallRelease.String()).
+			Msg("leases.renew_deadline is below what a libSQL server takes to release a stalled writer's transaction (about 5 s): " +
+				"one stalled instance holding the write lock (SIGSTOP, VM pause) can make every instance's renewals " +
+				"outlast the deadline and lose every lease")
 	}
 	ev := log.Info().Str("database", cfg.Database.URL).Float64("start_ms", msSince(started)).Int("workers", len(workers.Workers()))
 	if srv != nil {
@@ -109,26 +152,19 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	}
 	ev.Msg("appview started")
 
-	var sig os.Signal
+	var (
+		sig      os.Signal
+		adminErr error
+	)
 	select {
 	case sig = <-sigs:
-	case err := <-serveErr:
-		log.Error().Err(err).Msg("admin server failed; stopping")
+	case adminErr = <-serveErr:
+		log.Error().Err(adminErr).Msg("admin server failed; stopping")
 	case <-ctx.Done():
 	}
 	stopping := time.Now()
 	log.Info().Stringer("signal", sigOrNone{sig}).Str("timeout", cfg.ShutdownTimeout.String()).Msg("stopping: workers drain, leases are released")
-	go func() {
-		for s := range sigs {
-			if since := time.Since(stopping); since < secondSignalAfter {
-				log.Info().Stringer("signal", s).Float64("after_ms", float64(since.Microseconds())/1000).
-					Msg("signal arrived with the first: still stopping gracefully")
-				continue
-			}
-			log.Warn().Stringer("signal", s).Msg("second signal: exiting now without waiting for releases")
-			os.Exit(exitFailure)
-		}
-	}()
+	go watchLaterSignals(log, stopping, sigs, "second signal: exiting now without waiting for releases", os.Exit)
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopErr := sys.Stop(stopCtx)
@@ -139,10 +175,85 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	}
 	if stopErr != nil {
 		log.Error().Err(stopErr).Msg("stopped before every lease was released; they will run out their TTL")
-		return stopErr
+		return &loggedError{err: stopErr}
 	}
 	log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
+	if adminErr != nil {
+		// Stopped cleanly, but because the admin endpoint failed: a runtime
+		// failure, already logged.
+		return &loggedError{err: adminErr}
+	}
 	return nil
+}
+
+// openDuringStart opens and migrates the database (openDatabase) while
+// watching sigs. A signal aborts the start: the open is cancelled, what it
+// opened is closed if it returns within startAbortWait (otherwise it is
+// abandoned: the driver ignores contexts), and aborted is true. From the
+// first signal on, another one at least secondSignalAfter later exits 1.
+func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger, sigs <-chan os.Signal) (db *database.DB, aborted bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type opened struct {
+		db  *database.DB
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		db, err := openDatabase(ctx, cfg)
+		done <- opened{db, err}
+	}()
+	var sig os.Signal
+	select {
+	case o := <-done:
+		return o.db, false, o.err
+	case sig = <-sigs:
+	}
+	first := time.Now()
+	cancel()
+	log.Info().Stringer("signal", sig).Str("database", cfg.Database.URL).
+		Msg("signal during start: aborting the database open, nothing was acquired")
+	go watchLaterSignals(log, first, sigs, "second signal: exiting now without waiting for the database open", os.Exit)
+	select {
+	case o := <-done:
+		// Its error, if any, is the cancellation itself.
+		if o.db != nil {
+			o.db.Close()
+		}
+		log.Info().Float64("abort_ms", msSince(first)).Msg("start aborted")
+	case <-time.After(startAbortWait):
+		log.Warn().Str("waited", startAbortWait.String()).
+			Msg("start aborted; the database open is stuck in the driver and is abandoned")
+	}
+	return nil, true, nil
+}
+
+// pendingSignal returns a signal already waiting on sigs, or nil.
+func pendingSignal(sigs <-chan os.Signal) os.Signal {
+	select {
+	case s := <-sigs:
+		return s
+	default:
+		return nil
+	}
+}
+
+// watchLaterSignals reads sigs after a first signal taken at first. One
+// arriving within secondSignalAfter of it is part of the same request to
+// stop and is logged; a later one is an operator who will not wait: it is
+// logged as warning msg and exit(exitFailure) is called. It returns when
+// sigs is closed.
+func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, msg string, exit func(int)) {
+	for s := range sigs {
+		if since := time.Since(first); since < secondSignalAfter {
+			log.Info().Stringer("signal", s).Float64("after_ms", float64(since.Microseconds())/1000).
+				Msg("signal arrived with the first: still stopping gracefully")
+			continue
+		}
+		log.Warn().Stringer("signal", s).Msg(msg)
+		exit(exitFailure)
+		return
+	}
 }
 
 func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }
@@ -158,7 +269,11 @@ func (s sigOrNone) String() string {
 
 // debugLeases serves GET /debug/leases: every row of the leases table
 // (SPEC §4) with its state, and this instance's own view of each lease.
-func debugLeases(db lease.Querier, instance string, sys *system.System) http.Handler {
+// When the database fails the check the lease store makes before each
+// renewal (a file deleted or replaced under the process), or cannot be
+// read, it answers 503 with a one-line "error" and no rows: rows read from
+// a file no other instance uses would show custody that is not real.
+func debugLeases(db *database.DB, instance string, sys *system.System) http.Handler {
 	type row struct {
 		lease.Row
 		State      string `json:"state"`
@@ -173,10 +288,19 @@ func debugLeases(db lease.Querier, instance string, sys *system.System) http.Han
 			Local    []lease.Status `json:"local"`
 			Error    string         `json:"error,omitempty"`
 		}{Instance: instance, Leases: []row{}, Local: sys.Statuses()}
-		rows, err := lease.ListBounded(ctx, db)
+		err := db.CheckFile()
+		var rows []lease.Row
+		if err == nil {
+			rows, err = lease.ListBounded(ctx, db.DB)
+		}
 		if err != nil {
-			out.Error = err.Error()
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = errors.New("database did not answer within 2s")
+			}
+			out.Error = oneLine(err.Error())
+			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
+			rows = nil
 		}
 		for _, rw := range rows {
 			out.Leases = append(out.Leases, row{Row: rw, State: rw.State(), TimeLeftMS: rw.TimeLeft().Milliseconds()})

@@ -81,6 +81,9 @@ func TestServeWithoutConfigAnswersOnTheDefaultAdminAddressAndStopsCleanlyOnSIGTE
 	}
 	t.Logf("exit 0 %s after SIGTERM", took.Round(time.Millisecond))
 
+	if n := countRenewDeadlineWarnings(p); n != 0 {
+		t.Errorf("%d warnings about renew_deadline for a file database; the sqld transaction timeout does not apply", n)
+	}
 	custody := assertJSONLog(t, p.lines())
 	if custody == 0 {
 		t.Fatalf("no custody event was logged (want at least worker.started and worker.stopped)")
@@ -237,6 +240,9 @@ func assertJSONLog(t *testing.T, lines []string) int {
 		case "debug", "info", "warn", "error":
 		default:
 			t.Errorf("stderr line %d: level %v, want debug, info, warn or error\n%s", i+1, m["level"], line)
+		}
+		if msg, _ := m["msg"].(string); msg == "" {
+			t.Errorf("stderr line %d has no msg (README Operations: every line has time, level, msg)\n%s", i+1, line)
 		}
 		ev, _ := m["event"].(string)
 		if !kinds[ev] {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,23 +42,50 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		Long: "Add a webhook and print its id. The URL must be http(s) and resolve to public\n" +
 			"addresses unless --allow-private (deliveries are checked again, at connect time,\n" +
 			"against webhooks.allow_private). --secret - reads the secret from the first line\n" +
-			"of standard input, keeping it out of the shell history.",
+			"of standard input, keeping it out of the shell history; it must not be empty.\n" +
+			"The URL must not carry credentials (user:password@): the secret authenticates\n" +
+			"deliveries. A DID gets at most one webhook per URL.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := added
 			if w.Secret == "-" {
 				line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if err != nil && line == "" {
+				if err != nil && line == "" && !errors.Is(err, io.EOF) {
 					return fmt.Errorf("read secret from stdin: %w", err)
 				}
 				w.Secret = strings.TrimRight(line, "\r\n")
+				if w.Secret == "" {
+					// An operator who asked for a secret must not get an
+					// unsigned webhook because stdin was empty.
+					return usage(cmd, "--secret -: standard input gave an empty secret (omit --secret for an unsigned webhook)")
+				}
+			}
+			// Everything about the flags is checked before the database is
+			// opened (and perhaps created): a refused flag is a usage error.
+			guard := webhooks.Guard{AllowPrivate: allowPrivate}
+			w, err := webhooks.Check(cmd.Context(), w, guard)
+			if errors.Is(err, webhooks.ErrInvalid) || errors.Is(err, webhooks.ErrRefused) {
+				return usage(cmd, "%v", err)
+			}
+			if err != nil {
+				return err
 			}
 			db, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			id, err := webhooks.Add(cmd.Context(), db.DB, w, webhooks.Guard{AllowPrivate: allowPrivate})
+			// The same URL twice for one DID would deliver every event twice.
+			existing, err := webhooks.List(cmd.Context(), db.DB, w.DID)
+			if err != nil {
+				return err
+			}
+			for _, h := range existing {
+				if h.URL == w.URL {
+					return fmt.Errorf("webhook %d already delivers to %s for %s (remove it first with `appview webhooks rm %d`)", h.ID, h.URL, h.DID, h.ID)
+				}
+			}
+			id, err := webhooks.Add(cmd.Context(), db.DB, w, guard)
 			if err != nil {
 				return err
 			}
@@ -68,7 +96,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 	af := add.Flags()
 	af.StringVar(&added.DID, "did", "", "DID whose repositories trigger the webhook (required)")
 	af.StringVar(&added.URL, "url", "", "http(s) URL receiving the POSTs (required)")
-	af.StringVar(&added.Secret, "secret", "", `HMAC-SHA256 signing secret ("-": read from stdin; empty: unsigned)`)
+	af.StringVar(&added.Secret, "secret", "", `HMAC-SHA256 signing secret ("-": read the first line of stdin, which must not be empty; omitted: unsigned)`)
 	af.StringSliceVar(&added.Triggers, "trigger", []string{webhooks.TriggerPush}, "trigger to subscribe to (repeatable)")
 	af.BoolVar(&allowPrivate, "allow-private", false, "accept a URL that resolves to a loopback/private address")
 	_ = add.MarkFlagRequired("did")

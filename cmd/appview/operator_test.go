@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/system"
+)
+
+// silentServer accepts TCP connections and never answers, as a SIGSTOPped
+// sqld does (the kernel completes the handshake on its behalf). It returns
+// the http URL and how many connections it has accepted so far.
+func silentServer(t *testing.T) (string, func() int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		accepted atomic.Int64
+		mu       sync.Mutex
+		conns    []net.Conn
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			accepted.Add(1)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String(), accepted.Load
+}
+
+// assertUsageRefusal checks exit code 2 and exactly one stderr line
+// "appview: ..." containing reason.
+func assertUsageRefusal(t *testing.T, r result, reason string) {
+	t.Helper()
+	if r.code != exitConfig {
+		t.Errorf("exit code %d, want %d (stderr %q)", r.code, exitConfig, r.stderr)
+	}
+	line, ok := strings.CutSuffix(r.stderr, "\n")
+	if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, "appview: ") || !strings.Contains(line, reason) {
+		t.Fatalf("stderr = %q, want one line \"appview: ...\" containing %q", r.stderr, reason)
+	}
+}
+
+func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
+	url, accepted := silentServer(t)
+	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))
+	p.waitFor(startTimeout, "the instance to connect to the silent database server", func() bool { return accepted() > 0 })
+
+	p.signal(syscall.SIGINT)
+	code, took := p.wait(startAbortWait + stopBound)
+	if code != 0 {
+		t.Fatalf("exit %d after SIGINT during the database open, want 0 (nothing was acquired)", code)
+	}
+	t.Logf("exit 0 %s after SIGINT during a hung open", took.Round(time.Millisecond))
+	if _, ok := p.logLine(map[string]string{"msg": "signal during start: aborting the database open, nothing was acquired"}); !ok {
+		t.Errorf("the aborted start was not logged")
+	}
+	assertJSONLog(t, p.lines())
+}
+
+func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
+	url, _ := silentServer(t)
+	cfg := config.Default()
+	cfg.Database.URL = url
+	_, err := openWithin(context.Background(), cfg, 300*time.Millisecond)
+	if err == nil {
+		t.Fatal("opened a database that never answers")
+	}
+	msg := err.Error()
+	want := "config: database.url: cannot open " + url + ": the database gave no answer within 300ms while opening it"
+	if !strings.HasPrefix(msg, want) || strings.ContainsAny(msg, "\r\n") {
+		t.Fatalf("err = %q, want one line starting %q", msg, want)
+	}
+}
+
+func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	exited := make(chan int, 1)
+	var logs lockedBuffer
+	log := system.NewLogger(&logs, zerolog.InfoLevel)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchLaterSignals(log, time.Now(), sigs, "second signal", func(code int) { exited <- code })
+	}()
+	sigs <- syscall.SIGTERM
+	close(sigs)
+	<-done
+	select {
+	case code := <-exited:
+		t.Fatalf("exit(%d) on a signal that arrived with the first", code)
+	default:
+	}
+	if !strings.Contains(logs.String(), "signal arrived with the first") {
+		t.Fatalf("log = %q, want the signal noted as part of the first request", logs.String())
+	}
+}
+
+func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	exited := make(chan int, 1)
+	var logs lockedBuffer
+	log := system.NewLogger(&logs, zerolog.InfoLevel)
+	first := time.Now().Add(-secondSignalAfter)
+	go watchLaterSignals(log, first, sigs, "second signal: exiting now", func(code int) { exited <- code })
+	sigs <- syscall.SIGINT
+	if code := <-exited; code != exitFailure {
+		t.Fatalf("exit(%d), want %d", code, exitFailure)
+	}
+	if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "second signal: exiting now") {
+		t.Fatalf("log = %q, want a warning naming the second signal", logs.String())
+	}
+}
+
+func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
+	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_SHUTDOWN_TIMEOUT=1ns"))
+	p.started()
+	p.signal(syscall.SIGINT)
+	if code, _ := p.wait(runTimeout); code != exitFailure {
+		t.Fatalf("exit %d after a stop that ran out of shutdown_timeout, want %d", code, exitFailure)
+	}
+	// Actors still stopping may log after the failure line: every line,
+	// not only the last, must be JSON.
+	assertJSONLog(t, p.lines())
+	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "stopped before every lease was released; they will run out their TTL"}); !ok {
+		t.Fatalf("the failed stop was not logged as an error line")
+	}
+}
+
+func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
+	dir := t.TempDir()
+	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
+	base := p.started()
+	if code, body := get(base + "/debug/leases"); code != 200 {
+		t.Fatalf("/debug/leases = %d %s before the file was replaced", code, body)
+	}
+	path := filepath.Join(dir, "data", "appview.db")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	replacement := openTestDB(t, path)
+	if _, err := replacement.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	code, body := get(base + "/debug/leases")
+	if code != 503 {
+		t.Fatalf("/debug/leases = %d after the database file was replaced, want 503\n%s", code, body)
+	}
+	var view struct {
+		Leases []json.RawMessage `json:"leases"`
+		Error  string            `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &view); err != nil {
+		t.Fatalf("/debug/leases is not JSON: %v\n%s", err, body)
+	}
+	if !strings.Contains(view.Error, "deleted or replaced") || strings.ContainsAny(view.Error, "\r\n") || len(view.Leases) != 0 {
+		t.Fatalf("/debug/leases = %s; want no rows and a one-line error saying the file was replaced", body)
+	}
+	if code, body := get(base + "/readyz"); code != 503 || strings.Count(body, "\n") != 1 {
+		t.Fatalf("/readyz = %d %q, want 503 and one line", code, body)
+	}
+}
+
+func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		reason string
+	}{
+		{"ftp url", []string{"--url", "ftp://hooks.example/x"}, "scheme must be http or https"},
+		{"javascript url", []string{"--url", "javascript:alert(1)"}, "scheme must be http or https"},
+		{"loopback address", []string{"--url", "http://127.0.0.1:9/hook"}, "loopback"},
+		{"private address", []string{"--url", "http://10.1.2.3/hook"}, "private"},
+		{"credentials in the url", []string{"--url", "https://alice:hunter2@93.184.216.34/hook"}, "must not carry credentials"},
+		{"bad did", []string{"--did", "bob", "--url", "https://93.184.216.34/hook"}, `webhook did "bob"`},
+		{"unknown trigger", []string{"--trigger", "pull", "--url", "https://93.184.216.34/hook"}, `unknown webhook trigger "pull"`},
+		{"empty secret on stdin", []string{"--secret", "-", "--url", "https://93.184.216.34/hook"}, "empty secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{"webhooks", "add", "--did", "did:plc:alice"}, tc.args...)
+			r := runAppview(t, dir, childEnv(), args...) // stdin: /dev/null
+			assertUsageRefusal(t, r, tc.reason)
+			if strings.Contains(r.stderr, "hunter2") {
+				t.Errorf("the refusal printed the password: %q", r.stderr)
+			}
+			assertEmptyDir(t, dir)
+		})
+	}
+}
+
+func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
+	for _, args := range [][]string{{"leases"}, {"webhooks", "list"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			r := runAppview(t, dir, childEnv(), args...)
+			assertRefusal(t, r, "database.url", "no database at ./data/appview.db")
+		})
+	}
+}
+
+func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T) {
+	dir := t.TempDir()
+	writeTestFile(t, filepath.Join(dir, "capture.jsonl"), "")
+	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "capture.jsonl", "--listen", "127.0.0.1:21141x")
+	assertRefusal(t, r, "--listen", "21141x")
+}
+
+func TestWebhooksAddRefusesTheSameURLTwiceForOneDIDNamingTheWebhook(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	add := []string{"add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
+	if out, err := runWebhooks(t, path, "", add...); err != nil || strings.TrimSpace(out) != "1" {
+		t.Fatalf("first add: %q, %v", out, err)
+	}
+	_, err := runWebhooks(t, path, "", add...)
+	if err == nil || !strings.Contains(err.Error(), "webhook 1 already delivers to http://127.0.0.1:9/hook") {
+		t.Fatalf("second add of the same url: %v, want a refusal naming webhook 1", err)
+	}
+	// Another DID may use the same URL.
+	other := []string{"add", "--did", "did:plc:bob", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
+	if out, err := runWebhooks(t, path, "", other...); err != nil || strings.TrimSpace(out) != "2" {
+		t.Fatalf("the same url for another did: %q, %v", out, err)
+	}
+	out, err := runWebhooks(t, path, "", "list", "--did", "did:plc:alice")
+	if err != nil || strings.Count(out, "/hook") != 1 {
+		t.Fatalf("list after a refused duplicate: %q, %v; want one webhook", out, err)
+	}
+}
+
+func TestWebhooksAddRefusesAnEmptyLineAsTheSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	for _, stdin := range []string{"\n", "\r\n", ""} {
+		_, err := runWebhooks(t, path, stdin, "add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook",
+			"--allow-private", "--secret", "-")
+		if err == nil || !strings.Contains(err.Error(), "empty secret") {
+			t.Fatalf("stdin %q: %v, want a refusal of the empty secret", stdin, err)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("a refused add opened the database (stat: %v)", err)
+	}
+}
+
+func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
+	dir := t.TempDir()
+	add := []string{"webhooks", "add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
+	if r := runAppview(t, dir, childEnv(), add...); r.code != 0 {
+		t.Fatalf("first add: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// Nothing is wrong with the command line: the database already holds it.
+	assertFailure(t, runAppview(t, dir, childEnv(), add...), "appview: webhook 1 already delivers to http://127.0.0.1:9/hook for did:plc:alice")
+}
