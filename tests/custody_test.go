@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/tests/harness"
 )
 
@@ -309,9 +311,7 @@ func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *t
 			t.Fatal(err)
 		}
 	}
-	if err := a.Signal(sigStop); err != nil {
-		t.Fatal(err)
-	}
+	freezeOutsideAWrite(t, a, db)
 	frozen := time.Now()
 	for _, l := range leasedWorkers {
 		e, err := b.Wait(ctx, harness.Is(harness.WorkerStarted, l))
@@ -426,4 +426,55 @@ func sweep(outcome string) harness.Match {
 	return func(e harness.Event) bool {
 		return e.Event == "cleanup.sweep" && e.Str("outcome") == outcome
 	}
+}
+
+// freezeOutsideAWrite SIGSTOPs i at a moment it holds no write lock on the
+// file database db. SQLite's locks have no expiry: a process frozen in
+// the middle of a write transaction blocks every other writer (renewals
+// and acquires included) until it resumes, and no lease can take over a
+// lock held by a stopped process (sqld times such a transaction out; see
+// README, Operations). So the test freezes i, checks from outside that the
+// write lock is free, and if it is not, lets i run on and tries again.
+func freezeOutsideAWrite(t *testing.T, i *harness.Instance, db string) {
+	t.Helper()
+	probe, err := database.Open(context.Background(), database.Options{URL: db, BusyTimeout: 100 * time.Millisecond, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	for attempt := 1; attempt <= 50; attempt++ {
+		if err := i.Signal(sigStop); err != nil {
+			t.Fatal(err)
+		}
+		// An empty write transaction: it takes the write lock and gives
+		// it back, writing nothing.
+		conn, err := probe.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+		if err == nil {
+			_, err = conn.ExecContext(context.Background(), "ROLLBACK")
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if attempt > 1 {
+				t.Logf("%s frozen outside a write at attempt %d", i.ID, attempt)
+			}
+			return
+		}
+		conn.Close()
+		if err := i.Signal(sigCont); err != nil {
+			t.Fatal(err)
+		}
+		// Let it run on and finish the transaction it was in.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = i.Log.WaitFrom(ctx, i.Log.Len(), func(harness.Event) bool { return true })
+		cancel()
+		if err != nil {
+			t.Fatalf("%s logged nothing after it resumed: %v", i.ID, err)
+		}
+	}
+	t.Fatalf("%s held the write lock at each of 50 freezes", i.ID)
 }

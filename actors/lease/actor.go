@@ -140,9 +140,11 @@ type leaseActor struct {
 	gens    map[string]int
 	// handedBack is the highest fence whose hand-back was published.
 	handedBack int64
-	calls      context.Context
-	cancel     context.CancelFunc
-	log        zerolog.Logger
+	// late keeps the grants store calls obtained until they are taken in.
+	late   *lateOutcomes
+	calls  context.Context
+	cancel context.CancelFunc
+	log    zerolog.Logger
 	// storeErrs logs failing store calls, at most once per storeErrorLogPeriod.
 	storeErrs zerolog.Logger
 	// acquiring and renewing count the calls of each kind not yet returned.
@@ -160,6 +162,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
 		a.storeErrs = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
 		a.acquiring, a.renewing = &atomic.Int32{}, &atomic.Int32{}
+		a.late = newLateOutcomes()
 		seed := a.o.Seed
 		if seed == 0 {
 			seed = rand.Uint64()
@@ -183,11 +186,13 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case Nudge, *Nudge:
 		a.step(ctx, Nudge{})
 	case AcquireResult:
+		a.late.taken(msg.Seq)
 		if msg.Err != nil {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease acquire failed; retrying")
 		}
 		a.step(ctx, msg)
 	case RenewResult:
+		a.late.taken(msg.Seq)
 		if msg.Err != nil && !errors.Is(msg.Err, ErrSuperseded) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
@@ -227,7 +232,17 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.stopTimer()
 	case *actor.Stopped:
+		left := a.late.stop()
 		a.backstopRelease()
+		for _, g := range left {
+			if a.m != nil && a.m.holdsCustody() && g.c.Fence == a.m.Custody().Fence {
+				continue // released just above
+			}
+			a.lateReleased(g, releaseBounded(a.o.Store, g.c, callBound))
+		}
+		if !a.late.wait(callBound) {
+			a.log.Warn().Dur("waited_ms", callBound).Msg("lease store calls still running at stop; a grant they obtain is released by them")
+		}
 		a.cancel()
 	case *actor.Restarting:
 		a.stopTimer()
@@ -332,14 +347,22 @@ func (a *leaseActor) goAcquire(c AcquireCmd) {
 		return
 	}
 	running.Add(1)
+	late := a.late
+	late.calls.Add(1)
 	go func() {
+		defer late.calls.Done()
 		defer running.Add(-1)
 		start := time.Now()
 		g, err := store.Acquire(ctx, name, holder)
 		if metrics != nil {
 			metrics.observeAcquire(name, time.Since(start), g, err)
 		}
-		sys.Root.Send(self, AcquireResult{Seq: c.Seq, Grant: g, Err: err})
+		var got lateGrant
+		if err == nil && g.Granted {
+			got = lateGrant{c: Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
+		}
+		late.deliver(c.Seq, got, func() { sys.Root.Send(self, AcquireResult{Seq: c.Seq, Grant: g, Err: err}) },
+			store, callBound, a.lateReleased)
 	}()
 }
 
@@ -350,15 +373,44 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 		return
 	}
 	running.Add(1)
+	late := a.late
+	late.calls.Add(1)
 	go func() {
+		defer late.calls.Done()
 		defer running.Add(-1)
 		start := time.Now()
 		err := store.Renew(ctx, c.Custody)
 		if metrics != nil {
 			metrics.observeRenew(c.Custody.Lease, time.Since(start), err)
 		}
-		sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: err})
+		var got lateGrant
+		if err == nil {
+			got.c = c.Custody
+		}
+		late.deliver(c.Seq, got, func() { sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: err}) },
+			store, callBound, a.lateReleased)
 	}()
+}
+
+// lateReleased logs and publishes the release of a grant a store call
+// obtained after the actor stopped taking answers (see lateOutcomes). It
+// may run on a store call's goroutine: it only logs and publishes.
+func (a *leaseActor) lateReleased(g lateGrant, err error) {
+	c := g.c
+	if err != nil && !errors.Is(err, ErrSuperseded) {
+		a.log.Warn().Err(err).Int64("fence", c.Fence).Msg("could not release a grant obtained as the lease actor stopped; it will run out its TTL")
+		return
+	}
+	if err != nil || a.o.Publish == nil || a.o.Unleased {
+		return // superseded: someone else has it already
+	}
+	at := time.Now()
+	if g.acquired {
+		a.o.Publish(events.Custody{Kind: events.LeaseAcquired, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence,
+			Reason: events.ReasonStaleGrant, At: at})
+	}
+	a.o.Publish(events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence,
+		Reason: events.ReasonStaleGrant, At: at})
 }
 
 // staleReleased reports a Stale ReleaseCmd that landed.
@@ -367,8 +419,12 @@ type staleReleased ReleaseCmd
 func (a *leaseActor) goRelease(c ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
 	// A release must land even when the process is stopping and every
-	// caller context is cancelled: it runs on its own bounded context.
+	// caller context is cancelled: it runs on its own bounded context, and
+	// the actor's Stopped waits for it (bounded).
+	late := a.late
+	late.calls.Add(1)
 	go func() {
+		defer late.calls.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), a.o.Timing.RenewDeadline)
 		defer cancel()
 		err := store.Release(ctx, c.Custody)

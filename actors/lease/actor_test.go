@@ -474,3 +474,39 @@ func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *t
 		t.Fatalf("late grant %d, hand-back %d, used grant %d; want 1, 1, 2\n%s", late.Fence, back.Fence, acq.Fence, formatEvents(all))
 	}
 }
+
+// An acquire still running when the LeaseActor stops (the driver ignores
+// contexts) may grant the lease after the actor stopped taking answers.
+// The grant must not sit unused for a TTL: it is released before the
+// actor has terminated, whichever side of the stop it lands on.
+func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testing.T) {
+	for _, landing := range []string{"during the stop", "after the abandon"} {
+		t.Run(landing, func(t *testing.T) {
+			db := openDB(t)
+			h := newHarness(t)
+			store := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
+			p := &probe{}
+			r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
+			select {
+			case <-store.retried: // the first acquire was abandoned; it is still running
+			case <-time.After(waitFor):
+				t.Fatal("the hung acquire was never abandoned")
+			}
+			if landing == "after the abandon" {
+				close(store.land)
+				h.events.wait(t, 0, "the late grant handed back", func(e events.Custody) bool {
+					return e.Kind == events.LeaseReleased && e.Reason == events.ReasonStaleGrant
+				})
+				h.stopAndWait(r)
+			} else {
+				h.stop(r)
+				close(store.land)
+				r.wait(t)
+			}
+			row := readRow(t, db, "jetstream-consumer")
+			if row.State() == StateHeld {
+				t.Fatalf("the lease is still held (fence %d, %d ms left) after the LeaseActor terminated", row.Fence, row.ExpiresAt-row.Now)
+			}
+		})
+	}
+}

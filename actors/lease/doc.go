@@ -80,7 +80,11 @@
 // to commit or definitively fail. A release runs on its own bounded
 // context, so a cancelled caller cannot skip it. A stop while contending
 // finishes at once, writing nothing; a stop with an acquire in flight
-// waits for its answer and hands a grant straight back.
+// waits for its answer and hands a grant straight back. A store call the
+// machine had already given up on (the driver ignores contexts, so it may
+// still land) is waited for too, up to callBound, when the actor stops: a
+// grant it obtains after that is released by the call itself (see
+// lateOutcomes), so no grant is left for the next holder to wait out.
 //
 // Handover: libSQL has no LISTEN/NOTIFY. A contender records the URL of
 // its nudge endpoint (lease_contenders); a holder that has just released
