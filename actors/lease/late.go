@@ -23,7 +23,7 @@ type lateOutcomes struct {
 	mu      sync.Mutex
 	stopped bool
 	pending map[uint64]lateGrant // by command Seq: obtained, not yet taken in
-	calls   sync.WaitGroup     // store calls running
+	calls   sync.WaitGroup       // store calls running
 }
 
 // lateGrant is a grant a store call obtained; acquired is true when an
