@@ -76,8 +76,13 @@ func commitEach(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.P
 		}
 		ev := &events[i]
 		skip(ev, err)
+		last, _ := batchCursor(events[i : i+1])
+		if last == 0 {
+			out.skipped++
+			continue // stamped ahead of the clock: it does not move the cursor
+		}
 		err = lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-			return saveCursorTx(ctx, tx, ev.TimeUS, ev.TimeUS, c.Fence)
+			return saveCursorTx(ctx, tx, last, last, c.Fence)
 		})
 		if err != nil {
 			return out, fmt.Errorf("move the cursor past skipped event time_us=%d: %w", ev.TimeUS, err)
@@ -132,12 +137,19 @@ func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.
 // than one it already sent, so the two are equal on a live stream; a
 // replayed capture may end on an older event, and the cursor is then that
 // event's time_us, as Jetstream's own clients record it.
+//
+// An event stamped more than cursorLead ahead of this host's clock is
+// applied but moves neither figure: a cursor is only ever a time the
+// stream has reached. Were it to move there, a restart would ask
+// Jetstream for a cursor ahead of every event still to come, and get
+// nothing until then (a backlog skipped; on a live stream, a live tail
+// that skips the restart's gap). Both are 0 when no event counts.
 func batchCursor(events []jetstream.Event) (last, newest int64) {
-	for _, e := range events {
-		newest = max(newest, e.TimeUS)
-	}
-	if len(events) > 0 {
-		last = events[len(events)-1].TimeUS
+	limit := time.Now().Add(cursorLead).UnixMicro()
+	for i := range events {
+		if t := events[i].TimeUS; t <= limit {
+			last, newest = t, max(newest, t)
+		}
 	}
 	return last, newest
 }
@@ -146,20 +158,22 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 // batch reached past the stored cursor (?2 is the batch's newest time_us):
 // a rewound replay of events already processed never moves the cursor
 // back, so a crash loop cannot walk the resume point backwards one rewind
-// at a time. The stored value is never more than cursorLead ahead of the
-// database's clock (?4 is cursorLead in µs): an event stamped ahead of
-// time (a Jetstream clock that runs fast) must not carry the cursor into
-// the future, where it would stop moving and make Jetstream live-tail on
-// the next connect; the worst a capped cursor costs is a replay, which
-// is idempotent. A stored cursor already beyond the cap (written before
-// the cap existed) is overwritten by the next batch, whatever its times.
+// at a time. batchCursor leaves out events stamped ahead of the clock;
+// as a second guard the stored value is never more than cursorLead ahead
+// of the database's clock (?4 is cursorLead in µs), and a stored cursor
+// already beyond that (written before these guards) is overwritten by the
+// next batch, whatever its times.
 const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3)
 ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
 WHERE ?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4`
 
-// cursorLead is how far ahead of the clock a stored or resumed cursor may
-// be (see saveCursorSQL and consumer.resumeAt).
-const cursorLead = 10 * time.Minute
+// cursorLead is how far ahead of this host's clock an event may be
+// stamped and still move the cursor, and how far ahead a stored or
+// resumed cursor may be (see batchCursor, saveCursorSQL and
+// consumer.resumeAt): room for the Jetstream server's clock to run a
+// little ahead of ours. A host clock slower than that only stops the
+// cursor until the clock catches up, which costs an idempotent replay.
+const cursorLead = time.Minute
 
 func saveCursorTx(ctx context.Context, tx *sql.Tx, last, newest, fence int64) error {
 	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence, cursorLead.Microseconds()); err != nil {

@@ -265,7 +265,9 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	if newest > c.cursor.Load() {
 		c.cursor.Store(last)
 	}
-	c.resumeURL, c.resumeUS = b.URL, last
+	if last > 0 {
+		c.resumeURL, c.resumeUS = b.URL, last
+	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	if len(out.res.HoldStats) > 0 {
 		c.root.Send(c.stats, &statscache.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})

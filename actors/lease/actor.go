@@ -200,19 +200,16 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case ReleaseResult:
 		a.step(ctx, msg)
 	case staleReleased:
-		// A hand-back landed: the custody it ended (and, for a late
+		// A hand-back answered: the custody it ended (and, for a late
 		// acquire, began) is published like any other (SPEC §5), once per
 		// grant (several late renewals of one grant each hand it back).
 		if msg.Custody.Fence <= a.handedBack {
 			return
 		}
 		a.handedBack = msg.Custody.Fence
-		if msg.LateAcquire {
-			a.publish(events.Custody{Kind: events.LeaseAcquired, Lease: msg.Custody.Lease, Instance: msg.Custody.Holder,
-				Fence: msg.Custody.Fence, Reason: events.ReasonStaleGrant})
+		for _, e := range staleGrantEvents(lateGrant{c: msg.Custody, acquired: msg.LateAcquire}, msg.err) {
+			a.publish(e)
 		}
-		a.publish(events.Custody{Kind: events.LeaseReleased, Lease: msg.Custody.Lease, Instance: msg.Custody.Holder,
-			Fence: msg.Custody.Fence, Reason: events.ReasonStaleGrant})
 	case tick:
 		if msg.gen == a.timerID {
 			a.step(ctx, Tick{})
@@ -241,7 +238,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.lateReleased(g, releaseBounded(a.o.Store, g.c, callBound))
 		}
 		if !a.late.wait(callBound) {
-			a.log.Warn().Dur("waited_ms", callBound).Msg("lease store calls still running at stop; a grant they obtain is released by them")
+			a.log.Warn().Dur("waited_ms", callBound).Msg("lease store calls still running at stop: a grant one obtains is released by it, unless the process has exited by then (the grant then runs out its TTL)")
 		}
 		a.cancel()
 	case *actor.Restarting:
@@ -396,25 +393,53 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 // obtained after the actor stopped taking answers (see lateOutcomes). It
 // may run on a store call's goroutine: it only logs and publishes.
 func (a *leaseActor) lateReleased(g lateGrant, err error) {
-	c := g.c
 	if err != nil && !errors.Is(err, ErrSuperseded) {
-		a.log.Warn().Err(err).Int64("fence", c.Fence).Msg("could not release a grant obtained as the lease actor stopped; it will run out its TTL")
+		a.log.Warn().Err(err).Int64("fence", g.c.Fence).Msg("could not release a grant obtained as the lease actor stopped; it will run out its TTL")
 		return
 	}
-	if err != nil || a.o.Publish == nil || a.o.Unleased {
-		return // superseded: someone else has it already
+	if a.o.Publish == nil || a.o.Unleased {
+		return
 	}
 	at := time.Now()
-	if g.acquired {
-		a.o.Publish(events.Custody{Kind: events.LeaseAcquired, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence,
-			Reason: events.ReasonStaleGrant, At: at})
+	for _, e := range staleGrantEvents(g, err) {
+		e.At = at
+		a.o.Publish(e)
 	}
-	a.o.Publish(events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence,
-		Reason: events.ReasonStaleGrant, At: at})
 }
 
-// staleReleased reports a Stale ReleaseCmd that landed.
-type staleReleased ReleaseCmd
+// staleGrantEvents are the custody events of a grant handed back unused:
+// for a late acquire, its grant (reason stale-grant); then its release
+// (lease.released, stale-grant) or, when another instance had taken the
+// lease before the hand-back landed (err is ErrSuperseded), its loss
+// (lease.lost, superseded). A late renewal began no custody, so a hand-back
+// that finds it superseded has nothing to report.
+func staleGrantEvents(g lateGrant, err error) []events.Custody {
+	c := g.c
+	base := events.Custody{Lease: c.Lease, Instance: c.Holder, Fence: c.Fence}
+	var out []events.Custody
+	if g.acquired {
+		e := base
+		e.Kind, e.Reason = events.LeaseAcquired, events.ReasonStaleGrant
+		out = append(out, e)
+	}
+	e := base
+	switch {
+	case err == nil:
+		e.Kind, e.Reason = events.LeaseReleased, events.ReasonStaleGrant
+	case g.acquired:
+		e.Kind, e.Reason, e.Err = events.LeaseLost, events.ReasonSuperseded, err
+	default:
+		return out
+	}
+	return append(out, e)
+}
+
+// staleReleased reports the answer to a Stale ReleaseCmd: nil (landed) or
+// ErrSuperseded.
+type staleReleased struct {
+	ReleaseCmd
+	err error
+}
 
 func (a *leaseActor) goRelease(c ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
@@ -429,12 +454,11 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 		defer cancel()
 		err := store.Release(ctx, c.Custody)
 		if c.Stale {
-			switch {
-			case err == nil:
-				sys.Root.Send(self, staleReleased(c))
-			case !errors.Is(err, ErrSuperseded):
+			if err != nil && !errors.Is(err, ErrSuperseded) {
 				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
+				return
 			}
+			sys.Root.Send(self, staleReleased{ReleaseCmd: c, err: err})
 			return
 		}
 		sys.Root.Send(self, ReleaseResult{Seq: c.Seq, Err: err})

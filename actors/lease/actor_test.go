@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -508,5 +509,34 @@ func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testi
 				t.Fatalf("the lease is still held (fence %d, %d ms left) after the LeaseActor terminated", row.Fence, row.ExpiresAt-row.Now)
 			}
 		})
+	}
+}
+
+func TestStaleGrantEventsReportEveryCustodyAHandBackEnds(t *testing.T) {
+	c := Custody{Lease: "cleanup", Holder: "a", Fence: 5}
+	superseded := fmt.Errorf("release: %w", ErrSuperseded)
+	kinds := func(es []events.Custody) string {
+		var s []string
+		for _, e := range es {
+			if e.Fence != 5 || e.Lease != "cleanup" || e.Instance != "a" {
+				t.Fatalf("event %+v is not about the handed-back grant", e)
+			}
+			s = append(s, string(e.Kind)+"/"+e.Reason)
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tc := range []struct {
+		acquired bool
+		err      error
+		want     string
+	}{
+		{true, nil, "lease.acquired/stale-grant lease.released/stale-grant"},
+		{true, superseded, "lease.acquired/stale-grant lease.lost/superseded"},
+		{false, nil, "lease.released/stale-grant"},
+		{false, superseded, ""},
+	} {
+		if got := kinds(staleGrantEvents(lateGrant{c: c, acquired: tc.acquired}, tc.err)); got != tc.want {
+			t.Errorf("acquired=%v err=%v: %q, want %q", tc.acquired, tc.err, got, tc.want)
+		}
 	}
 }

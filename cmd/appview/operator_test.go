@@ -153,7 +153,7 @@ func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
 	// Actors still stopping may log after the failure line: every line,
 	// not only the last, must be JSON.
 	assertJSONLog(t, p.lines())
-	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "stopped before every lease was released; they will run out their TTL"}); !ok {
+	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "stop incomplete (see error); a lease not released runs out its TTL"}); !ok {
 		t.Fatalf("the failed stop was not logged as an error line")
 	}
 }

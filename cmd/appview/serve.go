@@ -174,7 +174,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		acancel()
 	}
 	if stopErr != nil {
-		log.Error().Err(stopErr).Msg("stopped before every lease was released; they will run out their TTL")
+		log.Error().Err(stopErr).Msg("stop incomplete (see error); a lease not released runs out its TTL")
 		return &loggedError{err: stopErr}
 	}
 	log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
