@@ -510,12 +510,8 @@ func (a *leaseActor) backstopRelease() {
 // releaseNow releases c synchronously, bounded by callBound, and publishes
 // the outcome.
 func (a *leaseActor) releaseNow(c Custody, reason string) {
-	done := make(chan error, 1)
-	go func() { done <- a.o.Store.Release(context.Background(), c) }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(callBound):
+	err := releaseBounded(a.o.Store, c, callBound)
+	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("release unanswered after %s", callBound)
 	}
 	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: reason}
