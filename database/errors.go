@@ -66,10 +66,50 @@ var remoteFailureCodes = []string{
 	`code: "SQLITE_INTERRUPT`, `code: "SQLITE_PERM`, `code: "SQLITE_AUTH`,
 }
 
+// driverMark starts the part of a go-libsql error that is the driver's
+// own ("failed to execute query QUERY\nerror code = N: ...").
+const driverMark = "error code = "
+
+// driverText is the text that classifies err: the driver's own words, from
+// the innermost error that carries them and from driverMark on, so that
+// neither the query nor anything a caller wrapped around the error (which
+// may quote user input: a repository name, an event key) can steer the
+// classification. An error without them is classified on its innermost
+// text.
+func driverText(err error) string {
+	var leaves []error
+	var walk func(error)
+	walk = func(e error) {
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		case interface{ Unwrap() error }:
+			if c := u.Unwrap(); c != nil {
+				walk(c)
+				return
+			}
+			leaves = append(leaves, e)
+		default:
+			leaves = append(leaves, e)
+		}
+	}
+	walk(err)
+	for _, l := range leaves {
+		if t := l.Error(); strings.Contains(t, driverMark) {
+			return t[strings.LastIndex(t, driverMark):]
+		}
+	}
+	if len(leaves) == 0 {
+		return err.Error()
+	}
+	return leaves[0].Error()
+}
+
 // answered reports whether SQLite itself answered the statement that
-// failed with err (see the shapes above).
-func answered(err error) bool {
-	s := err.Error()
+// failed (see the shapes above); s is its driverText.
+func answered(s string) bool {
 	return strings.Contains(s, localAnswer) || strings.Contains(s, remoteAnswer)
 }
 
@@ -87,10 +127,13 @@ func answered(err error) bool {
 // its checkpoint instead. An unknown shape counts as a failure of the
 // database, because skipping on a guess loses data and retrying does not.
 func Refused(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !answered(err) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	s := err.Error()
+	s := driverText(err)
+	if !answered(s) {
+		return false
+	}
 	for _, c := range remoteFailureCodes {
 		if strings.Contains(s, c) {
 			return false
@@ -121,7 +164,7 @@ func Unavailable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	s := err.Error()
+	s := driverText(err)
 	if strings.Contains(s, hrana) && !strings.Contains(s, remoteAnswer) {
 		return true
 	}

@@ -42,6 +42,13 @@ func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
 		{"stream expired", transport("stream error: `Error { message: \"The stream has expired due to inactivity\", code: \"STREAM_EXPIRED\" }`"), false, true},
 		{"transaction timeout", transport("stream error: `Error { message: \"Transaction timed out\", code: \"TRANSACTION_TIMEOUT\" }`"), false, true},
 		{"unknown shape", errors.New("something odd"), false, false},
+		// What a caller wraps around the driver's error may quote user
+		// input (an event key holds a repository name): it never steers.
+		{"user text looking like a refusal, around an outage", fmt.Errorf("enqueue push:did:plc:x/x SQLite failure: `y`@sha256:1: %w",
+			transport("http error: `error trying to connect: tcp connect error: Connection refused (os error 111)`")), false, true},
+		{"user text looking like a failure, around a refusal", fmt.Errorf("enqueue push:did:plc:x/disk i/o error database is locked: %w",
+			local("UNIQUE constraint failed: webhook_deliveries.event_key")), true, false},
+		{"joined", errors.Join(errors.New("rollback: database is locked"), local("CHECK constraint failed: c < 10")), true, false},
 		{"deadline", fmt.Errorf("renew: %w", context.DeadlineExceeded), false, true},
 		{"cancelled", context.Canceled, false, false},
 		{"nil", nil, false, false},
