@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,32 @@ type Server struct {
 	Mux *http.ServeMux
 	ln  net.Listener
 	srv *http.Server
+
+	mu     sync.Mutex
+	checks []func() error
+}
+
+// AddReadyCheck adds a check /readyz runs after the database's: a non-nil
+// error makes it answer 503 with that error on one line.
+func (s *Server) AddReadyCheck(check func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks = append(s.checks, check)
+}
+
+func (s *Server) ready(ctx context.Context, db *database.DB) error {
+	if err := db.Ready(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	checks := append([]func() error(nil), s.checks...)
+	s.mu.Unlock()
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Listen binds addr now (so a port in use is a start-up error, before any
@@ -48,6 +75,7 @@ func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, er
 		ln.Close()
 		return nil, err
 	}
+	s := &Server{ln: ln}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -57,7 +85,7 @@ func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, er
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := db.Ready(ctx); err != nil {
+		if err := s.ready(ctx, db); err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = fmt.Errorf("database did not answer within %s", readyTimeout)
 			}
@@ -68,7 +96,8 @@ func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, er
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return &Server{Mux: mux, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, nil
+	s.Mux, s.srv = mux, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
 }
 
 // Addr is the bound address (useful with port 0).

@@ -2,11 +2,13 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +128,29 @@ func assertOneLine(t *testing.T, body string) {
 	if !ok || line == "" || strings.ContainsAny(line, "\r\n") {
 		t.Fatalf("/readyz body is not one line: %q", body)
 	}
+}
+
+func TestReadyzRunsTheAddedChecksAfterTheDatabase(t *testing.T) {
+	db := openDB(t)
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, db)
+	var failing atomic.Value
+	failing.Store("")
+	srv.AddReadyCheck(func() error {
+		if msg := failing.Load().(string); msg != "" {
+			return errors.New(msg)
+		}
+		return nil
+	})
+	if code, body := get(t, srv.URL("")+"/readyz"); code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("/readyz with a passing check = %d %q", code, body)
+	}
+	failing.Store("lease writes failing since 2026-11-29T13:00:00Z: database or disk is full")
+	code, body := get(t, srv.URL("")+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "disk is full") {
+		t.Fatalf("/readyz with a failing check = %d %q, want 503 naming it", code, body)
+	}
+	assertOneLine(t, body)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -51,6 +52,8 @@ type System struct {
 	leases   map[string]*actor.PID
 	unleased map[string]bool
 	eventLog *eventLog
+	// store is the lease store every LeaseActor writes through.
+	store *lease.Store
 	// releases tells Stop whether every lease held was released.
 	releases    *releaseAudit
 	releasesSub *eventstream.Subscription
@@ -93,7 +96,17 @@ func New(o Options) (*System, error) {
 	s.releases = newReleaseAudit(cfg.InstanceID)
 	s.releasesSub = s.actors.EventStream.Subscribe(s.releases.observe)
 	store := lease.NewStore(o.DB.DB, cfg.Leases.TTL)
-	store.Check = o.DB.CheckFile
+	var replaced sync.Once
+	store.Check = func() error {
+		err := o.DB.CheckFile()
+		if errors.Is(err, database.ErrFileReplaced) {
+			replaced.Do(func() {
+				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: it holds no lease from now on and cannot recover; restart it")
+			})
+		}
+		return err
+	}
+	s.store = store
 	timing := lease.Timing{TTL: cfg.Leases.TTL, RenewInterval: cfg.Leases.RenewInterval,
 		RenewDeadline: cfg.Leases.RenewDeadline, RetryInterval: cfg.Leases.RetryInterval}
 	var specs []childSpec
@@ -165,6 +178,17 @@ func (s *System) Nudge(name string) bool {
 }
 
 // Statuses asks every LeaseActor for its own view, in name order.
+// Ready returns nil unless the instance's lease writes are failing
+// (lease.Store.Healthy): a database that still answers reads, and even a
+// one-page write probe, may refuse every real write (a full disk). With
+// leases disabled nothing is written and Ready is nil.
+func (s *System) Ready() error {
+	if !s.o.Config.Leases.Enabled {
+		return nil
+	}
+	return s.store.Healthy()
+}
+
 func (s *System) Statuses() []lease.Status {
 	names := make([]string, 0, len(s.leases))
 	for n := range s.leases {

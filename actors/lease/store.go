@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/database"
@@ -99,10 +100,44 @@ type Store struct {
 	// replaced under the process must end its custody, not leave it
 	// holding leases in a file nobody else sees).
 	Check func() error
+
+	mu       sync.Mutex
+	lastOK   time.Time // last acquire, renew or release the database answered
+	lastFail time.Time // last one that failed otherwise
+	lastErr  error
 }
 
 // NewStore returns a store granting leases of the given TTL.
 func NewStore(db *sql.DB, ttl time.Duration) *Store { return &Store{db: db, ttl: ttl} }
+
+// note records how a lease write ended: an answer (a grant, a contention,
+// ErrSuperseded) or a failure of the database. It returns err.
+func (s *Store) note(err error) error {
+	now := time.Now()
+	s.mu.Lock()
+	if err == nil || errors.Is(err, ErrSuperseded) {
+		s.lastOK = now
+	} else {
+		s.lastFail, s.lastErr = now, err
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// Healthy returns nil unless the store's most recent lease write (acquire,
+// renew or release, by any LeaseActor) failed for a reason other than
+// supersession: the database then cannot keep this instance's leases,
+// whatever a read or a one-page write probe says (a full disk still lets a
+// write that fits the WAL's allocated space through). The error names the
+// failure and since when. /readyz reports it.
+func (s *Store) Healthy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastErr != nil && s.lastFail.After(s.lastOK) {
+		return fmt.Errorf("lease writes failing since %s: %w", s.lastFail.UTC().Format(time.RFC3339), s.lastErr)
+	}
+	return nil
+}
 
 // TTL is the grant length this store writes.
 func (s *Store) TTL() time.Duration { return s.ttl }
@@ -163,6 +198,11 @@ var (
 // new fence is the old fence + 1 (1 for a new row). When it does not grant
 // it reports the current holder and how long its grant has left.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	g, err := s.acquire(ctx, name, holder)
+	return g, s.note(err)
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error) {
 	if err := s.check(); err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
@@ -193,9 +233,9 @@ func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error)
 // renew deadline, before the TTL runs out.
 func (s *Store) Renew(ctx context.Context, c Custody) error {
 	if err := s.check(); err != nil {
-		return fmt.Errorf("renew lease %q: %w", c.Lease, err)
+		return s.note(fmt.Errorf("renew lease %q: %w", c.Lease, err))
 	}
-	return s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds())
+	return s.note(s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds()))
 }
 
 func (s *Store) check() error {
@@ -214,9 +254,9 @@ func (s *Store) check() error {
 // so it must fail rather than report the lease released.
 func (s *Store) Release(ctx context.Context, c Custody) error {
 	if err := s.check(); err != nil {
-		return fmt.Errorf("release lease %q: %w", c.Lease, err)
+		return s.note(fmt.Errorf("release lease %q: %w", c.Lease, err))
 	}
-	return s.matchOne(ctx, "release", releaseSQL, c)
+	return s.note(s.matchOne(ctx, "release", releaseSQL, c))
 }
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c Custody, extra ...any) error {

@@ -279,3 +279,36 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 		}
 	})
 }
+
+// Healthy reports the store's latest lease write: a failure of the
+// database (not a contention, not a supersession) until a write succeeds.
+func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
+	db := openDB(t)
+	s := NewStore(db, longTTL)
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("a new store: %v", err)
+	}
+	c := mustAcquire(t, s, "cleanup", "instance-a")
+	mustAcquire(t, NewStore(db, longTTL), "backfill", "instance-b")
+	if g, err := s.Acquire(context.Background(), "backfill", "instance-a"); err != nil || g.Granted {
+		t.Fatalf("contended acquire: %+v, %v", g, err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after a contention: %v", err)
+	}
+	full := errors.New("failed to execute query UPDATE leases\nerror code = 2: Error executing statement: SQLite failure: `database or disk is full`")
+	s.Check = func() error { return full }
+	if err := s.Renew(context.Background(), c); !errors.Is(err, full) {
+		t.Fatalf("renew with a failing check: %v", err)
+	}
+	if err := s.Healthy(); !errors.Is(err, full) {
+		t.Fatalf("after a failed renewal: %v, want the failure", err)
+	}
+	s.Check = nil
+	if err := s.Renew(context.Background(), Custody{Lease: "cleanup", Holder: "instance-a", Fence: 99}); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("renew of a stale fence: %v", err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after the database answered (superseded): %v", err)
+	}
+}

@@ -49,6 +49,9 @@ func TestAStopAfterTheDatabaseFileWasReplacedDoesNotClaimItReleased(t *testing.T
 	if _, ok := p.logLine(map[string]string{"msg": "stopped: every lease released"}); ok {
 		t.Fatalf("the stop claimed every lease released:\n%s", strings.Join(p.lines(), "\n"))
 	}
+	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "the database file was deleted or replaced under this process: it holds no lease from now on and cannot recover; restart it"}); !ok {
+		t.Fatalf("no error line says the file was replaced and a restart is needed:\n%s", strings.Join(p.lines(), "\n"))
+	}
 	if !strings.Contains(strings.Join(p.lines(), "\n"), "not released") {
 		t.Fatalf("the stop does not name the leases it could not release:\n%s", strings.Join(p.lines(), "\n"))
 	}

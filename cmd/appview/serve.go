@@ -122,6 +122,9 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	if err != nil {
 		return err
 	}
+	if srv != nil {
+		srv.AddReadyCheck(sys.Ready)
+	}
 	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
 	if sig := pendingSignal(sigs); sig != nil {
