@@ -107,6 +107,13 @@ func driverText(err error) string {
 	return leaves[0].Error()
 }
 
+// FromDriver reports whether err carries an error of the database driver
+// (go-libsql's "error code = N: ..."): the database, or the way to it,
+// failed or refused the statement, as opposed to an error of the caller.
+func FromDriver(err error) bool {
+	return err != nil && strings.Contains(driverText(err), driverMark)
+}
+
 // answered reports whether SQLite itself answered the statement that
 // failed (see the shapes above); s is its driverText.
 func answered(s string) bool {

@@ -100,47 +100,82 @@ type Store struct {
 	// replaced under the process must end its custody, not leave it
 	// holding leases in a file nobody else sees).
 	Check func() error
-
-	mu       sync.Mutex
-	lastOK   time.Time // last acquire, renew or release the database answered
-	lastFail time.Time // last one that failed otherwise
-	lastErr  error
 }
 
 // NewStore returns a store granting leases of the given TTL.
 func NewStore(db *sql.DB, ttl time.Duration) *Store { return &Store{db: db, ttl: ttl} }
 
-// note records how a lease write ended: an answer (a grant, a contention,
-// ErrSuperseded) or a failure of the database. It returns err.
-func (s *Store) note(err error) error {
-	now := time.Now()
-	s.mu.Lock()
-	if err == nil || errors.Is(err, ErrSuperseded) {
-		s.lastOK = now
-	} else {
-		s.lastFail, s.lastErr = now, err
-	}
-	s.mu.Unlock()
+// note records how a write for lease name ended in the database's write
+// health (see Healthy). It returns err.
+func (s *Store) note(name string, err error) error {
+	healthOf(s.db).note(name+" lease", err)
 	return err
 }
 
-// Healthy returns nil unless the store's most recent lease write (acquire,
-// renew or release, by any LeaseActor) failed for a reason other than
-// supersession: the database then cannot keep this instance's leases,
-// whatever a read or a one-page write probe says (a full disk still lets a
-// write that fits the WAL's allocated space through). The error names the
-// failure and since when. /readyz reports it.
-func (s *Store) Healthy() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lastErr != nil && s.lastFail.After(s.lastOK) {
-		return fmt.Errorf("lease writes failing since %s: %w", s.lastFail.UTC().Format(time.RFC3339), s.lastErr)
-	}
-	return nil
+// Healthy returns nil unless, for some lease, the latest write this
+// process made to the database through the lease package failed for a
+// reason of the database: either the latest lease write (acquire,
+// renewal, release) or the latest write of its worker (Fenced), each
+// tracked apart. The database then cannot keep that lease or its worker's
+// output, whatever a read or a one-page write probe says (a full disk
+// still lets a write that fits the WAL's allocated space through, and a
+// renewal is such a write), and other successful writes do not hide it. A supersession, a
+// refusal of the values written, or an error not from the database does
+// not count. The error names the lease, the failure and since when;
+// /readyz reports it.
+func (s *Store) Healthy() error { return healthOf(s.db).err() }
+
+// writeHealth is, per lease name, the outcome of the latest
+// lease-package write to one database.
+type writeHealth struct {
+	mu     sync.Mutex
+	latest map[string]writeOutcome
 }
 
-// TTL is the grant length this store writes.
-func (s *Store) TTL() time.Duration { return s.ttl }
+type writeOutcome struct {
+	at  time.Time
+	err error // nil: the database took (or answered) the write
+}
+
+// healths holds one writeHealth per *sql.DB (a process has one or two).
+var healths sync.Map
+
+func healthOf(db *sql.DB) *writeHealth {
+	h, _ := healths.LoadOrStore(db, &writeHealth{latest: map[string]writeOutcome{}})
+	return h.(*writeHealth)
+}
+
+func (h *writeHealth) note(name string, err error) {
+	o := writeOutcome{at: time.Now()}
+	switch {
+	case err == nil, errors.Is(err, ErrSuperseded), database.Refused(err):
+	case errors.Is(err, context.Canceled):
+		return // the caller gave up; says nothing of the database
+	case database.FromDriver(err), errors.Is(err, database.ErrFileReplaced):
+		o.err = err
+	default:
+		return // not the database's error (a worker's own)
+	}
+	h.mu.Lock()
+	h.latest[name] = o
+	h.mu.Unlock()
+}
+
+func (h *writeHealth) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var name string
+	var worst writeOutcome
+	for n, o := range h.latest {
+		if o.err != nil && (worst.err == nil || o.at.After(worst.at)) {
+			name, worst = n, o
+		}
+	}
+	if worst.err == nil {
+		return nil
+	}
+	return fmt.Errorf("database writes (%s) failing since %s: %w", name, worst.at.UTC().Format(time.RFC3339), worst.err)
+}
 
 const (
 	// acquireSQL is the whole acquire: one statement, so two contenders for
@@ -199,7 +234,7 @@ var (
 // it reports the current holder and how long its grant has left.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
 	g, err := s.acquire(ctx, name, holder)
-	return g, s.note(err)
+	return g, s.note(name, err)
 }
 
 func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error) {
@@ -233,9 +268,9 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 // renew deadline, before the TTL runs out.
 func (s *Store) Renew(ctx context.Context, c Custody) error {
 	if err := s.check(); err != nil {
-		return s.note(fmt.Errorf("renew lease %q: %w", c.Lease, err))
+		return s.note(c.Lease, fmt.Errorf("renew lease %q: %w", c.Lease, err))
 	}
-	return s.note(s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds()))
+	return s.note(c.Lease, s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds()))
 }
 
 func (s *Store) check() error {
@@ -254,9 +289,9 @@ func (s *Store) check() error {
 // so it must fail rather than report the lease released.
 func (s *Store) Release(ctx context.Context, c Custody) error {
 	if err := s.check(); err != nil {
-		return s.note(fmt.Errorf("release lease %q: %w", c.Lease, err))
+		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
 	}
-	return s.note(s.matchOne(ctx, "release", releaseSQL, c))
+	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c))
 }
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c Custody, extra ...any) error {
@@ -339,6 +374,12 @@ func List(ctx context.Context, db Querier) ([]Row, error) {
 // transaction is rolled back and fn never runs; so a worker told to stop
 // can stop. fn itself runs on the caller's goroutine as before.
 func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
+	err := fenced(ctx, db, c, fn)
+	healthOf(db).note(c.Lease+" worker", err)
+	return err
+}
+
+func fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,5 +311,44 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 	}
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("after the database answered (superseded): %v", err)
+	}
+}
+
+// A worker's fenced write that the database fails counts too, and only
+// the database's errors do.
+func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
+	db := openDB(t)
+	s := NewStore(db, longTTL)
+	c := mustAcquire(t, s, "cleanup", "instance-a")
+	ctx := context.Background()
+	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error { return errors.New("the hold did not answer") }); err == nil {
+		t.Fatal("want the worker's error")
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("a worker's own error counted against the database: %v", err)
+	}
+	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO no_such_table VALUES (1)`)
+		return err
+	}); err == nil {
+		t.Fatal("want the database's error")
+	}
+	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), "no such table") {
+		t.Fatalf("after a fenced write the database failed: %v", err)
+	}
+	// Another lease's writes, and its own lease's renewals, succeeding do
+	// not hide it.
+	mustAcquire(t, s, "billing-tier-refresh", "instance-a")
+	if err := s.Renew(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), "cleanup worker") {
+		t.Fatalf("after another lease's write succeeded: %v, want cleanup's failure still", err)
+	}
+	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after a fenced write that committed: %v", err)
 	}
 }
