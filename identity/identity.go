@@ -160,7 +160,10 @@ func (r *Resolver) Resolve(ctx context.Context, did string) (*Document, error) {
 	r.mu.Unlock()
 
 	doc, err := r.fetch(ctx, did)
-	if ctx.Err() != nil { // our caller gave up: do not cache its cancellation
+	if err != nil && ctx.Err() != nil {
+		// Our caller gave up: do not cache its cancellation. (A fetch that
+		// succeeded just before the cancellation is a good answer: it is
+		// returned and cached; returning nil, nil here crashed callers.)
 		return nil, err
 	}
 	ttl := r.TTL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,5 +99,32 @@ func TestResolverReadsPLCAndWebDocumentsAndCachesThem(t *testing.T) {
 	}
 	if _, err := r.Resolve(ctx, "did:key:z6Mk"); err == nil {
 		t.Fatal("did:key accepted")
+	}
+}
+
+// cancelAfter answers with a DID document and then cancels the request's
+// context, as a caller giving up the instant the answer arrives does.
+type cancelAfter struct {
+	did    string
+	cancel context.CancelFunc
+}
+
+func (c cancelAfter) RoundTrip(*http.Request) (*http.Response, error) {
+	defer c.cancel()
+	body := `{"id":"` + c.did + `","service":[{"id":"#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":"https://pds.example"}]}`
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}, nil
+}
+
+// A resolution that succeeded just as its caller gave up returns the
+// document: it used to return neither a document nor an error, and the
+// backfill dereferenced the nil document.
+func TestAResolutionThatSucceedsAsTheCallerGivesUpReturnsTheDocument(t *testing.T) {
+	const did = "did:plc:abcdefghijklmnopqrstuvwx"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &Resolver{PLCURL: "https://plc.example", HTTP: &http.Client{Transport: cancelAfter{did: did, cancel: cancel}}}
+	pds, err := r.PDSEndpoint(ctx, did)
+	if err != nil || pds != "https://pds.example" {
+		t.Fatalf("PDSEndpoint = %q, %v; want the document's PDS", pds, err)
 	}
 }
