@@ -89,6 +89,19 @@ func (r Row) TimeLeft() time.Duration {
 	return time.Duration(r.ExpiresAt-r.Now) * time.Millisecond
 }
 
+// Listed is a row as `appview leases --json` and GET /debug/leases show it
+// (SPEC §2): the row, its state and how long its grant has left.
+type Listed struct {
+	Row
+	State      string `json:"state"`
+	TimeLeftMS int64  `json:"time_left_ms"` // 0 when not held
+}
+
+// Listed returns r with its state and time left.
+func (r Row) Listed() Listed {
+	return Listed{Row: r, State: r.State(), TimeLeftMS: r.TimeLeft().Milliseconds()}
+}
+
 // Store is the SQL side of named leases. Every statement takes "now" from
 // the database's own clock (database.NowMS), so instances whose clocks
 // disagree still agree on who holds what.

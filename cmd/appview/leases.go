@@ -38,14 +38,9 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				type jsonRow struct {
-					lease.Row
-					State      string `json:"state"`
-					TimeLeftMS int64  `json:"time_left_ms"`
-				}
-				list := make([]jsonRow, 0, len(rows))
+				list := make([]lease.Listed, 0, len(rows))
 				for _, r := range rows {
-					list = append(list, jsonRow{Row: r, State: r.State(), TimeLeftMS: r.TimeLeft().Milliseconds()})
+					list = append(list, r.Listed())
 				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")

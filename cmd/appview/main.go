@@ -10,10 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/admin"
 	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/database"
 )
@@ -58,7 +58,8 @@ func run(args []string) int {
 	if errors.As(err, &logged) {
 		return exitFailure
 	}
-	fmt.Fprintln(os.Stderr, "appview:", oneLine(err.Error()))
+	// A refusal is one stderr line (SPEC §3); driver errors embed newlines.
+	fmt.Fprintln(os.Stderr, "appview:", admin.OneLine(err.Error()))
 	var cfgErr *config.Error
 	var se *startError
 	var ue *usageError
@@ -67,14 +68,6 @@ func run(args []string) int {
 	}
 	return exitFailure
 }
-
-// oneLine folds a multi-line error onto one line: a refusal is one stderr
-// line (SPEC §3), and driver errors (go-libsql, Hrana) embed newlines.
-func oneLine(s string) string {
-	return lineBreaks.Replace(strings.TrimSpace(s))
-}
-
-var lineBreaks = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{

@@ -277,20 +277,15 @@ func (s sigOrNone) String() string {
 // read, it answers 503 with a one-line "error" and no rows: rows read from
 // a file no other instance uses would show custody that is not real.
 func debugLeases(db *database.DB, instance string, sys *system.System) http.Handler {
-	type row struct {
-		lease.Row
-		State      string `json:"state"`
-		TimeLeftMS int64  `json:"time_left_ms"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		out := struct {
 			Instance string         `json:"instance"`
-			Leases   []row          `json:"leases"`
+			Leases   []lease.Listed `json:"leases"`
 			Local    []lease.Status `json:"local"`
 			Error    string         `json:"error,omitempty"`
-		}{Instance: instance, Leases: []row{}, Local: sys.Statuses()}
+		}{Instance: instance, Leases: []lease.Listed{}, Local: sys.Statuses()}
 		err := db.CheckFile()
 		var rows []lease.Row
 		if err == nil {
@@ -300,13 +295,13 @@ func debugLeases(db *database.DB, instance string, sys *system.System) http.Hand
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = errors.New("database did not answer within 2s")
 			}
-			out.Error = oneLine(err.Error())
+			out.Error = admin.OneLine(err.Error())
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			rows = nil
 		}
 		for _, rw := range rows {
-			out.Leases = append(out.Leases, row{Row: rw, State: rw.State(), TimeLeftMS: rw.TimeLeft().Milliseconds()})
+			out.Leases = append(out.Leases, rw.Listed())
 		}
 		admin.JSON(w, out)
 	})

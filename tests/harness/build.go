@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/atcr-io/appview/actors/lease"
 )
 
 // ModuleRoot returns the directory of the go.mod governing the current
@@ -42,18 +44,7 @@ func Build(ctx context.Context, root, out string, race bool) error {
 }
 
 // LeaseRow is one row of `appview leases --json` (SPEC §2, §4).
-type LeaseRow struct {
-	Name       string `json:"name"`
-	Holder     string `json:"holder"`
-	Fence      int64  `json:"fence"`
-	AcquiredAt int64  `json:"acquired_at"` // Unix ms
-	RenewedAt  int64  `json:"renewed_at"`  // Unix ms
-	ExpiresAt  int64  `json:"expires_at"`  // Unix ms
-	// Now is the database clock when the row was read, Unix ms.
-	Now        int64  `json:"now"`
-	State      string `json:"state"`
-	TimeLeftMS int64  `json:"time_left_ms"`
-}
+type LeaseRow = lease.Listed
 
 // Leases runs `bin leases --json` against dbURL (through wrap, e.g. inside
 // a network namespace) and returns the rows by name. It is how an operator
