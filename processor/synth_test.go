@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/synth"
@@ -95,32 +96,10 @@ func dump(t testing.TB, db *sql.DB) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := db.Query(q)
+		lines, err := dbdump.Rows(context.Background(), db, q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cols, _ := r.Columns()
-		var lines []string
-		for r.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := r.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			parts := make([]string, len(vals))
-			for i, v := range vals {
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				parts[i] = fmt.Sprintf("%q", fmt.Sprint(v))
-			}
-			lines = append(lines, strings.Join(parts, " "))
-		}
-		r.Close()
-		sort.Strings(lines)
 		fmt.Fprintf(&b, "== %s (%d rows)\n%s\n", name, len(lines), strings.Join(lines, "\n"))
 	}
 	return b.String()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/synth"
 	"github.com/atcr-io/appview/tests/harness"
 )
@@ -275,37 +276,14 @@ func (tr *traffic) rowsUnderFence(ctx context.Context, fence int64) map[string]m
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows, err := tr.reader.QueryContext(ctx, q+" WHERE fence = ?1", fence)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cols, err := rows.Columns()
+		lines, err := dbdump.Rows(ctx, tr.reader.DB, q+" WHERE fence = ?1", fence)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out[table] = map[string]bool{}
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			parts := make([]string, len(cols))
-			for i, v := range vals {
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				parts[i] = fmt.Sprintf("%s=%v", cols[i], v)
-			}
-			out[table][strings.Join(parts, " ")] = true
+		for _, l := range lines {
+			out[table][l] = true
 		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
 	}
 	return out
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
 	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/jetstream"
 	"github.com/atcr-io/appview/processor"
 	"github.com/atcr-io/appview/synth"
@@ -226,32 +227,10 @@ func registryDump(t *testing.T, db *sql.DB) string {
 		queries = append(queries, q)
 	}
 	for _, q := range queries {
-		rows, err := db.Query(q)
+		lines, err := dbdump.Rows(context.Background(), db, q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cols, _ := rows.Columns()
-		var lines []string
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			parts := make([]string, len(vals))
-			for i, v := range vals {
-				if b, ok := v.([]byte); ok {
-					v = string(b)
-				}
-				parts[i] = fmt.Sprintf("%q", fmt.Sprint(v))
-			}
-			lines = append(lines, strings.Join(parts, " "))
-		}
-		rows.Close()
-		sort.Strings(lines)
 		fmt.Fprintf(&b, "== %s\n%s\n", q, strings.Join(lines, "\n"))
 	}
 	return b.String()
