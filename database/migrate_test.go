@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/dbdump"
 )
 
 func openTemp(t *testing.T, path string) *DB {
@@ -87,19 +89,9 @@ func assertRecordedOnce(t *testing.T, db *sql.DB) {
 // own objects), for comparing two databases.
 func schema(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT type || ' ' || name || ': ' || COALESCE(sql, '') FROM sqlite_master
-		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
+	out, err := dbdump.Rows(context.Background(), db, `SELECT type, name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
 	}
 	return out
 }
@@ -166,36 +158,44 @@ func TestConcurrentMigrateFromSeparateHandlesAppliesEachMigrationOnce(t *testing
 		for i := range dbs {
 			dbs[i] = openTemp(t, path)
 		}
-		applied := make([][]int, handles)
-		errs := make([]error, handles)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i, db := range dbs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				applied[i], errs[i] = db.Migrate(context.Background())
-			}()
-		}
-		close(start)
-		wg.Wait()
-		total := 0
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("round %d: handle %d: %v", round, i, err)
-			}
-			total += len(applied[i])
-		}
-		if total != len(migs) {
-			t.Fatalf("round %d: applied %v in total, want each of %d migrations once", round, applied, len(migs))
-		}
-		assertRecordedOnce(t, dbs[0].DB)
+		migrateAtOnce(t, dbs, len(migs))
 		if got := schema(t, dbs[0].DB); !reflect.DeepEqual(got, want) {
 			t.Fatalf("round %d: schema after concurrent migrations differs from a single migration:\n%s\nwant\n%s",
 				round, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
+}
+
+// migrateAtOnce runs Migrate on every handle at the same instant and
+// checks that, between them, they applied each of n migrations once and
+// recorded each once.
+func migrateAtOnce(t *testing.T, dbs []*DB, n int) {
+	t.Helper()
+	applied := make([][]int, len(dbs))
+	errs := make([]error, len(dbs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, db := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			applied[i], errs[i] = db.Migrate(context.Background())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("handle %d: %v", i, err)
+		}
+		total += len(applied[i])
+	}
+	if total != n {
+		t.Fatalf("applied %v in total, want each of %d migrations once", applied, n)
+	}
+	assertRecordedOnce(t, dbs[0].DB)
 }
 
 func TestAFailingMigrationLeavesNothingBehind(t *testing.T) {

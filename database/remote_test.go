@@ -126,29 +126,5 @@ func TestConcurrentMigrateOverSqldAppliesEachMigrationOnce(t *testing.T) {
 	for i := range dbs {
 		dbs[i] = openRemote(t, srv.URL)
 	}
-	applied := make([][]int, handles)
-	errs := make([]error, handles)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, db := range dbs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			applied[i], errs[i] = db.Migrate(context.Background())
-		}()
-	}
-	close(start)
-	wg.Wait()
-	total := 0
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("handle %d: %v", i, err)
-		}
-		total += len(applied[i])
-	}
-	if total != len(migs) {
-		t.Fatalf("applied %v in total, want each of %d migrations once", applied, len(migs))
-	}
-	assertRecordedOnce(t, dbs[0].DB)
+	migrateAtOnce(t, dbs, len(migs))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/sqldtest"
 )
 
@@ -78,19 +79,9 @@ func referenceSchema(t *testing.T) []string {
 
 func schemaOf(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT type || ' ' || name || ': ' || COALESCE(sql, '') FROM sqlite_master
-		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
+	out, err := dbdump.Rows(context.Background(), db, `SELECT type, name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
 	}
 	return out
 }
