@@ -154,9 +154,7 @@ func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
 	pdsRequests := len(w.pds.Requests())
 
 	mark := second.Log.Len()
-	if code, err := holder.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", holder.ID, code, err)
-	}
+	stopCleanly(t, ctx, holder)
 	acq, err := second.Log.WaitFrom(ctx, mark, harness.Is(harness.LeaseAcquired, leaseBackfill))
 	if err != nil {
 		t.Fatalf("%s did not take the backfill lease over: %v", second.ID, err)
@@ -194,9 +192,7 @@ func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
 		t.Errorf("the new holder asked the PDS %d more times", n-pdsRequests)
 	}
 	w.checkRows(t, ctx, reader, started.Fence)
-	if code, err := second.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", second.ID, code, err)
-	}
+	stopCleanly(t, ctx, second)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leaseBackfill); err != nil {
 		t.Error(err)
@@ -321,9 +317,7 @@ func TestBackfillKilledMidPageResumesFromTheCheckpointOnTheOtherInstance(t *test
 		t.Errorf("the relay listed tags %d times; want 1", n)
 	}
 	w.checkRows(t, ctx, reader, acq.Fence)
-	if code, err := b.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("b: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, b)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leaseBackfill); err != nil {
 		t.Error(err)

@@ -185,9 +185,7 @@ func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
 	wantCalls(t, w.hold, fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
 
 	mark := next.Log.Len()
-	if code, err := holder.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", holder.ID, code, err)
-	}
+	stopCleanly(t, ctx, holder)
 	acq, err := next.Log.WaitFrom(ctx, mark, harness.Is(harness.LeaseAcquired, leaseBilling))
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +213,7 @@ func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
 		fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1},
 		fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 2},
 		fakepeer.CrewTier{UserDID: "did:plc:bob", TierRank: 3})
-	if code, err := next.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", next.ID, code, err)
-	}
+	stopCleanly(t, ctx, next)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leaseBilling); err != nil {
 		t.Error(err)
@@ -274,9 +270,7 @@ func TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated(t *testing.T) {
 		t.Fatalf("a never pushed alice's tier: %v", ctx.Err())
 	}
 	mark := b.Log.Len()
-	if code, err := a.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("a: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, a)
 	acq, err := b.Log.WaitFrom(ctx, mark, harness.Is(harness.LeaseAcquired, leaseBilling))
 	if err != nil {
 		t.Fatal(err)

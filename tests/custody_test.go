@@ -83,9 +83,7 @@ func exclusiveCustody(t *testing.T, db string) {
 		}
 	}
 	for _, i := range insts {
-		if code, err := i.Stop(ctx); err != nil || code != 0 {
-			t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
-		}
+		stopCleanly(t, ctx, i)
 	}
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
@@ -129,9 +127,7 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-	if code, err := a.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("a: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, a)
 	rows, err := harness.Leases(ctx, bin, db)
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +161,7 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 		}
 	}
 	mark := other.Log.Len()
-	if code, err := holder.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", holder.ID, code, err)
-	}
+	stopCleanly(t, ctx, holder)
 	released, err := holder.Wait(ctx, harness.Is(harness.LeaseReleased, leaseCleanup))
 	if err != nil {
 		t.Fatal(err)
@@ -189,9 +183,7 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 		t.Errorf("graceful handover took %v; want it driven by the release (well under %v), not by the TTL (%v)",
 			handover, gracefulHandoverBound, timing.TTL)
 	}
-	if code, err := other.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", other.ID, code, err)
-	}
+	stopCleanly(t, ctx, other)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
 		t.Error(err)
@@ -259,9 +251,7 @@ func TestSigkillHandsOverWithinTTLPlusOneSecond(t *testing.T) {
 			}
 		}
 	}
-	if code, err := b.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("b: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, b)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
 		t.Error(err)
@@ -411,9 +401,7 @@ func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *t
 	}
 	// a first, so b's release does not hand over to a.
 	for _, i := range []*harness.Instance{a, b} {
-		if code, err := i.Stop(ctx); err != nil || code != 0 {
-			t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
-		}
+		checkStopped(t, ctx, i)
 	}
 	if err := harness.CheckFences(c.Timeline(), nil); err != nil {
 		t.Error(err)

@@ -145,9 +145,7 @@ VALUES (?1, 'did:plc:captain', 1, 0, 0, ?2)`, did, time.Now().UnixMilli())
 		}
 	}
 	for _, i := range insts {
-		if code, err := i.Stop(ctx); err != nil || code != 0 {
-			t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
-		}
+		checkStopped(t, ctx, i)
 	}
 	tl := c.Timeline()
 	if g := harness.Grants(tl)[workerHealth]; len(g) != 0 {

@@ -93,9 +93,7 @@ func TestTheLabelerSubscriberResumesFromTheStoredCursorAfterAGracefulHandover(t 
 	}
 
 	mark := b.Log.Len()
-	if code, err := a.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("a: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, a)
 	select {
 	case <-first.Closed():
 	case <-ctx.Done():
@@ -135,9 +133,7 @@ func TestTheLabelerSubscriberResumesFromTheStoredCursorAfterAGracefulHandover(t 
 	if v, err := metricValue(ctx, b, `appview_labeler_labels_total{outcome="takedown"}`); err != nil || v != 1 {
 		t.Errorf("b applied %v takedown labels (%v); want exactly 1", v, err)
 	}
-	if code, err := b.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("b: SIGTERM exit code %d, %v; want 0", code, err)
-	}
+	stopCleanly(t, ctx, b)
 	select {
 	case <-second.Closed():
 	case <-ctx.Done():

@@ -164,3 +164,22 @@ func keepLogs(t *testing.T, dir string) {
 	}
 	t.Logf("logs kept in %s", dst)
 }
+
+// checkStopped sends i SIGTERM and reports an error unless it exits 0
+// (README: a graceful stop releases every lease and exits 0).
+func checkStopped(t *testing.T, ctx context.Context, i *harness.Instance) bool {
+	t.Helper()
+	if code, err := i.Stop(ctx); err != nil || code != 0 {
+		t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
+		return false
+	}
+	return true
+}
+
+// stopCleanly is checkStopped that ends the test on failure.
+func stopCleanly(t *testing.T, ctx context.Context, i *harness.Instance) {
+	t.Helper()
+	if !checkStopped(t, ctx, i) {
+		t.FailNow()
+	}
+}

@@ -148,9 +148,7 @@ func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSupersed
 		}
 	}
 	for _, i := range []*harness.Instance{a, b} {
-		if code, err := i.Stop(ctx); err != nil || code != 0 {
-			t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
-		}
+		checkStopped(t, ctx, i)
 	}
 	if err := harness.CheckFences(c.Timeline(), nil); err != nil {
 		t.Error(err)

@@ -96,9 +96,7 @@ func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testin
 		t.Fatal(err)
 	}
 	for _, i := range running {
-		if code, err := i.Stop(ctx); err != nil || code != 0 {
-			t.Errorf("%s: SIGTERM exit code %d, %v; want 0", i.ID, code, err)
-		}
+		checkStopped(t, ctx, i)
 	}
 	if resendAcrossHandoverAllowed {
 		t.Log("KNOWN ISSUE (resendAcrossHandoverAllowed): pushes resent after a graceful handover are tolerated")
