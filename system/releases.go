@@ -87,3 +87,15 @@ func (a *releaseAudit) unreleased() error {
 	sort.Strings(left)
 	return fmt.Errorf("%d lease(s) not released, their grants run out their TTL: %s", len(left), strings.Join(left, "; "))
 }
+
+// heldNow returns the leases this instance holds now, sorted.
+func (a *releaseAudit) heldNow() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	names := make([]string, 0, len(a.held))
+	for name := range a.held {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -101,7 +101,7 @@ func New(o Options) (*System, error) {
 		err := o.DB.CheckFile()
 		if errors.Is(err, database.ErrFileReplaced) {
 			replaced.Do(func() {
-				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: it holds no lease from now on and cannot recover; restart it")
+				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: its leases end at their renew deadline and it cannot recover; restart it")
 			})
 		}
 		return err
@@ -178,6 +178,11 @@ func (s *System) Nudge(name string) bool {
 }
 
 // Statuses asks every LeaseActor for its own view, in name order.
+// HeldLeases returns the names of the leases this instance holds now (by
+// its own custody events), sorted: what a forced exit leaves to run out
+// its TTL.
+func (s *System) HeldLeases() []string { return s.releases.heldNow() }
+
 // Ready returns nil unless the instance's lease writes are failing
 // (lease.Store.Healthy): a database that still answers reads, and even a
 // one-page write probe, may refuse every real write (a full disk). With

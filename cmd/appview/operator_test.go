@@ -112,7 +112,7 @@ func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchLaterSignals(log, time.Now(), sigs, "second signal", func(code int) { exited <- code })
+		watchLaterSignals(log, time.Now(), sigs, "second signal", nil, func(code int) { exited <- code })
 	}()
 	sigs <- syscall.SIGTERM
 	close(sigs)
@@ -133,7 +133,7 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 	var logs lockedBuffer
 	log := system.NewLogger(&logs, zerolog.InfoLevel)
 	first := time.Now().Add(-secondSignalAfter)
-	go watchLaterSignals(log, first, sigs, "second signal: exiting now", func(code int) { exited <- code })
+	go watchLaterSignals(log, first, sigs, "second signal: exiting now", nil, func(code int) { exited <- code })
 	sigs <- syscall.SIGINT
 	if code := <-exited; code != exitFailure {
 		t.Fatalf("exit(%d), want %d", code, exitFailure)

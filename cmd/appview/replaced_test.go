@@ -49,7 +49,7 @@ func TestAStopAfterTheDatabaseFileWasReplacedDoesNotClaimItReleased(t *testing.T
 	if _, ok := p.logLine(map[string]string{"msg": "stopped: every lease released"}); ok {
 		t.Fatalf("the stop claimed every lease released:\n%s", strings.Join(p.lines(), "\n"))
 	}
-	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "the database file was deleted or replaced under this process: it holds no lease from now on and cannot recover; restart it"}); !ok {
+	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "the database file was deleted or replaced under this process: its leases end at their renew deadline and it cannot recover; restart it"}); !ok {
 		t.Fatalf("no error line says the file was replaced and a restart is needed:\n%s", strings.Join(p.lines(), "\n"))
 	}
 	if !strings.Contains(strings.Join(p.lines(), "\n"), "not released") {

@@ -167,7 +167,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	}
 	stopping := time.Now()
 	log.Info().Stringer("signal", sigOrNone{sig}).Str("timeout", cfg.ShutdownTimeout.String()).Msg("stopping: workers drain, leases are released")
-	go watchLaterSignals(log, stopping, sigs, "second signal: exiting now without waiting for releases", os.Exit)
+	go watchLaterSignals(log, stopping, sigs, "second signal: exiting now without waiting for releases; leases still held run out their TTL", sys.HeldLeases, os.Exit)
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopErr := sys.Stop(stopCtx)
@@ -216,7 +216,7 @@ func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger,
 	cancel()
 	log.Info().Stringer("signal", sig).Str("database", cfg.Database.URL).
 		Msg("signal during start: aborting the database open, nothing was acquired")
-	go watchLaterSignals(log, first, sigs, "second signal: exiting now without waiting for the database open", os.Exit)
+	go watchLaterSignals(log, first, sigs, "second signal: exiting now without waiting for the database open", nil, os.Exit)
 	select {
 	case o := <-done:
 		// Its error, if any, is the cancellation itself.
@@ -246,14 +246,19 @@ func pendingSignal(sigs <-chan os.Signal) os.Signal {
 // stop and is logged; a later one is an operator who will not wait: it is
 // logged as warning msg and exit(exitFailure) is called. It returns when
 // sigs is closed.
-func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, msg string, exit func(int)) {
+func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, msg string, held func() []string, exit func(int)) {
 	for s := range sigs {
 		if since := time.Since(first); since < secondSignalAfter {
 			log.Info().Stringer("signal", s).Float64("after_ms", float64(since.Microseconds())/1000).
 				Msg("signal arrived with the first: still stopping gracefully")
 			continue
 		}
-		log.Warn().Stringer("signal", s).Msg(msg)
+		ev := log.Warn().Stringer("signal", s)
+		if held != nil {
+			// Named in the last line, like an incomplete graceful stop.
+			ev = ev.Strs("leases_left_held", held())
+		}
+		ev.Msg(msg)
 		exit(exitFailure)
 		return
 	}
