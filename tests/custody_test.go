@@ -20,10 +20,7 @@ const (
 
 var timing = harness.ShortTiming
 
-const (
-	sigStop = syscall.SIGSTOP
-	sigCont = syscall.SIGCONT
-)
+const sigCont = syscall.SIGCONT
 
 func TestEveryLeasedWorkerRunsOnExactlyOneInstanceOnAFileDatabase(t *testing.T) {
 	exclusiveCustody(t, fileDB(t))
@@ -431,7 +428,10 @@ func freezeOutsideAWrite(t *testing.T, i *harness.Instance, db string) {
 	}
 	defer probe.Close()
 	for attempt := 1; attempt <= 50; attempt++ {
-		if err := i.Signal(sigStop); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := i.Freeze(ctx)
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		// An empty write transaction: it takes the write lock and gives
@@ -457,7 +457,7 @@ func freezeOutsideAWrite(t *testing.T, i *harness.Instance, db string) {
 			t.Fatal(err)
 		}
 		// Let it run on and finish the transaction it was in.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		_, err = i.Log.WaitFrom(ctx, i.Log.Len(), func(harness.Event) bool { return true })
 		cancel()
 		if err != nil {

@@ -245,6 +245,67 @@ func (i *Instance) Signal(sig syscall.Signal) error {
 	return i.cmd.Process.Signal(sig)
 }
 
+// Freeze sends SIGSTOP and returns once every thread of the process is
+// stopped (state T in /proc/PID/task/TID/stat). kill(2) only queues the
+// signal: until the kernel delivers it, a thread running on another CPU
+// goes on and may, for instance, take a database lock in that window.
+// Errors: ctx.Err() when the threads have not all stopped in time.
+func (i *Instance) Freeze(ctx context.Context) error {
+	if err := i.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return WaitStopped(ctx, i.Pid())
+}
+
+// WaitStopped polls (every millisecond) until every thread of pid is in
+// the stopped state (T, or t when traced), per proc(5).
+func WaitStopped(ctx context.Context, pid int) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("harness: pid %d: %d threads not stopped: %w", pid, running, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// runningThreads counts the threads of pid not in the stopped state.
+func runningThreads(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread exited between the two reads
+			}
+			return 0, err
+		}
+		// The state is the field after the command, which is in
+		// parentheses and may itself contain ") ".
+		end := strings.LastIndexByte(string(data), ')')
+		if end < 0 || end+2 >= len(data) {
+			return 0, fmt.Errorf("harness: unexpected /proc stat %q", data)
+		}
+		if state := data[end+2]; state != 'T' && state != 't' {
+			running++
+		}
+	}
+	return running, nil
+}
+
 // Exited is closed once the process has exited and its log is complete.
 func (i *Instance) Exited() <-chan struct{} { return i.exited }
 
