@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/database"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -144,10 +145,32 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 }
 
 func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
-	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_SHUTDOWN_TIMEOUT=1ns"))
+	dir := t.TempDir()
+	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_SHUTDOWN_TIMEOUT=300ms"))
 	p.started()
+	p.waitLog(startTimeout, map[string]string{"event": "lease.acquired", "lease": "cleanup"})
+	// The test holds the write lock through the stop: the release of the
+	// cleanup lease waits on it (busy_timeout 5 s) past shutdown_timeout,
+	// however fast or loaded the machine is.
+	lock, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	conn, err := lock.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
 	p.signal(syscall.SIGINT)
-	if code, _ := p.wait(runTimeout); code != exitFailure {
+	code, _ := p.wait(runTimeout)
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if code != exitFailure {
 		t.Fatalf("exit %d after a stop that ran out of shutdown_timeout, want %d", code, exitFailure)
 	}
 	// Actors still stopping may log after the failure line: every line,
