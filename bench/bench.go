@@ -36,16 +36,16 @@ type Options struct {
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m", "jetstream-close"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
-	graceful, crash, rtt, renewLeases, renewRounds int
+	graceful, crash, rtt, renewLeases, renewRounds, close int
 }
 
 var (
-	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 31}
-	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1}
+	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 31, close: 100}
+	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1, close: 3}
 )
 
 // Timing is the lease timing of the process scenarios (the short timing
@@ -86,6 +86,7 @@ func Run(ctx context.Context, o Options) error {
 		{"rss", r.idleRSS},
 		{"ingest", r.ingest},
 		{"replay-1m", r.replayRSS},
+		{"jetstream-close", r.closeLatency},
 	}
 	r.noteHost()
 	for _, s := range steps {

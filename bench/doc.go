@@ -40,12 +40,16 @@
 //     (production lease timing); serve's VmRSS as jetstream_cursor passes
 //     10%, 50% and 100% of the stream, the growth 100% / 10% (flat is
 //     about 1.0 to 1.3), and the stream's rate between 10% and 100%.
+//   - jetstream_close_{p50,p99}_ms_{silent,blocked}: jetstream.Client.Close,
+//     100 clients one after another, timed from the call to its return:
+//     "silent" once connected to a loopback server that never sends,
+//     "blocked" while the handler holds a batch until its context ends.
 //
 // --quick runs every step small under the same names (3 ingest pairs of 2k
 // events, a 20k-event replay): a smoke run, not a measurement.
 //
 // Targets: graceful p50 <= 13 ms, p99 <= 50 ms; crash - TTL <=
 // 100 ms; renew_cost_ratio <= 1.2; idle RSS <= 40 MB; ingest_ratio >= 0.5;
-// replay RSS flat.
+// replay RSS flat; Jetstream close <= 100 ms.
 // The benchmark reports; it does not judge.
 package bench
