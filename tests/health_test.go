@@ -13,12 +13,13 @@ import (
 // Health check timing of the scenario: short rounds, and a timeout below
 // the interval as the configuration requires.
 const (
-	healthInterval = 300 * time.Millisecond
-	healthTimeout  = 200 * time.Millisecond
-	// healthRoundSlack is how late a round may start after its interval,
-	// for a timer to fire and the process to be scheduled under the race
-	// detector on two cores.
-	healthRoundSlack = 150 * time.Millisecond
+	healthInterval = time.Second
+	healthTimeout  = 500 * time.Millisecond
+	// healthRoundSlack is how late the unhealthy mark may come after one
+	// interval: the refused check itself, a timer firing and the process
+	// being scheduled under the race detector on two loaded cores. It is
+	// below one interval, so a skipped round still fails the test.
+	healthRoundSlack = 600 * time.Millisecond
 )
 
 // holdStatus is one hold of /debug/holds (actors/health.Status).
@@ -133,11 +134,13 @@ VALUES (?1, 'did:plc:captain', 1, 0, 0, ?2)`, did, time.Now().UnixMilli())
 			t.Fatal(err)
 		}
 		s := by[downDID]
-		found := time.UnixMilli(s.LastCheckedMS).Sub(downAt)
-		t.Logf("%s: the hold went down; the check that found it started %v later, logged %v later (%d consecutive failures, last error %q)",
-			i.ID, found, e.Time.Sub(downAt), s.ConsecutiveFailures, s.LastError)
+		// hold.unhealthy is logged once, by the first check that failed
+		// (however late this poll of /debug/holds comes).
+		found := e.Time.Sub(downAt)
+		t.Logf("%s: the hold went down; marked unhealthy %v later (by now %d consecutive failures, last error %q)",
+			i.ID, found, s.ConsecutiveFailures, s.LastError)
 		if found > healthInterval+healthRoundSlack {
-			t.Errorf("%s marked the hold unhealthy by a check %v after it went down; want the next round, within %v (+%v slack)",
+			t.Errorf("%s marked the hold unhealthy %v after it went down; want the next round, within %v (+%v slack)",
 				i.ID, found, healthInterval, healthRoundSlack)
 		}
 		if s.LastHealthyMS == 0 || time.UnixMilli(s.LastHealthyMS).After(downAt) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/internal/sqldtest"
 	"github.com/atcr-io/appview/tests/harness"
@@ -45,7 +45,7 @@ func run(m *testing.M) int {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := leakcheck.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -24,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 // waitFor bounds every wait on a fake peer or a running job.
@@ -534,7 +536,7 @@ func TestShutdownCancelsTheRequestInFlightAndNothingIsWrittenAfter(t *testing.T)
 	writes := e.writes.Load()
 	e.http.Transport.(*http.Transport).CloseIdleConnections()
 	// Nothing Run started is still running, so nothing can write later.
-	goleak.VerifyNone(t, before)
+	leakcheck.VerifyNone(t, before)
 	if lateWrites.Load() != 0 || e.writes.Load() != writes {
 		t.Fatalf("%d writes after Run returned", e.writes.Load()-writes)
 	}

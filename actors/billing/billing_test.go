@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
@@ -31,7 +32,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 const secretKey = "sk_test_fake_123"
 

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
@@ -24,7 +25,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 const (
 	hour      = int64(time.Hour / time.Millisecond)

@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leakcheck"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/config"
@@ -26,7 +27,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // fakeHold answers GET /xrpc/_health with its current status code; with
 // hang set it answers nothing until the client gives up. Everything else

@@ -149,8 +149,12 @@ func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 				t.Fatalf("last renewal %v, worker stopped %v", lastOK, stoppedAt)
 			}
 			gap := stoppedAt.Sub(lastOK)
-			if limit := fastTiming.RenewDeadline + fastTiming.RenewInterval; gap > limit {
-				t.Fatalf("worker stopped %s after the last successful renewal, want <= renew_deadline + renew_interval = %s", gap, limit)
+			// The deadline runs from the start of the last successful
+			// renewal, before the answer this is measured from; the slack
+			// is for the timer, the mailbox and the worker's Stopping on
+			// a loaded host, and stays well inside the TTL.
+			if limit := fastTiming.RenewDeadline + blackoutStopSlack; gap > limit {
+				t.Fatalf("worker stopped %s after the last successful renewal, want <= renew_deadline + %s = %s", gap, blackoutStopSlack, limit)
 			}
 			if gap >= fastTiming.TTL {
 				t.Fatalf("worker outlived the TTL of its last renewal: %s", gap)
@@ -162,6 +166,11 @@ func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 		})
 	}
 }
+
+// blackoutStopSlack is how late, past renew_deadline, a worker may see
+// Stopping after a blackout in these tests (fastTiming leaves TTL -
+// renew_deadline = 1 s before another holder could be granted the lease).
+const blackoutStopSlack = 400 * time.Millisecond
 
 // A holder frozen past its TTL (its process paused: no call it makes
 // reaches the database) is replaced; it stops its own worker by its

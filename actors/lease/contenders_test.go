@@ -83,7 +83,9 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	acquired, _ := h.events.wait(t, i, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
 	handover := acquired.At.Sub(released.At)
 	t.Logf("handover took %s (b's own retry was 8-12 s away)", handover)
-	if handover > time.Second {
+	// Anything well before b's own retry (8 s at the earliest) is the
+	// nudge; 5 s leaves a loaded -race host all the room it needs.
+	if handover > 5*time.Second {
 		t.Fatalf("b acquired %s after the release: the nudge did not work", handover)
 	}
 	if acquired.Fence != released.Fence+1 {

@@ -3,7 +3,9 @@ package leakcheck
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.uber.org/goleak"
@@ -23,5 +25,29 @@ func TestOptionsMatchProtoactorsDeadLetterThrottle(t *testing.T) {
 	// name in Options that no longer matches protoactor-go fails here.
 	if err := goleak.Find(Options()...); err != nil {
 		t.Fatalf("Options no longer match protoactor-go's dead-letter throttle goroutine: %v", err)
+	}
+}
+
+// leakedUntil blocks until release is closed: a goroutine that shows in
+// goleak's report under this name.
+func leakedUntil(release <-chan struct{}) { <-release }
+
+func TestFindWaitsForAGoroutineOnItsWayOutAndReportsOneThatStays(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	// Ends 1 s from now: later than goleak's own retries (about 0.4 s),
+	// well within Settle.
+	release := make(chan struct{})
+	go leakedUntil(release)
+	timer := time.AfterFunc(time.Second, func() { close(release) })
+	defer timer.Stop()
+	if err := Find(before); err != nil {
+		t.Fatalf("a goroutine that ended after 1 s was reported: %v", err)
+	}
+	stay := make(chan struct{})
+	defer close(stay)
+	go leakedUntil(stay)
+	err := Find(before)
+	if err == nil || !strings.Contains(err.Error(), "leakedUntil") {
+		t.Fatalf("a goroutine left running was not reported: %v", err)
 	}
 }
