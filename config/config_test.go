@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -104,6 +105,8 @@ var badConfigs = []struct {
 		key: "billing.stripe_api_url", reason: "scheme must be one of"},
 	{name: "admin addr without a port", sets: []string{"admin.addr=localhost"}, key: "admin.addr", reason: "want host:port"},
 	{name: "bad collection pattern", sets: []string{"jetstream.collections=io.atcr"}, key: "jetstream.collections", reason: "not an NSID"},
+	{name: "a collection name with a hyphen", sets: []string{"jetstream.collections=io.atcr.foo-bar"}, key: "jetstream.collections", reason: "not an NSID"},
+	{name: "more collections than Jetstream takes", sets: []string{"jetstream.collections=[" + manyCollections(101) + "]"}, key: "jetstream.collections", reason: "at most 100"},
 	{name: "negative shutdown timeout", sets: []string{"shutdown_timeout=-1s"}, key: "shutdown_timeout", reason: "must be positive"},
 	{name: "zero shutdown timeout", sets: []string{"shutdown_timeout=0"}, key: "shutdown_timeout", reason: "must be positive"},
 	{name: "negative ttl", sets: []string{"leases.ttl=-15s"}, key: "leases.ttl", reason: "must be positive"},
@@ -400,4 +403,13 @@ func TestOtherEnvironmentVariablesAreIgnored(t *testing.T) {
 	if cfg.Leases.TTL != Default().Leases.TTL {
 		t.Errorf("ttl = %s, want the default", cfg.Leases.TTL)
 	}
+}
+
+// manyCollections is a comma-separated list of n distinct NSIDs.
+func manyCollections(n int) string {
+	cols := make([]string, n)
+	for i := range cols {
+		cols[i] = fmt.Sprintf("io.atcr.c%d", i)
+	}
+	return strings.Join(cols, ",")
 }

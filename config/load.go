@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/atcr-io/appview/database/dburl"
+	"github.com/atcr-io/appview/nsid"
 )
 
 // EnvPrefix starts every environment override (SPEC §2).
@@ -307,6 +308,10 @@ func forgetLines(n *yaml.Node) {
 	}
 }
 
+// maxWantedCollections is Jetstream's limit on wantedCollections (its
+// subscribe handler answers more with HTTP 400).
+const maxWantedCollections = 100
+
 // Validate checks the relations between keys. It returns the first problem
 // as a *Error.
 func (c Config) Validate() error {
@@ -369,10 +374,15 @@ func (c Config) Validate() error {
 		// empty list would subscribe this instance to the whole firehose.
 		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
 	}
+	distinct := map[string]bool{}
 	for _, col := range c.Jetstream.Collections {
-		if !validCollectionPattern(col) {
+		if !nsid.ValidPattern(col) {
 			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
 		}
+		distinct[col] = true
+	}
+	if len(distinct) > maxWantedCollections {
+		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", len(distinct), maxWantedCollections)
 	}
 	switch {
 	case c.Jetstream.Rewind < 0:
@@ -491,25 +501,4 @@ func checkURL(key, raw string, schemes ...string) error {
 		}
 	}
 	return keyErr(key, "URL %q: scheme must be one of %s", raw, strings.Join(schemes, ", "))
-}
-
-// validCollectionPattern accepts an NSID (at least three dot-separated
-// segments) or an NSID prefix followed by ".*" (Jetstream wantedCollections).
-func validCollectionPattern(s string) bool {
-	base, wildcard := strings.CutSuffix(s, ".*")
-	segs := strings.Split(base, ".")
-	if (!wildcard && len(segs) < 3) || len(segs) < 1 {
-		return false
-	}
-	for _, seg := range segs {
-		if seg == "" || len(seg) > 63 {
-			return false
-		}
-		for _, r := range seg {
-			if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-				return false
-			}
-		}
-	}
-	return true
 }

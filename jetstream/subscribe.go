@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/atcr-io/appview/nsid"
 )
 
 // messageTypeOptionsUpdate is the "type" of the only subscriber-sourced
@@ -49,28 +51,8 @@ func encodeOptionsUpdate(collections []string) ([]byte, error) {
 }
 
 // ValidCollection reports whether s is a wantedCollections value Jetstream
-// accepts: an NSID (at least three dot-separated segments of letters, digits
-// and dashes) or any prefix ending in ".*".
-func ValidCollection(s string) bool {
-	if strings.HasSuffix(s, ".*") {
-		return len(s) > 2
-	}
-	segs := strings.Split(s, ".")
-	if len(segs) < 3 || len(s) > 317 {
-		return false
-	}
-	for _, seg := range segs {
-		if seg == "" || len(seg) > 63 {
-			return false
-		}
-		for _, r := range seg {
-			if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-				return false
-			}
-		}
-	}
-	return true
-}
+// accepts: an NSID or an NSID prefix ending in ".*" (nsid.ValidPattern).
+func ValidCollection(s string) bool { return nsid.ValidPattern(s) }
 
 // collectionFilter is a parsed wantedCollections list.
 type collectionFilter struct {
