@@ -133,10 +133,12 @@ func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.
 
 // batchCursor returns the time_us of the batch's last event in stream
 // order (the cursor: SPEC §8 "last fully processed event") and the largest
-// time_us in the batch. Jetstream never sends a subscriber an event older
-// than one it already sent, so the two are equal on a live stream; a
-// replayed capture may end on an older event, and the cursor is then that
-// event's time_us, as Jetstream's own clients record it.
+// time_us in the batch. Jetstream's live tail is out of time_us order by a
+// few milliseconds, so the last event may be a little older than the
+// newest; the cursor is then that event's time_us, as Jetstream's own
+// clients record it, but never more than reorderWindow below the newest:
+// one event stamped far in the past (a time_us in milliseconds, 1970 as
+// microseconds) must not carry the cursor back with it.
 //
 // An event stamped more than cursorLead ahead of this host's clock is
 // applied but moves neither figure: a cursor is only ever a time the
@@ -150,6 +152,9 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 		if t := events[i].TimeUS; t <= limit {
 			last, newest = t, max(newest, t)
 		}
+	}
+	if window := reorderWindow.Microseconds(); newest-last > window {
+		last = newest - window
 	}
 	return last, newest
 }

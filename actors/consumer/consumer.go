@@ -111,6 +111,9 @@ type consumer struct {
 	// them (the handler and CursorFor both run there).
 	resumeURL string
 	resumeUS  int64
+	// highUS is the largest time_us this incarnation committed; dialHighUS
+	// is what it was when the current connection was dialled.
+	highUS, dialHighUS int64
 	// runDone closes when the Run goroutine has exited.
 	runDone chan struct{}
 }
@@ -184,11 +187,13 @@ func (c *consumer) start(ctx actor.Context) {
 // resumeAt is the cursor to (re)connect to url with.
 //
 // On the instance this incarnation last committed a batch from, it resumes
-// at that batch's last time_us itself (inclusive, so that event comes
-// again; every write is idempotent). Rewinding there would only replay
-// what this instance already sent us, in order, and a connection that
-// drops more often than it can deliver jetstream.rewind's worth of events
-// would then never get past the cursor.
+// at that batch's last time_us (inclusive, so that event comes again;
+// every write is idempotent), less the reorder window when the last
+// connection reached new events, but never before where that connection
+// began to reach them. Rewinding by jetstream.rewind there would only
+// replay what this instance already sent us, and a connection that drops
+// more often than it can deliver a rewind's worth of events would then
+// never get past the cursor.
 //
 // Everywhere else it rewinds the committed cursor by jetstream.rewind: on
 // the first connect of an incarnation (after a restart or a handover we do
@@ -201,8 +206,21 @@ func (c *consumer) start(ctx actor.Context) {
 // make Jetstream live-tail and skip everything since the last commit.
 func (c *consumer) resumeAt(url string) int64 {
 	limit := time.Now().Add(cursorLead).UnixMicro()
+	defer func() { c.dialHighUS = c.highUS }()
 	if url == c.resumeURL && c.resumeUS > 0 {
-		return min(c.resumeUS, limit)
+		at := c.resumeUS
+		if c.highUS > c.dialHighUS {
+			// The last connection reached new events, possibly on the live
+			// tail, which Jetstream sends out of time_us order: events
+			// stamped up to reorderWindow before the newest one may still
+			// have been on their way. Everything up to where that
+			// connection started to break new ground had come before (a
+			// replay is in time_us order), so never rewind past it: each
+			// connection that reaches new events moves the resume point.
+			window := min(reorderWindow, c.o.Jetstream.Rewind).Microseconds()
+			at = min(at, max(c.highUS-window, c.dialHighUS))
+		}
+		return max(1, min(at, limit))
 	}
 	cur := c.cursor.Load()
 	if cur == 0 {
@@ -210,6 +228,11 @@ func (c *consumer) resumeAt(url string) int64 {
 	}
 	return max(1, min(cur, limit)-c.o.Jetstream.Rewind.Microseconds())
 }
+
+// reorderWindow bounds how far out of time_us order Jetstream sends events
+// on its live tail (up to 31 ms in the shared capture of real traffic; a
+// loaded instance can do worse). See resumeAt and batchCursor.
+const reorderWindow = time.Second
 
 // drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
 const drainGrace = time.Second
@@ -267,6 +290,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	}
 	if last > 0 {
 		c.resumeURL, c.resumeUS = b.URL, last
+		c.highUS = max(c.highUS, newest)
 	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	if len(out.res.HoldStats) > 0 {
