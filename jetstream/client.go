@@ -56,6 +56,10 @@ const (
 	// backoffMultiplier and backoffJitter shape the reconnect delay.
 	backoffMultiplier = 2
 	backoffJitter     = 0.5
+	// minHealthyLife: a connection must stay up this long (or MaxBackoff,
+	// if shorter) to reset the backoff, so a server that closes every
+	// connection right after a frame is not redialled at MinBackoff forever.
+	minHealthyLife = 10 * time.Second
 )
 
 // ErrClientClosed is returned by Run on a Client that was closed, and by a
@@ -185,10 +189,8 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 			return nil, fmt.Errorf("jetstream client: URL %q: want ws:// or wss://HOST/...", raw)
 		}
 	}
-	for _, c := range opts.Collections {
-		if !ValidCollection(c) {
-			return nil, fmt.Errorf("jetstream client: collection %q is not an NSID or NSID prefix ending in .*", c)
-		}
+	if err := checkCollections(opts.Collections); err != nil {
+		return nil, fmt.Errorf("jetstream client: %w", err)
 	}
 	switch {
 	case opts.MaxMessageBytes < 0, opts.StaleTimeout < 0, opts.BatchSize < 0, opts.BatchLinger < 0,
@@ -271,9 +273,9 @@ func (c *Client) Run(ctx context.Context) error {
 		if end.handlerErr != nil {
 			return fmt.Errorf("jetstream handler: %w", end.handlerErr)
 		}
-		if end.healthy {
+		if end.healthy && end.lasted >= min(c.opts.MaxBackoff, minHealthyLife) {
 			bo.Reset()
-		} else {
+		} else if !end.healthy {
 			at = (at + 1) % len(c.opts.URLs)
 		}
 		wait := bo.NextBackOff()
@@ -311,10 +313,8 @@ func (c *Client) Close() error {
 // filter. An error means the message could not be written (the connection
 // is failing); the new filter still applies from the next connection.
 func (c *Client) UpdateOptions(collections []string) error {
-	for _, col := range collections {
-		if !ValidCollection(col) {
-			return fmt.Errorf("jetstream options_update: collection %q is not an NSID or NSID prefix ending in .*", col)
-		}
+	if err := checkCollections(collections); err != nil {
+		return fmt.Errorf("jetstream options_update: %w", err)
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -326,6 +326,23 @@ func (c *Client) UpdateOptions(collections []string) error {
 		return nil
 	}
 	return writeOptionsUpdate(conn, collections)
+}
+
+// checkCollections applies Jetstream's rules to a wantedCollections list:
+// each an NSID or prefix.*, at most maxWantedCollections distinct ones
+// (Jetstream answers more with 400, or ends the socket on options_update).
+func checkCollections(cols []string) error {
+	distinct := map[string]bool{}
+	for _, col := range cols {
+		if !ValidCollection(col) {
+			return fmt.Errorf("collection %q is not an NSID or NSID prefix ending in .*", col)
+		}
+		distinct[col] = true
+	}
+	if len(distinct) > maxWantedCollections {
+		return fmt.Errorf("%d wantedCollections, Jetstream accepts at most %d", len(distinct), maxWantedCollections)
+	}
+	return nil
 }
 
 // writeOptionsUpdate sends an options_update; the caller holds writeMu.
@@ -344,14 +361,14 @@ func writeOptionsUpdate(conn *websocket.Conn, collections []string) error {
 // attach publishes conn as the live connection. If UpdateOptions changed
 // the filter after the subscribe URL was built from sent, the server is
 // told now, so no update is lost between dial and attach.
-func (c *Client) attach(conn *websocket.Conn, sent []string) error {
+func (c *Client) attach(conn *websocket.Conn, sent []string, hello bool) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
 	c.conn = conn
 	now := slices.Clone(c.collections)
 	c.mu.Unlock()
-	if slices.Equal(now, sent) {
+	if slices.Equal(now, sent) && !hello {
 		return nil
 	}
 	return writeOptionsUpdate(conn, now)
@@ -380,11 +397,19 @@ func subscribeURL(base string, collections []string, cursor int64, compress bool
 	return u.String(), nil
 }
 
+// requiresHello reports whether an endpoint URL asks Jetstream to wait for
+// an options_update before it sends anything (requireHello=true).
+func requiresHello(base string) bool {
+	u, err := url.Parse(base)
+	return err == nil && u.Query().Get("requireHello") == "true"
+}
+
 // sessionEnd is how one connection ended.
 type sessionEnd struct {
 	err        error
 	reason     string // a Reason* constant
 	healthy    bool   // the server sent at least one frame or pong
+	lasted     time.Duration
 	handlerErr error
 }
 
@@ -410,6 +435,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	if err != nil {
 		return sessionEnd{err: fmt.Errorf("dial %s: %w", base, err), reason: ReasonDial}
 	}
+	connected := time.Now()
 	c.opts.Metrics.setConnected(true)
 	c.opts.Log.Info().Str("url", base).Int64("cursor", cursor).Strs("collections", sent).
 		Bool("compress", c.opts.Compress).Msg("jetstream connected")
@@ -431,7 +457,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	}()
 
 	var handlerErr error
-	if err := c.attach(conn, sent); err != nil {
+	if err := c.attach(conn, sent, requiresHello(base)); err != nil {
 		c.opts.Log.Warn().Err(err).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
 		conn.Close()
 	}
@@ -452,7 +478,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	wg.Wait()
 	c.opts.Metrics.setConnected(false)
 
-	end := sessionEnd{err: readErr, healthy: healthy.Load(), handlerErr: handlerErr}
+	end := sessionEnd{err: readErr, healthy: healthy.Load(), handlerErr: handlerErr, lasted: time.Since(connected)}
 	var ne net.Error
 	var ce *websocket.CloseError
 	switch {

@@ -647,7 +647,22 @@ func TestClientCloseReturnsPromptlyWhileAnOptionsUpdateIsStuck(t *testing.T) {
 		huge[i] = fmt.Sprintf("io.atcr.generated.collection%d", i)
 	}
 	updating := make(chan error, 1)
-	go func() { updating <- c.UpdateOptions(huge) }()
+	// Past Jetstream's 100-collection limit (which UpdateOptions refuses),
+	// so write it the way UpdateOptions does, under writeMu.
+	var conn *websocket.Conn
+	for wait := time.Now().Add(testWait); conn == nil; runtime.Gosched() {
+		if time.Now().After(wait) {
+			t.Fatal("no live connection")
+		}
+		c.mu.Lock()
+		conn = c.conn
+		c.mu.Unlock()
+	}
+	go func() {
+		c.writeMu.Lock()
+		defer c.writeMu.Unlock()
+		updating <- writeOptionsUpdate(conn, huge)
+	}()
 	// Wait until UpdateOptions holds the write lock: it is then writing,
 	// and with these buffers the write cannot finish.
 	deadline := time.Now().Add(testWait)

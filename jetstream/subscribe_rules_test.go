@@ -1,0 +1,138 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// identityEvent is one well-formed Jetstream v1 identity event.
+const identityEvent = `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":1725911162329308,"kind":"identity","identity":{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","handle":"a.example","seq":1,"time":"2024-09-09T19:46:02.102Z"}}`
+
+// Jetstream refuses a subscription with more than 100 wantedCollections
+// (HTTP 400 on the dial, and it ends a socket whose options_update
+// carries them): a client that took them would dial into a 400 forever.
+func TestClientRefusesMoreThan100Collections(t *testing.T) {
+	var cols []string
+	for i := range 101 {
+		cols = append(cols, fmt.Sprintf("io.atcr.c%d", i))
+	}
+	noop := func(context.Context, Batch) error { return nil }
+	if _, err := NewClient(ClientOptions{URLs: []string{"ws://127.0.0.1:1/subscribe"}, Collections: cols}, noop); err == nil {
+		t.Error("NewClient accepted 101 wantedCollections")
+	}
+	if _, err := NewClient(ClientOptions{URLs: []string{"ws://127.0.0.1:1/subscribe"}, Collections: cols[:100]}, noop); err != nil {
+		t.Errorf("NewClient refused 100 wantedCollections: %v", err)
+	}
+	c, err := NewClient(ClientOptions{URLs: []string{"ws://127.0.0.1:1/subscribe"}, Collections: []string{"io.atcr.*"}}, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.UpdateOptions(cols); err == nil {
+		t.Error("UpdateOptions accepted 101 wantedCollections (and would keep them for every later dial)")
+	}
+}
+
+// requireHello=true makes Jetstream wait for an options_update before it
+// sends anything: the client must send one even when its filter did not
+// change while it was dialling.
+func TestClientSaysHelloWhenTheURLRequiresIt(t *testing.T) {
+	up := websocket.Upgrader{}
+	var hellos atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		if r.URL.Query().Get("requireHello") == "true" {
+			for {
+				typ, msg, err := ws.ReadMessage()
+				if err != nil {
+					return
+				}
+				var m subscriberMessage
+				if typ == websocket.TextMessage && json.Unmarshal(msg, &m) == nil && m.Type == messageTypeOptionsUpdate {
+					hellos.Add(1)
+					break
+				}
+			}
+		}
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(identityEvent))
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	s := newSink()
+	runClient(t, ClientOptions{
+		URLs:        []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe?requireHello=true"},
+		Collections: []string{"io.atcr.*"},
+	}, s.handle)
+	s.waitEvents(t, 1)
+	if n := hellos.Load(); n != 1 {
+		t.Fatalf("%d hellos, want 1", n)
+	}
+}
+
+// A server that sends one frame and then closes every connection (on a
+// resumed connection that frame is the cursor's own event, a duplicate)
+// must not count as healthy enough to reset the backoff, or the client
+// redials at MinBackoff forever.
+func TestAServerThatClosesAfterOneFrameIsRedialledWithAGrowingBackoff(t *testing.T) {
+	up := websocket.Upgrader{}
+	var mu sync.Mutex
+	var dials []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		mu.Lock()
+		dials = append(dials, time.Now())
+		mu.Unlock()
+		_ = ws.WriteMessage(websocket.TextMessage, []byte(identityEvent))
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "boom"), time.Now().Add(time.Second))
+	}))
+	defer srv.Close()
+	const minBackoff = 50 * time.Millisecond
+	runClient(t, ClientOptions{
+		URLs:       []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
+		MinBackoff: minBackoff, MaxBackoff: 5 * time.Second,
+	}, newSink().handle)
+	const want = 6
+	deadline := time.Now().Add(testWait)
+	for {
+		mu.Lock()
+		n := len(dials)
+		mu.Unlock()
+		if n >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d dials", n)
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Doubling from 50 ms with ±50% jitter, the wait before the 6th dial
+	// is at least 800 ms × 0.5; a backoff reset every time keeps it under
+	// 75 ms.
+	if gap := dials[want-1].Sub(dials[want-2]); gap < 4*minBackoff {
+		t.Fatalf("the 6th dial came %v after the 5th: the backoff does not grow (dials %v)", gap, dials)
+	}
+}
