@@ -38,6 +38,14 @@ func (a *releaseAudit) observe(evt any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if held, ok := a.held[e.Lease]; ok && e.Fence < held {
+		// A hand-back of an older grant answered after a newer grant:
+		// it says nothing of the custody held now.
+		return
+	}
+	if pending, ok := a.pending[e.Lease]; ok && e.Fence < pending {
+		return
+	}
 	switch e.Kind {
 	case events.LeaseAcquired:
 		a.held[e.Lease] = e.Fence

@@ -138,10 +138,17 @@ type leaseActor struct {
 	timerID uint64
 	workers map[int]*actor.PID
 	gens    map[string]int
+	// genFence is the fence each worker generation was spawned under.
+	genFence map[int]int64
+	// halting: the actor itself is stopping or restarting (stopped
+	// outright, not through StopRequested); its workers are being stopped
+	// by the actor system, not by the machine.
+	halting bool
 	// handedBack is the highest fence whose hand-back was published.
 	handedBack int64
 	// late keeps the grants store calls obtained until they are taken in.
 	late   *lateOutcomes
+	left   []lateGrant // what late.stop returned at FinishedCmd
 	calls  context.Context
 	cancel context.CancelFunc
 	log    zerolog.Logger
@@ -157,7 +164,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.sys, a.self, a.origin = ctx.ActorSystem(), ctx.Self(), time.Now()
-		a.workers, a.gens = map[int]*actor.PID{}, map[string]int{}
+		a.workers, a.gens, a.genFence = map[int]*actor.PID{}, map[string]int{}, map[int]int64{}
+		a.halting = false
 		a.calls, a.cancel = context.WithCancel(context.Background())
 		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
 		a.storeErrs = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
@@ -210,6 +218,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		for _, e := range staleGrantEvents(lateGrant{c: msg.Custody, acquired: msg.LateAcquire}, msg.err) {
 			a.publish(e)
 		}
+		// The lease is free now, ours to contend for at once.
+		a.step(ctx, Nudge{})
 	case tick:
 		if msg.gen == a.timerID {
 			a.step(ctx, Tick{})
@@ -218,6 +228,12 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		if gen, ok := a.gens[msg.Who.Id]; ok {
 			delete(a.gens, msg.Who.Id)
 			delete(a.workers, gen)
+			if a.halting {
+				// Stopped with us, not on its own: no failure, no
+				// respawn (and no timer armed on a stopping actor).
+				a.publish(events.Custody{Kind: events.WorkerStopped, Lease: a.o.Name, Instance: a.o.Instance, Fence: a.genFence[gen]})
+				return
+			}
 			a.step(ctx, WorkerStopped{Gen: gen})
 		}
 	case *workerFailure:
@@ -227,9 +243,10 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case StatusRequest, *StatusRequest:
 		ctx.Respond(a.status())
 	case *actor.Stopping:
+		a.halting = true
 		a.stopTimer()
 	case *actor.Stopped:
-		left := a.late.stop()
+		left := append(a.left, a.late.stop()...)
 		a.backstopRelease()
 		for _, g := range left {
 			if a.m != nil && a.m.holdsCustody() && g.c.Fence == a.m.Custody().Fence {
@@ -242,6 +259,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 		a.cancel()
 	case *actor.Restarting:
+		a.halting = true
 		a.stopTimer()
 		a.cancel()
 		if a.m != nil && !a.o.Unleased && (a.m.holdsCustody() || a.m.Phase() == PhaseReleasing) {
@@ -270,7 +288,17 @@ func asError(reason any) error {
 }
 
 func (a *leaseActor) step(ctx actor.Context, in Input) {
-	for _, c := range a.m.Step(a.now(), in) {
+	cmds := a.m.Step(a.now(), in)
+	for _, c := range cmds {
+		if _, ok := c.(FinishedCmd); ok {
+			// From here on answers reach no Receive (the actor stops):
+			// calls still running, and those this step starts (a
+			// hand-back as the machine finishes), publish and release
+			// their own outcomes.
+			a.left = append(a.left, a.late.stop()...)
+		}
+	}
+	for _, c := range cmds {
 		a.exec(ctx, c)
 	}
 }
@@ -285,7 +313,7 @@ func (a *leaseActor) exec(ctx actor.Context, c Command) {
 		a.goRelease(c)
 	case SpawnWorkerCmd:
 		pid := ctx.SpawnPrefix(a.o.Worker(c.Custody), "worker-")
-		a.workers[c.Gen], a.gens[pid.Id] = pid, c.Gen
+		a.workers[c.Gen], a.gens[pid.Id], a.genFence[c.Gen] = pid, c.Gen, c.Custody.Fence
 	case RestartWorkerCmd:
 		if pid := a.workers[c.Gen]; pid != nil {
 			if a.sup != nil {
@@ -458,7 +486,10 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
 				return
 			}
-			sys.Root.Send(self, staleReleased{ReleaseCmd: c, err: err})
+			// After Stopped (a hand-back issued as the machine finished)
+			// the answer would be dropped: publish it here.
+			late.sendOr(func() { sys.Root.Send(self, staleReleased{ReleaseCmd: c, err: err}) },
+				func() { a.lateReleased(lateGrant{c: c.Custody, acquired: c.LateAcquire}, err) })
 			return
 		}
 		sys.Root.Send(self, ReleaseResult{Seq: c.Seq, Err: err})

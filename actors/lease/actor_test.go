@@ -371,8 +371,11 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 	h.events.wait(t, i, "lease.contended against its own grant", is(events.LeaseContended, "instance-a"))
 	resumed := time.Now()
 	store.resume()
-	if err := <-store.heldRenewals; err != nil {
-		t.Fatalf("the first held renewal: %v (want it to land and succeed)", err)
+	// The held renewal lands and succeeds, or finds the grant already
+	// handed back (the contender saw its own unused grant and released
+	// it): either way it must not leave the lease idle.
+	if err := <-store.heldRenewals; err != nil && !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the first held renewal: %v", err)
 	}
 	acq, _ := h.events.wait(t, i, "lease.acquired again", is(events.LeaseAcquired, "instance-a"))
 	took := acq.At.Sub(resumed)

@@ -54,6 +54,18 @@ func (l *lateOutcomes) deliver(seq uint64, g lateGrant, send func(), store Store
 	}
 }
 
+// sendOr runs send unless the actor has stopped, else orElse.
+func (l *lateOutcomes) sendOr(send, orElse func()) {
+	l.mu.Lock()
+	if !l.stopped {
+		send()
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	orElse()
+}
+
 // taken marks command seq's answer as handled by the machine.
 func (l *lateOutcomes) taken(seq uint64) {
 	l.mu.Lock()

@@ -264,6 +264,16 @@ type Machine struct {
 	// handBacks are fences whose grant a late renewal extended after
 	// custody was given up; each is released once its worker has stopped.
 	handBacks []int64
+	// heldFence is the highest fence this machine was granted.
+	heldFence int64
+	// lostFence is a grant given up without a release (blackout, error):
+	// still ours in the database until its TTL, released once its worker
+	// has stopped and we see it (or stop).
+	lostFence int64
+	// acquireUnsure: an acquire answered with an error, which may have
+	// committed (a remote database whose answer was lost): a grant to this
+	// holder with a fence above heldFence is then ours, unused.
+	acquireUnsure bool
 
 	releasing     bool
 	releaseSeq    uint64
@@ -408,6 +418,9 @@ func (m *Machine) expire(now time.Duration) {
 // granted it to someone else, so the worker stops at once.
 func (m *Machine) lose(now time.Duration, reason string, err error) {
 	m.emit(events.LeaseLost, m.fence, reason, err)
+	if reason != events.ReasonSuperseded {
+		m.lostFence = m.fence
+	}
 	m.fence = 0
 	m.cause = causeLost
 	m.phase = PhaseStopping
@@ -444,9 +457,18 @@ func (m *Machine) onStop(now time.Duration) {
 	case PhaseIdle:
 		m.finish()
 	case PhaseContending:
-		if m.call != callAcquire {
+		switch {
+		case m.call == callAcquire:
+			// an acquire is in flight; its answer decides (a grant is released)
+		case m.acquireUnsure:
+			// An earlier acquire may have been granted unbeknown to us:
+			// one more attempt finds out (a grant, or our own row, is
+			// then released).
+			m.call, m.callSeq, m.callStart = callAcquire, m.nextSeq(), now
+			m.out = append(m.out, AcquireCmd{Seq: m.callSeq})
+		default:
 			m.finish()
-		} // else: an acquire is in flight; its answer decides (a grant is released)
+		}
 	case PhaseHolding:
 		m.cause = causeShutdown
 		m.phase = PhaseStopping
@@ -464,6 +486,21 @@ func (m *Machine) onStop(now time.Duration) {
 func (m *Machine) finish() {
 	m.phase = PhaseDone
 	m.fence = 0
+	if m.lostFence > 0 {
+		// Our grant, given up unreleased, its worker stopped: hand it back
+		// so the next holder need not wait out its TTL.
+		m.handBackOwn(m.lostFence, false)
+	}
+}
+
+// handBackOwn releases grant fence, which this holder has in the database
+// and does not use.
+func (m *Machine) handBackOwn(fence int64, acquired bool) {
+	if fence == m.lostFence {
+		m.lostFence = 0
+	}
+	m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: acquired,
+		Custody: Custody{Lease: m.name, Holder: m.holder, Fence: fence}})
 }
 
 func (m *Machine) onNudge(now time.Duration) {
@@ -512,6 +549,10 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.nudged = false
 	if r.Err != nil {
 		m.lastErr = r.Err
+		if !errors.Is(r.Err, errStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) {
+			// It may have committed before the answer was lost.
+			m.acquireUnsure = true
+		}
 		if m.stopRequested {
 			m.finish()
 			return
@@ -522,6 +563,15 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.lastErr = nil
 	g := r.Grant
 	if !g.Granted {
+		if g.Holder == m.holder && g.TimeLeft > 0 && g.Fence > 0 &&
+			(g.Fence == m.lostFence || (m.acquireUnsure && g.Fence > m.heldFence)) {
+			// Our own grant, unused: an acquire whose answer was lost
+			// after it committed, or custody given up whose worker has
+			// stopped. Hand it back rather than contend against it for
+			// a TTL (and leave it behind on shutdown).
+			m.handBackOwn(g.Fence, g.Fence > m.heldFence)
+		}
+		m.acquireUnsure = false
 		m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.LeaseContended,
 			Lease: m.name, Instance: m.holder, Fence: g.Fence, Holder: g.Holder, TimeLeft: g.TimeLeft}})
 		if m.stopRequested {
@@ -539,6 +589,9 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		return
 	}
 	m.fence = g.Fence
+	m.heldFence = max(m.heldFence, g.Fence)
+	m.acquireUnsure = false
+	m.lostFence = 0 // it ran out or was released, or this grant could not be
 	m.emit(events.LeaseAcquired, g.Fence, "", nil)
 	switch {
 	case m.stopRequested:
@@ -614,6 +667,9 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 func (m *Machine) handBack(fence int64) {
 	if fence == 0 || (fence == m.fence && (m.holdsCustody() || m.phase == PhaseReleasing)) {
 		return
+	}
+	if fence == m.lostFence {
+		m.lostFence = 0 // released here
 	}
 	m.handBacks = append(m.handBacks, fence)
 }

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,12 @@ type Metrics struct {
 	Renew *prometheus.HistogramVec
 	// Acquire is appview_lease_acquire_duration_seconds{lease,outcome}.
 	Acquire *prometheus.HistogramVec
+
+	mu sync.Mutex
+	// granted is, per lease, the highest fence granted to this instance:
+	// a hand-back of an older grant (a late acquire or renewal answered
+	// after a newer grant) must not move Held or Fence.
+	granted map[string]int64
 }
 
 // roundTripBuckets span a local file write (~100 µs) to a renew deadline (10 s).
@@ -60,6 +67,17 @@ func (m *Metrics) observe(e events.Custody) {
 		return // counted by the histograms; too frequent to be transitions
 	}
 	m.Transitions.WithLabelValues(e.Lease, string(e.Kind), e.Reason).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.granted == nil {
+		m.granted = map[string]int64{}
+	}
+	if e.Fence < m.granted[e.Lease] {
+		return // an older grant's events: custody has moved on
+	}
+	if e.Kind == events.LeaseAcquired {
+		m.granted[e.Lease] = e.Fence
+	}
 	switch e.Kind {
 	case events.LeaseAcquired:
 		m.Held.WithLabelValues(e.Lease).Set(1)

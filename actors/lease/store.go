@@ -194,15 +194,21 @@ const (
 	// acquireSQL is the whole acquire: one statement, so two contenders for
 	// one expired lease cannot both win; the loser's DO UPDATE ... WHERE
 	// matches no row and RETURNING yields nothing.
+	//
+	// The new fence is one above the highest fence the name ever had
+	// (lease_fence_floor), so it never goes backwards even if the row was
+	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
+	// would turn it into a REAL that no reader can scan (see maxFence).
 	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
-SELECT ?1, ?2, 1, n, n, n + ?3 FROM (SELECT ` + database.NowMS + ` AS n) WHERE 1
+SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3
+FROM (SELECT ` + database.NowMS + ` AS n) WHERE COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) < 9223372036854775807
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
-  fence       = leases.fence + 1,
+  fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = excluded.name), 0)) + 1,
   acquired_at = excluded.acquired_at,
   renewed_at  = excluded.renewed_at,
   expires_at  = excluded.expires_at
-WHERE leases.expires_at <= excluded.acquired_at
+WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
 RETURNING fence`
 
 	// renewSQL never changes the fence: renewal is not a change of custody.
@@ -268,8 +274,17 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return Grant{}, fmt.Errorf("read contended lease %q: %w", name, err)
 	}
 	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
+	if g.Fence == maxFence && leftMS <= 0 {
+		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, errFenceExhausted)
+	}
 	return g, nil
 }
+
+// maxFence is the last fence a lease can be granted under.
+const maxFence = 1<<63 - 1
+
+// errFenceExhausted refuses a grant whose fence would overflow.
+var errFenceExhausted = errors.New("fence token at its maximum; the lease can no longer change custody")
 
 // Renew extends the grant to now + TTL (database clock). It returns
 // ErrSuperseded when the row no longer carries this holder and fence

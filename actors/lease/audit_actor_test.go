@@ -1,0 +1,183 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atcr-io/appview/events"
+)
+
+// lostAnswerStore commits the first acquire in the database but reports an
+// error, as a remote database does when the connection drops after commit.
+type lostAnswerStore struct {
+	StoreAPI
+	n atomic.Int32
+}
+
+func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	g, err := s.StoreAPI.Acquire(ctx, name, holder)
+	if s.n.Add(1) == 1 && err == nil && g.Granted {
+		return Grant{}, errors.New("connection reset by peer (answer lost after commit)")
+	}
+	return g, err
+}
+
+func TestAuditShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
+	// Second attempt finds its own grant: contended by itself.
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
+	h.stopAndWait(r)
+	row := readRow(t, db, "cleanup")
+	if row.State() == StateHeld {
+		t.Fatalf("instance-a stopped leaving its own grant held for %d ms more (row %+v): a successor waits out the TTL", row.ExpiresAt-row.Now, row)
+	}
+}
+
+func TestAuditALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
+	p := &probe{}
+	start := time.Now()
+	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
+	deadline := time.Now().Add(5 * time.Second)
+	for p.started.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no worker anywhere %s after start: the lease sits idle, held by instance-a's own unanswered grant (%s)", time.Since(start), formatEvents(func() []events.Custody { e, _ := h.events.snapshot(); return e }()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAuditShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := newFaultyStore(NewStore(db, timing.TTL))
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	store.failRenewals(errors.New("connection refused"))
+	h.events.wait(t, 0, "lease.lost", is(events.LeaseLost, "instance-a"))
+	h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+	store.failRenewals(nil) // the database is back
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
+	h.stopAndWait(r)
+	row := readRow(t, db, "cleanup")
+	if row.State() == StateHeld {
+		t.Fatalf("stopped leaving its own unused grant held for %d ms more (row %+v)", row.ExpiresAt-row.Now, row)
+	}
+}
+
+// slowAnswerRelease commits every release at once but answers it late (a
+// slow network back from a remote database).
+type slowAnswerRelease struct {
+	StoreAPI
+	lag time.Duration
+}
+
+func (s *slowAnswerRelease) Release(ctx context.Context, c Custody) error {
+	err := s.StoreAPI.Release(ctx, c)
+	time.Sleep(s.lag)
+	return err
+}
+
+func TestAuditAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
+	p := &probe{}
+	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props, Metrics: metrics})
+	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
+		return e.Kind == events.LeaseAcquired && e.Fence == 2
+	})
+	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
+		return e.Kind == events.LeaseReleased && e.Fence == 1
+	})
+	time.Sleep(50 * time.Millisecond)
+	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
+		all, _ := h.events.snapshot()
+		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
+	}
+	if got := testutil.ToFloat64(metrics.Fence.WithLabelValues("cleanup")); got != 2 {
+		t.Fatalf("appview_lease_fence = %v while holding fence 2", got)
+	}
+}
+
+// The same through the pre-existing hand-back of an abandoned acquire.
+func TestAuditALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	reg := prometheus.NewRegistry()
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-inner.land:
+		default:
+			close(inner.land)
+		}
+	})
+	store := &slowAnswerRelease{StoreAPI: inner, lag: 800 * time.Millisecond}
+	p := &probe{}
+	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props, Metrics: metrics})
+	<-inner.retried
+	close(inner.land)
+	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
+		return e.Kind == events.LeaseAcquired && e.Fence == 2
+	})
+	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
+		return e.Kind == events.LeaseReleased && e.Fence == 1
+	})
+	time.Sleep(50 * time.Millisecond)
+	all, _ := h.events.snapshot()
+	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
+		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
+	}
+	if got := testutil.ToFloat64(metrics.Fence.WithLabelValues("cleanup")); got != 2 {
+		t.Fatalf("appview_lease_fence = %v while holding fence 2:\n%s", got, formatEvents(all))
+	}
+}
+
+func TestAuditStoppedOutrightEvents(t *testing.T) {
+	db := openDB(t)
+	h := newHarness(t)
+	store := NewStore(db, fastTiming.TTL)
+	p := &probe{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
+	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	h.sys.Root.Stop(r.pid)
+	r.wait(t)
+	time.Sleep(200 * time.Millisecond)
+	all, _ := h.events.snapshot()
+	t.Log(formatEvents(all))
+	for _, e := range all {
+		if e.Kind == events.WorkerStopped && e.Err != nil {
+			t.Fatalf("a worker stopped by its LeaseActor's own stop reported %v", e.Err)
+		}
+	}
+	if n := h.events.count(is(events.WorkerStopped, "instance-a")); n != 1 {
+		t.Fatalf("worker.stopped published %d times", n)
+	}
+}
