@@ -249,8 +249,11 @@ var (
 
 // Acquire tries to take the named lease for holder. It grants when the
 // lease has no row or its grant has expired on the database's clock; the
-// new fence is the old fence + 1 (1 for a new row). When it does not grant
-// it reports the current holder and how long its grant has left.
+// new fence is the old fence + 1 (1 for a name never granted; after a row
+// deleted by hand, one above the highest fence the name had, kept in
+// lease_fence_floor). When it does not grant it reports the current holder
+// and how long its grant has left. A fence at MaxInt64 is never granted
+// again: Acquire then returns an error.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
 	g, err := s.acquire(ctx, name, holder)
 	return g, s.note(name, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/atcr-io/appview/events"
 )
@@ -28,7 +29,7 @@ func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (Gra
 	return g, err
 }
 
-func TestAuditShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
+func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
@@ -44,24 +45,19 @@ func TestAuditShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
 	}
 }
 
-func TestAuditALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
+func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
 	p := &probe{}
-	start := time.Now()
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
-	deadline := time.Now().Add(5 * time.Second)
-	for p.started.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no worker anywhere %s after start: the lease sits idle, held by instance-a's own unanswered grant (%s)", time.Since(start), formatEvents(func() []events.Custody { e, _ := h.events.snapshot(); return e }()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Well inside the 20 s TTL the unanswered grant would otherwise hold.
+	eventually(t, "a worker running, not the lease idle under instance-a's own unanswered grant",
+		func() bool { return p.started.Load() > 0 })
 }
 
-func TestAuditShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
+func TestShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
@@ -90,11 +86,11 @@ type slowAnswerRelease struct {
 
 func (s *slowAnswerRelease) Release(ctx context.Context, c Custody) error {
 	err := s.StoreAPI.Release(ctx, c)
-	time.Sleep(s.lag)
+	<-time.After(s.lag) // the answer's way back, not a wait for a condition
 	return err
 }
 
-func TestAuditAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
+func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	reg := prometheus.NewRegistry()
@@ -112,7 +108,7 @@ func TestAuditAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
 		return e.Kind == events.LeaseReleased && e.Fence == 1
 	})
-	time.Sleep(50 * time.Millisecond)
+	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
 	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
 		all, _ := h.events.snapshot()
 		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
@@ -123,7 +119,7 @@ func TestAuditAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 }
 
 // The same through the pre-existing hand-back of an abandoned acquire.
-func TestAuditALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
+func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	reg := prometheus.NewRegistry()
@@ -150,7 +146,7 @@ func TestAuditALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *test
 	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
 		return e.Kind == events.LeaseReleased && e.Fence == 1
 	})
-	time.Sleep(50 * time.Millisecond)
+	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
 	all, _ := h.events.snapshot()
 	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
 		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
@@ -160,7 +156,7 @@ func TestAuditALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *test
 	}
 }
 
-func TestAuditStoppedOutrightEvents(t *testing.T) {
+func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	store := NewStore(db, fastTiming.TTL)
@@ -169,7 +165,7 @@ func TestAuditStoppedOutrightEvents(t *testing.T) {
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
 	h.sys.Root.Stop(r.pid)
 	r.wait(t)
-	time.Sleep(200 * time.Millisecond)
+	h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
 	all, _ := h.events.snapshot()
 	t.Log(formatEvents(all))
 	for _, e := range all {
@@ -180,4 +176,30 @@ func TestAuditStoppedOutrightEvents(t *testing.T) {
 	if n := h.events.count(is(events.WorkerStopped, "instance-a")); n != 1 {
 		t.Fatalf("worker.stopped published %d times", n)
 	}
+}
+
+// waitObserved waits until metrics has counted a transition of kind on
+// lease: the event has been through Metrics.observe, so what it did (or
+// did not do) to the gauges shows.
+func waitObserved(t *testing.T, metrics *Metrics, lease string, kind events.Kind) {
+	t.Helper()
+	eventually(t, string(kind)+" observed by the metrics", func() bool {
+		ch := make(chan prometheus.Metric, 64)
+		metrics.Transitions.Collect(ch)
+		close(ch)
+		for m := range ch {
+			var d dto.Metric
+			if err := m.Write(&d); err != nil {
+				t.Fatal(err)
+			}
+			labels := map[string]string{}
+			for _, l := range d.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["lease"] == lease && labels["event"] == string(kind) && d.GetCounter().GetValue() > 0 {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -9,7 +9,7 @@ import (
 
 // A hand-back of an older grant answered after a newer grant must not end
 // the newer custody in the audit.
-func TestAuditReleaseAuditIgnoresAnOlderGrantsHandBack(t *testing.T) {
+func TestTheReleaseAuditIgnoresAnOlderGrantsHandBack(t *testing.T) {
 	a := newReleaseAudit("me")
 	ev := func(kind events.Kind, fence int64, reason string) {
 		a.observe(events.Custody{Kind: kind, Lease: "cleanup", Instance: "me", Fence: fence, Reason: reason})

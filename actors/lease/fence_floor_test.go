@@ -10,7 +10,7 @@ import (
 )
 
 // Fence must never go backwards, even if a row is deleted.
-func TestAuditFenceSurvivesRowDeletion(t *testing.T) {
+func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
 	db := openDB(t)
 	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
@@ -31,7 +31,7 @@ func TestAuditFenceSurvivesRowDeletion(t *testing.T) {
 	}
 }
 
-func TestAuditFenceAtMaxInt64(t *testing.T) {
+func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 	db := openDB(t)
 	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
@@ -74,7 +74,7 @@ func readRowHolder(t *testing.T, s *Store) string {
 	return b.String()
 }
 
-func TestAuditOddNamesAndHolders(t *testing.T) {
+func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
 	db := openDB(t)
 	s := NewStore(db, longTTL)
 	names := []string{"", " ", "a'b", `a"b`, strings.Repeat("n", 100000), "ünï", "1234", "2024-01-01", "NULL", "a\nb"}
