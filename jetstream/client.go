@@ -165,6 +165,9 @@ type Client struct {
 
 	mu          sync.Mutex
 	collections []string
+	// filter is collections, parsed, for the reader: a commit outside it
+	// is skipped (ClassUnwantedCollection). Set with collections.
+	filter atomic.Pointer[collectionFilter]
 	conn        *websocket.Conn // the live connection, nil between connections
 	cancel      context.CancelFunc
 	running     bool
@@ -231,13 +234,17 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{
+	c := &Client{
 		opts:        opts,
 		handler:     h,
 		dec:         dec,
 		collections: slices.Clone(opts.Collections),
 		done:        make(chan struct{}),
-	}, nil
+	}
+	if err := c.setFilter(opts.Collections); err != nil {
+		return nil, fmt.Errorf("jetstream client: %w", err)
+	}
+	return c, nil
 }
 
 // Run connects and delivers batches to the handler until ctx ends or Close
@@ -309,9 +316,10 @@ func (c *Client) Close() error {
 
 // UpdateOptions replaces the collection filter: on the live connection at
 // once, with an options_update message, and on every later connection in
-// the subscribe URL. Events already in flight may still be of the old
-// filter. An error means the message could not be written (the connection
-// is failing); the new filter still applies from the next connection.
+// the subscribe URL. Commits already in flight for a collection the new
+// filter leaves out are skipped as ClassUnwantedCollection. An error means
+// the message could not be written (the connection is failing); the new
+// filter still applies from the next connection.
 func (c *Client) UpdateOptions(collections []string) error {
 	if err := checkCollections(collections); err != nil {
 		return fmt.Errorf("jetstream options_update: %w", err)
@@ -320,12 +328,26 @@ func (c *Client) UpdateOptions(collections []string) error {
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
 	c.collections = slices.Clone(collections)
+	err := c.setFilter(collections)
 	conn := c.conn
 	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("jetstream options_update: %w", err)
+	}
 	if conn == nil {
 		return nil
 	}
 	return writeOptionsUpdate(conn, collections)
+}
+
+// setFilter parses collections for the reader.
+func (c *Client) setFilter(collections []string) error {
+	f, err := newCollectionFilter(collections)
+	if err != nil {
+		return err
+	}
+	c.filter.Store(&f)
+	return nil
 }
 
 // checkCollections applies Jetstream's rules to a wantedCollections list:
@@ -555,6 +577,9 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 		} else if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
 			it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS,
 				Err: fmt.Errorf("time_us %d is more than %s ahead of this host's clock", ev.TimeUS, MaxFutureSkew)}
+		} else if ev.Commit != nil && !c.filter.Load().wants(ev.Commit.Collection) {
+			it.fail = &DecodeError{Class: ClassUnwantedCollection, Size: n, TimeUS: ev.TimeUS,
+				Err: fmt.Errorf("collection %q is not in wantedCollections", ev.Commit.Collection)}
 		} else {
 			it.ev = ev
 		}

@@ -50,10 +50,15 @@ const (
 	// ClassOversized: the frame, or its decompressed content, exceeds the
 	// size limit; it was not decoded.
 	ClassOversized ErrorClass = "oversized"
+	// ClassUnwantedCollection: a commit in a collection the Client did not
+	// ask for (a server that does not filter, or an event already in flight
+	// when an options_update narrowed the filter). Only a Client reports
+	// it; Decode does not know the filter.
+	ClassUnwantedCollection ErrorClass = "unwanted_collection"
 )
 
 // ErrorClasses lists every ErrorClass, for pre-creating metric series.
-var ErrorClasses = []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent, ClassOversized}
+var ErrorClasses = []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent, ClassOversized, ClassUnwantedCollection}
 
 // DecodeError is the error returned by Decode and Decoder.Decode (always as
 // *DecodeError). It is also what a Client delivers for a frame it skipped.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,5 +136,64 @@ func TestAServerThatClosesAfterOneFrameIsRedialledWithAGrowingBackoff(t *testing
 	// 75 ms.
 	if gap := dials[want-1].Sub(dials[want-2]); gap < 4*minBackoff {
 		t.Fatalf("the 6th dial came %v after the 5th: the backoff does not grow (dials %v)", gap, dials)
+	}
+}
+
+// A server that does not filter (or commits already in flight when an
+// options_update narrowed the filter) must not hand the handler events
+// of collections the client did not ask for; identity and account events
+// pass every filter, as on Jetstream.
+func TestCommitsOutsideWantedCollectionsAreSkippedAsUnwanted(t *testing.T) {
+	lines, err := os.ReadFile(capturePath("golden_v1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		// Everything, whatever wantedCollections said.
+		for _, l := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+			_ = ws.WriteMessage(websocket.TextMessage, []byte(l))
+		}
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	s := newSink()
+	runClient(t, ClientOptions{
+		URLs:        []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
+		Collections: []string{"app.bsky.feed.*", "app.bsky.graph.follow"},
+	}, s.handle)
+	// golden_v1: like, post, repost, follow, profile, a hypercerts claim,
+	// a place.stream origin, identity, account, block.
+	s.waitFor(t, "10 frames", func(evs []Event, fails []*DecodeError) bool { return len(evs)+len(fails) >= 10 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var got []string
+	for _, e := range s.events {
+		if e.Commit != nil {
+			got = append(got, e.Commit.Collection)
+		} else {
+			got = append(got, e.Kind)
+		}
+	}
+	want := []string{"app.bsky.feed.like", "app.bsky.feed.post", "app.bsky.feed.repost", "app.bsky.graph.follow", "identity", "account"}
+	if !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	if len(s.failures) != 4 {
+		t.Fatalf("%d failures, want the 4 unwanted commits", len(s.failures))
+	}
+	for _, f := range s.failures {
+		if f.Class != ClassUnwantedCollection || f.TimeUS == 0 {
+			t.Errorf("failure %v, want %s with its time_us", f, ClassUnwantedCollection)
+		}
 	}
 }
