@@ -98,8 +98,11 @@ type simInstance struct {
 
 type simFaults struct {
 	pErr, pHang, pSlow float64
-	pWorkerFail        float64
-	pauses             int
+	// pLost: the call is applied in the database but its answer is lost
+	// (the connection drops after the commit): an error comes back.
+	pLost       float64
+	pWorkerFail float64
+	pauses      int
 }
 
 type sim struct {
@@ -169,7 +172,13 @@ func (s *sim) storeCall(i int, apply func() Input, failed func(error) Input) {
 	switch {
 	case r < s.faults.pErr:
 		s.schedule(s.now+s.latency(), &simEvent{kind: evInput, inst: i, in: failed(errors.New("injected: database error"))})
-	case r < s.faults.pErr+s.faults.pHang:
+	case r < s.faults.pErr+s.faults.pLost:
+		s.schedule(s.now+s.latency(), &simEvent{kind: evExec, exec: func() {
+			apply()
+			s.schedule(s.now+s.latency(), &simEvent{kind: evInput, inst: i, in: failed(errors.New("injected: answer lost after commit"))})
+		}})
+		return
+	case r < s.faults.pErr+s.faults.pLost+s.faults.pHang:
 		// Hung: the call may still reach the database much later.
 		if s.rng.IntN(2) == 0 {
 			late := s.now + time.Duration(5+s.rng.IntN(40))*time.Second
@@ -180,7 +189,7 @@ func (s *sim) storeCall(i int, apply func() Input, failed func(error) Input) {
 		}
 	default:
 		back := s.latency()
-		if r < s.faults.pErr+s.faults.pHang+s.faults.pSlow {
+		if r < s.faults.pErr+s.faults.pLost+s.faults.pHang+s.faults.pSlow {
 			back = time.Duration(s.rng.Int64N(int64(9 * time.Second)))
 		}
 		s.schedule(s.now+s.latency(), &simEvent{kind: evExec, exec: func() {
@@ -418,6 +427,7 @@ func runSim(t testing.TB, seed uint64, trace bool) {
 		pErr:        rng.Float64() * 0.1 * storm,
 		pHang:       rng.Float64() * 0.05 * storm,
 		pSlow:       rng.Float64() * 0.15 * storm,
+		pLost:       rng.Float64() * 0.05 * storm,
 		pWorkerFail: rng.Float64() * 0.5,
 		pauses:      rng.IntN(3),
 	}
