@@ -56,9 +56,14 @@ const (
 	// backoffMultiplier and backoffJitter shape the reconnect delay.
 	backoffMultiplier = 2
 	backoffJitter     = 0.5
-	// minHealthyLife: a connection must stay up this long (or MaxBackoff,
-	// if shorter) to reset the backoff, so a server that closes every
-	// connection right after a frame is not redialled at MinBackoff forever.
+	// minHealthyLife: a connection that brought no event newer than any
+	// before it must stay up this long (or MaxBackoff, if shorter) to reset
+	// the backoff, so a server that closes every connection right after a
+	// frame (on a resumed connection, the cursor's own event again) is not
+	// redialled at MinBackoff forever. One that made progress resets it
+	// whatever it lasted: a server that drops slow subscribers every few
+	// thousand events must be redialled at once, or the consumer falls
+	// behind.
 	minHealthyLife = 10 * time.Second
 )
 
@@ -165,13 +170,16 @@ type Client struct {
 
 	mu          sync.Mutex
 	collections []string
+	// newestUS is the largest time_us any connection delivered: only the
+	// reader goroutine (one connection at a time) touches it.
+	newestUS int64
 	// filter is collections, parsed, for the reader: a commit outside it
 	// is skipped (ClassUnwantedCollection). Set with collections.
-	filter atomic.Pointer[collectionFilter]
-	conn        *websocket.Conn // the live connection, nil between connections
-	cancel      context.CancelFunc
-	running     bool
-	closed      bool
+	filter  atomic.Pointer[collectionFilter]
+	conn    *websocket.Conn // the live connection, nil between connections
+	cancel  context.CancelFunc
+	running bool
+	closed  bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -280,7 +288,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if end.handlerErr != nil {
 			return fmt.Errorf("jetstream handler: %w", end.handlerErr)
 		}
-		if end.healthy && end.lasted >= min(c.opts.MaxBackoff, minHealthyLife) {
+		if end.progressed || (end.healthy && end.lasted >= min(c.opts.MaxBackoff, minHealthyLife)) {
 			bo.Reset()
 		} else if !end.healthy {
 			at = (at + 1) % len(c.opts.URLs)
@@ -431,6 +439,7 @@ type sessionEnd struct {
 	err        error
 	reason     string // a Reason* constant
 	healthy    bool   // the server sent at least one frame or pong
+	progressed bool   // it sent an event newer than any the client had seen
 	lasted     time.Duration
 	handlerErr error
 }
@@ -464,14 +473,14 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 
 	items := make(chan item, c.opts.BatchSize)
 	stop := make(chan struct{})
-	var healthy atomic.Bool
+	var healthy, progressed atomic.Bool
 	var readErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		defer close(items)
-		readErr = c.read(conn, items, stop, &healthy)
+		readErr = c.read(conn, items, stop, &healthy, &progressed)
 	}()
 	go func() {
 		defer wg.Done()
@@ -500,7 +509,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	wg.Wait()
 	c.opts.Metrics.setConnected(false)
 
-	end := sessionEnd{err: readErr, healthy: healthy.Load(), handlerErr: handlerErr, lasted: time.Since(connected)}
+	end := sessionEnd{err: readErr, healthy: healthy.Load(), progressed: progressed.Load(), handlerErr: handlerErr, lasted: time.Since(connected)}
 	var ne net.Error
 	var ce *websocket.CloseError
 	switch {
@@ -527,7 +536,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 // and queued as a ClassOversized failure; the connection carries on with
 // the next frame. See the package documentation for why this is not
 // websocket.Conn.SetReadLimit.
-func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struct{}, healthy *atomic.Bool) error {
+func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struct{}, healthy, progressed *atomic.Bool) error {
 	stale := c.opts.StaleTimeout
 	limit := c.opts.MaxMessageBytes
 	inFrame := false // only touched on this goroutine (handlers run inside reads)
@@ -582,6 +591,10 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 				Err: fmt.Errorf("collection %q is not in wantedCollections", ev.Commit.Collection)}
 		} else {
 			it.ev = ev
+			if ev.TimeUS > c.newestUS {
+				c.newestUS = ev.TimeUS
+				progressed.Store(true)
+			}
 		}
 		c.opts.Metrics.frame(n)
 		if it.fail != nil {

@@ -197,3 +197,44 @@ func TestCommitsOutsideWantedCollectionsAreSkippedAsUnwanted(t *testing.T) {
 		}
 	}
 }
+
+// A server that drops the connection every few events (as Jetstream drops
+// a slow subscriber) but brings new events each time is redialled at the
+// minimum backoff: escalating it would leave the consumer ever further
+// behind. (Doubling from 20 ms over the dozen or more connections this
+// capture takes at 10 events each would add up to over a minute.)
+func TestAServerThatDropsAfterNewEventsIsRedialledAtOnce(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{File: capturePath("expected_v1.jsonl"), DropAfter: 10})
+	s := newSink()
+	var newest atomic.Int64
+	start := time.Now()
+	runClient(t, ClientOptions{
+		URLs:       []string{srv.URL()},
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 10 * time.Second,
+		// Resume after the newest event seen (inclusive replay).
+		Cursor: func() int64 { return newest.Load() + 1 },
+	}, func(ctx context.Context, b Batch) error {
+		for _, e := range b.Events {
+			if e.TimeUS > newest.Load() {
+				newest.Store(e.TimeUS)
+			}
+		}
+		return s.handle(ctx, b)
+	})
+	s.waitFor(t, "the capture's newest event", func(evs []Event, _ []*DecodeError) bool {
+		for _, e := range evs {
+			if e.TimeUS == 1783175888403568 {
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(start)
+	t.Logf("%d connections in %v", srv.Connections(), took)
+	if srv.Connections() < 10 {
+		t.Fatalf("%d connections: the server did not drop as configured", srv.Connections())
+	}
+	if took > 5*time.Second {
+		t.Fatalf("the capture took %v over %d connections: the backoff grew although each brought new events", took, srv.Connections())
+	}
+}
