@@ -272,8 +272,12 @@ type Machine struct {
 	lostFence int64
 	// acquireUnsure: an acquire answered with an error, which may have
 	// committed (a remote database whose answer was lost): a grant to this
-	// holder with a fence above heldFence is then ours, unused.
+	// holder with a fence above heldFence, made since unsureSince (the
+	// start of the first such call), is then ours, unused. The time check
+	// keeps a grant of another process that wrongly shares our instance_id
+	// (made before our call) from being taken for ours.
 	acquireUnsure bool
+	unsureSince   time.Duration
 
 	releasing     bool
 	releaseSeq    uint64
@@ -493,6 +497,19 @@ func (m *Machine) finish() {
 	}
 }
 
+// grantedSinceUnsure reports whether a grant age old at now (database
+// clock) was made after the first errored acquire since the last clean
+// answer started: only then can it be that acquire's. The slack covers
+// the database's millisecond timestamps and a clock rate a little off the
+// database's (SPEC: NTP-disciplined hosts).
+func (m *Machine) grantedSinceUnsure(now, age time.Duration) bool {
+	window := now - m.unsureSince
+	return age <= window+unsureSlack+window/100
+}
+
+// unsureSlack: see grantedSinceUnsure.
+const unsureSlack = 20 * time.Millisecond
+
 // handBackOwn releases grant fence, which this holder has in the database
 // and does not use.
 func (m *Machine) handBackOwn(fence int64, acquired bool) {
@@ -549,9 +566,9 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.nudged = false
 	if r.Err != nil {
 		m.lastErr = r.Err
-		if !errors.Is(r.Err, errStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) {
+		if !errors.Is(r.Err, errStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) && !m.acquireUnsure {
 			// It may have committed before the answer was lost.
-			m.acquireUnsure = true
+			m.acquireUnsure, m.unsureSince = true, m.callStart
 		}
 		if m.stopRequested {
 			m.finish()
@@ -564,7 +581,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	g := r.Grant
 	if !g.Granted {
 		if g.Holder == m.holder && g.TimeLeft > 0 && g.Fence > 0 &&
-			(g.Fence == m.lostFence || (m.acquireUnsure && g.Fence > m.heldFence)) {
+			(g.Fence == m.lostFence || (m.acquireUnsure && g.Fence > m.heldFence && m.grantedSinceUnsure(now, g.Age))) {
 			// Our own grant, unused: an acquire whose answer was lost
 			// after it committed, or custody given up whose worker has
 			// stopped. Hand it back rather than contend against it for

@@ -71,6 +71,7 @@ type simRow struct {
 	holder   string
 	fence    int64
 	expires  time.Duration
+	acquired time.Duration
 	released bool // expired in place by a release (renewed_at = expires_at)
 }
 
@@ -206,11 +207,11 @@ func (s *sim) acquire(holder string) Grant {
 			s.fail("grant fence %d does not follow %d", fence, s.lastFence)
 		}
 		s.lastFence = fence
-		s.row = simRow{exists: true, holder: holder, fence: fence, expires: s.now + simTiming.TTL}
+		s.row = simRow{exists: true, holder: holder, fence: fence, expires: s.now + simTiming.TTL, acquired: s.now}
 		s.tracef("db: grant %s fence %d", holder, fence)
 		return Grant{Granted: true, Fence: fence}
 	}
-	return Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now}
+	return Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired}
 }
 
 func (s *sim) matches(c Custody) bool {

@@ -47,6 +47,9 @@ type Grant struct {
 	// TimeLeft is how long the current grant has left on the database's
 	// clock when not granted (<= 0 means it has already expired).
 	TimeLeft time.Duration
+	// Age is how long ago the current grant was made (acquired_at), on the
+	// database's clock, when not granted.
+	Age time.Duration
 }
 
 // Row is one row of the leases table (SPEC §4) as seen at Now.
@@ -241,7 +244,7 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.Now
 // may set to anything, date-like included, so it is read through
 // database.Text to be reported exactly as stored.
 var (
-	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - ` + database.NowMS + ` FROM leases WHERE name = ?1`
+	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n, n - acquired_at FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
 
 	listSQL = `SELECT ` + database.Text("name") + `, ` + database.Text("holder") + `, fence, acquired_at, renewed_at, expires_at, ` +
 		database.NowMS + ` FROM leases ORDER BY name`
@@ -272,11 +275,12 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	if g.Granted {
 		return g, nil
 	}
-	var leftMS int64
-	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS); err != nil {
+	var leftMS, ageMS int64
+	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &ageMS); err != nil {
 		return Grant{}, fmt.Errorf("read contended lease %q: %w", name, err)
 	}
 	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
+	g.Age = time.Duration(ageMS) * time.Millisecond
 	if g.Fence == maxFence && leftMS <= 0 {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, errFenceExhausted)
 	}

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -202,4 +203,50 @@ func waitObserved(t *testing.T, metrics *Metrics, lease string, kind events.Kind
 		}
 		return false
 	})
+}
+
+// A grant under this holder's name is handed back as an errored acquire's
+// lost answer only if it was made since that acquire started: a grant
+// made earlier belongs to another process that wrongly shares the
+// instance_id, and taking it from it would make the two fight over the
+// lease (each losing custody in turn).
+func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		age      time.Duration // of the grant, when the next acquire reads it
+		handBack bool
+	}{
+		{"made during the errored call", 150 * time.Millisecond, true},
+		{"made before it (a duplicate instance_id)", 10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := NewMachine("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)))
+			seqOf := func(cmds []Command) uint64 {
+				for _, c := range cmds {
+					if a, ok := c.(AcquireCmd); ok {
+						return a.Seq
+					}
+				}
+				t.Fatalf("no acquire in %v", cmds)
+				return 0
+			}
+			now := time.Second
+			seq := seqOf(m.Step(now, Start{}))
+			now += 100 * time.Millisecond
+			m.Step(now, AcquireResult{Seq: seq, Err: errors.New("connection reset by peer")})
+			now += fastTiming.RetryInterval * 2
+			seq = seqOf(m.Step(now, Tick{}))
+			now += time.Millisecond
+			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age}})
+			released := false
+			for _, c := range cmds {
+				if r, ok := c.(ReleaseCmd); ok && r.Custody.Fence == 1 {
+					released = true
+				}
+			}
+			if released != tc.handBack {
+				t.Fatalf("hand-back of fence 1 = %v, want %v (commands %v)", released, tc.handBack, cmds)
+			}
+		})
+	}
 }
