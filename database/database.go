@@ -70,6 +70,8 @@ type DB struct {
 	// file is the database file as opened, to notice it being deleted or
 	// replaced under a running instance (nil when remote).
 	file os.FileInfo
+	// applied and newer: see AppliedMigrations and NewerMigrations.
+	applied, newer []int
 }
 
 // Open opens the database and checks that it answers. The URL takes the

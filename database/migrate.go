@@ -92,7 +92,7 @@ func (db *DB) apply(ctx context.Context, migs []Migration) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("migrate: begin: %w", err)
 	}
-	applied, err := migrateLocked(ctx, conn, migs)
+	applied, err := db.migrateLocked(ctx, conn, migs)
 	if err != nil {
 		_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		return nil, err
@@ -101,10 +101,15 @@ func (db *DB) apply(ctx context.Context, migs []Migration) ([]int, error) {
 		_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		return nil, fmt.Errorf("migrate: commit: %w", err)
 	}
+	db.applied = applied
 	return applied, nil
 }
 
-func migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int, error) {
+// AppliedMigrations returns the versions the last Migrate applied (nil
+// when the database was already up to date).
+func (db *DB) AppliedMigrations() []int { return db.applied }
+
+func (db *DB) migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int, error) {
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,
@@ -126,6 +131,22 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int
 		done[v] = true
 	}
 	rows.Close()
+	known := map[int]bool{}
+	for _, m := range migs {
+		known[m.Version] = true
+	}
+	var unknown []int
+	for v := range done {
+		if !known[v] {
+			unknown = append(unknown, v)
+		}
+	}
+	sort.Ints(unknown)
+	if len(unknown) > 0 {
+		// A newer version migrated this database; it runs on it, as
+		// migrations only ever add, but its operator should know.
+		db.newer = unknown
+	}
 	var applied []int
 	for _, m := range migs {
 		if done[m.Version] {
@@ -151,6 +172,11 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int
 	}
 	return applied, nil
 }
+
+// NewerMigrations returns the versions recorded in schema_migrations that
+// this binary does not know, as the last Migrate found them: a newer
+// version of appview migrated the database (nil otherwise).
+func (db *DB) NewerMigrations() []int { return db.newer }
 
 // Ready reports whether the database answers, every embedded migration is
 // recorded, and it takes writes (for /readyz): an instance that cannot

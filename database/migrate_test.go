@@ -245,3 +245,33 @@ func TestReadyReportsPendingMigrations(t *testing.T) {
 		t.Fatalf("Ready after migrating: %v", err)
 	}
 }
+
+func TestMigrateReportsWhatItAppliedAndMigrationsItDoesNotKnow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	db := openTemp(t, path)
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := db.AppliedMigrations(); len(got) != len(migs) || db.NewerMigrations() != nil {
+		t.Fatalf("a new database: applied %v, newer %v; want all %d, none", got, db.NewerMigrations(), len(migs))
+	}
+	// A newer appview recorded a migration this one does not have.
+	newer := migs[len(migs)-1].Version + 1
+	if _, err := db.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, 'from_a_newer_version', 0)`, newer); err != nil {
+		t.Fatal(err)
+	}
+	again := openTemp(t, path)
+	if _, err := again.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := again.AppliedMigrations(); got != nil {
+		t.Fatalf("applied %v on an up-to-date database", got)
+	}
+	if got := again.NewerMigrations(); len(got) != 1 || got[0] != newer {
+		t.Fatalf("newer migrations %v, want [%d]", got, newer)
+	}
+}

@@ -241,6 +241,9 @@ func (s *System) Stop(ctx context.Context) error {
 		err = s.releases.unreleased()
 	case <-ctx.Done():
 		err = fmt.Errorf("actors still stopping when the shutdown timeout ran out: %w", ctx.Err())
+		if left := s.releases.unreleased(); left != nil {
+			err = fmt.Errorf("%w; %w", err, left)
+		}
 	}
 	s.actors.EventStream.Unsubscribe(s.releasesSub)
 	s.contenders.Wait()

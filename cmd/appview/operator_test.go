@@ -176,8 +176,13 @@ func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
 	// Actors still stopping may log after the failure line: every line,
 	// not only the last, must be JSON.
 	assertJSONLog(t, p.lines())
-	if _, ok := p.logLine(map[string]string{"level": "error", "msg": "stop incomplete (see error); a lease not released runs out its TTL"}); !ok {
+	line, ok := p.logLine(map[string]string{"level": "error", "msg": "stop incomplete (see error); a lease not released runs out its TTL"})
+	if !ok {
 		t.Fatalf("the failed stop was not logged as an error line")
+	}
+	// The release of cleanup was waiting on the lock: the line names it.
+	if e, _ := line["error"].(string); !strings.Contains(e, "cleanup (fence") {
+		t.Fatalf("the failed stop's error %q does not name the unreleased cleanup lease", e)
 	}
 }
 

@@ -149,6 +149,13 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 				"one stalled instance holding the write lock (SIGSTOP, VM pause) can make every instance's renewals " +
 				"outlast the deadline and lose every lease")
 	}
+	if v := db.AppliedMigrations(); len(v) > 0 {
+		log.Info().Ints("versions", v).Msg("database migrated")
+	}
+	if v := db.NewerMigrations(); len(v) > 0 {
+		log.Warn().Ints("versions", v).
+			Msg("the database carries migrations this version does not know: a newer appview migrated it; running on it, but upgrade this instance")
+	}
 	ev := log.Info().Str("database", cfg.Database.URL).Float64("start_ms", msSince(started)).Int("workers", len(workers.Workers()))
 	if srv != nil {
 		ev = ev.Str("admin", srv.Addr())
