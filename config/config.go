@@ -124,8 +124,9 @@ type Jetstream struct {
 	// Rewind is subtracted from the stored cursor when the consumer
 	// connects for the first time after starting and when it connects to
 	// another URL than the one it last read from (Jetstream instances
-	// stamp time_us independently); a reconnect to the same URL rewinds
-	// only by the live tail's reorder window (1 s, or this if smaller).
+	// stamp time_us independently); a reconnect to the same URL resumes at
+	// the last event it delivered, less the live tail's reorder window
+	// (1 s, or this if smaller) when it was on the live tail.
 	Rewind time.Duration `yaml:"rewind"`
 	// StaleTimeout reconnects when no frame arrives for this long.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`

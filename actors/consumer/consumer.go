@@ -189,8 +189,8 @@ func (c *consumer) start(ctx actor.Context) {
 // On the instance this incarnation last committed a batch from, it resumes
 // at that batch's last time_us (inclusive, so that event comes again;
 // every write is idempotent), less the reorder window when the last
-// connection reached new events, but never before where that connection
-// began to reach them. Rewinding by jetstream.rewind there would only
+// connection reached new events on the live tail, but never before where
+// that connection began to reach them. Rewinding by jetstream.rewind there would only
 // replay what this instance already sent us, and a connection that drops
 // more often than it can deliver a rewind's worth of events would then
 // never get past the cursor.
@@ -209,14 +209,18 @@ func (c *consumer) resumeAt(url string) int64 {
 	defer func() { c.dialHighUS = c.highUS }()
 	if url == c.resumeURL && c.resumeUS > 0 {
 		at := c.resumeUS
-		if c.highUS > c.dialHighUS {
-			// The last connection reached new events, possibly on the live
-			// tail, which Jetstream sends out of time_us order: events
-			// stamped up to reorderWindow before the newest one may still
-			// have been on their way. Everything up to where that
-			// connection started to break new ground had come before (a
-			// replay is in time_us order), so never rewind past it: each
-			// connection that reaches new events moves the resume point.
+		live := c.highUS >= time.Now().Add(-liveTailLag).UnixMicro()
+		if live && c.highUS > c.dialHighUS {
+			// The last connection reached new events on the live tail,
+			// which Jetstream sends out of time_us order: events stamped
+			// up to reorderWindow before the newest one may still have
+			// been on their way. Everything up to where that connection
+			// started to break new ground had come before, so never
+			// rewind past it: each connection that reaches new events
+			// moves the resume point. (A replay from a cursor, further
+			// behind than liveTailLag, is in time_us order: it resumes at
+			// the last event, and a server that drops a subscriber every
+			// few events still moves it on every connection.)
 			window := min(reorderWindow, c.o.Jetstream.Rewind).Microseconds()
 			at = min(at, max(c.highUS-window, c.dialHighUS))
 		}
@@ -233,6 +237,11 @@ func (c *consumer) resumeAt(url string) int64 {
 // on its live tail (up to 31 ms in the shared capture of real traffic; a
 // loaded instance can do worse). See resumeAt and batchCursor.
 const reorderWindow = time.Second
+
+// liveTailLag: events stamped within this of the host's clock are taken
+// to come from Jetstream's live tail (stamped as they arrive, out of
+// order); older ones from a replay out of its time-ordered store.
+const liveTailLag = time.Minute
 
 // drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
 const drainGrace = time.Second

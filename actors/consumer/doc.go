@@ -67,15 +67,18 @@
 // incarnation (after a restart or a handover, we do not know where the
 // cursor came from) and every connect to a URL other than the one the
 // last committed batch came from resume at the committed cursor minus
-// jetstream.rewind. A reconnect to that same URL rewinds only by the
-// reorder window (1 s, or jetstream.rewind if smaller): Jetstream's live
-// tail is not in time_us order (42 of the 152 events of the shared capture
-// are older than the one before, by up to 31 ms), so events stamped just
-// before the last one received may still have been on their way, and a
-// replay from a cursor only sends time_us >= cursor. It never rewinds past
-// where the last connection began to reach new events (a replay up to
-// there is in time_us order), so a connection that drops before it
-// delivers a window's worth of events still moves the resume point on.
+// jetstream.rewind. A reconnect to that same URL resumes at the last
+// event committed from it (inclusive): a replay from a cursor comes out of
+// Jetstream's time-ordered store, so nothing before that event is still to
+// come, and a server that drops the subscriber every few events still
+// moves the resume point on every connection. When the connection was on
+// the live tail (its newest event within a minute of the host's clock),
+// the reconnect rewinds by the reorder window (1 s, or jetstream.rewind if
+// smaller): the live tail is not in time_us order (42 of the 152 events of
+// the shared capture are older than the one before, by up to 31 ms), so
+// events stamped just before the last one received may still have been on
+// their way. It never rewinds past where that connection began to reach
+// new events, so each connection that reaches them moves the resume point.
 //
 // Failure: a commit error ends Run; the actor then fails with that error
 // (a panic its parent sees as the reason), so lease.ErrSuperseded reaches

@@ -76,10 +76,10 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[90:150]}); err != nil {
 		t.Fatal(err)
 	}
-	// The connection reached new events (maybe on the live tail, which
-	// Jetstream sends out of time_us order): back by the reorder window.
-	if got, want := cons.resumeAt(a), events[149].TimeUS-reorderWindow.Microseconds(); got != want {
-		t.Fatalf("reconnect to the same instance: cursor %d, want the last committed event's minus the reorder window %d", got, want)
+	// A replay (its events far behind the clock) is in time_us order: no
+	// rewind on the same instance.
+	if got := cons.resumeAt(a); got != events[149].TimeUS {
+		t.Fatalf("reconnect to the same instance: cursor %d, want the last committed event's %d", got, events[149].TimeUS)
 	}
 	if got := cons.resumeAt(b); got != rewound() {
 		t.Fatalf("failover to another instance: cursor %d, want the committed cursor minus the rewind (%d)", got, rewound())
@@ -87,10 +87,8 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: events[140:200]}); err != nil {
 		t.Fatal(err)
 	}
-	// ... but never back past where that connection started to reach new
-	// events (events[149], the newest before it).
-	if got, want := cons.resumeAt(b), max(events[199].TimeUS-reorderWindow.Microseconds(), events[149].TimeUS); got != want {
-		t.Fatalf("reconnect to the new instance: cursor %d, want %d", got, want)
+	if got := cons.resumeAt(b); got != events[199].TimeUS {
+		t.Fatalf("reconnect to the new instance: cursor %d, want %d", got, events[199].TimeUS)
 	}
 	if got := cons.resumeAt(a); got != rewound() {
 		t.Fatalf("back to the first instance: cursor %d, want a rewind (%d)", got, rewound())
@@ -103,5 +101,49 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	}
 	if got := cons.resumeAt(a); got != events[169].TimeUS {
 		t.Fatalf("reconnect during a rewound replay: cursor %d, want where the replay got to (%d)", got, events[169].TimeUS)
+	}
+}
+
+// On the live tail (events stamped moments ago, out of time_us order) a
+// same-URL reconnect rewinds by the reorder window, but never before where
+// the last connection began to reach new events, so each connection that
+// reaches them moves the resume point on.
+func TestALiveTailReconnectRewindsByTheReorderWindowAndStillMovesOn(t *testing.T) {
+	db := openDB(t)
+	events, _ := generate(57, 120)
+	shift := time.Now().Add(-3*time.Second).UnixMicro() - events[0].TimeUS
+	for i := range events {
+		events[i].TimeUS += shift
+	}
+	c := acquire(t, db.DB, "me")
+	sys := newSystem(t)
+	cons := &consumer{
+		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second},
+			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
+		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root,
+		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+	}
+	const a = "ws://a.example/subscribe"
+	ctx := context.Background()
+	if got := cons.resumeAt(a); got != 0 {
+		t.Fatalf("first connect with nothing committed: cursor %d, want the live tail (0)", got)
+	}
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:60]}); err != nil {
+		t.Fatal(err)
+	}
+	first := events[59].TimeUS - reorderWindow.Microseconds()
+	if got := cons.resumeAt(a); got != first {
+		t.Fatalf("reconnect after a live connection: cursor %d, want the last event's minus the reorder window (%d)", got, first)
+	}
+	// The next connection repeats what it had and brings a few new events
+	// (less than a window's worth): resume where it began to break new
+	// ground, not a window before its newest event.
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[50:65]}); err != nil {
+		t.Fatal(err)
+	}
+	want := max(events[64].TimeUS-reorderWindow.Microseconds(), events[59].TimeUS)
+	if got := cons.resumeAt(a); got != want || got <= first {
+		t.Fatalf("cursor %d, want %d (past the previous resume point %d)", got, want, first)
 	}
 }
