@@ -4,86 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
+	"net"
+	"os"
+	"path/filepath"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/jetstream"
 )
 
-// closeEvent is one well-formed Jetstream v1 commit event (text frame),
-// enough to put the client's handler to work.
+// closeEvent is one well-formed Jetstream v1 commit event, enough to put
+// the client's handler to work.
 const closeEvent = `{"did":"did:plc:benchclose","time_us":1750000000000000,"kind":"commit",` +
 	`"commit":{"rev":"3l","operation":"create","collection":"io.atcr.tag","rkey":"latest",` +
 	`"record":{"$type":"io.atcr.tag","repository":"app","tag":"latest",` +
 	`"manifestDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000",` +
 	`"createdAt":"2025-06-15T00:00:00Z"},"cid":"bafy"}}`
 
-// closeServer is a Jetstream endpoint that upgrades, sends first (if not
-// empty) and then says nothing until the client goes: a server that went
-// silent without closing, which is what Close must not wait on.
-type closeServer struct {
-	srv   *httptest.Server
-	quit  chan struct{}
-	wg    sync.WaitGroup
-	conns chan struct{}
-}
+// closeEventUS is closeEvent's time_us.
+const closeEventUS = 1750000000000000
 
-func startCloseServer(first string) *closeServer {
-	s := &closeServer{quit: make(chan struct{}), conns: make(chan struct{}, 1024)}
-	var upgrader websocket.Upgrader
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.wg.Add(1)
-		defer s.wg.Done()
-		ws, err := upgrader.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
-		if first != "" {
-			if err := ws.WriteMessage(websocket.TextMessage, []byte(first)); err != nil {
-				return
-			}
-		}
-		s.conns <- struct{}{}
-		// Read (and drop) until the client closes, so its close is seen.
-		go func() {
-			for {
-				if _, _, err := ws.ReadMessage(); err != nil {
-					return
-				}
-			}
-		}()
-		<-s.quit
-	}))
-	return s
-}
-
-func (s *closeServer) url() string {
-	return "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/subscribe"
-}
-
-func (s *closeServer) stop() {
-	close(s.quit)
-	s.srv.Close()
-	s.wg.Wait()
-}
-
-// closeLatency measures jetstream.Client.Close, one client at a time:
-// "silent" against a connected server that sends nothing, "blocked" while
-// the handler is busy with a batch (it returns only when its context
-// ends). The brief's promise is 100 ms.
+// closeLatency measures jetstream.Client.Close, one client at a time,
+// against a loopback jetstream.ReplayServer of closeEvent: "silent" asks
+// for a cursor past the event (the server then says nothing, as one that
+// went silent without closing), "blocked" gets the event and its handler
+// holds the batch until its context ends. The brief's promise is 100 ms.
 func (r *runner) closeLatency(ctx context.Context) error {
-	n := r.n.close
+	dir, err := r.scratch("jetstream-close")
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(dir, "one-event.jsonl")
+	if err := os.WriteFile(file, []byte(closeEvent+"\n"), 0o644); err != nil {
+		return err
+	}
+	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: file}, zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	<-srv.Listening()
 	for _, c := range []struct {
-		name  string
-		first string
-	}{{"silent", ""}, {"blocked", closeEvent}} {
-		samples, err := measureClose(ctx, n, c.first)
+		name   string
+		cursor int64
+	}{{"silent", closeEventUS + 1}, {"blocked", 0}} {
+		samples, err := measureClose(ctx, srv, r.n.close, c.cursor)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -93,12 +64,10 @@ func (r *runner) closeLatency(ctx context.Context) error {
 	return nil
 }
 
-// measureClose runs rounds clients against a closeServer that sends first,
-// and returns how long each Close took once the client was connected (and,
-// with an event to send, once its handler had the batch).
-func measureClose(ctx context.Context, rounds int, first string) ([]time.Duration, error) {
-	srv := startCloseServer(first)
-	defer srv.stop()
+// measureClose runs rounds clients against srv from cursor and returns how
+// long each Close took once the client was connected (from cursor 0: once
+// its handler had the batch).
+func measureClose(ctx context.Context, srv *jetstream.ReplayServer, rounds int, cursor int64) ([]time.Duration, error) {
 	samples := make([]time.Duration, 0, rounds)
 	for range rounds {
 		entered := make(chan struct{}, 1)
@@ -110,24 +79,22 @@ func measureClose(ctx context.Context, rounds int, first string) ([]time.Duratio
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		c, err := jetstream.NewClient(jetstream.ClientOptions{URLs: []string{srv.url()}}, handler)
+		conns := srv.Connections()
+		c, err := jetstream.NewClient(jetstream.ClientOptions{URLs: []string{srv.URL()},
+			Cursor: func() int64 { return cursor }}, handler)
 		if err != nil {
 			return nil, err
 		}
 		ran := make(chan error, 1)
 		go func() { ran <- c.Run(context.Background()) }()
-		ready := srv.conns
-		if first != "" {
-			ready = entered
-		}
-		select {
-		case <-ready:
-		case <-time.After(10 * time.Second):
+		if err := waitReady(ctx, func() bool {
+			if cursor == 0 {
+				return len(entered) > 0
+			}
+			return srv.Connections() > conns
+		}); err != nil {
 			c.Close()
-			return nil, errors.New("the client never got going")
-		case <-ctx.Done():
-			c.Close()
-			return nil, ctx.Err()
+			return nil, err
 		}
 		start := time.Now()
 		c.Close()
@@ -135,9 +102,21 @@ func measureClose(ctx context.Context, rounds int, first string) ([]time.Duratio
 		if err := <-ran; err != nil {
 			return nil, fmt.Errorf("Run: %w", err)
 		}
-		if first != "" {
-			<-srv.conns // the connection's own token
-		}
 	}
 	return samples, nil
+}
+
+// waitReady polls ready every 100 µs for up to 10 s.
+func waitReady(ctx context.Context, ready func() bool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for !ready() {
+		if time.Now().After(deadline) {
+			return errors.New("the client never got going")
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
 }

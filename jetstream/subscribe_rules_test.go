@@ -20,6 +20,33 @@ import (
 // identityEvent is one well-formed Jetstream v1 identity event.
 const identityEvent = `{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","time_us":1725911162329308,"kind":"identity","identity":{"did":"did:plc:aaaaaaaaaaaaaaaaaaaaaaaa","handle":"a.example","seq":1,"time":"2024-09-09T19:46:02.102Z"}}`
 
+// wsServer serves each websocket connection with serve (the connection is
+// closed when it returns) and returns the server's /subscribe URL; the
+// server is closed at the end of the test.
+func wsServer(t *testing.T, serve func(r *http.Request, ws *websocket.Conn)) string {
+	t.Helper()
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		serve(r, ws)
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"
+}
+
+// readUntilClosed reads (and drops) what the client sends until it goes.
+func readUntilClosed(ws *websocket.Conn) {
+	for {
+		if _, _, err := ws.ReadMessage(); err != nil {
+			return
+		}
+	}
+}
+
 // Jetstream refuses a subscription with more than 100 wantedCollections
 // (HTTP 400 on the dial, and it ends a socket whose options_update
 // carries them): a client that took them would dial into a 400 forever.
@@ -49,14 +76,8 @@ func TestClientRefusesMoreThan100Collections(t *testing.T) {
 // sends anything: the client must send one even when its filter did not
 // change while it was dialling.
 func TestClientSaysHelloWhenTheURLRequiresIt(t *testing.T) {
-	up := websocket.Upgrader{}
 	var hellos atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
+	url := wsServer(t, func(r *http.Request, ws *websocket.Conn) {
 		if r.URL.Query().Get("requireHello") == "true" {
 			for {
 				typ, msg, err := ws.ReadMessage()
@@ -71,18 +92,10 @@ func TestClientSaysHelloWhenTheURLRequiresIt(t *testing.T) {
 			}
 		}
 		_ = ws.WriteMessage(websocket.TextMessage, []byte(identityEvent))
-		for {
-			if _, _, err := ws.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}))
-	defer srv.Close()
+		readUntilClosed(ws)
+	})
 	s := newSink()
-	runClient(t, ClientOptions{
-		URLs:        []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe?requireHello=true"},
-		Collections: []string{"io.atcr.*"},
-	}, s.handle)
+	runClient(t, ClientOptions{URLs: []string{url + "?requireHello=true"}, Collections: []string{"io.atcr.*"}}, s.handle)
 	s.waitEvents(t, 1)
 	if n := hellos.Load(); n != 1 {
 		t.Fatalf("%d hellos, want 1", n)
@@ -94,27 +107,17 @@ func TestClientSaysHelloWhenTheURLRequiresIt(t *testing.T) {
 // must not count as healthy enough to reset the backoff, or the client
 // redials at MinBackoff forever.
 func TestAServerThatClosesAfterOneFrameIsRedialledWithAGrowingBackoff(t *testing.T) {
-	up := websocket.Upgrader{}
 	var mu sync.Mutex
 	var dials []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
+	url := wsServer(t, func(_ *http.Request, ws *websocket.Conn) {
 		mu.Lock()
 		dials = append(dials, time.Now())
 		mu.Unlock()
 		_ = ws.WriteMessage(websocket.TextMessage, []byte(identityEvent))
 		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "boom"), time.Now().Add(time.Second))
-	}))
-	defer srv.Close()
+	})
 	const minBackoff = 50 * time.Millisecond
-	runClient(t, ClientOptions{
-		URLs:       []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
-		MinBackoff: minBackoff, MaxBackoff: 5 * time.Second,
-	}, newSink().handle)
+	runClient(t, ClientOptions{URLs: []string{url}, MinBackoff: minBackoff, MaxBackoff: 5 * time.Second}, newSink().handle)
 	const want = 6
 	deadline := time.Now().Add(testWait)
 	for {
@@ -148,29 +151,15 @@ func TestCommitsOutsideWantedCollectionsAreSkippedAsUnwanted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := websocket.Upgrader{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.Close()
+	url := wsServer(t, func(_ *http.Request, ws *websocket.Conn) {
 		// Everything, whatever wantedCollections said.
 		for _, l := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
 			_ = ws.WriteMessage(websocket.TextMessage, []byte(l))
 		}
-		for {
-			if _, _, err := ws.ReadMessage(); err != nil {
-				return
-			}
-		}
-	}))
-	defer srv.Close()
+		readUntilClosed(ws)
+	})
 	s := newSink()
-	runClient(t, ClientOptions{
-		URLs:        []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
-		Collections: []string{"app.bsky.feed.*", "app.bsky.graph.follow"},
-	}, s.handle)
+	runClient(t, ClientOptions{URLs: []string{url}, Collections: []string{"app.bsky.feed.*", "app.bsky.graph.follow"}}, s.handle)
 	// golden_v1: like, post, repost, follow, profile, a hypercerts claim,
 	// a place.stream origin, identity, account, block.
 	s.waitFor(t, "10 frames", func(evs []Event, fails []*DecodeError) bool { return len(evs)+len(fails) >= 10 })

@@ -421,6 +421,20 @@ func TestALeaseActorStoppedOutrightStillReleasesBeforeItTerminates(t *testing.T)
 
 // lateFirstAcquire holds the first Acquire until land is closed and fails
 // every other one until then, so the first is abandoned and lands late.
+// newLateFirstAcquire wraps inner; the test's cleanup lets a first acquire
+// still held through.
+func newLateFirstAcquire(t *testing.T, inner StoreAPI) *lateFirstAcquire {
+	s := &lateFirstAcquire{StoreAPI: inner, land: make(chan struct{}), retried: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-s.land:
+		default:
+			close(s.land)
+		}
+	})
+	return s
+}
+
 type lateFirstAcquire struct {
 	StoreAPI
 	land    chan struct{}
@@ -456,14 +470,7 @@ func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (Gr
 func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-store.land:
-		default:
-			close(store.land)
-		}
-	})
+	store := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
 	p := &probe{}
 	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
 	select {
@@ -497,7 +504,7 @@ func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testi
 		t.Run(landing, func(t *testing.T) {
 			db := openDB(t)
 			h := newHarness(t)
-			store := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
+			store := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
 			p := &probe{}
 			r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
 			select {

@@ -94,67 +94,26 @@ func (s *slowAnswerRelease) Release(ctx context.Context, c Custody) error {
 func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	reg := prometheus.NewRegistry()
-	metrics, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	metrics := newTestMetrics(t)
 	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props, Metrics: metrics})
-	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
-		return e.Kind == events.LeaseAcquired && e.Fence == 2
-	})
-	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
-		return e.Kind == events.LeaseReleased && e.Fence == 1
-	})
-	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
-	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
-		all, _ := h.events.snapshot()
-		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
-	}
-	if got := testutil.ToFloat64(metrics.Fence.WithLabelValues("cleanup")); got != 2 {
-		t.Fatalf("appview_lease_fence = %v while holding fence 2", got)
-	}
+	checkHeldAfterHandBack(t, h, metrics)
 }
 
 // The same through the pre-existing hand-back of an abandoned acquire.
 func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	reg := prometheus.NewRegistry()
-	metrics, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner := &lateFirstAcquire{StoreAPI: NewStore(db, zombieTiming.TTL), land: make(chan struct{}), retried: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-inner.land:
-		default:
-			close(inner.land)
-		}
-	})
+	metrics := newTestMetrics(t)
+	inner := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
 	store := &slowAnswerRelease{StoreAPI: inner, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props, Metrics: metrics})
 	<-inner.retried
 	close(inner.land)
-	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
-		return e.Kind == events.LeaseAcquired && e.Fence == 2
-	})
-	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
-		return e.Kind == events.LeaseReleased && e.Fence == 1
-	})
-	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
-	all, _ := h.events.snapshot()
-	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
-		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
-	}
-	if got := testutil.ToFloat64(metrics.Fence.WithLabelValues("cleanup")); got != 2 {
-		t.Fatalf("appview_lease_fence = %v while holding fence 2:\n%s", got, formatEvents(all))
-	}
+	checkHeldAfterHandBack(t, h, metrics)
 }
 
 func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
@@ -176,6 +135,37 @@ func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
 	}
 	if n := h.events.count(is(events.WorkerStopped, "instance-a")); n != 1 {
 		t.Fatalf("worker.stopped published %d times", n)
+	}
+}
+
+// newTestMetrics registers the lease metrics on a registry of their own.
+func newTestMetrics(t *testing.T) *Metrics {
+	t.Helper()
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metrics
+}
+
+// checkHeldAfterHandBack waits for the grant of fence 2 and the hand-back
+// of fence 1 (in either order) on lease cleanup, and checks the gauges
+// still show fence 2 held.
+func checkHeldAfterHandBack(t *testing.T, h *harness, metrics *Metrics) {
+	t.Helper()
+	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
+		return e.Kind == events.LeaseAcquired && e.Fence == 2
+	})
+	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
+		return e.Kind == events.LeaseReleased && e.Fence == 1
+	})
+	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
+	all, _ := h.events.snapshot()
+	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
+		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
+	}
+	if got := testutil.ToFloat64(metrics.Fence.WithLabelValues("cleanup")); got != 2 {
+		t.Fatalf("appview_lease_fence = %v while holding fence 2:\n%s", got, formatEvents(all))
 	}
 }
 
