@@ -374,15 +374,13 @@ func (c Config) Validate() error {
 		// empty list would subscribe this instance to the whole firehose.
 		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
 	}
-	distinct := map[string]bool{}
 	for _, col := range c.Jetstream.Collections {
 		if !nsid.ValidPattern(col) {
 			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
 		}
-		distinct[col] = true
 	}
-	if len(distinct) > maxWantedCollections {
-		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", len(distinct), maxWantedCollections)
+	if n := len(c.Jetstream.Collections); n > maxWantedCollections {
+		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", n, maxWantedCollections)
 	}
 	switch {
 	case c.Jetstream.Rewind < 0:

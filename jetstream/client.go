@@ -200,7 +200,8 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 			return nil, fmt.Errorf("jetstream client: URL %q: want ws:// or wss://HOST/...", raw)
 		}
 	}
-	if err := checkCollections(opts.Collections); err != nil {
+	filter, err := newCollectionFilter(opts.Collections)
+	if err != nil {
 		return nil, fmt.Errorf("jetstream client: %w", err)
 	}
 	switch {
@@ -249,9 +250,7 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 		collections: slices.Clone(opts.Collections),
 		done:        make(chan struct{}),
 	}
-	if err := c.setFilter(opts.Collections); err != nil {
-		return nil, fmt.Errorf("jetstream client: %w", err)
-	}
+	c.filter.Store(&filter)
 	return c, nil
 }
 
@@ -329,50 +328,21 @@ func (c *Client) Close() error {
 // the message could not be written (the connection is failing); the new
 // filter still applies from the next connection.
 func (c *Client) UpdateOptions(collections []string) error {
-	if err := checkCollections(collections); err != nil {
+	filter, err := newCollectionFilter(collections)
+	if err != nil {
 		return fmt.Errorf("jetstream options_update: %w", err)
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
 	c.collections = slices.Clone(collections)
-	err := c.setFilter(collections)
+	c.filter.Store(&filter)
 	conn := c.conn
 	c.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("jetstream options_update: %w", err)
-	}
 	if conn == nil {
 		return nil
 	}
 	return writeOptionsUpdate(conn, collections)
-}
-
-// setFilter parses collections for the reader.
-func (c *Client) setFilter(collections []string) error {
-	f, err := newCollectionFilter(collections)
-	if err != nil {
-		return err
-	}
-	c.filter.Store(&f)
-	return nil
-}
-
-// checkCollections applies Jetstream's rules to a wantedCollections list:
-// each an NSID or prefix.*, at most maxWantedCollections distinct ones
-// (Jetstream answers more with 400, or ends the socket on options_update).
-func checkCollections(cols []string) error {
-	distinct := map[string]bool{}
-	for _, col := range cols {
-		if !ValidCollection(col) {
-			return fmt.Errorf("collection %q is not an NSID or NSID prefix ending in .*", col)
-		}
-		distinct[col] = true
-	}
-	if len(distinct) > maxWantedCollections {
-		return fmt.Errorf("%d wantedCollections, Jetstream accepts at most %d", len(distinct), maxWantedCollections)
-	}
-	return nil
 }
 
 // writeOptionsUpdate sends an options_update; the caller holds writeMu.

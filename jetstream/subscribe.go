@@ -62,17 +62,21 @@ type collectionFilter struct {
 	prefixes []string
 }
 
+// newCollectionFilter parses a wantedCollections list by Jetstream's rules
+// (each an NSID or prefix.*, at most maxWantedCollections entries): the
+// client refuses what Jetstream would answer with HTTP 400, and the replay
+// server refuses it as Jetstream does.
 func newCollectionFilter(wanted []string) (collectionFilter, error) {
 	if len(wanted) == 0 {
 		return collectionFilter{all: true}, nil
 	}
 	if len(wanted) > maxWantedCollections {
-		return collectionFilter{}, fmt.Errorf("%d wantedCollections, at most %d", len(wanted), maxWantedCollections)
+		return collectionFilter{}, fmt.Errorf("%d wantedCollections, Jetstream accepts at most %d", len(wanted), maxWantedCollections)
 	}
 	f := collectionFilter{exact: map[string]bool{}}
 	for _, w := range wanted {
 		if !ValidCollection(w) {
-			return collectionFilter{}, fmt.Errorf("invalid collection %q", w)
+			return collectionFilter{}, fmt.Errorf("collection %q is not an NSID or NSID prefix ending in .*", w)
 		}
 		if p, ok := strings.CutSuffix(w, "*"); ok {
 			// Keep the dot: "io.atcr.*" matches "io.atcr.tag", not "io.atcrx.tag".
