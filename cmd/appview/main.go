@@ -89,7 +89,7 @@ func newRootCommand() *cobra.Command {
 	}
 	migrated, existing := opener(openDatabase), opener(openExisting)
 	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
-		newWebhooksCommand(migrated, existing), newReplayCommand(), newSynthCommand(), newBenchCommand())
+		newWebhooksCommand(migrated, existing), newReplayCommand(), newSynthCommand(), newSynthCheckCommand(existing), newBenchCommand())
 	strictUsage(root)
 	return root
 }

@@ -312,3 +312,29 @@ func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
 	// Nothing is wrong with the command line: the database already holds it.
 	assertFailure(t, runAppview(t, dir, childEnv(), add...), "appview: webhook 1 already delivers to http://127.0.0.1:9/hook for did:plc:alice")
 }
+
+func TestSynthCheckComparesTheDatabaseWithTheExpectedState(t *testing.T) {
+	dir := t.TempDir()
+	env := childEnv("APPVIEW_DATABASE_URL=file:" + filepath.Join(dir, "a.db"))
+	if r := runAppview(t, dir, env, "synth", "--events", "200", "--out", "s.jsonl", "--expected", "s.json"); r.code != 0 {
+		t.Fatalf("synth: exit %d: %s", r.code, r.stderr)
+	}
+	if r := runAppview(t, dir, env, "synth-check"); r.code != exitConfig || !strings.Contains(r.stderr, "--expected") {
+		t.Fatalf("synth-check without --expected: exit %d, %q; want %d naming --expected", r.code, r.stderr, exitConfig)
+	}
+	if r := runAppview(t, dir, env, "synth-check", "--expected", "s.json"); r.code != exitConfig || !strings.Contains(r.stderr, "database.url") {
+		t.Fatalf("synth-check on a missing database: exit %d, %q; want %d naming database.url", r.code, r.stderr, exitConfig)
+	}
+	// A migrated database that has consumed nothing differs.
+	p := startServe(t, dir, childEnv("APPVIEW_DATABASE_URL=file:"+filepath.Join(dir, "a.db"), "APPVIEW_ADMIN_ADDR=127.0.0.1:0",
+		"APPVIEW_JETSTREAM_URLS=ws://127.0.0.1:1/subscribe"))
+	p.started()
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(runTimeout); code != 0 {
+		t.Fatalf("serve: exit %d", code)
+	}
+	r := runAppview(t, dir, env, "synth-check", "--expected", "s.json")
+	if r.code != exitFailure || !strings.Contains(r.stdout, "missing row") || !strings.Contains(r.stderr, "differs") {
+		t.Fatalf("synth-check on an empty database: exit %d, stdout %q, stderr %q; want %d with missing rows", r.code, r.stdout, r.stderr, exitFailure)
+	}
+}
