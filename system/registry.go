@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/identity"
 )
 
 // Deps is what a worker package gets when it registers: shared, process-wide

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // releaseAudit follows this instance's custody events so that Stop can say

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // A hand-back of an older grant answered after a newer grant must not end

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 func TestReleaseAuditNamesEveryLeaseAStopDidNotRelease(t *testing.T) {

@@ -16,9 +16,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // RootName is the root actor's name; a LeaseActor's PID is RootName/<lease>.

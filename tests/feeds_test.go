@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/tests/harness"
 )
 

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
-	"github.com/atcr-io/appview/synth"
+	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/tests/harness"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
 )
 
 // LeaseName is the lease the backfill runs under (SPEC §4).

@@ -19,10 +19,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // Repo states in backfill_repos.

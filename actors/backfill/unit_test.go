@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fakepeer"
 	"github.com/atcr-io/appview/system"
 )

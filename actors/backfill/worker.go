@@ -10,8 +10,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/system"
 )
 

@@ -26,9 +26,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/system"
 )
 

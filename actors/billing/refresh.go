@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/system"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/system"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 )
 
 // ContenderStaleTTLs is how many lease TTLs a lease_contenders row may go

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // LeaseName is the lease the consumer runs under (SPEC §4).

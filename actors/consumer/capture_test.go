@@ -12,12 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
 )
 
 // captureDir holds real Jetstream v1 traffic (copied with its licence).
-var captureDir = filepath.Join("..", "..", "jetstream", "testdata")
+var captureDir = filepath.Join("..", "..", "internal", "jetstream", "testdata")
 
 // lastTimeUS is the time_us of the capture's last line: the cursor a
 // consumer must end on (SPEC §8: the last fully processed event).

@@ -13,10 +13,10 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // UpdateCollections replaces the collection filter on the live

@@ -24,13 +24,13 @@ import (
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/synth"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/synth"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 func TestMain(m *testing.M) {

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 // frame is one websocket message a junk server sends.

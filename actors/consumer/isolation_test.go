@@ -13,9 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // victimStats are two io.atcr.hold.stats events, from two holds, about one

@@ -16,10 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/webhooks"
 
-	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 // profileLine is a create of an io.atcr.sailor.profile in repo did.

@@ -8,10 +8,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 func TestAConnectionThatDropsFarMoreOftenThanTheRewindWindowStillReachesTheEnd(t *testing.T) {

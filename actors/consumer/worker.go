@@ -7,10 +7,10 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/system"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // Worker registers the consumer under lease "jetstream-consumer". It builds

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // Collections whose records name a repository (LEXICONS.md).

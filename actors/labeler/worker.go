@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/system"
 )
 

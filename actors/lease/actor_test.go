@@ -15,8 +15,8 @@ import (
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // Mirror of the seed's TestWaitBlocksUntilLeaseReleased: a rolling deploy

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // recordingConnector wraps the libSQL connector and records every argument

@@ -11,7 +11,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // slowRetry makes a contender's own retries slow (8-12 s, and the grant it

@@ -15,8 +15,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // waitFor bounds every wait on an event or a state; a test that needs

@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // Timing is the lease timing of SPEC §3 (leases.*). Validated by config:

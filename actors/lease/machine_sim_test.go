@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // The simulation drives several Machines (one per simulated instance)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // ErrSuperseded means a renewal, release or fenced write matched no lease

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 const longTTL = time.Minute

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // hungStore never answers until released, and counts the calls waiting in it.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // supervisionTiming has a short TTL so the give-up cooldown (one TTL) is

@@ -11,8 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/processor"
 )
 
 // Observe tells the cache about per-hold stats rows a committed batch

@@ -19,10 +19,10 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
-	"github.com/atcr-io/appview/synth"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/synth"
 )
 
 func TestMain(m *testing.M) {

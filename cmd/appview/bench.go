@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/bench"
+	"github.com/atcr-io/appview/internal/bench"
 )
 
 // newBenchCommand is `appview bench`: the lease runtime measured on this

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 )
 
 func newConfigCommand() *cobra.Command {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/admin"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/admin"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // Exit codes.

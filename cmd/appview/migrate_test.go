@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/sqldtest"
 )

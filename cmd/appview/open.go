@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // openTimeout bounds opening and migrating the database at start.

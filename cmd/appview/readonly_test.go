@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // assertFailure checks exit code 1 and exactly one stderr line containing

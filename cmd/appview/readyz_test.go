@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/sqldtest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/config"
+	"github.com/atcr-io/appview/internal/config"
 )
 
 // refusal is one configuration `appview serve` must refuse at start (SPEC

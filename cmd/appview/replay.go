@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/jetstream"
+	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/system"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/admin"
-	"github.com/atcr-io/appview/config"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/identity"
+	"github.com/atcr-io/appview/internal/admin"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/system"
 )
 

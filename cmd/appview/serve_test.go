@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/events"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/events"
 )
 
 // defaultAdmin is the built-in admin address (SPEC §3). This file's

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/synth"
+	"github.com/atcr-io/appview/internal/synth"
 )
 
 // newSynthCommand is `appview synth`: deterministic synthetic io.atcr.*

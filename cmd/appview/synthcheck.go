@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/synth"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/synth"
 )
 
 // newSynthCheckCommand is `appview synth-check`: compares the configured

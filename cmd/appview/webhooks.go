@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // newWebhooksCommand is `appview webhooks add|list|rm`: managing webhook

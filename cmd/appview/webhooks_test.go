@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/webhooks"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/webhooks"
 )
 
 // runWebhooks runs `appview webhooks args...` against the database at path.

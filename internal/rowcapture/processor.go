@@ -8,9 +8,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/database"
-	"github.com/atcr-io/appview/jetstream"
-	"github.com/atcr-io/appview/processor"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
 )
 
 // busyTimeout is the busy_timeout of the recording database: nothing else

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/database"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/rowcapture"
 )
 

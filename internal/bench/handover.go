@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/tests/harness"
+)
+
+// benchLease is the lease the handover scenarios measure: cleanup is the
+// leased worker every instance runs by default.
+const benchLease = "cleanup"
+
+// waitBound bounds one wait for an event in a scenario.
+const waitBound = 30 * time.Second
+
+// wait returns the first event from index from on in inst's log that m
+// matches.
+func wait(ctx context.Context, inst *harness.Instance, from int, m harness.Match) (harness.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	e, err := inst.Log.WaitFrom(ctx, from, m)
+	if err != nil {
+		return e, fmt.Errorf("%s: %w (last lines:\n%s)", inst.ID, err, inst.Tail(8))
+	}
+	return e, nil
+}
+
+// pair is a holder of benchLease and a contender registered for nudges.
+type pair struct {
+	c         *harness.Cluster
+	holder    *harness.Instance
+	contender *harness.Instance
+	fence     int64
+}
+
+// startPair starts the holder, waits for its grant, then starts the
+// contender.
+func (r *runner) startPair(ctx context.Context, c *harness.Cluster, db string) (*pair, error) {
+	p := &pair{c: c}
+	h, err := c.Start(ctx, r.spec(db))
+	if err != nil {
+		return nil, err
+	}
+	e, err := wait(ctx, h, 0, harness.Is(harness.WorkerStarted, benchLease))
+	if err != nil {
+		return nil, err
+	}
+	p.holder, p.fence = h, e.Fence
+	return p, r.newContender(ctx, p, db)
+}
+
+// newContender starts the next contender and waits for its second
+// lease.contended: the first one records it as a contender (asynchronously),
+// so by the second a releasing holder will nudge it.
+func (r *runner) newContender(ctx context.Context, p *pair, db string) error {
+	i, err := p.c.Start(ctx, r.spec(db))
+	if err != nil {
+		return err
+	}
+	first, err := wait(ctx, i, 0, harness.Is(harness.LeaseContended, benchLease))
+	if err != nil {
+		return err
+	}
+	if _, err := wait(ctx, i, first.Seq+1, harness.Is(harness.LeaseContended, benchLease)); err != nil {
+		return err
+	}
+	p.contender = i
+	return nil
+}
+
+// handover stops the holder with SIGTERM and returns the contender's
+// grant; the contender becomes the holder.
+func (r *runner) handover(ctx context.Context, p *pair) (harness.Event, error) {
+	mark := p.contender.Log.Len()
+	sctx, cancel := context.WithTimeout(ctx, waitBound)
+	code, err := p.holder.Stop(sctx)
+	cancel()
+	if err != nil {
+		return harness.Event{}, err
+	}
+	if code != 0 {
+		return harness.Event{}, fmt.Errorf("%s exited %d on SIGTERM; want 0", p.holder.ID, code)
+	}
+	acq, err := wait(ctx, p.contender, mark, harness.And(harness.Is(harness.LeaseAcquired, benchLease), harness.Fence(p.fence+1)))
+	if err != nil {
+		return acq, err
+	}
+	p.holder, p.contender, p.fence = p.contender, nil, acq.Fence
+	return acq, nil
+}
+
+func (r *runner) graceful(ctx context.Context) error {
+	dir, err := r.scratch("graceful")
+	if err != nil {
+		return err
+	}
+	c := harness.NewCluster(r.o.Bin, dir)
+	defer c.Close()
+	db := "file:" + filepath.Join(dir, "appview.db")
+	p, err := r.startPair(ctx, c, db)
+	if err != nil {
+		return err
+	}
+	var samples []time.Duration
+	for len(samples) < r.n.graceful {
+		old, fence := p.holder, p.fence
+		acq, err := r.handover(ctx, p)
+		if err != nil {
+			return err
+		}
+		rel, err := wait(ctx, old, 0, harness.And(harness.Is(harness.LeaseReleased, benchLease), harness.Fence(fence)))
+		if err != nil {
+			return fmt.Errorf("holder exited without releasing: %w", err)
+		}
+		samples = append(samples, acq.Time.Sub(rel.Time))
+		if err := r.newContender(ctx, p, db); err != nil {
+			return err
+		}
+	}
+	r.note("graceful handovers: %d, min %v, max %v", len(samples), percentile(samples, 0.0001), percentile(samples, 100))
+	r.figure("graceful_handover_p50_ms", ms(percentile(samples, 50)), "ms")
+	r.figure("graceful_handover_p99_ms", ms(percentile(samples, 99)), "ms")
+	return nil
+}
+
+func (r *runner) crash(ctx context.Context) error {
+	dir, err := r.scratch("crash")
+	if err != nil {
+		return err
+	}
+	c := harness.NewCluster(r.o.Bin, dir)
+	defer c.Close()
+	path := filepath.Join(dir, "appview.db")
+	db := "file:" + path
+	p, err := r.startPair(ctx, c, db)
+	if err != nil {
+		return err
+	}
+	reader, err := database.Open(ctx, database.Options{URL: db, BusyTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer reader.Close()
+	var samples []time.Duration
+	for len(samples) < r.n.crash {
+		killed, fence := p.holder.ID, p.fence
+		mark := p.contender.Log.Len()
+		p.holder.Kill()
+		rows, err := lease.List(ctx, reader.DB)
+		if err != nil {
+			return err
+		}
+		var row *lease.Row
+		for i := range rows {
+			if rows[i].Name == benchLease {
+				row = &rows[i]
+			}
+		}
+		if row == nil || row.Holder != killed || row.Fence != fence {
+			return fmt.Errorf("lease row %+v right after killing %s; want its grant (fence %d)", row, killed, fence)
+		}
+		acq, err := wait(ctx, p.contender, mark, harness.And(harness.Is(harness.LeaseAcquired, benchLease), harness.Fence(fence+1)))
+		if err != nil {
+			return err
+		}
+		p.holder, p.fence = p.contender, acq.Fence
+		samples = append(samples, acq.Time.Sub(time.UnixMilli(row.ExpiresAt)))
+		if err := r.newContender(ctx, p, db); err != nil {
+			return err
+		}
+	}
+	r.note("crash handovers: %d, min %v, max %v (after expiry)", len(samples), percentile(samples, 0.0001), percentile(samples, 100))
+	r.figure("crash_handover_minus_ttl_p50_ms", ms(percentile(samples, 50)), "ms")
+	return nil
+}

@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/tests/harness"
+)
+
+// openDB opens and migrates a database for an in-process measurement: a
+// file database in dir, or a sqld server started in dir (stopped by the
+// returned func).
+func (r *runner) openDB(ctx context.Context, kind, dir string) (*database.DB, func(), error) {
+	url := "file:" + filepath.Join(dir, "appview.db")
+	stop := func() {}
+	if kind == "sqld" {
+		q, err := harness.StartSqld(ctx, harness.SqldSpec{Bin: r.o.Sqld, Dir: filepath.Join(dir, "sqld")})
+		if err != nil {
+			return nil, nil, err
+		}
+		url, stop = q.URL, q.Stop
+	}
+	db, err := database.Open(ctx, database.Options{URL: url, BusyTimeout: 5 * time.Second})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		db.Close()
+		stop()
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); stop() }, nil
+}
+
+// roundTrips measures lease.Store.Acquire of a released row (what a
+// contender does at a handover) and lease.Store.Renew, one call at a time.
+func (r *runner) roundTrips(ctx context.Context, kind string) error {
+	if kind == "sqld" && r.o.Sqld == "" {
+		r.note("acquire_rtt_p50_ms_sqld and renew_rtt_p50_ms_sqld not measured: no sqld binary (--sqld)")
+		return nil
+	}
+	dir, err := r.scratch("rtt-" + kind)
+	if err != nil {
+		return err
+	}
+	db, closeDB, err := r.openDB(ctx, kind, dir)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	store := lease.NewStore(db.DB, Timing.TTL)
+	var acquire, renew []time.Duration
+	for range r.n.rtt {
+		start := time.Now()
+		g, err := store.Acquire(ctx, "bench-rtt", "bench")
+		d := time.Since(start)
+		if err != nil {
+			return err
+		}
+		if !g.Granted {
+			return fmt.Errorf("acquire of a released lease not granted: %+v", g)
+		}
+		acquire = append(acquire, d)
+		c := lease.Custody{Lease: "bench-rtt", Holder: "bench", Fence: g.Fence}
+		start = time.Now()
+		err = store.Renew(ctx, c)
+		d = time.Since(start)
+		if err != nil {
+			return err
+		}
+		renew = append(renew, d)
+		if err := store.Release(ctx, c); err != nil {
+			return err
+		}
+	}
+	r.figure("acquire_rtt_p50_ms_"+kind, ms(percentile(acquire, 50)), "ms")
+	r.figure("renew_rtt_p50_ms_"+kind, ms(percentile(renew, 50)), "ms")
+	return nil
+}
+
+// renewCostInstances is how many instances (connection pools) renew at once.
+const renewCostInstances = 3
+
+// bareRenewSQL is the cheapest statement that extends a grant: no
+// database clock, no holder or fence match.
+const bareRenewSQL = `UPDATE leases SET renewed_at = ?1, expires_at = ?2 WHERE name = ?3`
+
+// renewCost times rounds in which every instance renews all its leases
+// through lease.Store, against rounds of bare UPDATEs of the same rows,
+// interleaved so that drift in the host's speed falls on both alike.
+func (r *runner) renewCost(ctx context.Context) error {
+	dir, err := r.scratch("renew-cost")
+	if err != nil {
+		return err
+	}
+	first, closeFirst, err := r.openDB(ctx, "file", dir)
+	if err != nil {
+		return err
+	}
+	defer closeFirst()
+	type instance struct {
+		db     *database.DB
+		store  *lease.Store
+		grants []lease.Custody
+	}
+	insts := make([]*instance, renewCostInstances)
+	for k := range insts {
+		db := first
+		if k > 0 {
+			db, err = database.Open(ctx, database.Options{URL: "file:" + filepath.Join(dir, "appview.db"), BusyTimeout: 5 * time.Second})
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+		}
+		in := &instance{db: db, store: lease.NewStore(db.DB, time.Hour)}
+		holder := fmt.Sprintf("bench-%d", k)
+		for j := range r.n.renewLeases {
+			name := fmt.Sprintf("bench-renew-%d-%04d", k, j)
+			g, err := in.store.Acquire(ctx, name, holder)
+			if err != nil {
+				return err
+			}
+			in.grants = append(in.grants, lease.Custody{Lease: name, Holder: holder, Fence: g.Fence})
+		}
+		insts[k] = in
+	}
+	// slow counts renewals that took a millisecond or more: on a file
+	// database that is a writer that found the lock taken and slept in
+	// SQLite's busy handler (whose first sleep is 1 ms).
+	var slow atomic.Int64
+	round := func(renew func(in *instance, c lease.Custody) error) (time.Duration, error) {
+		var wg sync.WaitGroup
+		errs := make([]error, len(insts))
+		start := time.Now()
+		for k, in := range insts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, c := range in.grants {
+					t := time.Now()
+					if err := renew(in, c); err != nil {
+						errs[k] = err
+						return
+					}
+					if time.Since(t) >= time.Millisecond {
+						slow.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(start)
+		for _, err := range errs {
+			if err != nil {
+				return d, err
+			}
+		}
+		return d, nil
+	}
+	viaStore := func(in *instance, c lease.Custody) error { return in.store.Renew(ctx, c) }
+	bare := func(in *instance, c lease.Custody) error {
+		now := time.Now().UnixMilli()
+		_, err := in.db.ExecContext(ctx, bareRenewSQL, now, now+time.Hour.Milliseconds(), c.Lease)
+		return err
+	}
+	var storeRounds, bareRounds []time.Duration
+	var ratios []float64
+	for k := range r.n.renewRounds {
+		// Alternate which goes first, so neither always follows the other
+		// (a WAL checkpoint falls on whichever round fills the log).
+		var s, b time.Duration
+		var sSlow, bSlow int64
+		var err error
+		storeRound := func() {
+			slow.Store(0)
+			if s, err = round(viaStore); err == nil {
+				sSlow = slow.Load()
+			}
+		}
+		bareRound := func() {
+			slow.Store(0)
+			if b, err = round(bare); err == nil {
+				bSlow = slow.Load()
+			}
+		}
+		if k%2 == 0 {
+			if storeRound(); err == nil {
+				bareRound()
+			}
+		} else {
+			if bareRound(); err == nil {
+				storeRound()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		r.note("renew round %d: store %v (%d waits >= 1 ms), bare %v (%d)", k, s, sSlow, b, bSlow)
+		storeRounds, bareRounds = append(storeRounds, s), append(bareRounds, b)
+		ratios = append(ratios, float64(s)/float64(b))
+	}
+	s, b := percentile(storeRounds, 50), percentile(bareRounds, 50)
+	r.note("renew rounds of %d×%d leases: store median %v, bare median %v", renewCostInstances, r.n.renewLeases, s, b)
+	// The median of the paired per-round ratios: each pair ran back to
+	// back, so the host's drift and the writers' lock contention (SQLite's
+	// busy handler sleeps 1 ms at a time) fall on both sides of one ratio.
+	sort.Float64s(ratios)
+	r.figure("renew_cost_ratio", ratios[len(ratios)/2], "ratio")
+	return nil
+}

@@ -1,0 +1,502 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/atcr-io/appview/internal/database/dburl"
+	"github.com/atcr-io/appview/internal/nsid"
+)
+
+// EnvPrefix starts every environment override (SPEC §2).
+const EnvPrefix = "APPVIEW_"
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// Sources says where Load reads configuration from.
+type Sources struct {
+	// File is a YAML file path; empty means defaults only.
+	File string
+	// Environ is the environment as KEY=VALUE lines (os.Environ() in production).
+	Environ []string
+	// Sets are flag overrides as dotted-key=value (from --set), applied last.
+	Sets []string
+}
+
+// Load builds the configuration from defaults, then Sources in order, and
+// validates it. Errors are *Error naming the key, except an unreadable file.
+func Load(src Sources) (Config, error) {
+	cfg := Default()
+	if src.File != "" {
+		data, err := os.ReadFile(src.File)
+		if err != nil {
+			return cfg, &Error{Key: "--config", Reason: err.Error()}
+		}
+		if err := decodeYAML(data, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	leaves := leafFields(reflect.ValueOf(&cfg).Elem(), "")
+	byEnv := make(map[string]string, len(leaves))
+	for key := range leaves {
+		byEnv[EnvName(key)] = key
+	}
+	for _, kv := range src.Environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key, known := byEnv[name]
+		if !known {
+			return cfg, keyErr(name, "unknown environment variable (no such config key)")
+		}
+		if err := setFromString(leaves[key], key, value); err != nil {
+			return cfg, from(err, name)
+		}
+	}
+	for _, kv := range src.Sets {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return cfg, keyErr(kv, "--set wants key=value")
+		}
+		field, known := leaves[key]
+		if !known {
+			return cfg, keyErr(key, "unknown key")
+		}
+		if err := setFromString(field, key, value); err != nil {
+			return cfg, from(err, "--set")
+		}
+	}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = NewInstanceID()
+	}
+	return cfg, cfg.Validate()
+}
+
+// from says where a bad value came from (an environment variable or
+// --set), since it may override a file the operator is looking at.
+func from(err error, source string) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Key: e.Key, Reason: e.Reason + " (from " + source + ")"}
+	}
+	return err
+}
+
+// EnvName is the environment variable for a dotted key: leases.ttl → APPVIEW_LEASES_TTL.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// Keys lists every leaf key in dotted form, for documentation and tests.
+func Keys() []string {
+	cfg := Default()
+	var keys []string
+	for k := range leafFields(reflect.ValueOf(&cfg).Elem(), "") {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// leafFields maps every dotted key to its settable field.
+func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name := yamlName(t.Field(i))
+		key := name
+		if prefix != "" {
+			key = prefix + "." + name
+		}
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct {
+			for k, fv := range leafFields(f, key) {
+				out[k] = fv
+			}
+			continue
+		}
+		out[key] = f
+	}
+	return out
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "" {
+		return strings.ToLower(f.Name)
+	}
+	return name
+}
+
+// decodeYAML walks the document against the struct so that an unknown key
+// or a bad value is reported with its full dotted path. A file holds one
+// document: yaml.Unmarshal would read the first and silently drop the
+// rest (settings the operator believes are applied), so a second one,
+// even an empty one after a trailing "---", is refused.
+func decodeYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF): // empty file, or only comments: defaults
+		return nil
+	case err != nil:
+		return &Error{Key: "--config", Reason: "invalid YAML: " + err.Error()}
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return keyErr("--config", "more than one YAML document (a second one starts at line %d); keep one", next.Line)
+	case !errors.Is(err, io.EOF):
+		return &Error{Key: "--config", Reason: "more than one YAML document, and the second is invalid: " + err.Error()}
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
+}
+
+func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
+	if v.Kind() == reflect.Struct && v.Type() != durationType {
+		if n.Kind != yaml.MappingNode {
+			if n.Tag == "!!null" {
+				return nil
+			}
+			return keyErr(orRoot(key), "expected a mapping%s", at(n))
+		}
+		fields := map[string]reflect.Value{}
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			fields[yamlName(t.Field(i))] = v.Field(i)
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			child := name
+			if key != "" {
+				child = key + "." + name
+			}
+			f, ok := fields[name]
+			if !ok {
+				return keyErr(child, "unknown key%s", at(n.Content[i]))
+			}
+			if seen[name] {
+				return keyErr(child, "duplicate key%s", at(n.Content[i]))
+			}
+			seen[name] = true
+			if err := decodeNode(n.Content[i+1], f, child); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return decodeLeaf(n, v, key)
+}
+
+// at is " (line N)" for a node read from the file, and "" for one parsed
+// from an environment variable or --set value (line 0), whose line number
+// would only mislead.
+func at(n *yaml.Node) string {
+	if n.Line == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d)", n.Line)
+}
+
+// yamlLine matches the "line N: " prefix of a yaml.v3 type error.
+var yamlLine = regexp.MustCompile(`^line \d+: `)
+
+func orRoot(key string) string {
+	if key == "" {
+		return "(root)"
+	}
+	return key
+}
+
+func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
+	switch {
+	case v.Type() == durationType:
+		if n.Kind != yaml.ScalarNode {
+			return keyErr(key, "expected a duration such as 15s%s", at(n))
+		}
+		d, err := parseDuration(n.Value)
+		if err != nil {
+			return keyErr(key, "%v%s", err, at(n))
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.Slice && v.Type().Elem() == durationType:
+		if n.Kind != yaml.SequenceNode {
+			return keyErr(key, "expected a list of durations%s", at(n))
+		}
+		out := make([]time.Duration, 0, len(n.Content))
+		for _, item := range n.Content {
+			d, err := parseDuration(item.Value)
+			if err != nil {
+				return keyErr(key, "%v%s", err, at(item))
+			}
+			out = append(out, d)
+		}
+		v.Set(reflect.ValueOf(out))
+	default:
+		fresh := reflect.New(v.Type())
+		if err := n.Decode(fresh.Interface()); err != nil {
+			var te *yaml.TypeError
+			if errors.As(err, &te) && len(te.Errors) > 0 {
+				return keyErr(key, "%s%s", yamlLine.ReplaceAllString(te.Errors[0], ""), at(n))
+			}
+			return keyErr(key, "%v", err)
+		}
+		v.Set(fresh.Elem())
+	}
+	return nil
+}
+
+// parseDuration is time.ParseDuration that also takes a bare "0".
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("unparsable duration %q (want e.g. 500ms, 15s, 2m, 24h)", s)
+	}
+	return d, nil
+}
+
+// setFromString applies an environment or --set value. Lists take YAML flow
+// syntax ([a, b]) or a comma-separated string.
+func setFromString(v reflect.Value, key, raw string) error {
+	switch {
+	case v.Kind() == reflect.String:
+		v.SetString(raw)
+		return nil
+	case v.Kind() == reflect.Slice && !strings.HasPrefix(strings.TrimSpace(raw), "["):
+		parts := []string{}
+		for _, p := range strings.Split(raw, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, strconv.Quote(p))
+			}
+		}
+		raw = "[" + strings.Join(parts, ", ") + "]"
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(raw), &doc); err != nil || len(doc.Content) == 0 {
+		return keyErr(key, "unparsable value %q", raw)
+	}
+	forgetLines(doc.Content[0])
+	return decodeLeaf(doc.Content[0], v, key)
+}
+
+// forgetLines zeroes the line numbers of a value that did not come from
+// the file (see at).
+func forgetLines(n *yaml.Node) {
+	n.Line = 0
+	for _, c := range n.Content {
+		forgetLines(c)
+	}
+}
+
+// maxWantedCollections is Jetstream's limit on wantedCollections (its
+// subscribe handler answers more with HTTP 400).
+const maxWantedCollections = 100
+
+// Validate checks the relations between keys. It returns the first problem
+// as a *Error.
+func (c Config) Validate() error {
+	l := c.Leases
+	switch {
+	case c.ShutdownTimeout <= 0:
+		return keyErr("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	case !validLogLevel(c.LogLevel):
+		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
+	case c.Database.BusyTimeout < 0:
+		return keyErr("database.busy_timeout", "must not be negative")
+	case l.TTL <= 0:
+		return keyErr("leases.ttl", "must be positive, got %s", l.TTL)
+	case l.TTL < MinLeaseTTL:
+		return keyErr("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
+	case l.TTL > MaxLeaseTTL:
+		return keyErr("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
+	case l.RenewInterval <= 0:
+		return keyErr("leases.renew_interval", "must be positive, got %s", l.RenewInterval)
+	case l.RenewInterval < MinLeaseRenewInterval:
+		return keyErr("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
+	case l.RenewInterval >= l.TTL/2:
+		return keyErr("leases.renew_interval", "must be less than half of leases.ttl (%s >= %s/2)", l.RenewInterval, l.TTL)
+	case l.RenewDeadline < MinLeaseRenewDeadline:
+		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
+	case l.RenewDeadline >= l.TTL:
+		return keyErr("leases.renew_deadline", "must be less than leases.ttl (%s >= %s)", l.RenewDeadline, l.TTL)
+	case l.RenewDeadline <= l.RenewInterval:
+		return keyErr("leases.renew_deadline", "must be greater than leases.renew_interval (%s <= %s)", l.RenewDeadline, l.RenewInterval)
+	case l.RetryInterval <= 0:
+		return keyErr("leases.retry_interval", "must be positive, got %s", l.RetryInterval)
+	case l.RetryInterval < MinLeaseRetryInterval:
+		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
+	case l.RetryInterval > l.TTL:
+		return keyErr("leases.retry_interval", "must not exceed leases.ttl (%s > %s)", l.RetryInterval, l.TTL)
+	}
+	if _, err := dburl.Parse(c.Database.URL); err != nil {
+		return keyErr("database.url", "%v", err)
+	}
+	if c.Admin.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
+			return keyErr("admin.addr", "want host:port: %v", err)
+		}
+	}
+	if c.Admin.AdvertiseURL != "" {
+		if err := checkURL("admin.advertise_url", c.Admin.AdvertiseURL, "http", "https"); err != nil {
+			return err
+		}
+	}
+	if len(c.Jetstream.URLs) == 0 {
+		return keyErr("jetstream.urls", "must list at least one endpoint")
+	}
+	for _, u := range c.Jetstream.URLs {
+		if err := checkURL("jetstream.urls", u, "ws", "wss"); err != nil {
+			return err
+		}
+	}
+	if len(c.Jetstream.Collections) == 0 {
+		// Jetstream reads an absent wantedCollections as "everything": an
+		// empty list would subscribe this instance to the whole firehose.
+		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
+	}
+	for _, col := range c.Jetstream.Collections {
+		if !nsid.ValidPattern(col) {
+			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
+		}
+	}
+	if n := len(c.Jetstream.Collections); n > maxWantedCollections {
+		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", n, maxWantedCollections)
+	}
+	switch {
+	case c.Jetstream.Rewind < 0:
+		return keyErr("jetstream.rewind", "must not be negative")
+	case c.Jetstream.StaleTimeout <= 0:
+		return keyErr("jetstream.stale_timeout", "must be positive")
+	case c.Jetstream.MaxMessageBytes < MinMaxMessageBytes:
+		return keyErr("jetstream.max_message_bytes", "must be at least %d (1 KiB), got %d", MinMaxMessageBytes, c.Jetstream.MaxMessageBytes)
+	case c.Jetstream.MaxMessageBytes > MaxMaxMessageBytes:
+		return keyErr("jetstream.max_message_bytes", "must be at most %d (64 MiB), got %d", MaxMaxMessageBytes, c.Jetstream.MaxMessageBytes)
+	case c.Backfill.Interval < 0:
+		return keyErr("backfill.interval", "must not be negative")
+	case c.Backfill.RerunAfter < 0:
+		return keyErr("backfill.rerun_after", "must not be negative")
+	case c.Backfill.Concurrency < 1:
+		return keyErr("backfill.concurrency", "must be at least 1")
+	case c.Cleanup.Interval <= 0:
+		return keyErr("cleanup.interval", "must be positive")
+	case c.Cleanup.ChunkRows < 1:
+		return keyErr("cleanup.chunk_rows", "must be at least 1")
+	case c.Labeler.StaleTimeout <= 0:
+		return keyErr("labeler.stale_timeout", "must be positive, got %s", c.Labeler.StaleTimeout)
+	case c.Billing.Timeout <= 0:
+		return keyErr("billing.timeout", "must be positive")
+	case c.Billing.DefaultTierRank < 0:
+		return keyErr("billing.default_tier_rank", "must not be negative")
+	case c.Health.Concurrency < 1:
+		return keyErr("health.concurrency", "must be at least 1")
+	// Each key's own bounds come before the rule relating them, so a
+	// zero check_interval is reported as itself, not as a timeout too long.
+	case c.Health.CheckInterval <= 0:
+		return keyErr("health.check_interval", "must be positive, got %s", c.Health.CheckInterval)
+	case c.Health.Timeout <= 0:
+		return keyErr("health.timeout", "must be positive, got %s", c.Health.Timeout)
+	case c.Health.Timeout >= c.Health.CheckInterval:
+		return keyErr("health.timeout", "must be below health.check_interval (%s), got %s", c.Health.CheckInterval, c.Health.Timeout)
+	case c.Webhooks.Concurrency < 1:
+		return keyErr("webhooks.concurrency", "must be at least 1, got %d", c.Webhooks.Concurrency)
+	case c.Cleanup.Retention <= 0:
+		return keyErr("cleanup.retention", "must be positive")
+	case c.Billing.Interval <= 0:
+		return keyErr("billing.interval", "must be positive")
+	case len(c.Webhooks.RetrySchedule) == 0:
+		return keyErr("webhooks.retry_schedule", "must list at least one delay (the first attempt)")
+	case c.Webhooks.Timeout <= 0:
+		return keyErr("webhooks.timeout", "must be positive")
+	}
+	for _, d := range c.Webhooks.RetrySchedule {
+		if d < 0 {
+			return keyErr("webhooks.retry_schedule", "delays must not be negative")
+		}
+	}
+	if err := checkURL("webhooks.public_url", c.Webhooks.PublicURL, "http", "https"); err != nil {
+		return err
+	}
+	if c.Backfill.Enabled {
+		if len(c.Backfill.RelayEndpoints) == 0 {
+			return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
+		}
+		for _, u := range c.Backfill.RelayEndpoints {
+			if err := checkURL("backfill.relay_endpoints", u, "http", "https"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := checkURL("identity.plc_url", c.Identity.PLCURL, "http", "https"); err != nil {
+		return err
+	}
+	if c.Labeler.URL != "" {
+		if err := checkURL("labeler.url", c.Labeler.URL, "http", "https", "ws", "wss"); err != nil {
+			return err
+		}
+	}
+	if c.Billing.Enabled {
+		if c.Billing.StripeSecretKey == "" {
+			return keyErr("billing.stripe_secret_key", "required when billing.enabled is true")
+		}
+		if err := checkURL("billing.stripe_api_url", c.Billing.StripeAPIURL, "http", "https"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// short renders d as an operator writes it: 1h rather than 1h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") { // 2m0s, 1h0m0s
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") { // 1h0m
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func validLogLevel(s string) bool {
+	switch s {
+	case "debug", "info", "warn", "error":
+		return true
+	}
+	return false
+}
+
+func checkURL(key, raw string, schemes ...string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return keyErr(key, "unparsable URL %q: %v", raw, err)
+	}
+	for _, s := range schemes {
+		if u.Scheme == s {
+			if u.Host == "" {
+				return keyErr(key, "URL %q has no host", raw)
+			}
+			return nil
+		}
+	}
+	return keyErr(key, "URL %q: scheme must be one of %s", raw, strings.Join(schemes, ", "))
+}

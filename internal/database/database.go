@@ -1,0 +1,320 @@
+// Package database opens the libSQL database every instance shares (an
+// embedded file, or a libSQL server such as sqld or Turso) and applies the
+// embedded, versioned migrations.
+//
+// go-libsql facts this package exists to hide: the context passed to a query
+// is ignored; busy_timeout starts at 0 on every new connection; a statement
+// that returns rows fails under Exec; a multi-statement Exec runs only the
+// first statement; a remote connection is one Hrana stream that dies for
+// good when sqld restarts or after 10 s idle. Open therefore wraps the
+// driver's connector so every pooled connection is configured before use
+// and a failed remote connection is retired (remote.go), and Migrate
+// splits each migration into statements.
+//
+// One fact it cannot hide: reading a TEXT value whose content looks like a
+// date ("2024-06-01", "2024-06-01T12:00:00.000Z", "2024-06-01 12:00")
+// makes go-libsql return a time.Time, which database/sql formats back as
+// RFC 3339 when scanned into a string, so the value comes back changed.
+// Writes are unaffected. Every query that reads a TEXT value into Go
+// selects it through Text (text.go), which casts it to BLOB so the bytes
+// arrive untouched.
+package database
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
+
+	"github.com/atcr-io/appview/internal/database/dburl"
+)
+
+// Options says which database to open and how.
+type Options struct {
+	// URL is file:PATH, http://HOST:PORT, https://HOST or libsql://HOST
+	// (every accepted form: package dburl).
+	URL string
+	// AuthToken is sent to a libSQL server.
+	AuthToken string
+	// BusyTimeout is PRAGMA busy_timeout for file databases (ms resolution).
+	BusyTimeout time.Duration
+	// MaxOpenConns bounds the pool; 0 means 8.
+	MaxOpenConns int
+	// MustExist makes Open refuse a file database that does not exist
+	// (an error wrapping ErrNoDatabase) instead of creating it and its
+	// directory: read-only commands must not mistake a mistyped path for
+	// an empty database. It has no effect on a libSQL server.
+	MustExist bool
+}
+
+// ErrNoDatabase is wrapped by Open's error when Options.MustExist is set
+// and the file database does not exist.
+var ErrNoDatabase = errors.New("no database")
+
+// DB is an open database: the pool plus what kind of database it is.
+type DB struct {
+	*sql.DB
+	// Remote is true for a libSQL server (http, https, libsql URLs).
+	Remote bool
+	// Path is the file path of an embedded database ("" when remote).
+	Path      string
+	connector *connector
+	// file is the database file as opened, to notice it being deleted or
+	// replaced under a running instance (nil when remote).
+	file os.FileInfo
+	// applied and newer: see AppliedMigrations and NewerMigrations.
+	applied, newer []int
+}
+
+// Open opens the database and checks that it answers. The URL takes the
+// forms of package dburl (file:PATH, file:///PATH, file://localhost/PATH,
+// http(s)://HOST, libsql://HOST); anything else is refused before the
+// driver sees it. For a file URL the parent directory is created, unless
+// Options.MustExist. Errors say which part failed.
+func Open(ctx context.Context, o Options) (*DB, error) {
+	loc, err := dburl.Parse(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	var inner driver.Connector
+	if loc.Remote() {
+		dsn := *loc.Server
+		if o.AuthToken != "" {
+			q := dsn.Query()
+			q.Set("authToken", o.AuthToken)
+			dsn.RawQuery = q.Encode()
+		}
+		inner, err = libsqlConnector(dsn.String())
+	} else if o.MustExist {
+		if _, err := os.Stat(loc.Path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s", ErrNoDatabase, loc.Path)
+		} else if err != nil {
+			return nil, fmt.Errorf("database file: %w", err)
+		}
+		inner, err = libsqlConnector(fileDSN(loc.Path))
+	} else {
+		if dir := filepath.Dir(loc.Path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create database directory: %w", err)
+			}
+		}
+		inner, err = libsqlConnector(fileDSN(loc.Path))
+	}
+	remote, path := loc.Remote(), loc.Path
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	c := &connector{inner: inner, remote: remote, busyTimeout: o.BusyTimeout}
+	pool := sql.OpenDB(c)
+	max := o.MaxOpenConns
+	if max <= 0 {
+		max = 8
+	}
+	pool.SetMaxOpenConns(max)
+	pool.SetMaxIdleConns(max)
+	if remote {
+		pool.SetConnMaxIdleTime(remoteMaxIdle)
+	}
+	db := &DB{DB: pool, Remote: remote, Path: path, connector: c}
+	if err := db.Ping(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if path != "" {
+		if db.file, err = os.Stat(path); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("database file: %w", err)
+		}
+	}
+	return db, nil
+}
+
+// ErrFileReplaced means the database file was deleted or replaced while
+// this process had it open: the process keeps writing to the old file
+// (its open handle) while every other instance uses the new one, so two
+// instances could each hold the same lease in different databases.
+var ErrFileReplaced = errors.New("database file was deleted or replaced while open")
+
+// CheckFile reports ErrFileReplaced when Path no longer names the file
+// that was opened (a stat, a few µs). Always nil for a remote database.
+func (db *DB) CheckFile() error {
+	if db.file == nil {
+		return nil
+	}
+	now, err := os.Stat(db.Path)
+	if err != nil || !os.SameFile(db.file, now) {
+		return fmt.Errorf("%s: %w", db.Path, ErrFileReplaced)
+	}
+	return nil
+}
+
+// writeProbeSQL rewrites one column of one row with its own value: a real
+// write that needs the write lock and lands in the log, and changes nothing.
+const writeProbeSQL = `UPDATE schema_migrations SET applied_at = applied_at
+WHERE version = (SELECT MAX(version) FROM schema_migrations)`
+
+// CheckWritable makes a real, no-op write and reports why it failed (a
+// read-only file or mount, a full disk, a replaced file). Bounded by ctx.
+func (db *DB) CheckWritable(ctx context.Context) error {
+	if err := db.CheckFile(); err != nil {
+		return err
+	}
+	return Bounded(ctx, func() error {
+		if _, err := db.ExecContext(ctx, writeProbeSQL); err != nil {
+			return fmt.Errorf("database not writable: %w", err)
+		}
+		return nil
+	})
+}
+
+// Ping runs SELECT 1 and waits at most until ctx is done. The driver ignores
+// contexts, so a hung call is abandoned (its goroutine finishes on its own).
+func (db *DB) Ping(ctx context.Context) error {
+	return Bounded(ctx, func() error {
+		var one int
+		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
+			return fmt.Errorf("database not answering: %w", err)
+		}
+		return nil
+	})
+}
+
+// Close closes the pool and then the native database handle.
+func (db *DB) Close() error {
+	err := db.DB.Close()
+	if c, ok := db.connector.inner.(interface{ Close() error }); ok {
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Bounded runs fn and returns its error, or ctx.Err() if ctx ends first. The
+// driver ignores contexts, so this is how a caller puts a bound on a call;
+// fn keeps running in its goroutine until the driver returns.
+func Bounded(ctx context.Context, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fileDSN is the go-libsql DSN of a file path. go-libsql decodes percent
+// escapes in a file: DSN, as SQLite URIs do, so the path (decoded by
+// dburl.Parse) is escaped again: "%", "#" or "?" in a directory name reach
+// the file system as they are.
+func fileDSN(path string) string {
+	return "file:" + (&url.URL{Path: path}).EscapedPath()
+}
+
+// libsqlConnector asks the registered go-libsql driver for a connector, so
+// one native database handle backs the whole pool.
+func libsqlConnector(dsn string) (driver.Connector, error) {
+	probe, err := sql.Open("libsql", "file::memory:")
+	if err != nil {
+		return nil, err
+	}
+	drv := probe.Driver()
+	_ = probe.Close()
+	dc, ok := drv.(driver.DriverContext)
+	if !ok {
+		return nil, errors.New("go-libsql driver has no OpenConnector")
+	}
+	return dc.OpenConnector(dsn)
+}
+
+// connector configures each new connection before database/sql uses it.
+type connector struct {
+	inner       driver.Connector
+	remote      bool
+	busyTimeout time.Duration
+}
+
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.remote { // sqld refuses PRAGMA busy_timeout; the server handles locking
+		return wrapRemote(conn), nil
+	}
+	pragmas := []string{
+		fmt.Sprintf("PRAGMA busy_timeout = %d", c.busyTimeout.Milliseconds()),
+		"PRAGMA journal_mode = WAL",
+		"PRAGMA synchronous = NORMAL",
+		"PRAGMA foreign_keys = ON",
+	}
+	q, ok := conn.(driver.QueryerContext)
+	if !ok {
+		_ = conn.Close()
+		return nil, errors.New("libsql connection cannot run queries")
+	}
+	for _, p := range pragmas {
+		rows, err := q.QueryContext(ctx, p, nil) // PRAGMAs return rows: Query, not Exec
+		if err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		dest := make([]driver.Value, len(rows.Columns()))
+		for rows.Next(dest) == nil {
+		}
+		_ = rows.Close()
+	}
+	return guard(conn, retireFile), nil
+}
+
+func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
+
+// NowMS is the SQL expression for the database's clock in Unix milliseconds.
+// Every expiry comparison uses it, so all instances share one clock.
+const NowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+
+// NowUS is the database's clock in Unix microseconds (its resolution is
+// SQLite's: a millisecond).
+const NowUS = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
+
+// Querier is what QueryReturning needs: a *sql.DB, *sql.Tx or *sql.Conn.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// QueryReturning runs a write with a RETURNING clause and scans its first
+// row into dest, reporting whether there was one. It reads the result to
+// the end before returning: an autocommit statement commits only when it
+// has run to completion, and a failed commit (disk full, read-only file)
+// surfaces there. sql.Row.Scan stops after the first row, and go-libsql
+// ignores the error of closing a statement early, so with it a write that
+// never committed would look as if it had.
+func QueryReturning(ctx context.Context, q Querier, query string, args []any, dest ...any) (bool, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	found := false
+	for rows.Next() {
+		if !found {
+			if err := rows.Scan(dest...); err != nil {
+				return false, err
+			}
+			found = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	return found, rows.Close()
+}

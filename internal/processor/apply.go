@@ -1,0 +1,721 @@
+package processor
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+
+	"github.com/atcr-io/appview/internal/database"
+)
+
+// applier applies the ops of one batch inside one transaction.
+type applier struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	fence int64
+	res   Result
+	// pending collects the effects of the current event, published to res
+	// only when its savepoint is released.
+	pendingStats     []HoldStat
+	pendingManifests []NewManifest
+	// pendingTouched are the repositories whose stars or hold stats the
+	// event changed: their aggregate is recomputed at the end of the batch.
+	pendingTouched []repoKey
+	// touched maps each repository whose stars or hold stats the batch
+	// changed to the time (ms) of the latest event that changed them.
+	touched map[repoKey]int64
+	// users are the DIDs whose users row this transaction has ensured.
+	users map[string]bool
+	// tombstones are the newest delete (time_us) of the batch's records.
+	tombstones map[recordKey]int64
+}
+
+// savepointError means the transaction cannot isolate events any more.
+type savepointError struct{ err error }
+
+func (e *savepointError) Error() string { return "savepoint: " + e.err.Error() }
+func (e *savepointError) Unwrap() error { return e.err }
+
+// go-libsql statements are not prepared ahead: its Stmt re-prepares on
+// every execution after parsing the SQL in Go (and rejects ?NNN), so the
+// applier executes on the transaction directly.
+
+func (a *applier) exec(query string, args ...any) (int64, error) {
+	r, err := a.tx.ExecContext(a.ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// queryRow scans the first row of query into dest; found is false when
+// there is none.
+func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, err error) {
+	err = a.tx.QueryRowContext(a.ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// run applies the decoded ops of a batch (nil where decoding skipped the
+// event) inside SAVEPOINT batch. With perEvent false it stops at the first
+// failing event and returns its error with the batch savepoint still open,
+// for the caller to roll back and run again with perEvent true; then each
+// event has its own savepoint and a failing one is rolled back alone and
+// recorded in outs. Only a fatal error is returned with perEvent true.
+func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) {
+	a.res = Result{}
+	a.users = map[string]bool{}
+	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT batch"); err != nil {
+		return Result{}, &savepointError{err}
+	}
+	if err := a.loadTombstones(ops); err != nil {
+		return Result{}, err
+	}
+	a.touched = map[repoKey]int64{}
+	for i, o := range ops {
+		if o == nil {
+			continue
+		}
+		if err := a.ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		var (
+			changed bool
+			err     error
+		)
+		if perEvent {
+			changed, err = a.applyInSavepoint(o)
+		} else {
+			changed, err = a.applyOne(o)
+		}
+		switch {
+		case err == nil:
+			outs[i] = outcome{changed: changed}
+		case fatal(err):
+			return Result{}, fmt.Errorf("apply event time_us=%d: %w", o.ev.TimeUS, err)
+		case !perEvent:
+			return Result{}, err
+		default:
+			var ie *invalidError
+			if errors.As(err, &ie) {
+				outs[i] = outcome{reason: ie.reason, err: err}
+			} else {
+				outs[i] = outcome{reason: ReasonDatabase, err: err}
+			}
+		}
+	}
+	// Once per repository per batch: the aggregate depends only on the
+	// persisted rows, and updated_at is the latest event that changed them,
+	// so where batch boundaries fall does not change the stored row.
+	if err := a.refreshTouched(); err != nil {
+		return Result{}, err
+	}
+	if _, err := a.tx.ExecContext(a.ctx, "RELEASE batch"); err != nil {
+		return Result{}, &savepointError{err}
+	}
+	return a.res, nil
+}
+
+// applyInSavepoint applies one op under SAVEPOINT ev; on error everything
+// it wrote is rolled back and its effects are not reported.
+func (a *applier) applyInSavepoint(o *op) (bool, error) {
+	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT ev"); err != nil {
+		return false, &savepointError{err}
+	}
+	users := maps.Clone(a.users)
+	tombs := maps.Clone(a.tombstones)
+	changed, err := a.applyOne(o)
+	if err != nil {
+		a.users, a.tombstones = users, tombs
+		if _, rerr := a.tx.ExecContext(a.ctx, "ROLLBACK TO ev"); rerr != nil {
+			return false, &savepointError{rerr}
+		}
+		if _, rerr := a.tx.ExecContext(a.ctx, "RELEASE ev"); rerr != nil {
+			return false, &savepointError{rerr}
+		}
+		return false, err
+	}
+	if _, err := a.tx.ExecContext(a.ctx, "RELEASE ev"); err != nil {
+		return false, &savepointError{err}
+	}
+	return changed, nil
+}
+
+// applyOne applies one op and, when it succeeds, publishes its effects.
+func (a *applier) applyOne(o *op) (bool, error) {
+	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
+	changed, err := a.apply(o)
+	if err != nil {
+		return false, err
+	}
+	a.res.HoldStats = append(a.res.HoldStats, a.pendingStats...)
+	a.res.NewManifests = append(a.res.NewManifests, a.pendingManifests...)
+	for _, k := range a.pendingTouched {
+		a.touched[k] = max(a.touched[k], o.ev.TimeUS/1000)
+	}
+	return changed, nil
+}
+
+// recordKey names a record: the repo it lives in, its collection and rkey.
+type recordKey struct{ did, collection, rkey string }
+
+// tombstoneChunk bounds the keys per tombstone query (3 parameters each).
+const tombstoneChunk = 200
+
+// tombstoneColumns are what loadTombstones reads: a record key and the
+// time of its delete.
+var tombstoneColumns = database.Text("t.did") + ", " + database.Text("t.collection") + ", " +
+	database.Text("t.rkey") + ", t.source_us"
+
+// loadTombstones reads the tombstones of every record the batch creates
+// or updates, in a few queries instead of one per event; deletes in the
+// batch then keep the map current.
+func (a *applier) loadTombstones(ops []*op) error {
+	a.tombstones = map[recordKey]int64{}
+	var keys []recordKey
+	seen := map[recordKey]bool{}
+	for _, o := range ops {
+		if o == nil || o.collection == "" || o.delete {
+			continue
+		}
+		k := recordKey{o.did, o.collection, o.rkey}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), tombstoneChunk)]
+		keys = keys[len(chunk):]
+		args := make([]any, 0, 3*len(chunk))
+		var q strings.Builder
+		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
+		q.WriteString(`SELECT ` + tombstoneColumns + ` FROM (VALUES `)
+		q.WriteString(values(len(chunk), 3))
+		q.WriteString(`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`)
+		for _, k := range chunk {
+			args = append(args, k.did, k.collection, k.rkey)
+		}
+		rows, err := a.tx.QueryContext(a.ctx, q.String(), args...)
+		if err != nil {
+			return fmt.Errorf("read tombstones: %w", err)
+		}
+		for rows.Next() {
+			var (
+				k  recordKey
+				us int64
+			)
+			if err := rows.Scan(&k.did, &k.collection, &k.rkey, &us); err != nil {
+				rows.Close()
+				return fmt.Errorf("read tombstones: %w", err)
+			}
+			a.tombstones[k] = us
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("read tombstones: %w", err)
+		}
+	}
+	return nil
+}
+
+func (a *applier) apply(o *op) (bool, error) {
+	switch {
+	case o.identity != nil:
+		return a.identity(o)
+	case o.account != nil:
+		return a.account(o)
+	case o.delete:
+		return a.deleteRecord(o)
+	}
+	// A create or update older than the record's last delete must not bring
+	// it back.
+	if deletedUS, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deletedUS >= o.ev.TimeUS {
+		return false, nil
+	}
+	switch o.collection {
+	case CollectionManifest:
+		return a.putManifest(o)
+	case CollectionTag:
+		return a.putTag(o)
+	case CollectionStar:
+		return a.putStar(o)
+	case CollectionProfile:
+		return a.putProfile(o)
+	case CollectionRepoPage:
+		return a.putRepoPage(o)
+	case CollectionCaptain:
+		return a.putCaptain(o)
+	case CollectionCrew:
+		return a.putCrew(o)
+	case CollectionStats:
+		return a.putStats(o)
+	}
+	return false, fmt.Errorf("no handler for %s", o.collection)
+}
+
+// ensureUser creates the users row of a DID that has a user-repo record.
+// identity_us and account_us start at this event's time: an older identity
+// or account event, replayed later, must not change the row when the first
+// pass (which had no row to update) left it alone.
+func (a *applier) ensureUser(o *op) error {
+	if a.users[o.did] {
+		return nil
+	}
+	_, err := a.exec(`INSERT INTO users (did, identity_us, account_us, updated_at) VALUES (?1, ?2, ?2, ?3)
+ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000)
+	if err != nil {
+		return fmt.Errorf("ensure user: %w", err)
+	}
+	a.users[o.did] = true
+	return nil
+}
+
+func (a *applier) identity(o *op) (bool, error) {
+	var handle any
+	if o.identity.Handle != "" {
+		handle = o.identity.Handle
+	}
+	n, err := a.exec(`UPDATE users SET handle = COALESCE(?1, handle), identity_us = ?2, updated_at = ?3
+WHERE did = ?4 AND identity_us < ?2`, handle, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
+	if err != nil {
+		return false, fmt.Errorf("identity: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (a *applier) account(o *op) (bool, error) {
+	status := o.account.Status
+	if o.account.Active {
+		status = ""
+	}
+	n, err := a.exec(`UPDATE users SET active = ?1, status = ?2, account_us = ?3, updated_at = ?4
+WHERE did = ?5 AND account_us < ?3`, o.account.Active, status, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
+	if err != nil {
+		return false, fmt.Errorf("account: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (a *applier) putManifest(o *op) (bool, error) {
+	m := o.manifest
+	if err := a.ensureUser(o); err != nil {
+		return false, err
+	}
+	// Exec, not INSERT ... RETURNING: go-libsql's query path costs about
+	// three times its exec path, and the new row's id is LastInsertId.
+	r, err := a.tx.ExecContext(a.ctx, `INSERT INTO manifests (did, repository, digest, rkey, cid, hold_did, hold_endpoint, media_type,
+  schema_version, config_digest, config_size, subject_digest, created_at, indexed_at, source_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+ON CONFLICT (did, repository, digest) DO NOTHING`,
+		o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
+		m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS/1000, o.ev.TimeUS)
+	var inserted int64
+	if err == nil {
+		inserted, err = r.RowsAffected()
+	}
+	var id int64
+	if err == nil && inserted > 0 {
+		id, err = r.LastInsertId()
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert manifest: %w", err)
+	}
+	if inserted > 0 {
+		a.pendingManifests = append(a.pendingManifests, NewManifest{
+			OwnerDID: o.did, Repository: m.Repository, Digest: m.Digest, MediaType: m.MediaType,
+			HoldDID: m.HoldDID, HoldEndpoint: m.HoldEndpoint, PushedAt: m.CreatedAt,
+		})
+	} else {
+		// indexed_at keeps the time the row was first stored.
+		updated, err := a.queryRow(`UPDATE manifests SET rkey = ?4, cid = ?5, hold_did = ?6, hold_endpoint = ?7, media_type = ?8,
+  schema_version = ?9, config_digest = ?10, config_size = ?11, subject_digest = ?12, created_at = ?13, source_us = ?14
+WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND source_us < ?14 RETURNING id`,
+			[]any{o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
+				m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS}, &id)
+		if err != nil {
+			return false, fmt.Errorf("update manifest: %w", err)
+		}
+		if !updated {
+			return false, nil
+		}
+		for _, q := range []string{
+			`DELETE FROM manifest_layers WHERE manifest_id = ?1`,
+			`DELETE FROM manifest_references WHERE manifest_id = ?1`,
+			`DELETE FROM manifest_annotations WHERE manifest_id = ?1`,
+		} {
+			if _, err := a.exec(q, id); err != nil {
+				return false, fmt.Errorf("replace manifest children: %w", err)
+			}
+		}
+	}
+	return true, a.putManifestChildren(id, m)
+}
+
+// putManifestChildren inserts layers, references and annotations, one
+// multi-row INSERT per kind.
+func (a *applier) putManifestChildren(id int64, m *manifest) error {
+	if len(m.Layers) > 0 {
+		args := make([]any, 0, 5*len(m.Layers))
+		for i, l := range m.Layers {
+			args = append(args, id, i, l.Digest, l.Size, l.MediaType)
+		}
+		if _, err := a.exec(`INSERT INTO manifest_layers (manifest_id, position, digest, size, media_type) VALUES `+
+			values(len(m.Layers), 5), args...); err != nil {
+			return fmt.Errorf("insert layers: %w", err)
+		}
+	}
+	if len(m.Manifests) > 0 {
+		args := make([]any, 0, 8*len(m.Manifests))
+		for i, r := range m.Manifests {
+			var p platform
+			if r.Platform != nil {
+				p = *r.Platform
+			}
+			args = append(args, id, i, r.Digest, r.Size, r.MediaType, p.OS, p.Architecture, p.Variant)
+		}
+		if _, err := a.exec(`INSERT INTO manifest_references (manifest_id, position, digest, size, media_type,
+  platform_os, platform_arch, platform_variant) VALUES `+values(len(m.Manifests), 8), args...); err != nil {
+			return fmt.Errorf("insert manifest references: %w", err)
+		}
+	}
+	if len(m.Annotations) > 0 {
+		keys := make([]string, 0, len(m.Annotations))
+		for k := range m.Annotations {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // a stable insert order keeps two databases fed the same events identical
+		args := make([]any, 0, 3*len(keys))
+		for _, k := range keys {
+			args = append(args, id, k, m.Annotations[k])
+		}
+		if _, err := a.exec(`INSERT INTO manifest_annotations (manifest_id, key, value) VALUES `+values(len(keys), 3), args...); err != nil {
+			return fmt.Errorf("insert annotations: %w", err)
+		}
+	}
+	return nil
+}
+
+// values renders n placeholder tuples of width w: "(?, ?), (?, ?)".
+func values(n, w int) string {
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", w), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
+}
+
+func (a *applier) putTag(o *op) (bool, error) {
+	t := o.tag
+	at := o.ev.TimeUS / 1000
+	createdAt, updatedAt := t.CreatedAt, t.UpdatedAt
+	if createdAt == 0 {
+		createdAt = at
+	}
+	if updatedAt == 0 {
+		updatedAt = createdAt
+	}
+	// The digest comes from the manifest record the at-uri names, else
+	// from manifestDigest; resolving inside the upsert saves a query.
+	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us)
+SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8 FROM (SELECT COALESCE(
+    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY source_us DESC LIMIT 1), ?4) AS d)
+WHERE d <> ''
+ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
+  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us
+WHERE excluded.source_us > tags.source_us`,
+		o.did, t.Repository, t.Tag, t.ManifestDigest, o.rkey, createdAt, updatedAt, o.ev.TimeUS, t.ManifestDID, t.ManifestRKey)
+	if err != nil {
+		return false, fmt.Errorf("upsert tag: %w", err)
+	}
+	if n > 0 {
+		return true, a.ensureUser(o)
+	}
+	if t.ManifestDigest != "" {
+		return false, nil // older than the stored tag
+	}
+	var digest string
+	found, err := a.queryRow(`SELECT `+database.Text("digest")+`
+FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKey}, &digest)
+	if err != nil {
+		return false, fmt.Errorf("resolve tag manifest: %w", err)
+	}
+	if !found {
+		return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s is not stored and the tag has no manifestDigest",
+			t.ManifestDID, CollectionManifest, t.ManifestRKey)
+	}
+	return false, nil // older than the stored tag
+}
+
+func (a *applier) putStar(o *op) (bool, error) {
+	s := o.star
+	n, err := a.exec(`INSERT INTO stars (did, rkey, owner_did, repository, created_at, source_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (did, rkey) DO NOTHING`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS)
+	if err != nil {
+		return false, fmt.Errorf("insert star: %w", err)
+	}
+	if n == 0 {
+		// An update of a stored star, or a replay: it may move the star to
+		// another repository, whose count changes too.
+		var (
+			oldOwner, oldRepo string
+			sourceUS          int64
+		)
+		if _, err := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`, source_us
+FROM stars WHERE did = ?1 AND rkey = ?2`,
+			[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &sourceUS); err != nil {
+			return false, fmt.Errorf("read star: %w", err)
+		}
+		if sourceUS >= o.ev.TimeUS {
+			return false, nil
+		}
+		if _, err := a.exec(`UPDATE stars SET owner_did = ?3, repository = ?4, created_at = ?5, source_us = ?6
+WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS); err != nil {
+			return false, fmt.Errorf("update star: %w", err)
+		}
+		if oldOwner != s.OwnerDID || oldRepo != s.Repository {
+			a.pendingTouched = append(a.pendingTouched, repoKey{oldOwner, oldRepo})
+		}
+	}
+	if err := a.ensureUser(o); err != nil {
+		return false, err
+	}
+	a.pendingTouched = append(a.pendingTouched, repoKey{s.OwnerDID, s.Repository})
+	return true, nil
+}
+
+func (a *applier) putProfile(o *op) (bool, error) {
+	p := o.profile
+	if err := a.ensureUser(o); err != nil {
+		return false, err
+	}
+	var updatedAt any
+	if p.UpdatedAt != 0 {
+		updatedAt = p.UpdatedAt
+	}
+	n, err := a.exec(`UPDATE users SET default_hold = ?1, auto_remove_untagged = ?2, profile_created_at = ?3,
+  profile_updated_at = ?4, profile_us = ?5, updated_at = ?6
+WHERE did = ?7 AND profile_us < ?5`, p.DefaultHold, p.AutoRemoveUntagged, p.CreatedAt, updatedAt,
+		o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
+	if err != nil {
+		return false, fmt.Errorf("update profile: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (a *applier) putRepoPage(o *op) (bool, error) {
+	p := o.page
+	if err := a.ensureUser(o); err != nil {
+		return false, err
+	}
+	n, err := a.exec(`INSERT INTO repo_pages (did, repository, rkey, description, avatar_cid, created_at, updated_at, source_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ON CONFLICT (did, repository) DO UPDATE SET rkey = excluded.rkey, description = excluded.description,
+  avatar_cid = excluded.avatar_cid, created_at = excluded.created_at, updated_at = excluded.updated_at,
+  source_us = excluded.source_us
+WHERE excluded.source_us > repo_pages.source_us`,
+		o.did, p.Repository, o.rkey, p.Description, p.AvatarCID, p.CreatedAt, p.UpdatedAt, o.ev.TimeUS)
+	if err != nil {
+		return false, fmt.Errorf("upsert repo page: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (a *applier) putCaptain(o *op) (bool, error) {
+	c := o.captain
+	n, err := a.exec(`INSERT INTO hold_captains (hold_did, owner_did, public, allow_all_crew, enable_bluesky_posts,
+  deployed_at, region, provider, successor, source_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+ON CONFLICT (hold_did) DO UPDATE SET owner_did = excluded.owner_did, public = excluded.public,
+  allow_all_crew = excluded.allow_all_crew, enable_bluesky_posts = excluded.enable_bluesky_posts,
+  deployed_at = excluded.deployed_at, region = excluded.region, provider = excluded.provider,
+  successor = excluded.successor, source_us = excluded.source_us
+WHERE excluded.source_us > hold_captains.source_us`,
+		o.did, c.Owner, c.Public, c.AllowAllCrew, c.EnableBlueskyPosts, c.DeployedAt, c.Region, c.Provider, c.Successor, o.ev.TimeUS)
+	if err != nil {
+		return false, fmt.Errorf("upsert captain: %w", err)
+	}
+	return n > 0, nil
+}
+
+func (a *applier) putCrew(o *op) (bool, error) {
+	c := o.crew
+	n, err := a.exec(`INSERT INTO hold_crew (hold_did, rkey, member_did, role, permissions, tier, added_at, source_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ON CONFLICT (hold_did, rkey) DO UPDATE SET member_did = excluded.member_did, role = excluded.role,
+  permissions = excluded.permissions, tier = excluded.tier, added_at = excluded.added_at, source_us = excluded.source_us
+WHERE excluded.source_us > hold_crew.source_us`,
+		o.did, o.rkey, c.Member, c.Role, c.Permissions, c.Tier, c.AddedAt, o.ev.TimeUS)
+	if err != nil {
+		return false, fmt.Errorf("upsert crew: %w", err)
+	}
+	return n > 0, nil
+}
+
+// putStats writes one hold's absolute counts. Newer-wins is decided by the
+// record's updatedAt in SQL, so no cache (warm or cold) can regress a row.
+func (a *applier) putStats(o *op) (bool, error) {
+	s := o.stats
+	n, err := a.exec(`INSERT INTO repository_hold_stats (did, repository, hold_did, rkey, pull_count, push_count,
+  last_pull, last_push, updated_at, source_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+ON CONFLICT (did, repository, hold_did) DO UPDATE SET rkey = excluded.rkey, pull_count = excluded.pull_count,
+  push_count = excluded.push_count, last_pull = excluded.last_pull, last_push = excluded.last_push,
+  updated_at = excluded.updated_at, source_us = excluded.source_us
+WHERE excluded.updated_at > repository_hold_stats.updated_at`,
+		s.OwnerDID, s.Repository, s.HoldDID, s.RKey, s.PullCount, s.PushCount, s.LastPull, s.LastPush, s.UpdatedAt, s.SourceUS)
+	if err != nil {
+		return false, fmt.Errorf("upsert hold stats: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	a.pendingStats = append(a.pendingStats, *s)
+	a.pendingTouched = append(a.pendingTouched, repoKey{s.OwnerDID, s.Repository})
+	return true, nil
+}
+
+// deleteRecord records the tombstone and removes the row the record wrote,
+// unless that row was written by a newer event.
+func (a *applier) deleteRecord(o *op) (bool, error) {
+	t := o.ev.TimeUS
+	tomb, err := a.exec(`INSERT INTO record_tombstones (did, collection, rkey, source_us) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (did, collection, rkey) DO UPDATE SET source_us = excluded.source_us
+WHERE excluded.source_us > record_tombstones.source_us`, o.did, o.collection, o.rkey, t)
+	if err != nil {
+		return false, fmt.Errorf("record tombstone: %w", err)
+	}
+	if k := (recordKey{o.did, o.collection, o.rkey}); t > a.tombstones[k] {
+		a.tombstones[k] = t
+	}
+	var n int64
+	switch o.collection {
+	case CollectionManifest:
+		// Layers, references and annotations go with it (ON DELETE CASCADE).
+		n, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+	case CollectionTag:
+		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+	case CollectionStar:
+		var owner, repo string
+		found, qerr := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`
+FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`,
+			[]any{o.did, o.rkey, t}, &owner, &repo)
+		if qerr != nil || !found {
+			err = qerr
+			break
+		}
+		n, err = a.exec(`DELETE FROM stars WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey)
+		a.pendingTouched = append(a.pendingTouched, repoKey{owner, repo})
+	case CollectionProfile:
+		n, err = a.exec(`UPDATE users SET default_hold = '', auto_remove_untagged = 0, profile_created_at = NULL,
+  profile_updated_at = NULL, profile_us = ?2, updated_at = ?3
+WHERE did = ?1 AND profile_us < ?2`, o.did, t, t/1000)
+	case CollectionRepoPage:
+		n, err = a.exec(`DELETE FROM repo_pages WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+	case CollectionCaptain:
+		n, err = a.exec(`DELETE FROM hold_captains WHERE hold_did = ?1 AND source_us <= ?2`, o.did, t)
+	case CollectionCrew:
+		n, err = a.exec(`DELETE FROM hold_crew WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+	case CollectionStats:
+		var s HoldStat
+		found, qerr := a.queryRow(`SELECT `+database.Text("did")+`, `+database.Text("repository")+`, pull_count, push_count, last_pull, last_push, updated_at
+FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`,
+			[]any{o.did, o.rkey, t}, &s.OwnerDID, &s.Repository, &s.PullCount, &s.PushCount, &s.LastPull, &s.LastPush, &s.UpdatedAt)
+		if qerr != nil || !found {
+			err = qerr
+			break
+		}
+		n, err = a.exec(`DELETE FROM repository_hold_stats WHERE did = ?1 AND repository = ?2 AND hold_did = ?3`,
+			s.OwnerDID, s.Repository, o.did)
+		s.HoldDID, s.RKey, s.SourceUS, s.Deleted = o.did, o.rkey, t, true
+		a.pendingStats = append(a.pendingStats, s)
+		a.pendingTouched = append(a.pendingTouched, repoKey{s.OwnerDID, s.Repository})
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete %s: %w", o.collection, err)
+	}
+	return tomb > 0 || n > 0, nil
+}
+
+// refreshChunk bounds the repositories per refresh statement (3 parameters each).
+const refreshChunk = 200
+
+// refreshTouched recomputes the aggregate of every touched repository, a
+// chunk of repositories per statement.
+func (a *applier) refreshTouched() error {
+	keys := sortedKeys(a.touched)
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), refreshChunk)]
+		keys = keys[len(chunk):]
+		args := make([]any, 0, 3*len(chunk)+1)
+		for _, k := range chunk {
+			args = append(args, k.did, k.repository, a.touched[k])
+		}
+		args = append(args, a.fence) // after the VALUES: ? parameters bind in text order
+		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, values(len(chunk), 3)), args...); err != nil {
+			return fmt.Errorf("refresh repository_stats: %w", err)
+		}
+	}
+	return nil
+}
+
+// refreshManySQL is refreshSQL for a list of (did, repository, updated_at)
+// tuples (the %s); the last parameter is the fence.
+var refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
+INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
+SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
+  MAX(h.last_pull), MAX(h.last_push),
+  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?, k.at
+FROM k LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
+WHERE true
+GROUP BY k.did, k.repository
+` + refreshConflict
+
+// refreshConflict writes a recomputed row when its values changed or its
+// updated_at is newer.
+const refreshConflict = `ON CONFLICT (did, repository) DO UPDATE SET pull_count = excluded.pull_count, push_count = excluded.push_count,
+  last_pull = excluded.last_pull, last_push = excluded.last_push, star_count = excluded.star_count,
+  fence = excluded.fence, updated_at = excluded.updated_at
+WHERE excluded.updated_at > repository_stats.updated_at
+   OR (repository_stats.pull_count, repository_stats.push_count, repository_stats.last_pull, repository_stats.last_push,
+       repository_stats.star_count)
+   IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
+
+// refreshSQL is the aggregate of one repository (SPEC §8 repository_stats):
+// sums over holds (saturating: SaturatingSumSQL), latest
+// last_pull/last_push, the star count.
+var refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
+SELECT ?1, ?2, ` + SaturatingSumSQL("pull_count") + `, ` + SaturatingSumSQL("push_count") + `, MAX(last_pull), MAX(last_push),
+  (SELECT COUNT(*) FROM stars WHERE owner_did = ?1 AND repository = ?2), ?3, ?4
+FROM repository_hold_stats WHERE did = ?1 AND repository = ?2
+` + refreshConflict
+
+// RefreshRepositoryStats recomputes the repository_stats row of (did,
+// repository) inside tx from the persisted repository_hold_stats and stars
+// rows, stamping fence and updatedAtMS (Unix ms: the time of the latest
+// event that changed the repository's stars or hold stats) when the values
+// change or updatedAtMS is newer than the row's.
+// Call it only inside a lease.Fenced transaction of the custody whose
+// fence it stamps.
+func RefreshRepositoryStats(ctx context.Context, tx *sql.Tx, did, repository string, fence, updatedAtMS int64) error {
+	if _, err := tx.ExecContext(ctx, refreshSQL, did, repository, fence, updatedAtMS); err != nil {
+		return fmt.Errorf("refresh repository_stats %s/%s: %w", did, repository, err)
+	}
+	return nil
+}
+
+// SaturatingSumSQL is the SQL aggregate summing an INTEGER count column
+// over a group, capped at MaxSafeInteger, 0 for no rows. SQLite's SUM
+// fails the whole statement with "integer overflow" past int64, which
+// would make one repository's aggregate (and so every batch touching it)
+// fail forever; TOTAL sums in float64 and never fails. For non-negative
+// counts every partial sum below 2^53 is exact in float64, and once a sum
+// reaches 2^53 it stays there or above, so the capped result is exactly
+// min(sum, MaxSafeInteger).
+func SaturatingSumSQL(column string) string {
+	return fmt.Sprintf("CAST(MIN(TOTAL(%s), %d) AS INTEGER)", column, int64(MaxSafeInteger))
+}

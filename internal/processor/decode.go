@@ -1,0 +1,138 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/atcr-io/appview/internal/jetstream"
+)
+
+// op is one validated event, ready to apply.
+type op struct {
+	ev         *jetstream.Event
+	did        string
+	collection string // "" for identity and account events
+	rkey       string
+	cid        string
+	delete     bool
+
+	manifest *manifest
+	tag      *tag
+	star     *star
+	profile  *profile
+	page     *repoPage
+	captain  *captain
+	crew     *crew
+	stats    *HoldStat
+	identity *jetstream.Identity
+	account  *jetstream.Account
+}
+
+// decode validates an event without touching the database. A non-empty
+// reason means skip it (err says why, for the log).
+func decode(ev *jetstream.Event) (*op, string, error) {
+	if ev.TimeUS <= 0 {
+		return nil, ReasonMalformedEvent, errors.New("time_us must be > 0")
+	}
+	o := &op{ev: ev, did: ev.DID}
+	switch ev.Kind {
+	case jetstream.KindIdentity:
+		if ev.Identity == nil {
+			return nil, ReasonMalformedEvent, errors.New("identity event without identity")
+		}
+		if o.did == "" {
+			o.did = ev.Identity.DID
+		}
+		o.identity = ev.Identity
+	case jetstream.KindAccount:
+		if ev.Account == nil {
+			return nil, ReasonMalformedEvent, errors.New("account event without account")
+		}
+		if o.did == "" {
+			o.did = ev.Account.DID
+		}
+		o.account = ev.Account
+	case jetstream.KindCommit:
+		return decodeCommit(o)
+	default:
+		return nil, ReasonMalformedEvent, errors.New("unknown kind " + ev.Kind)
+	}
+	if reason, err := checkDID(o.did); err != nil {
+		return nil, reason, err
+	}
+	return o, "", nil
+}
+
+// checkDID checks the event's repo DID: missing makes the event unusable,
+// present but not DID syntax (a NUL, invalid UTF-8, a stray character) is
+// a bad value.
+func checkDID(did string) (string, error) {
+	switch {
+	case did == "":
+		return ReasonMalformedEvent, errors.New("no did")
+	case !validDID(did):
+		return ReasonBadValue, fmt.Errorf("did %q is not a DID", did)
+	}
+	return "", nil
+}
+
+func decodeCommit(o *op) (*op, string, error) {
+	c := o.ev.Commit
+	if c == nil {
+		return nil, ReasonMalformedEvent, errors.New("commit event without commit")
+	}
+	if !strings.HasPrefix(c.Collection, "io.atcr.") {
+		return nil, ReasonNotATCR, nil
+	}
+	if !knownCollection(c.Collection) {
+		return nil, ReasonUnknownCollection, errors.New("collection " + c.Collection)
+	}
+	if reason, err := checkDID(o.did); err != nil {
+		return nil, reason, err
+	}
+	if c.RKey == "" {
+		return nil, ReasonMalformedEvent, errors.New("commit without rkey")
+	}
+	if !validRKey(c.RKey) {
+		return nil, ReasonBadValue, fmt.Errorf("rkey %q is not a record key", c.RKey)
+	}
+	o.collection, o.rkey, o.cid = c.Collection, c.RKey, c.CID
+	switch c.Operation {
+	case jetstream.OpDelete:
+		o.delete = true
+		return o, "", nil
+	case jetstream.OpCreate, jetstream.OpUpdate:
+	default:
+		return nil, ReasonMalformedEvent, errors.New("unknown operation " + c.Operation)
+	}
+	if len(c.Record) == 0 || string(c.Record) == "null" {
+		return nil, ReasonMissingField, errors.New("create/update without record")
+	}
+	var err error
+	switch c.Collection {
+	case CollectionManifest:
+		o.manifest, err = decodeManifest(c.Record)
+	case CollectionTag:
+		o.tag, err = decodeTag(c.Record)
+	case CollectionStar:
+		o.star, err = decodeStar(c.Record)
+	case CollectionProfile:
+		o.profile, err = decodeProfile(c.RKey, c.Record)
+	case CollectionRepoPage:
+		o.page, err = decodeRepoPage(c.Record)
+	case CollectionCaptain:
+		o.captain, err = decodeCaptain(c.RKey, c.Record)
+	case CollectionCrew:
+		o.crew, err = decodeCrew(c.Record)
+	case CollectionStats:
+		o.stats, err = decodeStats(c.Record)
+		if err == nil {
+			o.stats.HoldDID, o.stats.RKey, o.stats.SourceUS = o.did, c.RKey, o.ev.TimeUS
+		}
+	}
+	if err != nil {
+		return nil, reasonOf(err), err
+	}
+	return o, "", nil
+}

@@ -1,0 +1,201 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+)
+
+// hostileStats is an io.atcr.hold.stats event as the tester sent it: raw
+// JSON, so counts beyond float64's precision arrive exactly.
+func hostileStats(hold string, us int64, rkey, owner, repo string, pull, push int64) jetstream.Event {
+	rec := fmt.Sprintf(`{"$type":"io.atcr.hold.stats","ownerDid":%q,"repository":%q,"pullCount":%d,"pushCount":%d,"updatedAt":"2025-06-15T15:06:39.345Z"}`,
+		owner, repo, pull, push)
+	return jetstream.Event{DID: hold, TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+		Rev: "r1", Operation: "create", Collection: processor.CollectionStats, RKey: rkey, Record: json.RawMessage(rec)}}
+}
+
+func TestTwoHoldsReportingTheLargestInt64PullCountAreSkippedAndTheBatchLands(t *testing.T) {
+	db := openDB(t)
+	const maxInt64 = 1<<63 - 1
+	events := []jetstream.Event{
+		hostileStats("did:web:holdA.example", 1750000000000100, "aaaa", "did:plc:victim", "app", maxInt64, 5),
+		hostileStats("did:web:holdB.example", 1750000000000200, "bbbb", "did:plc:victim", "app", maxInt64, 5),
+		hostileStats("did:web:holdA.example", 1750000000000300, "cccc", "did:plc:victim", "other", 7, 1),
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, acquire(t, db.DB, "jetstream-consumer", "me"), events)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if res.Skipped[processor.ReasonBadValue] != 2 || res.Applied != 1 {
+		t.Fatalf("result %+v: want the two out-of-range records skipped as bad_value and the third applied", res)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM repository_hold_stats WHERE repository = 'app'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d hold stats rows for the hostile repository (%v), want none", n, err)
+	}
+}
+
+func TestCountsAreValidUpToTheSafeIntegerLimitAndNotBeyond(t *testing.T) {
+	db := openDB(t)
+	events := []jetstream.Event{
+		hostileStats("did:web:h1.example", 1, "a", "did:plc:o", "at-limit", processor.MaxSafeInteger, 0),
+		hostileStats("did:web:h1.example", 2, "b", "did:plc:o", "pull-over", processor.MaxSafeInteger+1, 0),
+		hostileStats("did:web:h1.example", 3, "c", "did:plc:o", "push-over", 0, processor.MaxSafeInteger+1),
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 1 || res.Skipped[processor.ReasonBadValue] != 2 {
+		t.Fatalf("result %+v: want the count at 2^53-1 applied and the two above it skipped", res)
+	}
+}
+
+func TestTheRepositoryAggregateSaturatesAtTheSafeIntegerLimitInsteadOfOverflowing(t *testing.T) {
+	db := openDB(t)
+	// 1100 holds at the limit sum past int64 (2^63 / 2^53 = 1024).
+	var events []jetstream.Event
+	for i := range 1100 {
+		events = append(events, hostileStats(fmt.Sprintf("did:web:h%04d.example", i), int64(i+1), "rk",
+			"did:plc:o", "app", processor.MaxSafeInteger, 1))
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	c := acquire(t, db.DB, "jetstream-consumer", "me")
+	res, err := p.Apply(context.Background(), db.DB, c, events)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if res.Applied != len(events) {
+		t.Fatalf("result %+v: want every valid record applied", res)
+	}
+	var pull, push int64
+	if err := db.QueryRow(`SELECT pull_count, push_count FROM repository_stats WHERE did = 'did:plc:o' AND repository = 'app'`).
+		Scan(&pull, &push); err != nil {
+		t.Fatal(err)
+	}
+	if pull != processor.MaxSafeInteger || push != 1100 {
+		t.Fatalf("aggregate pull %d push %d, want pull saturated at %d and push the exact sum 1100", pull, push, int64(processor.MaxSafeInteger))
+	}
+}
+
+func TestRowsStoredBeforeTheRangeCheckCannotOverflowTheAggregate(t *testing.T) {
+	db := openDB(t)
+	// What an older version let in: two holds near the top of int64.
+	for _, hold := range []string{"did:web:a.example", "did:web:b.example"} {
+		if _, err := db.Exec(`INSERT INTO repository_hold_stats (did, repository, hold_did, rkey, pull_count, push_count, updated_at, source_us)
+VALUES ('did:plc:o', 'app', ?, 'rk', 9223372036854775807, 3, 1, 1)`, hold); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	// A third hold's report recomputes the aggregate over all three rows.
+	if _, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		hostileStats("did:web:c.example", 10, "rk", "did:plc:o", "app", 1, 1),
+	}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	var pull, push int64
+	if err := db.QueryRow(`SELECT pull_count, push_count FROM repository_stats WHERE did = 'did:plc:o'`).Scan(&pull, &push); err != nil {
+		t.Fatal(err)
+	}
+	if pull != processor.MaxSafeInteger || push != 7 {
+		t.Fatalf("aggregate pull %d push %d, want %d and 7", pull, push, int64(processor.MaxSafeInteger))
+	}
+}
+
+func TestSaturatingAddCapsAtTheSafeIntegerLimit(t *testing.T) {
+	for _, c := range []struct{ a, b, want int64 }{
+		{1, 2, 3},
+		{processor.MaxSafeInteger - 1, 1, processor.MaxSafeInteger},
+		{processor.MaxSafeInteger, 1, processor.MaxSafeInteger},
+		{processor.MaxSafeInteger, processor.MaxSafeInteger, processor.MaxSafeInteger},
+	} {
+		if got := processor.SaturatingAdd(c.a, c.b); got != c.want {
+			t.Errorf("SaturatingAdd(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
+	const alice = "did:plc:alice"
+	manifest := func(repo, digest string) map[string]any {
+		return map[string]any{"repository": repo, "digest": digest, "mediaType": "x", "schemaVersion": 2,
+			"createdAt": "2026-01-01T00:00:00Z", "holdDid": "did:web:hold.example"}
+	}
+	stats := func(owner, repo string) map[string]any {
+		return map[string]any{"ownerDid": owner, "repository": repo, "pullCount": 1, "pushCount": 1, "updatedAt": "2026-01-01T00:00:00Z"}
+	}
+	cases := map[string]jetstream.Event{
+		"manifest repository with NUL":  commit(alice, 1, "create", processor.CollectionManifest, "m1", manifest("a\x00b", "sha256:1")),
+		"manifest digest with NUL":      commit(alice, 1, "create", processor.CollectionManifest, "m1", manifest("app", "sha256:\x00")),
+		"layer digest with NUL":         commit(alice, 1, "create", processor.CollectionManifest, "m1", mergeMap(manifest("app", "sha256:1"), map[string]any{"layers": []any{map[string]any{"digest": "sha\x00", "size": 1, "mediaType": "x"}}})),
+		"layer size beyond 2^53-1":      commit(alice, 1, "create", processor.CollectionManifest, "m1", mergeMap(manifest("app", "sha256:1"), map[string]any{"layers": []any{map[string]any{"digest": "sha256:2", "size": int64(processor.MaxSafeInteger) + 1, "mediaType": "x"}}})),
+		"tag name with NUL":             commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1\x00", "sha256:1")),
+		"tag repository with NUL":       commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("\x00", "v1", "sha256:1")),
+		"tag manifestDigest with NUL":   commit(alice, 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:\x00")),
+		"tag manifest at-uri rkey NUL":  commit(alice, 1, "create", processor.CollectionTag, "t1", map[string]any{"repository": "app", "tag": "v1", "manifest": "at://" + alice + "/io.atcr.manifest/m\x00"}),
+		"stats repository with NUL":     commit("did:web:hold.example", 1, "create", processor.CollectionStats, "s1", stats(alice, "app\x00")),
+		"stats owner DID with NUL":      commit("did:web:hold.example", 1, "create", processor.CollectionStats, "s1", stats("did:plc:a\x00", "app")),
+		"star subject repository NUL":   commit(alice, 1, "create", processor.CollectionStar, "s1", map[string]any{"subject": map[string]any{"did": alice, "repository": "a\x00"}, "createdAt": "2026-01-01T00:00:00Z"}),
+		"repo page repository with NUL": commit(alice, 1, "create", processor.CollectionRepoPage, "app", map[string]any{"repository": "app\x00", "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"}),
+		"crew member DID with NUL":      commit("did:web:hold.example", 1, "create", processor.CollectionCrew, "c1", map[string]any{"member": "did:plc:\x00", "role": "read", "permissions": []string{}, "addedAt": "2026-01-01T00:00:00Z"}),
+		"event DID with NUL":            commit("did:plc:al\x00ice", 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:1")),
+		"event DID invalid UTF-8":       commit("did:plc:al\xffice", 1, "create", processor.CollectionTag, "t1", tagRecord("app", "v1", "sha256:1")),
+		"rkey with NUL":                 commit(alice, 1, "create", processor.CollectionTag, "t\x001", tagRecord("app", "v1", "sha256:1")),
+		"rkey invalid UTF-8":            commit(alice, 1, "create", processor.CollectionTag, "t\xff", tagRecord("app", "v1", "sha256:1")),
+		"delete with an rkey NUL":       commit(alice, 1, "delete", processor.CollectionTag, "t\x00", nil),
+		"identity DID with NUL":         {DID: "did:plc:\x00", TimeUS: 1, Kind: jetstream.KindIdentity, Identity: &jetstream.Identity{DID: "did:plc:\x00", Handle: "x.example"}},
+	}
+	for name, ev := range cases {
+		t.Run(name, func(t *testing.T) {
+			db := openDB(t)
+			p := processor.New(processor.Options{Log: zerolog.Nop()})
+			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Skipped[processor.ReasonBadValue] != 1 {
+				t.Fatalf("result %+v: want one bad_value skip", res)
+			}
+			for _, table := range registryTables {
+				if n := countRows(t, db.DB, table); n != 0 {
+					t.Errorf("%s has %d rows", table, n)
+				}
+			}
+		})
+	}
+}
+
+func TestValidKeysWithUnicodeAndRecordKeyPunctuationAreApplied(t *testing.T) {
+	db := openDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		commit("did:web:example.com%3A8443", 1, "create", processor.CollectionTag, "a.b_c:d~e-f", tagRecord("café", "v1", "sha256:1")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 1 {
+		t.Fatalf("result %+v: want the tag applied", res)
+	}
+	var repo string
+	if err := db.QueryRow(`SELECT repository FROM tags`).Scan(&repo); err != nil || repo != "café" {
+		t.Fatalf("stored repository %q (%v)", repo, err)
+	}
+}
+
+func mergeMap(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}

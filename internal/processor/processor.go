@@ -1,0 +1,450 @@
+package processor
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/promshare"
+	"github.com/atcr-io/appview/internal/jetstream"
+)
+
+// Skip reasons: the "reason" label of appview_processor_skipped_total and
+// the keys of Result.Skipped.
+const (
+	// ReasonNotATCR: a commit outside io.atcr.* (skipped silently).
+	ReasonNotATCR = "not_atcr"
+	// ReasonUnknownCollection: an io.atcr.* NSID this processor does not index.
+	ReasonUnknownCollection = "unknown_collection"
+	// ReasonMalformedEvent: the event itself is unusable (no commit body,
+	// unknown kind or operation, no DID, rkey or time_us).
+	ReasonMalformedEvent = "malformed_event"
+	// ReasonMalformedRecord: the record is not JSON of the lexicon's shape.
+	ReasonMalformedRecord = "malformed_record"
+	// ReasonMissingField: a field the lexicon requires is absent or empty.
+	ReasonMissingField = "missing_field"
+	// ReasonTooLong: a string is over the lexicon's maxLength.
+	ReasonTooLong = "too_long"
+	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
+	// record key), a count outside [0, MaxSafeInteger] or another integer
+	// outside the AT Protocol data model's ±MaxSafeInteger, or a key field
+	// (repository, digest, tag, DID, rkey) holding a NUL or invalid UTF-8.
+	ReasonBadValue = "bad_value"
+	// ReasonUnresolvedManifest: an io.atcr.tag whose manifest at-uri names no
+	// stored manifest and that carries no manifestDigest.
+	ReasonUnresolvedManifest = "unresolved_manifest"
+	// ReasonDatabase: the database refused the event's writes (e.g. a
+	// constraint); they were rolled back to the event's savepoint.
+	ReasonDatabase = "db_error"
+)
+
+// Outcomes: the "outcome" label of appview_processor_events_total.
+const (
+	// OutcomeApplied: the event changed the database.
+	OutcomeApplied = "applied"
+	// OutcomeUnchanged: the database already reflected the event or
+	// something newer (a replay, an older hold stats updatedAt, a create
+	// older than the record's delete).
+	OutcomeUnchanged = "unchanged"
+	// OutcomeSkipped: the event was not applied (see the skip reasons).
+	OutcomeSkipped = "skipped"
+)
+
+// HoldStat is one hold's own absolute counts for one repository, from an
+// io.atcr.hold.stats record in the hold's repo (LEXICONS.md).
+type HoldStat struct {
+	// HoldDID is the hold that reports the counts (the event's DID).
+	HoldDID string
+	// OwnerDID and Repository name the repository counted.
+	OwnerDID, Repository string
+	// RKey is the record key in the hold's repo.
+	RKey                 string
+	PullCount, PushCount int64
+	// LastPull and LastPush are Unix ms, nil when the record has none.
+	LastPull, LastPush *int64
+	// UpdatedAt is the record's updatedAt in Unix ms: a newer one from the
+	// same hold replaces the hold's numbers, an older one is ignored.
+	UpdatedAt int64
+	// SourceUS is the Jetstream time_us of the event that carried it.
+	SourceUS int64
+	// Deleted means the hold deleted the record: it no longer reports the
+	// repository. The counts are those of the removed row.
+	Deleted bool
+}
+
+// NewManifest is a manifest stored for the first time as (OwnerDID,
+// Repository, Digest): a webhook "push" trigger.
+type NewManifest struct {
+	OwnerDID, Repository, Digest, MediaType string
+	HoldDID, HoldEndpoint                   string
+	// PushedAt is the record's createdAt, Unix ms.
+	PushedAt int64
+}
+
+// EventKey is "push:<did>/<repository>@<digest>", stable across replays
+// (the webhook_deliveries de-duplication key, SPEC §9).
+func (m NewManifest) EventKey() string {
+	return "push:" + m.OwnerDID + "/" + m.Repository + "@" + m.Digest
+}
+
+// Result reports what one batch did.
+type Result struct {
+	// Events is the number of events in the batch.
+	Events int
+	// Applied counts events that changed the database.
+	Applied int
+	// Unchanged counts events the database already reflected.
+	Unchanged int
+	// Skipped counts events not applied, by skip reason (Reason*).
+	Skipped map[string]int
+	// HoldStats are the per-hold stats rows the batch changed, in event
+	// order (for the StatsCache's warm view).
+	HoldStats []HoldStat
+	// NewManifests are the manifests the batch stored for the first time,
+	// in event order (for webhook "push" deliveries).
+	NewManifests []NewManifest
+	// MaxTimeUS is the largest time_us in the batch (0 for an empty batch):
+	// the cursor once the batch is committed.
+	MaxTimeUS int64
+}
+
+// SkippedTotal is the number of skipped events over all reasons.
+func (r Result) SkippedTotal() int {
+	n := 0
+	for _, v := range r.Skipped {
+		n += v
+	}
+	return n
+}
+
+func (r *Result) skip(reason string) {
+	if r.Skipped == nil {
+		r.Skipped = map[string]int{}
+	}
+	r.Skipped[reason]++
+}
+
+// Options configures a Processor.
+type Options struct {
+	// Log receives invalid-record warnings (sampled) and database errors.
+	Log zerolog.Logger
+	// Metrics may be nil (no metrics).
+	Metrics *Metrics
+	// LogBurst is how many invalid-record warnings are logged per LogPeriod
+	// before the rest are dropped; 0 means 10 per minute.
+	LogBurst  uint32
+	LogPeriod time.Duration
+}
+
+// Processor turns Jetstream events into registry rows. It holds no state
+// between batches, so one Processor may serve the consumer and the
+// backfill at once.
+type Processor struct {
+	log     zerolog.Logger
+	sampled zerolog.Logger
+	metrics *Metrics
+}
+
+// New returns a Processor.
+func New(o Options) *Processor {
+	burst, period := o.LogBurst, o.LogPeriod
+	if burst == 0 {
+		burst = 10
+	}
+	if period <= 0 {
+		period = time.Minute
+	}
+	l := o.Log.With().Str("component", "processor").Logger()
+	return &Processor{
+		log:     l,
+		sampled: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
+		metrics: o.Metrics,
+	}
+}
+
+// Apply is the one-shot form for callers that have nothing else to commit
+// with the events (the backfill): it applies events in one transaction
+// through lease.Fenced, so it commits only while c is the current custody.
+// Errors wrap lease.ErrSuperseded when custody was lost; see ApplyTx for
+// the rest.
+func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, events []jetstream.Event) (Result, error) {
+	var res Result
+	err := lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+		var err error
+		res, err = p.ApplyTx(ctx, tx, c, events)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// ApplyTx applies events, in order, inside tx: the caller's lease.Fenced
+// transaction under c, so the caller can commit other effects (webhook
+// deliveries, the cursor, a backfill checkpoint) atomically with the
+// records. c.Fence is stamped on the repository_stats rows the batch
+// writes. ApplyTx never commits or rolls back tx.
+//
+// Each event runs under its own SAVEPOINT: an invalid event is skipped
+// before it touches the database, and an event the database refuses is
+// rolled back alone and counted under ReasonDatabase; the rest of the batch
+// still lands. The aggregate (repository_stats) of every repository whose
+// stars or hold stats the batch changed is recomputed at the end of the
+// batch from the persisted per-hold and star rows. ApplyTx returns an error only when the transaction itself is no
+// longer usable (a savepoint cannot be taken or rolled back, the database
+// is locked or failing, ctx is done); the caller must then roll back and
+// retry the whole batch.
+func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Result, error) {
+	start := time.Now()
+	outs := make([]outcome, len(events))
+	ops := make([]*op, len(events))
+	var maxUS int64
+	for i := range events {
+		ev := &events[i]
+		maxUS = max(maxUS, ev.TimeUS)
+		var err error
+		ops[i], outs[i].reason, err = decode(ev)
+		outs[i].err = err
+	}
+	a := &applier{ctx: ctx, tx: tx, fence: c.Fence}
+	// Fast path: the whole batch under one savepoint, no savepoint per event.
+	// If any event fails, roll the batch back to it and redo it with a
+	// savepoint per event, so only the failing events are lost.
+	res, err := a.run(ops, outs, false)
+	if err != nil && !fatal(err) {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO batch"); rerr != nil {
+			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
+		}
+		if _, rerr := tx.ExecContext(ctx, "RELEASE batch"); rerr != nil {
+			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
+		}
+		res, err = a.run(ops, outs, true)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	res.Events, res.MaxTimeUS = len(events), maxUS
+	for i := range events {
+		p.report(&events[i], &outs[i], &res)
+	}
+	p.metrics.batch(time.Since(start))
+	return res, nil
+}
+
+// outcome is what happened to one event of a batch.
+type outcome struct {
+	reason  string // skip reason; "" when applied or unchanged
+	err     error  // why it was skipped
+	changed bool
+}
+
+// report counts, meters and (sampled) logs one event's outcome.
+func (p *Processor) report(ev *jetstream.Event, o *outcome, res *Result) {
+	collection, operation := labelsOf(ev)
+	switch {
+	case o.reason == "" && o.changed:
+		res.Applied++
+		p.metrics.event(collection, operation, OutcomeApplied)
+		return
+	case o.reason == "":
+		res.Unchanged++
+		p.metrics.event(collection, operation, OutcomeUnchanged)
+		return
+	}
+	res.skip(o.reason)
+	p.metrics.event(collection, operation, OutcomeSkipped)
+	p.metrics.skipped(o.reason)
+	var l *zerolog.Event
+	switch o.reason {
+	case ReasonNotATCR, ReasonUnknownCollection:
+		return
+	case ReasonDatabase:
+		l = p.sampled.Error()
+	default:
+		l = p.sampled.Warn()
+	}
+	l.Str("reason", o.reason).Str("collection", collection).Str("operation", operation).
+		Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
+		Str("error", errString(o.err)).Msg("event skipped")
+}
+
+// fatal reports whether err leaves the transaction unusable or is
+// transient, so the batch must be retried rather than the event skipped.
+func fatal(err error) bool {
+	if err == context.Canceled || err == context.DeadlineExceeded {
+		return true
+	}
+	return DatabaseFailure(err)
+}
+
+// DatabaseFailure reports whether err is a failure of the database itself
+// rather than of the events being written: anything but the database
+// refusing the values of a statement (database.Refused: a constraint, a
+// datatype mismatch, a value too big). That covers no answer at all (a
+// libSQL server unreachable, an HTTP 5xx, a Hrana stream or transaction
+// timeout), locked or busy past busy_timeout, an I/O error, a read-only,
+// full or out-of-memory database, a missing table, a savepoint that could
+// not be taken, and any error of unknown shape. Retrying the same events
+// later can succeed, so a caller must not skip them over such an error: it
+// fails and retries from its checkpoint instead. Only a refusal, or an
+// event the processor itself found invalid, is about the events, and
+// isolating them one by one can get past it.
+func DatabaseFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *savepointError
+	if errors.As(err, &se) {
+		return true
+	}
+	var ie *invalidError
+	if errors.As(err, &ie) {
+		return false // the processor's own verdict on an event
+	}
+	return !database.Refused(err)
+}
+
+// ReportSkipped counts and logs an event its caller had to skip after the
+// processor applied it, because the transaction around it could not
+// commit (the consumer's and the backfill's event-by-event retry of a
+// failed batch): under reason in appview_processor_skipped_total and as
+// outcome skipped in appview_processor_events_total, and logged at the
+// processor's sampled rate like every other skip.
+func (p *Processor) ReportSkipped(ev *jetstream.Event, reason string, err error) {
+	var res Result
+	p.report(ev, &outcome{reason: reason, err: err}, &res)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func rkeyOf(ev *jetstream.Event) string {
+	if ev.Commit != nil {
+		return ev.Commit.RKey
+	}
+	return ""
+}
+
+// labelsOf gives the metric labels of an event; collections outside
+// io.atcr.* share the label "other" to bound the series count.
+func labelsOf(ev *jetstream.Event) (collection, operation string) {
+	switch ev.Kind {
+	case jetstream.KindCommit:
+		if ev.Commit == nil {
+			return "", "unknown"
+		}
+		collection = ev.Commit.Collection
+		if !strings.HasPrefix(collection, "io.atcr.") {
+			collection = "other"
+		} else if !knownCollection(collection) {
+			collection = "io.atcr.other"
+		}
+		switch ev.Commit.Operation {
+		case jetstream.OpCreate, jetstream.OpUpdate, jetstream.OpDelete:
+			return collection, ev.Commit.Operation
+		}
+		return collection, "unknown"
+	case jetstream.KindIdentity, jetstream.KindAccount:
+		return "", ev.Kind
+	}
+	return "", "unknown"
+}
+
+func knownCollection(c string) bool {
+	switch c {
+	case CollectionManifest, CollectionTag, CollectionStar, CollectionProfile,
+		CollectionRepoPage, CollectionCaptain, CollectionCrew, CollectionStats:
+		return true
+	}
+	return false
+}
+
+// repoKey names one repository: its owner's DID and its name.
+type repoKey struct{ did, repository string }
+
+func sortedKeys(m map[repoKey]int64) []repoKey {
+	out := make([]repoKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].did != out[j].did {
+			return out[i].did < out[j].did
+		}
+		return out[i].repository < out[j].repository
+	})
+	return out
+}
+
+// Metrics are the processor's Prometheus collectors.
+type Metrics struct {
+	events  *prometheus.CounterVec
+	skips   *prometheus.CounterVec
+	latency prometheus.Histogram
+}
+
+// NewMetrics registers the processor's collectors on reg (reusing them when
+// another Processor registered them first):
+// appview_processor_events_total{collection,operation,outcome},
+// appview_processor_skipped_total{reason} and
+// appview_processor_batch_apply_seconds (a histogram of ApplyTx latency).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_processor_events_total",
+			Help: "Jetstream events processed, by collection (io.atcr NSID, \"other\" outside io.atcr), operation (create, update, delete, identity, account) and outcome (applied, unchanged, skipped).",
+		}, []string{"collection", "operation", "outcome"}),
+		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_processor_skipped_total",
+			Help: "Events skipped without being applied, by reason.",
+		}, []string{"reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "appview_processor_batch_apply_seconds",
+			Help:    "Time to apply one batch of events inside its transaction (excluding commit), in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	var err error
+	if m.events, err = promshare.Register(reg, m.events); err != nil {
+		return nil, err
+	}
+	if m.skips, err = promshare.Register(reg, m.skips); err != nil {
+		return nil, err
+	}
+	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Metrics) event(collection, operation, outcome string) {
+	if m != nil {
+		m.events.WithLabelValues(collection, operation, outcome).Inc()
+	}
+}
+
+func (m *Metrics) skipped(reason string) {
+	if m != nil {
+		m.skips.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) batch(d time.Duration) {
+	if m != nil {
+		m.latency.Observe(d.Seconds())
+	}
+}

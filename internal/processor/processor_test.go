@@ -1,0 +1,148 @@
+package processor_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+)
+
+func openDB(t testing.TB) *database.DB {
+	t.Helper()
+	db, err := database.Open(context.Background(), database.Options{
+		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return db
+}
+
+func readJSONL(t testing.TB, path string) []jetstream.Event {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	defer f.Close()
+	var out []jetstream.Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var ev jetstream.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// unfenced is the custody of a worker running with leases disabled.
+var unfenced = lease.Custody{Lease: "test"}
+
+func countRows(t testing.TB, db *sql.DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+var registryTables = []string{"users", "manifests", "manifest_layers", "manifest_references", "manifest_annotations",
+	"tags", "stars", "repo_pages", "hold_captains", "hold_crew", "repository_hold_stats", "repository_stats", "record_tombstones"}
+
+func TestRealTrafficCreatesNoRowsAndLogsNothingAboveWarn(t *testing.T) {
+	for _, name := range []string{"expected_v1.jsonl", "golden_v1.jsonl"} {
+		t.Run(name, func(t *testing.T) {
+			db := openDB(t)
+			events := readJSONL(t, filepath.Join("..", "jetstream", "testdata", name))
+			var logs bytes.Buffer
+			reg := prometheus.NewRegistry()
+			m, err := processor.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := processor.New(processor.Options{Log: zerolog.New(&logs).Level(zerolog.DebugLevel), Metrics: m})
+			res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+			if err != nil {
+				t.Fatalf("apply: %v", err)
+			}
+			for _, table := range registryTables {
+				if n := countRows(t, db.DB, table); n != 0 {
+					t.Errorf("%s has %d rows, want 0", table, n)
+				}
+			}
+			var commits, maxUS int64
+			for _, ev := range events {
+				if ev.Kind == jetstream.KindCommit {
+					commits++
+				}
+				maxUS = max(maxUS, ev.TimeUS)
+			}
+			if got := int64(res.Skipped[processor.ReasonNotATCR]); got != commits {
+				t.Errorf("not_atcr skips = %d, want %d (every commit); result %+v", got, commits, res)
+			}
+			if res.SkippedTotal() != int(commits) || res.Applied != 0 {
+				t.Errorf("result %+v: want only not_atcr skips and nothing applied", res)
+			}
+			if res.MaxTimeUS != maxUS {
+				t.Errorf("MaxTimeUS = %d, want %d", res.MaxTimeUS, maxUS)
+			}
+			if got := metricSum(t, reg, "appview_processor_skipped_total"); got != float64(commits) {
+				t.Errorf("skipped metric = %v, want %d", got, commits)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				if line == "" {
+					continue
+				}
+				var l struct{ Level string }
+				_ = json.Unmarshal([]byte(line), &l)
+				if l.Level != "debug" && l.Level != "info" && l.Level != "warn" {
+					t.Errorf("log line above warn: %s", line)
+				}
+			}
+		})
+	}
+}
+
+// metricSum sums every series of the named counter.
+func metricSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
