@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/rs/zerolog"
@@ -43,13 +45,13 @@ type jobPanicked struct{ value any }
 // abandoned with its context cancelled, so its fenced writes cannot land).
 type jobActor struct {
 	w       Worker
-	custody lease.Custody
+	custody fence.Custody
 	log     zerolog.Logger
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 }
 
-func jobProps(w Worker, c lease.Custody, log zerolog.Logger) *actor.Props {
+func jobProps(w Worker, c fence.Custody, log zerolog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &jobActor{w: w, custody: c, log: log.With().Str("worker", w.Name).Logger()}
 	})
@@ -105,7 +107,7 @@ func (j *jobActor) loop(ctx context.Context, panicked func(any)) {
 			return
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, lease.ErrSuperseded):
+		case errors.Is(err, fence.ErrSuperseded):
 			// Custody has moved on: fail the worker; the directive is Stop.
 			panicked(err)
 			return

@@ -8,11 +8,12 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/identity"
 )
@@ -59,12 +60,12 @@ type Worker struct {
 	// Actor builds the worker actor for one grant of custody. It is spawned
 	// as the child of the worker's LeaseActor (or unleased supervisor) and
 	// stopped when custody ends; it must stop writing when it stops.
-	Actor func(c lease.Custody) *actor.Props
+	Actor func(c fence.Custody) *actor.Props
 	// Job is run every Interval while custody lasts, in its own goroutine;
 	// ctx is cancelled when custody ends and the worker stops only after Job
 	// returns. An error is logged and the job runs again at the next tick; a
 	// panic is a worker failure (restart with backoff).
-	Job func(ctx context.Context, c lease.Custody) error
+	Job func(ctx context.Context, c fence.Custody) error
 	// Interval between the starts of Job runs. 0 runs Job once and then
 	// holds custody idle until it ends (e.g. a startup backfill).
 	Interval time.Duration

@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/atcr-io/appview/internal/fence"
 
-	"github.com/atcr-io/appview/actors/lease"
+	"github.com/asynkron/protoactor-go/actor"
 )
 
 func TestRegisterRefusesInvalidWorkers(t *testing.T) {
-	job := func(context.Context, lease.Custody) error { return nil }
-	props := func(lease.Custody) *actor.Props { return nil }
+	job := func(context.Context, fence.Custody) error { return nil }
+	props := func(fence.Custody) *actor.Props { return nil }
 	for _, tc := range []struct {
 		name   string
 		w      Worker
@@ -39,7 +39,7 @@ func TestRegisterRefusesInvalidWorkers(t *testing.T) {
 }
 
 func TestRegisterRefusesADuplicateNameAndKeepsOrder(t *testing.T) {
-	job := func(context.Context, lease.Custody) error { return nil }
+	job := func(context.Context, fence.Custody) error { return nil }
 	var r Registry
 	for _, name := range []string{"cleanup", "backfill", "health"} {
 		if err := r.Register(Worker{Name: name, Job: job}); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,11 +135,11 @@ func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	return nil
 }
 
-func workerProps(w Worker, log zerolog.Logger) func(lease.Custody) *actor.Props {
+func workerProps(w Worker, log zerolog.Logger) func(fence.Custody) *actor.Props {
 	if w.Actor != nil {
 		return w.Actor
 	}
-	return func(c lease.Custody) *actor.Props { return jobProps(w, c, log) }
+	return func(c fence.Custody) *actor.Props { return jobProps(w, c, log) }
 }
 
 func (s *System) publish(e events.Custody) { s.actors.EventStream.Publish(e) }

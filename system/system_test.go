@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
@@ -222,12 +223,12 @@ func (h *harness) assertReleasedInPlace(name string, fence int64) {
 // probe records an actor worker's lifecycle.
 type probe struct {
 	mu       sync.Mutex
-	started  []lease.Custody
+	started  []fence.Custody
 	stopping int
 }
 
 func (p *probe) actorWorker(name string, leased bool) Worker {
-	return Worker{Name: name, Leased: leased, Actor: func(c lease.Custody) *actor.Props {
+	return Worker{Name: name, Leased: leased, Actor: func(c fence.Custody) *actor.Props {
 		return actor.PropsFromProducer(func() actor.Actor { return &probeActor{p: p, c: c} })
 	}}
 }
@@ -240,7 +241,7 @@ func (p *probe) startedCount() int {
 
 type probeActor struct {
 	p *probe
-	c lease.Custody
+	c fence.Custody
 }
 
 func (a *probeActor) Receive(ctx actor.Context) {
@@ -264,7 +265,7 @@ type runs struct {
 	total   atomic.Int64
 }
 
-func (r *runs) add(c lease.Custody) int {
+func (r *runs) add(c fence.Custody) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byFence == nil {
@@ -287,9 +288,9 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 		leasedActor.actorWorker("leased-actor", true),
 		unleasedActor.actorWorker("unleased-actor", false),
 		Worker{Name: "leased-job", Leased: true, Interval: 20 * time.Millisecond,
-			Job: func(ctx context.Context, c lease.Custody) error { leasedJob.add(c); return nil }},
+			Job: func(ctx context.Context, c fence.Custody) error { leasedJob.add(c); return nil }},
 		Worker{Name: "unleased-job", Leased: false,
-			Job: func(ctx context.Context, c lease.Custody) error { unleasedJob.add(c); return nil }},
+			Job: func(ctx context.Context, c fence.Custody) error { unleasedJob.add(c); return nil }},
 	)
 	h.start()
 	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
@@ -355,12 +356,12 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 	var releasedAfterReturn, wroteWhileStopping atomic.Bool
 	var h *harness
 	h = newHarness(t, testConfig(), Worker{Name: "slow-job", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error {
+		Job: func(ctx context.Context, c fence.Custody) error {
 			close(running)
 			<-ctx.Done()
 			// Custody is still held until the release, but a stopping
 			// job's fenced writes are refused by its cancelled context.
-			err := lease.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { wroteWhileStopping.Store(true); return nil })
+			err := fence.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { wroteWhileStopping.Store(true); return nil })
 			close(returned)
 			return err
 		}})
@@ -394,7 +395,7 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 	causes := make(chan error, 2)
 	var h *harness
 	h = newHarness(t, testConfig(), Worker{Name: "cause", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error {
+		Job: func(ctx context.Context, c fence.Custody) error {
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return ctx.Err()
@@ -424,7 +425,7 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	var r runs
 	h := newHarness(t, testConfig(), Worker{Name: "once", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error { r.add(c); return nil }})
+		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
 	h.waitEvent(events.WorkerStarted, "once", 1)
 	// Several renewals later the job has still run only once, and the
@@ -444,14 +445,14 @@ func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 	var once, periodic runs
 	h := newHarness(t, testConfig(),
-		Worker{Name: "once-flaky", Leased: true, Job: func(ctx context.Context, c lease.Custody) error {
+		Worker{Name: "once-flaky", Leased: true, Job: func(ctx context.Context, c fence.Custody) error {
 			if once.add(c) <= 2 {
 				return errors.New("flaky")
 			}
 			return nil
 		}},
 		Worker{Name: "periodic-failing", Leased: true, Interval: 20 * time.Millisecond,
-			Job: func(ctx context.Context, c lease.Custody) error {
+			Job: func(ctx context.Context, c fence.Custody) error {
 				periodic.add(c)
 				return errors.New("always fails")
 			}},
@@ -486,7 +487,7 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 	var r runs
 	h := newHarness(t, testConfig(), Worker{Name: "panicky", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error {
+		Job: func(ctx context.Context, c fence.Custody) error {
 			if r.add(c) == 1 {
 				panic("boom")
 			}
@@ -514,7 +515,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 
 func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
 	h := newHarness(t, testConfig(), Worker{Name: "doomed", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error { panic("always") }})
+		Job: func(ctx context.Context, c fence.Custody) error { panic("always") }})
 	h.start()
 	failed := h.waitEvent(events.WorkerFailed, "doomed", 1)
 	released := h.waitEvent(events.LeaseReleased, "doomed", 1)
@@ -529,7 +530,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	var r runs
 	var h *harness
 	h = newHarness(t, testConfig(), Worker{Name: "usurped", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error {
+		Job: func(ctx context.Context, c fence.Custody) error {
 			if r.add(c) > 1 {
 				return nil
 			}
@@ -540,7 +541,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 				WHERE name = ?1`, c.Lease, testTTL.Milliseconds()); err != nil {
 				return err
 			}
-			return lease.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { return nil })
+			return fence.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { return nil })
 		}})
 	h.start()
 	lost := h.waitEvent(events.LeaseLost, "usurped", 1)
@@ -573,7 +574,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	cfg.Leases.Enabled = false
 	var r runs
 	h := newHarness(t, cfg, Worker{Name: "cleanup-like", Leased: true,
-		Job: func(ctx context.Context, c lease.Custody) error { r.add(c); return nil }})
+		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
 	h.eventually("the job run", func() bool { return r.total.Load() == 1 })
 	if r.under(0) != 1 {
@@ -588,7 +589,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 
 func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
 	h := newHarness(t, testConfig(), Worker{Name: "idle", Leased: false,
-		Job: func(ctx context.Context, c lease.Custody) error { return nil }})
+		Job: func(ctx context.Context, c fence.Custody) error { return nil }})
 	h.start()
 	if err := h.sys.Start(); err == nil {
 		t.Error("a second Start returned nil")

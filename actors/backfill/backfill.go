@@ -13,9 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 )
@@ -58,7 +59,7 @@ const (
 // Jetstream processor it must be idempotent and must skip (not fail on) an
 // invalid record. An error aborts the page: nothing of it commits.
 type Applier interface {
-	ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error)
+	ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error)
 }
 
 // Applied counts the outcome of one ApplyTx call.
@@ -70,10 +71,10 @@ type Applied struct {
 }
 
 // ApplierFunc adapts a function to Applier.
-type ApplierFunc func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error)
+type ApplierFunc func(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error)
 
 // ApplyTx calls f.
-func (f ApplierFunc) ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
+func (f ApplierFunc) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error) {
 	return f(ctx, tx, c, events)
 }
 
@@ -198,12 +199,12 @@ var errAllRelaysFailed = errors.New("every relay failed")
 // after it returns.
 //
 // Errors: ctx's error when custody ended; one wrapping
-// lease.ErrSuperseded when custody was taken over; one wrapping
+// fence.ErrSuperseded when custody was taken over; one wrapping
 // errAllRelaysFailed when a collection could not be listed (the run stays
 // unfinished for the next call to resume); a database error.
 // An unresolvable DID or a broken PDS is not an error: it is recorded in
 // the checkpoint, logged, counted and skipped.
-func (b *Backfiller) Run(ctx context.Context, c lease.Custody) (err error) {
+func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	started := time.Now()
 	outcome := runFailed
 	defer func() {
@@ -268,7 +269,7 @@ func (b *Backfiller) Run(ctx context.Context, c lease.Custody) (err error) {
 
 // interruption classifies a run-ending error for the metrics.
 func interruption(ctx context.Context, err error, otherwise string) string {
-	if ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) || errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil || errors.Is(err, fence.ErrSuperseded) || errors.Is(err, context.Canceled) {
 		return runInterrupted
 	}
 	return otherwise
@@ -277,12 +278,12 @@ func interruption(ctx context.Context, err error, otherwise string) string {
 // fatal reports whether err must end the run (rather than skip a repo or a
 // relay): custody ended or was lost, or the database failed.
 func fatal(ctx context.Context, err error) bool {
-	return ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) || errors.Is(err, context.Canceled)
+	return ctx.Err() != nil || errors.Is(err, fence.ErrSuperseded) || errors.Is(err, context.Canceled)
 }
 
 // write runs fn in a transaction fenced by c and reports it to AfterWrite.
-func (b *Backfiller) write(ctx context.Context, c lease.Custody, what string, fn func(tx *sql.Tx) error) error {
-	if err := lease.Fenced(ctx, b.o.DB, c, fn); err != nil {
+func (b *Backfiller) write(ctx context.Context, c fence.Custody, what string, fn func(tx *sql.Tx) error) error {
+	if err := fence.Fenced(ctx, b.o.DB, c, fn); err != nil {
 		return err
 	}
 	if b.o.AfterWrite != nil {
@@ -294,7 +295,7 @@ func (b *Backfiller) write(ctx context.Context, c lease.Custody, what string, fn
 // run is one backfill run in progress under one custody.
 type run struct {
 	b       *Backfiller
-	custody lease.Custody
+	custody fence.Custody
 	id      int64
 	log     zerolog.Logger
 

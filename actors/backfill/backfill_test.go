@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -20,8 +22,8 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/internal/jetstream"
 )
 
@@ -59,7 +61,7 @@ func openDB(t *testing.T) *sql.DB {
 
 // fakeApplier records every event it is given, inside the caller's
 // transaction, stamped with the custody's fence.
-var fakeApplier = ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
+var fakeApplier = ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error) {
 	for _, ev := range events {
 		if ev.Kind != jetstream.KindCommit || ev.Commit == nil || ev.Commit.Operation != jetstream.OpCreate {
 			return Applied{}, fmt.Errorf("not a create event: %+v", ev)
@@ -132,7 +134,7 @@ func (e *env) backfiller(o Options) *Backfiller {
 
 // acquire takes the backfill lease for holder, releasing any current grant
 // first (a handover), and returns the new custody.
-func (e *env) acquire(holder string) lease.Custody {
+func (e *env) acquire(holder string) fence.Custody {
 	e.t.Helper()
 	ctx := context.Background()
 	if _, err := e.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
@@ -142,7 +144,7 @@ func (e *env) acquire(holder string) lease.Custody {
 	if err != nil || !g.Granted {
 		e.t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}
-	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
 func (e *env) count(query string, args ...any) int {
@@ -567,8 +569,8 @@ func TestASupersededCustodyCannotWriteRecordsOrCheckpoints(t *testing.T) {
 	o := e.options(relay.URL())
 	o.Concurrency = 1
 	err := e.backfiller(o).Run(context.Background(), c)
-	if !errors.Is(err, lease.ErrSuperseded) {
-		t.Fatalf("Run returned %v, want lease.ErrSuperseded", err)
+	if !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("Run returned %v, want fence.ErrSuperseded", err)
 	}
 	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 2 {
 		t.Fatalf("%d records applied, want only the first page's 2", got)
@@ -583,8 +585,8 @@ func TestASupersededCustodyCannotWriteRecordsOrCheckpoints(t *testing.T) {
 	}
 	before := writes()
 	// A stale custody cannot even claim a run.
-	if err := e.backfiller(o).Run(context.Background(), c); !errors.Is(err, lease.ErrSuperseded) {
-		t.Fatalf("Run under a stale custody returned %v, want lease.ErrSuperseded", err)
+	if err := e.backfiller(o).Run(context.Background(), c); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("Run under a stale custody returned %v, want fence.ErrSuperseded", err)
 	}
 	if writes() != before {
 		t.Fatalf("a stale custody wrote %d times", writes()-before)
@@ -635,7 +637,7 @@ func TestOneRecordTheDatabaseRefusesDoesNotStallTheRun(t *testing.T) {
 	// Like a repository_stats refresh that overflows: the record's effect
 	// fails the whole transaction it is in, not just its own savepoint.
 	const poisoned = "3k002"
-	poisonFails := ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Applied, error) {
+	poisonFails := ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error) {
 		for _, ev := range events {
 			if ev.Commit.Collection == colManifest && ev.Commit.RKey == poisoned {
 				return Applied{}, errors.New("refresh repository_stats: failed to execute query UPDATE repository_stats\nerror code = 2: Error executing statement: SQLite failure: `integer overflow`")
@@ -677,7 +679,7 @@ func TestADatabaseFailureOfAPageStopsTheRunWithoutSkippingRecords(t *testing.T) 
 	relay.Add(colManifest, "did:plc:alice")
 	o := e.options(relay.URL())
 	o.Collections = []string{colManifest}
-	o.Applier = ApplierFunc(func(context.Context, *sql.Tx, lease.Custody, []jetstream.Event) (Applied, error) {
+	o.Applier = ApplierFunc(func(context.Context, *sql.Tx, fence.Custody, []jetstream.Event) (Applied, error) {
 		return Applied{}, errors.New("database is locked")
 	})
 	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err == nil {

@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/system"
@@ -70,8 +71,8 @@ func Worker(d system.Deps, applier Applier) (system.Worker, error) {
 // a jittered exponential delay (Options.OnceRetryMin..OnceRetryMax),
 // because under interval 0 nothing else would ever finish it. It returns
 // nil when done, ctx's error when custody ends, or an error wrapping
-// lease.ErrSuperseded.
-func (b *Backfiller) Once(ctx context.Context, c lease.Custody) error {
+// fence.ErrSuperseded.
+func (b *Backfiller) Once(ctx context.Context, c fence.Custody) error {
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     b.o.OnceRetryMin,
 		RandomizationFactor: 0.5,
@@ -81,7 +82,7 @@ func (b *Backfiller) Once(ctx context.Context, c lease.Custody) error {
 	bo.Reset()
 	for {
 		err := b.Run(ctx, c)
-		if err == nil || ctx.Err() != nil || errors.Is(err, lease.ErrSuperseded) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, fence.ErrSuperseded) {
 			return err
 		}
 		wait := bo.NextBackOff()
@@ -105,7 +106,7 @@ func ProcessorWorker(d system.Deps) (system.Worker, error) {
 		return system.Worker{}, err
 	}
 	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm})
-	return Worker(d, ApplierFunc(func(ctx context.Context, tx *sql.Tx, c lease.Custody, evs []jetstream.Event) (Applied, error) {
+	return Worker(d, ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Custody, evs []jetstream.Event) (Applied, error) {
 		r, err := p.ApplyTx(ctx, tx, c, evs)
 		return Applied{Applied: r.Applied + r.Unchanged, Skipped: r.SkippedTotal()}, err
 	}))

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -278,18 +280,18 @@ func (f *fixture) crew(t *testing.T, hold *fakeHold, user, rkey string, addedAt 
 	}
 }
 
-func (f *fixture) acquire(t *testing.T, holder string) lease.Custody {
+func (f *fixture) acquire(t *testing.T, holder string) fence.Custody {
 	t.Helper()
 	g, err := f.store.Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s: %+v %v", holder, g, err)
 	}
-	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
 // handOver expires the current grant (as if its holder stalled past the
 // TTL) and grants the lease to holder.
-func (f *fixture) handOver(t *testing.T, holder string) lease.Custody {
+func (f *fixture) handOver(t *testing.T, holder string) fence.Custody {
 	t.Helper()
 	if _, err := f.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
 		t.Fatal(err)
@@ -311,7 +313,7 @@ func (f *fixture) refresher(t *testing.T, log zerolog.Logger) *Refresher {
 	return r
 }
 
-func mustRound(t *testing.T, r *Refresher, c lease.Custody) Report {
+func mustRound(t *testing.T, r *Refresher, c fence.Custody) Report {
 	t.Helper()
 	rep, err := r.Round(context.Background(), c)
 	if err != nil {
@@ -489,7 +491,7 @@ func TestEachChangeIsPushedOnceAcrossCustodies(t *testing.T) {
 	var staleErrs, currentErrs atomic.Int32
 	for range 5 {
 		wg.Go(func() {
-			if _, err := a.Round(context.Background(), first); errors.Is(err, lease.ErrSuperseded) {
+			if _, err := a.Round(context.Background(), first); errors.Is(err, fence.ErrSuperseded) {
 				staleErrs.Add(1)
 			}
 		})
@@ -519,7 +521,7 @@ func TestSupersededCustodyPushesNothing(t *testing.T) {
 	f.handOver(t, "inst-b")
 
 	_, err := f.refresher(t, zerolog.Nop()).Round(context.Background(), first)
-	if !errors.Is(err, lease.ErrSuperseded) {
+	if !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("round under a superseded fence: %v, want ErrSuperseded", err)
 	}
 	if got := h.attempts.Load(); got != 0 {

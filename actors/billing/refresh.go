@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/system"
 )
@@ -118,8 +119,8 @@ type Report struct {
 // Run is the job function (system.Worker.Job): one round under c. Failures
 // of single holds are logged and retried at the next interval; the error
 // is for a round that could not run (source, database) or a superseded
-// custody (wraps lease.ErrSuperseded).
-func (r *Refresher) Run(ctx context.Context, c lease.Custody) error {
+// custody (wraps fence.ErrSuperseded).
+func (r *Refresher) Run(ctx context.Context, c fence.Custody) error {
 	_, err := r.Round(ctx, c)
 	return err
 }
@@ -142,7 +143,7 @@ type change struct {
 
 // Round reads the source and the crew, and pushes every changed tier. It
 // waits for a round already running on this Refresher to finish.
-func (r *Refresher) Round(ctx context.Context, c lease.Custody) (Report, error) {
+func (r *Refresher) Round(ctx context.Context, c fence.Custody) (Report, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := time.Now()
@@ -152,7 +153,7 @@ func (r *Refresher) Round(ctx context.Context, c lease.Custody) (Report, error) 
 	return rep, err
 }
 
-func (r *Refresher) round(ctx context.Context, c lease.Custody, rep *Report) error {
+func (r *Refresher) round(ctx context.Context, c fence.Custody, rep *Report) error {
 	// A superseded holder learns it here even in a round with nothing to
 	// push, and does not spend a billing API call first.
 	if err := r.checkCustody(ctx, c); err != nil {
@@ -256,7 +257,7 @@ func (r *Refresher) plan(tiers map[string]Tier, crew []membership, last map[[2]s
 
 // pushHold pushes one hold's changes. It returns an error only when the
 // round must stop (custody superseded, database failure, ctx done).
-func (r *Refresher) pushHold(ctx context.Context, c lease.Custody, changes []change, rep *Report) error {
+func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []change, rep *Report) error {
 	hold := changes[0].hold
 	endpoint, err := r.o.Endpoints.HoldEndpoint(ctx, hold)
 	if err != nil {
@@ -345,10 +346,10 @@ func (r *Refresher) send(ctx context.Context, endpoint string, ch change) (strin
 	return updateCrewTier(pctx, r.o.HTTP, endpoint, ch.user, ch.rank)
 }
 
-// checkCustody is a fenced no-op: it fails (wrapping lease.ErrSuperseded)
+// checkCustody is a fenced no-op: it fails (wrapping fence.ErrSuperseded)
 // unless c is still the current custody.
-func (r *Refresher) checkCustody(ctx context.Context, c lease.Custody) error {
-	return lease.Fenced(ctx, r.o.DB, c, func(*sql.Tx) error { return nil })
+func (r *Refresher) checkCustody(ctx context.Context, c fence.Custody) error {
+	return fence.Fenced(ctx, r.o.DB, c, func(*sql.Tx) error { return nil })
 }
 
 // record writes the hold's answer under the fence. The hold has already
@@ -356,9 +357,9 @@ func (r *Refresher) checkCustody(ctx context.Context, c lease.Custody) error {
 // (the fence still decides): dropping it would make the next holder push
 // the same change again. Job returns right after, so nothing is written
 // once the worker has stopped.
-func (r *Refresher) record(ctx context.Context, c lease.Custody, ch change, name, outcome string) error {
+func (r *Refresher) record(ctx context.Context, c fence.Custody, ch change, name, outcome string) error {
 	ctx = context.WithoutCancel(ctx)
-	err := lease.Fenced(ctx, r.o.DB, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(ctx, r.o.DB, c, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, recordSQL, ch.hold, ch.user, ch.rank, name, outcome, ch.addedAt, c.Fence)
 		return err
 	})
@@ -374,10 +375,10 @@ func (r *Refresher) count(outcome string, n int) {
 	}
 }
 
-func (r *Refresher) finish(c lease.Custody, rep Report, err error, took time.Duration) {
+func (r *Refresher) finish(c fence.Custody, rep Report, err error, took time.Duration) {
 	outcome := "ok"
 	switch {
-	case errors.Is(err, lease.ErrSuperseded):
+	case errors.Is(err, fence.ErrSuperseded):
 		outcome = "superseded"
 	case err != nil:
 		outcome = "error"

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,13 +71,13 @@ func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
 	}
 }
 
-func (f *fixture) acquire(t *testing.T, holder string) lease.Custody {
+func (f *fixture) acquire(t *testing.T, holder string) fence.Custody {
 	t.Helper()
 	g, err := lease.NewStore(f.db.DB, ttl).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s: %+v %v", holder, g, err)
 	}
-	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
 func (f *fixture) sweeper(t *testing.T, chunk int, log zerolog.Logger, m *Metrics) *Sweeper {
@@ -217,7 +219,7 @@ func TestSupersededCustodyDeletesNothing(t *testing.T) {
 	before, leasesBefore := count(), leaseRows(t, f.db.DB)
 
 	rep, err := f.sweeper(t, 2, zerolog.Nop(), nil).Sweep(context.Background(), first)
-	if !errors.Is(err, lease.ErrSuperseded) {
+	if !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("sweep under fence %d: err %v, want ErrSuperseded", first.Fence, err)
 	}
 	if after := count(); after != before {

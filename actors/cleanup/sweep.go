@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -82,17 +83,17 @@ type Report struct {
 // Run is the job function (system.Worker.Job): one sweep under c. It logs
 // the sweep and returns its error, so the job runner retries at the next
 // interval.
-func (s *Sweeper) Run(ctx context.Context, c lease.Custody) error {
+func (s *Sweeper) Run(ctx context.Context, c fence.Custody) error {
 	_, err := s.Sweep(ctx, c)
 	return err
 }
 
 // Sweep applies every rule once under custody c and returns what it
 // deleted. Rules fail independently: a failing rule is logged and the next
-// one runs. A superseded custody (the error wraps lease.ErrSuperseded) or a
+// one runs. A superseded custody (the error wraps fence.ErrSuperseded) or a
 // done ctx stops the sweep at once; rows deleted by chunks already
 // committed stay deleted.
-func (s *Sweeper) Sweep(ctx context.Context, c lease.Custody) (Report, error) {
+func (s *Sweeper) Sweep(ctx context.Context, c fence.Custody) (Report, error) {
 	start := time.Now()
 	rep := Report{Deleted: make(map[string]int64, len(s.rules)), Failed: map[string]error{}}
 	for _, r := range s.rules {
@@ -117,7 +118,7 @@ func (s *Sweeper) Sweep(ctx context.Context, c lease.Custody) (Report, error) {
 		}
 		rep.Failed[r.Name] = err
 		errs = append(errs, err)
-		if errors.Is(err, lease.ErrSuperseded) || ctx.Err() != nil {
+		if errors.Is(err, fence.ErrSuperseded) || ctx.Err() != nil {
 			stop = err
 			break
 		}
@@ -135,12 +136,12 @@ func (s *Sweeper) Sweep(ctx context.Context, c lease.Custody) (Report, error) {
 
 // apply deletes r's rows older than cutoff (Unix ms), one fenced chunk at a
 // time, until a chunk comes back short.
-func (s *Sweeper) apply(ctx context.Context, c lease.Custody, r Rule, cutoff int64) (int64, error) {
+func (s *Sweeper) apply(ctx context.Context, c fence.Custody, r Rule, cutoff int64) (int64, error) {
 	query := r.deleteSQL()
 	var total int64
 	for {
 		var n int64
-		err := lease.Fenced(ctx, s.db, c, func(tx *sql.Tx) error {
+		err := fence.Fenced(ctx, s.db, c, func(tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, query, cutoff, s.chunk)
 			if err != nil {
 				return err
@@ -171,10 +172,10 @@ func (s *Sweeper) dbNow(ctx context.Context) (int64, error) {
 
 // finish logs the sweep's one info line (warn when it failed) and records
 // its outcome.
-func (s *Sweeper) finish(c lease.Custody, rep Report, err error) {
+func (s *Sweeper) finish(c fence.Custody, rep Report, err error) {
 	outcome := "ok"
 	switch {
-	case errors.Is(err, lease.ErrSuperseded):
+	case errors.Is(err, fence.ErrSuperseded):
 		outcome = "superseded"
 	case err != nil:
 		outcome = "error"

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -44,7 +45,7 @@ func (out *committed) add(more committed) {
 // of ctx, not the database itself failing (locked, I/O, ...), which would
 // fail every retry too and must not cost us events.
 func isolable(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, lease.ErrSuperseded) && !processor.DatabaseFailure(err)
+	return ctx.Err() == nil && !errors.Is(err, fence.ErrSuperseded) && !processor.DatabaseFailure(err)
 }
 
 // skipFunc is told about an event commitEach skipped and why.
@@ -59,10 +60,10 @@ type skipFunc func(ev *jetstream.Event, err error)
 // skip and the cursor is moved past it in a fenced transaction of its own.
 //
 // It returns an error, with the events before it committed, when custody
-// is lost (wrapping lease.ErrSuperseded), ctx ends, an event fails with a
+// is lost (wrapping fence.ErrSuperseded), ctx ends, an event fails with a
 // processor.DatabaseFailure, or the cursor cannot be moved past a skipped
 // event: the database itself is then broken and the worker must fail.
-func commitEach(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.Processor, enqueue enqueueFunc,
+func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event, skip skipFunc) (committed, error) {
 	var out committed
 	for i := range events {
@@ -81,7 +82,7 @@ func commitEach(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.P
 			out.skipped++
 			continue // stamped ahead of the clock: it does not move the cursor
 		}
-		err = lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+		err = fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 			return saveCursorTx(ctx, tx, last, last, c.Fence)
 		})
 		if err != nil {
@@ -94,11 +95,11 @@ func commitEach(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.P
 
 // commitBatch applies events, enqueues their webhook deliveries and
 // advances the cursor (see batchCursor), in one transaction that commits
-// only under c. Errors wrap lease.ErrSuperseded when custody is lost.
-func commitBatch(ctx context.Context, db *sql.DB, c lease.Custody, p *processor.Processor, enqueue enqueueFunc,
+// only under c. Errors wrap fence.ErrSuperseded when custody is lost.
+func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
 	var out committed
-	err := lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		res, err := p.ApplyTx(ctx, tx, c, events)
 		if err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
@@ -34,13 +36,13 @@ func openDB(t testing.TB) *database.DB {
 	return db
 }
 
-func acquire(t testing.TB, db *sql.DB, holder string) lease.Custody {
+func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
 	g, err := lease.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v %v", g, err)
 	}
-	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
 func generate(seed uint64, n int) ([]jetstream.Event, *synth.Expected) {
@@ -145,7 +147,7 @@ func TestASupersededConsumerCommitsNothing(t *testing.T) {
 	acquire(t, db.DB, "b")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	_, err := commitBatch(context.Background(), db.DB, old, p, webhooks.EnqueueTx, events)
-	if !errors.Is(err, lease.ErrSuperseded) {
+	if !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("commit under a superseded custody: %v", err)
 	}
 	for _, table := range []string{"manifests", "tags", "repository_stats", "webhook_deliveries", "jetstream_cursor"} {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -29,7 +31,7 @@ type UpdateCollections struct {
 // Options configure one consumer actor (one grant of custody).
 type Options struct {
 	DB      *sql.DB
-	Custody lease.Custody
+	Custody fence.Custody
 	Log     zerolog.Logger
 	// Jetstream is the jetstream section: urls, collections, compress,
 	// rewind, stale_timeout, max_message_bytes.
@@ -70,7 +72,7 @@ func NewProps(o Options) *actor.Props {
 }
 
 // escalate passes a child's failure (the StatsCache or the dispatcher, e.g.
-// lease.ErrSuperseded from a fenced write) up as the consumer's own, so the
+// fence.ErrSuperseded from a fenced write) up as the consumer's own, so the
 // LeaseActor decides: lost custody, or a restart of the whole worker.
 var escalate = actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.EscalateDirective })
 

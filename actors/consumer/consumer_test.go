@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
@@ -154,12 +156,12 @@ func newSystem(t *testing.T) *actor.ActorSystem {
 	return sys
 }
 
-func (f *fixture) options(db *sql.DB, c lease.Custody) Options {
+func (f *fixture) options(db *sql.DB, c fence.Custody) Options {
 	return optionsFor(db, c, f.srv.URL())
 }
 
 // optionsFor are the test options of a consumer reading url.
-func optionsFor(db *sql.DB, c lease.Custody, url string) Options {
+func optionsFor(db *sql.DB, c fence.Custody, url string) Options {
 	return Options{
 		DB:      db,
 		Custody: c,
@@ -323,7 +325,7 @@ func TestReplayingFromCursorZeroTwiceLeavesAnIdenticalState(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := newSystem(t)
-	var c lease.Custody
+	var c fence.Custody
 	if err := db.QueryRow(`SELECT name, holder, fence FROM leases`).Scan(&c.Lease, &c.Holder, &c.Fence); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +376,7 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	select {
 	case r := <-reasons:
 		err, ok := r.(error)
-		if !ok || !errors.Is(err, lease.ErrSuperseded) {
+		if !ok || !errors.Is(err, fence.ErrSuperseded) {
 			t.Fatalf("failure %v, want ErrSuperseded", r)
 		}
 	case <-time.After(30 * time.Second):

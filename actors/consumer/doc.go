@@ -20,7 +20,7 @@
 // replay after a crash or a rewind is harmless (every write is newer-wins
 // or idempotent). After the commit the consumer tells the StatsCache what
 // changed (statscache.Observe) and kicks the webhook dispatcher when
-// deliveries were enqueued. A commit that fails with lease.ErrSuperseded
+// deliveries were enqueued. A commit that fails with fence.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //
 // # One bad row cannot stall the stream
@@ -81,7 +81,7 @@
 // new events, so each connection that reaches them moves the resume point.
 //
 // Failure: a commit error ends Run; the actor then fails with that error
-// (a panic its parent sees as the reason), so lease.ErrSuperseded reaches
+// (a panic its parent sees as the reason), so fence.ErrSuperseded reaches
 // the LeaseActor as lost custody and anything else as a worker failure
 // (restart with backoff, from the stored cursor). Child failures are
 // escalated the same way.

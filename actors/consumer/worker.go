@@ -3,14 +3,15 @@ package consumer
 import (
 	"fmt"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/system"
 	"github.com/atcr-io/appview/internal/webhooks"
+	"github.com/atcr-io/appview/system"
 )
 
 // Worker registers the consumer under lease "jetstream-consumer". It builds
@@ -51,7 +52,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 	return system.Worker{
 		Name:   LeaseName,
 		Leased: true,
-		Actor: func(c lease.Custody) *actor.Props {
+		Actor: func(c fence.Custody) *actor.Props {
 			oc := o
 			oc.Custody = c
 			return NewProps(oc)

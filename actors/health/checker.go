@@ -11,10 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -88,7 +89,7 @@ func NewChecker(o Options) (*Checker, error) {
 // ignored: the checker is unleased and writes nothing. It returns an error
 // when the known holds cannot be read (the cache is then left as it was)
 // or ctx ended during the round (checks cut short are not recorded).
-func (c *Checker) Run(ctx context.Context, _ lease.Custody) error {
+func (c *Checker) Run(ctx context.Context, _ fence.Custody) error {
 	return c.Round(ctx)
 }
 

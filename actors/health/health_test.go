@@ -14,13 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/identity"
@@ -349,4 +350,4 @@ func TestConfigRefusesATimeoutThatDoesNotFitTheInterval(t *testing.T) {
 	}
 }
 
-var noCustody = lease.Custody{Lease: WorkerName}
+var noCustody = fence.Custody{Lease: WorkerName}

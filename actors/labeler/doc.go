@@ -41,7 +41,7 @@
 // written in one lease.Fenced transaction under the worker's custody: a
 // frame lands whole with its cursor, or not at all and is received again.
 // A fenced write that finds the custody superseded makes the actor fail
-// with lease.ErrSuperseded (its parent treats that as lost custody).
+// with fence.ErrSuperseded (its parent treats that as lost custody).
 //
 // The actor owns at most one session goroutine (one connection). A session
 // ends on a closed or stale stream (no frame and no pong to our pings for

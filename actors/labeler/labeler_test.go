@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -50,13 +52,13 @@ func openDB(t *testing.T) *sql.DB {
 	return db.DB
 }
 
-func acquire(t *testing.T, db *sql.DB, holder string) lease.Custody {
+func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
 	g, err := lease.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}
-	return lease.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
 func newActorSystem(t *testing.T) *actor.ActorSystem {
@@ -132,7 +134,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 // start spawns a subscriber under custody c and stops it at cleanup.
-func (h *harness) start(c lease.Custody) *actor.PID {
+func (h *harness) start(c fence.Custody) *actor.PID {
 	h.t.Helper()
 	pid := h.sys.Root.Spawn(NewProps(h.opts, c))
 	h.t.Cleanup(func() { _ = h.sys.Root.StopFuture(pid).Wait() })
@@ -426,7 +428,7 @@ func TestReconnectResumesFromTheLastAppliedSeq(t *testing.T) {
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.NewStore(h.db, time.Minute).Release(context.Background(), lease.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
+	if err := lease.NewStore(h.db, time.Minute).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
 		t.Fatal(err)
 	}
 	next := acquire(t, h.db, "instance-b")
@@ -550,8 +552,8 @@ func TestASupersededCustodyWritesNothingAndFailsTheWorker(t *testing.T) {
 	select {
 	case r := <-reasons:
 		err, ok := r.(error)
-		if !ok || !errors.Is(err, lease.ErrSuperseded) {
-			t.Fatalf("worker failed with %v, want lease.ErrSuperseded", r)
+		if !ok || !errors.Is(err, fence.ErrSuperseded) {
+			t.Fatalf("worker failed with %v, want fence.ErrSuperseded", r)
 		}
 	case <-time.After(waitFor):
 		t.Fatal("the worker did not fail after its custody was superseded")

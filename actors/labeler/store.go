@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -37,7 +38,7 @@ var labelOutcomes = []string{
 type store struct {
 	db       *sql.DB
 	endpoint string
-	custody  lease.Custody
+	custody  fence.Custody
 	// skipLog is sampled: a stream of bad labels must not flood the log.
 	skipLog zerolog.Logger
 	// afterWrite, when set, runs after every committed write.
@@ -178,7 +179,7 @@ func (s *store) applyLabel(ctx context.Context, tx *sql.Tx, seq int64, l Label, 
 
 // write runs fn in a transaction fenced by the subscriber's custody.
 func (s *store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if err := lease.Fenced(ctx, s.db, s.custody, fn); err != nil {
+	if err := fence.Fenced(ctx, s.db, s.custody, fn); err != nil {
 		return err
 	}
 	if s.afterWrite != nil {

@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
-
-	"github.com/atcr-io/appview/actors/lease"
 )
 
 // Timings and limits. The stale timeout comes from labeler.stale_timeout.
@@ -95,7 +95,7 @@ func (o Options) withDefaults() Options {
 
 // NewProps builds the subscriber actor for one grant of custody c of the
 // labeler-subscriber lease. Every database write is fenced by c.
-func NewProps(o Options, c lease.Custody) *actor.Props {
+func NewProps(o Options, c fence.Custody) *actor.Props {
 	o = o.withDefaults()
 	return actor.PropsFromProducer(func() actor.Actor { return newSubscriber(o, c) })
 }
@@ -104,7 +104,7 @@ func NewProps(o Options, c lease.Custody) *actor.Props {
 // (one websocket connection) at a time and schedules reconnects.
 type subscriber struct {
 	o       Options
-	custody lease.Custody
+	custody fence.Custody
 	store   *store
 	log     zerolog.Logger
 	skipLog zerolog.Logger
@@ -130,7 +130,7 @@ type sessionEnded struct {
 	err        error
 }
 
-func newSubscriber(o Options, c lease.Custody) *subscriber {
+func newSubscriber(o Options, c fence.Custody) *subscriber {
 	log := o.Log.With().Str("worker", LeaseName).Str("lease", c.Lease).Int64("fence", c.Fence).
 		Str("endpoint", o.Endpoint).Logger()
 	skipLog := log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
@@ -205,7 +205,7 @@ func (s *subscriber) ended(msg *sessionEnded) {
 	if s.stopping {
 		return
 	}
-	if errors.Is(msg.err, lease.ErrSuperseded) {
+	if errors.Is(msg.err, fence.ErrSuperseded) {
 		// Fail like every leased worker does on a failed fence: the parent
 		// LeaseActor treats it as lost custody, and nothing here writes again.
 		s.log.Error().Err(msg.err).Msg("labeler subscriber lost custody")

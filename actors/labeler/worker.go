@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/url"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/system"
 )
@@ -49,7 +50,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 	return system.Worker{
 		Name:   LeaseName,
 		Leased: true,
-		Actor:  func(c lease.Custody) *actor.Props { return NewProps(o, c) },
+		Actor:  func(c fence.Custody) *actor.Props { return NewProps(o, c) },
 	}, nil
 }
 

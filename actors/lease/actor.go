@@ -13,14 +13,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // StoreAPI is what a LeaseActor needs from the lease store. *Store
 // implements it; tests inject faults through it.
 type StoreAPI interface {
 	Acquire(ctx context.Context, name, holder string) (Grant, error)
-	Renew(ctx context.Context, c Custody) error
-	Release(ctx context.Context, c Custody) error
+	Renew(ctx context.Context, c fence.Custody) error
+	Release(ctx context.Context, c fence.Custody) error
 }
 
 // Options configures one LeaseActor.
@@ -38,7 +39,7 @@ type Options struct {
 	// with backoff, give up after repeated failures) is the same.
 	Unleased bool
 	// Worker builds the worker actor for one grant of custody.
-	Worker func(c Custody) *actor.Props
+	Worker func(c fence.Custody) *actor.Props
 	// Publish receives every custody event (normally the EventStream's
 	// Publish). It must not block.
 	Publish func(events.Custody)
@@ -99,7 +100,7 @@ func NewProps(o Options) *actor.Props {
 // run on the actor's mailbox goroutine, one after the other.
 type incarnation struct {
 	mu   sync.Mutex
-	left Custody
+	left fence.Custody
 }
 
 type (
@@ -181,7 +182,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 		a.inc.mu.Lock()
 		left := a.inc.left
-		a.inc.left = Custody{}
+		a.inc.left = fence.Custody{}
 		a.inc.mu.Unlock()
 		if left.Fence > 0 {
 			// Our previous incarnation's worker has terminated (protoactor
@@ -201,7 +202,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, msg)
 	case RenewResult:
 		a.late.taken(msg.Seq)
-		if msg.Err != nil && !errors.Is(msg.Err, ErrSuperseded) {
+		if msg.Err != nil && !errors.Is(msg.Err, fence.ErrSuperseded) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
 		a.step(ctx, msg)
@@ -384,7 +385,7 @@ func (a *leaseActor) goAcquire(c AcquireCmd) {
 		}
 		var got lateGrant
 		if err == nil && g.Granted {
-			got = lateGrant{c: Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
+			got = lateGrant{c: fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
 		}
 		late.deliver(c.Seq, got, func() { sys.Root.Send(self, AcquireResult{Seq: c.Seq, Grant: g, Err: err}) },
 			store, callBound, a.lateReleased)
@@ -421,7 +422,7 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 // obtained after the actor stopped taking answers (see lateOutcomes). It
 // may run on a store call's goroutine: it only logs and publishes.
 func (a *leaseActor) lateReleased(g lateGrant, err error) {
-	if err != nil && !errors.Is(err, ErrSuperseded) {
+	if err != nil && !errors.Is(err, fence.ErrSuperseded) {
 		a.log.Warn().Err(err).Int64("fence", g.c.Fence).Msg("could not release a grant obtained as the lease actor stopped; it will run out its TTL")
 		return
 	}
@@ -482,7 +483,7 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 		defer cancel()
 		err := store.Release(ctx, c.Custody)
 		if c.Stale {
-			if err != nil && !errors.Is(err, ErrSuperseded) {
+			if err != nil && !errors.Is(err, fence.ErrSuperseded) {
 				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
 				return
 			}
@@ -540,7 +541,7 @@ func (a *leaseActor) backstopRelease() {
 
 // releaseNow releases c synchronously, bounded by callBound, and publishes
 // the outcome.
-func (a *leaseActor) releaseNow(c Custody, reason string) {
+func (a *leaseActor) releaseNow(c fence.Custody, reason string) {
 	err := releaseBounded(a.o.Store, c, callBound)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("release unanswered after %s", callBound)
@@ -558,5 +559,5 @@ type unleasedStore struct{}
 func (unleasedStore) Acquire(context.Context, string, string) (Grant, error) {
 	return Grant{Granted: true}, nil
 }
-func (unleasedStore) Renew(context.Context, Custody) error   { return nil }
-func (unleasedStore) Release(context.Context, Custody) error { return nil }
+func (unleasedStore) Renew(context.Context, fence.Custody) error   { return nil }
+func (unleasedStore) Release(context.Context, fence.Custody) error { return nil }

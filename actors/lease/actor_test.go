@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/internal/database"
@@ -205,14 +206,14 @@ func TestAHolderPausedPastItsTTLIsReplacedAndCannotWriteWhenResumed(t *testing.T
 	h.events.wait(t, 0, "worker.started by b", is(events.WorkerStarted, "instance-b"))
 
 	storeA.resume()
-	if err := <-storeA.heldRenewals; !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("a's held renewal landed with %v, want ErrSuperseded", err)
+	if err := <-storeA.heldRenewals; !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("a's held renewal landed with %v, want fence.ErrSuperseded", err)
 	}
 	old := pa.custodies()[0]
 	before := rowBytes(t, dbA, "jetstream-consumer")
-	err := Fenced(t.Context(), dbA, old, func(tx *sql.Tx) error { return writeProbe(tx, old.Fence) })
-	if !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("a fenced write under a's old custody: got %v, want ErrSuperseded", err)
+	err := fence.Fenced(t.Context(), dbA, old, func(tx *sql.Tx) error { return writeProbe(tx, old.Fence) })
+	if !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("a fenced write under a's old custody: got %v, want fence.ErrSuperseded", err)
 	}
 	if n := probeWrites(t, dbA); n != 0 || rowBytes(t, dbA, "jetstream-consumer") != before {
 		t.Fatalf("a's old custody changed something: %d writes", n)
@@ -272,7 +273,7 @@ func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
 	for i := range rounds {
 		name := fmt.Sprintf("lease-%d", i)
 		store := newFaultyStore(shared)
-		store.failAfter = fmt.Errorf("renew lease %q: %w", name, ErrSuperseded)
+		store.failAfter = fmt.Errorf("renew lease %q: %w", name, fence.ErrSuperseded)
 		p := &probe{}
 		r := h.start(Options{Name: name, Instance: "instance-a", Timing: quickTiming, Store: store, Worker: p.props})
 		h.events.wait(t, 0, "worker.started for "+name, isFor(events.WorkerStarted, "instance-a", name))
@@ -374,7 +375,7 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 	// The held renewal lands and succeeds, or finds the grant already
 	// handed back (the contender saw its own unused grant and released
 	// it): either way it must not leave the lease idle.
-	if err := <-store.heldRenewals; err != nil && !errors.Is(err, ErrSuperseded) {
+	if err := <-store.heldRenewals; err != nil && !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("the first held renewal: %v", err)
 	}
 	acq, _ := h.events.wait(t, i, "lease.acquired again", is(events.LeaseAcquired, "instance-a"))
@@ -532,8 +533,8 @@ func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testi
 }
 
 func TestStaleGrantEventsReportEveryCustodyAHandBackEnds(t *testing.T) {
-	c := Custody{Lease: "cleanup", Holder: "a", Fence: 5}
-	superseded := fmt.Errorf("release: %w", ErrSuperseded)
+	c := fence.Custody{Lease: "cleanup", Holder: "a", Fence: 5}
+	superseded := fmt.Errorf("release: %w", fence.ErrSuperseded)
 	kinds := func(es []events.Custody) string {
 		var s []string
 		for _, e := range es {

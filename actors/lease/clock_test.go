@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // recordingConnector wraps the libSQL connector and records every argument
@@ -161,7 +162,7 @@ SELECT 'jetstream-consumer', 'instance-a', 7, n - 5000, n - 5000, n + 10000 FROM
 		t.Fatal(err)
 	}
 	createProbeTable(t, admin)
-	if err := Fenced(ctx, recDB, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
+	if err := fence.Fenced(ctx, recDB, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, c); err != nil {

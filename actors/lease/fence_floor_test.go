@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Fence must never go backwards, even if a row is deleted.
@@ -87,11 +89,11 @@ func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
 			if !g.Granted {
 				t.Fatalf("acquire %q/%q not granted: %+v", trunc(n), trunc(h), g)
 			}
-			c := Custody{Lease: n, Holder: h, Fence: g.Fence}
+			c := fence.Custody{Lease: n, Holder: h, Fence: g.Fence}
 			if err := s.Renew(context.Background(), c); err != nil {
 				t.Fatalf("renew %q/%q: %v", trunc(n), trunc(h), err)
 			}
-			if err := Fenced(context.Background(), db, c, func(*sql.Tx) error { return nil }); err != nil {
+			if err := fence.Fenced(context.Background(), db, c, func(*sql.Tx) error { return nil }); err != nil {
 				t.Fatalf("fenced %q/%q: %v", trunc(n), trunc(h), err)
 			}
 			if err := s.Release(context.Background(), c); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer stands
@@ -30,7 +31,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}
-	c := Custody{Lease: "l", Holder: "a", Fence: g.Fence}
+	c := fence.Custody{Lease: "l", Holder: "a", Fence: g.Fence}
 
 	blocker, err := db.Conn(ctx)
 	if err != nil {
@@ -42,7 +43,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	stop, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	ran := false
-	err = Fenced(stop, db.DB, c, func(*sql.Tx) error { ran = true; return nil })
+	err = fence.Fenced(stop, db.DB, c, func(*sql.Tx) error { ran = true; return nil })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Fenced = %v; want the context's deadline, not a wait for the lock", err)
 	}
@@ -52,7 +53,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	blocker.Close()
 	// The abandoned fence check finishes and is rolled back; fn never ran,
 	// and the next fenced write goes through once it has.
-	if err := Fenced(ctx, db.DB, c, func(*sql.Tx) error { return nil }); err != nil {
+	if err := fence.Fenced(ctx, db.DB, c, func(*sql.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if ran {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 func writeProbe(tx *sql.Tx, fence int64) error {
@@ -31,7 +32,7 @@ func TestFencedWriteUnderTheCurrentCustodyCommits(t *testing.T) {
 	c := mustAcquire(t, NewStore(db, longTTL), "jetstream-consumer", "instance-a")
 	before := rowBytes(t, db, "jetstream-consumer")
 	for range 3 {
-		if err := Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
+		if err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,28 +49,28 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 		name string
 		// lose turns the custody c (just granted on s) into one that is no
 		// longer current, and returns the custody to write under.
-		lose func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody
+		lose func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody
 	}{
-		{"stale fence after a takeover", func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody {
+		{"stale fence after a takeover", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			mustAcquire(t, s, c.Lease, "instance-b")
 			return c
 		}},
-		{"expired on the database clock", func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody {
+		{"expired on the database clock", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			return c
 		}},
-		{"released", func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody {
+		{"released", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
 			if err := s.Release(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 			return c
 		}},
-		{"another holder with the same fence", func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody {
+		{"another holder with the same fence", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
 			c.Holder = "instance-b"
 			return c
 		}},
-		{"a fence never granted", func(t *testing.T, db *sql.DB, s *Store, c Custody) Custody {
+		{"a fence never granted", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
 			c.Fence++
 			return c
 		}},
@@ -82,12 +83,12 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 			c := tc.lose(t, db, s, mustAcquire(t, s, "cleanup", "instance-a"))
 			before := rowBytes(t, db, "cleanup")
 			calls := 0
-			err := Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
+			err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
 				calls++
 				return writeProbe(tx, c.Fence)
 			})
-			if !errors.Is(err, ErrSuperseded) {
-				t.Fatalf("got %v, want an error wrapping ErrSuperseded", err)
+			if !errors.Is(err, fence.ErrSuperseded) {
+				t.Fatalf("got %v, want an error wrapping fence.ErrSuperseded", err)
 			}
 			if calls != 0 || probeWrites(t, db) != 0 {
 				t.Fatalf("callback ran %d times, %d writes landed", calls, probeWrites(t, db))
@@ -103,8 +104,8 @@ func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
 	db := openDB(t)
 	createProbeTable(t, db)
 	// No lease row at all: fence 0 means leases are off for this worker.
-	c := Custody{Lease: "health", Holder: "instance-a"}
-	if err := Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, 0) }); err != nil {
+	c := fence.Custody{Lease: "health", Holder: "instance-a"}
+	if err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, 0) }); err != nil {
 		t.Fatal(err)
 	}
 	if n := probeWrites(t, db); n != 1 {
@@ -119,9 +120,9 @@ func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 	db := openDB(t)
 	createProbeTable(t, db)
 	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
-	for _, custody := range []Custody{c, {Lease: "cleanup", Holder: "instance-a"}} {
+	for _, custody := range []fence.Custody{c, {Lease: "cleanup", Holder: "instance-a"}} {
 		ctx, cancel := context.WithCancel(context.Background())
-		err := Fenced(ctx, db, custody, func(tx *sql.Tx) error {
+		err := fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
 			if err := writeProbe(tx, custody.Fence); err != nil {
 				return err
 			}
@@ -138,7 +139,7 @@ func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls := 0
-	if err := Fenced(ctx, db, c, func(*sql.Tx) error { calls++; return nil }); !errors.Is(err, context.Canceled) || calls != 0 {
+	if err := fence.Fenced(ctx, db, c, func(*sql.Tx) error { calls++; return nil }); !errors.Is(err, context.Canceled) || calls != 0 {
 		t.Fatalf("an ended context: got %v after %d calls", err, calls)
 	}
 }
@@ -148,7 +149,7 @@ func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
 	createProbeTable(t, db)
 	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
 	boom := errors.New("boom")
-	err := Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
 		if err := writeProbe(tx, c.Fence); err != nil {
 			return err
 		}
@@ -173,7 +174,7 @@ func TestTakeoverCannotCommitInsideAFencedTransaction(t *testing.T) {
 	inside, proceed := make(chan struct{}), make(chan struct{})
 	fenced := make(chan error, 1)
 	go func() {
-		fenced <- Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
+		fenced <- fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
 			close(inside)
 			<-proceed
 			return writeProbe(tx, c.Fence)
@@ -204,7 +205,7 @@ func TestTakeoverCannotCommitInsideAFencedTransaction(t *testing.T) {
 		t.Fatalf("%d writes landed, want 1", n)
 	}
 	// And after the takeover, the old custody writes nothing.
-	if err := Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("after the takeover: got %v, want ErrSuperseded", err)
+	if err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("after the takeover: got %v, want fence.ErrSuperseded", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // waitFor bounds every wait on an event or a state; a test that needs
@@ -287,7 +288,7 @@ type probe struct {
 	// with it; "" stops that.
 	panicOnStart atomic.Value
 	mu           sync.Mutex
-	custody      []Custody
+	custody      []fence.Custody
 	self         *actor.PID
 }
 
@@ -301,7 +302,7 @@ type fencedWrite struct {
 	done chan error
 }
 
-func (p *probe) props(c Custody) *actor.Props {
+func (p *probe) props(c fence.Custody) *actor.Props {
 	p.mu.Lock()
 	p.custody = append(p.custody, c)
 	p.mu.Unlock()
@@ -314,15 +315,15 @@ func (p *probe) pid() *actor.PID {
 	return p.self
 }
 
-func (p *probe) custodies() []Custody {
+func (p *probe) custodies() []fence.Custody {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]Custody(nil), p.custody...)
+	return append([]fence.Custody(nil), p.custody...)
 }
 
 type probeWorker struct {
 	p *probe
-	c Custody
+	c fence.Custody
 }
 
 func (w *probeWorker) Receive(ctx actor.Context) {
@@ -348,7 +349,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 	case panicWith:
 		panic(msg.reason)
 	case fencedWrite:
-		err := Fenced(context.Background(), msg.db, w.c, func(tx *sql.Tx) error {
+		err := fence.Fenced(context.Background(), msg.db, w.c, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`INSERT INTO probe_writes (fence) VALUES (?1)`, w.c.Fence)
 			return err
 		})
@@ -456,7 +457,7 @@ func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (Grant, 
 	return f.inner.Acquire(ctx, name, holder)
 }
 
-func (f *faultyStore) Renew(ctx context.Context, c Custody) (err error) {
+func (f *faultyStore) Renew(ctx context.Context, c fence.Custody) (err error) {
 	held := f.waitGate(true)
 	if held {
 		defer func() {
@@ -489,7 +490,7 @@ func (f *faultyStore) Renew(ctx context.Context, c Custody) (err error) {
 	return err
 }
 
-func (f *faultyStore) Release(ctx context.Context, c Custody) error {
+func (f *faultyStore) Release(ctx context.Context, c fence.Custody) error {
 	f.waitGate(false)
 	f.mu.Lock()
 	lag := f.releaseLag

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // A LeaseActor that fails itself (here: a worker constructor that panics
@@ -24,7 +25,7 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 		Name: "incarnation", Instance: "a",
 		Timing: Timing{TTL: ttl, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 10 * time.Second},
 		Store:  NewStore(db, ttl),
-		Worker: func(c Custody) *actor.Props {
+		Worker: func(c fence.Custody) *actor.Props {
 			if built.Add(1) == 1 {
 				panic("worker constructor bug")
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // lateOutcomes keeps the grants that store calls obtained (an acquire that
@@ -29,7 +31,7 @@ type lateOutcomes struct {
 // lateGrant is a grant a store call obtained; acquired is true when an
 // acquire obtained it (a renewal only extended it).
 type lateGrant struct {
-	c        Custody
+	c        fence.Custody
 	acquired bool
 }
 
@@ -107,7 +109,7 @@ func (l *lateOutcomes) wait(bound time.Duration) bool {
 
 // releaseBounded releases c on its own context (the caller's may be gone),
 // giving up after bound.
-func releaseBounded(store StoreAPI, c Custody, bound time.Duration) error {
+func releaseBounded(store StoreAPI, c fence.Custody, bound time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	done := make(chan error, 1)

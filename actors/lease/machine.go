@@ -8,6 +8,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Timing is the lease timing of SPEC §3 (leases.*). Validated by config:
@@ -123,14 +124,14 @@ type (
 	// RenewCmd: call Store.Renew(Custody) and answer with RenewResult{Seq}.
 	RenewCmd struct {
 		Seq     uint64
-		Custody Custody
+		Custody fence.Custody
 	}
 	// ReleaseCmd: call Store.Release(Custody) and answer with
 	// ReleaseResult{Seq}. Stale is true for the release of a grant that
 	// arrived too late to use; its answer may be dropped.
 	ReleaseCmd struct {
 		Seq     uint64
-		Custody Custody
+		Custody fence.Custody
 		Stale   bool
 		// LateAcquire marks a Stale release of a grant that an abandoned
 		// acquire obtained after the machine stopped waiting for it (as
@@ -142,7 +143,7 @@ type (
 	// SpawnWorkerCmd: spawn worker Gen under Custody.
 	SpawnWorkerCmd struct {
 		Gen     int
-		Custody Custody
+		Custody fence.Custody
 	}
 	// RestartWorkerCmd: restart the failed (suspended) worker Gen in place.
 	RestartWorkerCmd struct{ Gen int }
@@ -315,8 +316,8 @@ func NewMachine(name, holder string, t Timing, rng *rand.Rand) *Machine {
 func (m *Machine) Phase() Phase { return m.phase }
 
 // Custody is the custody this machine holds (Fence 0 when none).
-func (m *Machine) Custody() Custody {
-	return Custody{Lease: m.name, Holder: m.holder, Fence: m.fence}
+func (m *Machine) Custody() fence.Custody {
+	return fence.Custody{Lease: m.name, Holder: m.holder, Fence: m.fence}
 }
 
 // TrustedUntil is the local deadline of the current custody (0 when none).
@@ -512,12 +513,12 @@ const unsureSlack = 20 * time.Millisecond
 
 // handBackOwn releases grant fence, which this holder has in the database
 // and does not use.
-func (m *Machine) handBackOwn(fence int64, acquired bool) {
-	if fence == m.lostFence {
+func (m *Machine) handBackOwn(f int64, acquired bool) {
+	if f == m.lostFence {
 		m.lostFence = 0
 	}
 	m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: acquired,
-		Custody: Custody{Lease: m.name, Holder: m.holder, Fence: fence}})
+		Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: f}})
 }
 
 func (m *Machine) onNudge(now time.Duration) {
@@ -554,7 +555,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 			// Granted after we stopped waiting: hand it straight back so
 			// the lease does not sit idle until its TTL.
 			m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: true,
-				Custody: Custody{Lease: m.name, Holder: m.holder, Fence: r.Grant.Fence}})
+				Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: r.Grant.Fence}})
 		}
 		return
 	}
@@ -635,14 +636,14 @@ func (m *Machine) spawn() {
 }
 
 func (m *Machine) onRenew(now time.Duration, r RenewResult) {
-	if fence, ok := m.abandonedRenews[r.Seq]; ok {
+	if f, ok := m.abandonedRenews[r.Seq]; ok {
 		delete(m.abandonedRenews, r.Seq)
 		switch {
-		case errors.Is(r.Err, ErrSuperseded) && m.holdsCustody() && fence == m.fence:
+		case errors.Is(r.Err, fence.ErrSuperseded) && m.holdsCustody() && f == m.fence:
 			m.lastErr = r.Err
 			m.lose(now, events.ReasonSuperseded, r.Err)
 		case r.Err == nil:
-			m.handBack(fence)
+			m.handBack(f)
 		}
 		return
 	}
@@ -666,7 +667,7 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		m.trustedUntil = max(m.trustedUntil, m.callStart+m.t.RenewDeadline)
 		m.nextRenewAt = m.callStart + m.t.RenewInterval
 		m.emit(events.LeaseRenewed, m.fence, "", nil)
-	case errors.Is(r.Err, ErrSuperseded):
+	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.lastErr = r.Err
 		m.lose(now, events.ReasonSuperseded, r.Err)
 	default:
@@ -696,13 +697,13 @@ func (m *Machine) handBack(fence int64) {
 // instance's worker from starting beside it.
 func (m *Machine) flushHandBacks() {
 	keep := m.handBacks[:0]
-	for _, fence := range m.handBacks {
-		if m.phase != PhaseDone && m.worker != workerNone && m.workerFence == fence {
-			keep = append(keep, fence)
+	for _, f := range m.handBacks {
+		if m.phase != PhaseDone && m.worker != workerNone && m.workerFence == f {
+			keep = append(keep, f)
 			continue
 		}
 		m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true,
-			Custody: Custody{Lease: m.name, Holder: m.holder, Fence: fence}})
+			Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: f}})
 	}
 	m.handBacks = keep
 }
@@ -724,7 +725,7 @@ func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
 	switch {
 	case r.Err == nil:
 		m.emit(events.LeaseReleased, m.fence, m.releaseReason, nil)
-	case errors.Is(r.Err, ErrSuperseded):
+	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.emit(events.LeaseLost, m.fence, events.ReasonSuperseded, r.Err)
 	default:
 		m.releaseTries++
@@ -815,7 +816,7 @@ func (m *Machine) onWorkerFailed(now time.Duration, f WorkerFailed) {
 		return
 	}
 	m.worker = workerSuspended
-	if errors.Is(reason, ErrSuperseded) {
+	if errors.Is(reason, fence.ErrSuperseded) {
 		// A fenced write found another holder: the directive is Stop,
 		// never Restart.
 		if m.holdsCustody() {

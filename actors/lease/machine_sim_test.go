@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // The simulation drives several Machines (one per simulated instance)
@@ -214,7 +215,7 @@ func (s *sim) acquire(holder string) Grant {
 	return Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired}
 }
 
-func (s *sim) matches(c Custody) bool {
+func (s *sim) matches(c fence.Custody) bool {
 	return s.row.exists && s.row.holder == c.Holder && s.row.fence == c.Fence
 }
 
@@ -230,7 +231,7 @@ func (s *sim) execute(i int, cmds []Command) {
 			seq, cust := c.Seq, c.Custody
 			s.storeCall(i, func() Input {
 				if !s.matches(cust) || s.row.released {
-					return RenewResult{Seq: seq, Err: ErrSuperseded}
+					return RenewResult{Seq: seq, Err: fence.ErrSuperseded}
 				}
 				s.row.expires = s.now + simTiming.TTL
 				return RenewResult{Seq: seq}
@@ -239,7 +240,7 @@ func (s *sim) execute(i int, cmds []Command) {
 			seq, cust := c.Seq, c.Custody
 			s.storeCall(i, func() Input {
 				if !s.matches(cust) {
-					return ReleaseResult{Seq: seq, Err: ErrSuperseded}
+					return ReleaseResult{Seq: seq, Err: fence.ErrSuperseded}
 				}
 				s.row.expires = min(s.row.expires, s.now)
 				s.row.released = true
@@ -335,14 +336,14 @@ func (s *sim) write(i, gen int) {
 	if w == nil || !w.running || w.stopped {
 		return
 	}
-	fence := w.fence
-	if s.row.exists && s.row.holder == in.name && s.row.fence == fence && s.row.expires > s.now {
-		if fence < s.lastWriteFence {
-			s.fail("write under fence %d landed after a write under fence %d", fence, s.lastWriteFence)
+	f := w.fence
+	if s.row.exists && s.row.holder == in.name && s.row.fence == f && s.row.expires > s.now {
+		if f < s.lastWriteFence {
+			s.fail("write under fence %d landed after a write under fence %d", f, s.lastWriteFence)
 		}
-		s.lastWriteFence = fence
+		s.lastWriteFence = f
 	} else {
-		s.schedule(s.now, &simEvent{kind: evInput, inst: i, in: WorkerFailed{Gen: gen, Reason: fmt.Errorf("fenced write: %w", ErrSuperseded)}})
+		s.schedule(s.now, &simEvent{kind: evInput, inst: i, in: WorkerFailed{Gen: gen, Reason: fmt.Errorf("fenced write: %w", fence.ErrSuperseded)}})
 		return
 	}
 	s.schedule(s.now+simWriteGap, &simEvent{kind: evWrite, inst: i, gen: gen})

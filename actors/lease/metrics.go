@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Metrics are the per-lease Prometheus collectors (SPEC §7): whether this
@@ -45,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_lease_fence", Help: "Fence token of the last grant of the lease to this instance.",
 		}, []string{"lease"}),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "appview_lease_transitions_total", Help: "Custody events by lease, event and reason.",
+			Name: "appview_lease_transitions_total", Help: "fence.Custody events by lease, event and reason.",
 		}, []string{"lease", "event", "reason"}),
 		Renew: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "appview_lease_renew_duration_seconds", Help: "Round trip of lease renewals.", Buckets: roundTripBuckets,
@@ -101,7 +102,7 @@ func (m *Metrics) observeAcquire(lease string, d time.Duration, g Grant, err err
 func (m *Metrics) observeRenew(lease string, d time.Duration, err error) {
 	outcome := "ok"
 	switch {
-	case errors.Is(err, ErrSuperseded):
+	case errors.Is(err, fence.ErrSuperseded):
 		outcome = "superseded"
 	case err != nil:
 		outcome = "error"

@@ -5,36 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 )
-
-// ErrSuperseded means a renewal, release or fenced write matched no lease
-// row: another instance has taken custody (or the grant expired on the
-// database's clock). The caller must stop acting as the holder at once.
-var ErrSuperseded = errors.New("lease superseded")
-
-// Custody is one grant of a named lease: who holds it and under which fence
-// token. Workers receive it when they are spawned and stamp their writes
-// with it.
-type Custody struct {
-	// Lease is the lease name (SPEC §4), e.g. "jetstream-consumer".
-	Lease string
-	// Holder is the instance_id of this process.
-	Holder string
-	// Fence is the fence token of this grant; it grows by one on every
-	// change of custody. 0 means "not fenced": leases are disabled or the
-	// worker is unleased, and fenced writes run unconditionally.
-	Fence int64
-}
-
-// Fenced reports whether writes under this custody are conditional on the lease.
-func (c Custody) Fenced() bool { return c.Fence > 0 }
-
-// String renders "lease:fence" (the X-Appview-Fence header of SPEC §9).
-func (c Custody) String() string { return fmt.Sprintf("%s:%d", c.Lease, c.Fence) }
 
 // Grant is the outcome of an acquire attempt.
 type Grant struct {
@@ -124,7 +99,7 @@ func NewStore(db *sql.DB, ttl time.Duration) *Store { return &Store{db: db, ttl:
 // note records how a write for lease name ended in the database's write
 // health (see Healthy). It returns err.
 func (s *Store) note(name string, err error) error {
-	healthOf(s.db).note(name+" lease", err)
+	fence.Note(s.db, name+" lease", err)
 	return err
 }
 
@@ -139,59 +114,7 @@ func (s *Store) note(name string, err error) error {
 // refusal of the values written, or an error not from the database does
 // not count. The error names the lease, the failure and since when;
 // /readyz reports it.
-func (s *Store) Healthy() error { return healthOf(s.db).err() }
-
-// writeHealth is, per lease name, the outcome of the latest
-// lease-package write to one database.
-type writeHealth struct {
-	mu     sync.Mutex
-	latest map[string]writeOutcome
-}
-
-type writeOutcome struct {
-	at  time.Time
-	err error // nil: the database took (or answered) the write
-}
-
-// healths holds one writeHealth per *sql.DB (a process has one or two).
-var healths sync.Map
-
-func healthOf(db *sql.DB) *writeHealth {
-	h, _ := healths.LoadOrStore(db, &writeHealth{latest: map[string]writeOutcome{}})
-	return h.(*writeHealth)
-}
-
-func (h *writeHealth) note(name string, err error) {
-	o := writeOutcome{at: time.Now()}
-	switch {
-	case err == nil, errors.Is(err, ErrSuperseded), database.Refused(err):
-	case errors.Is(err, context.Canceled):
-		return // the caller gave up; says nothing of the database
-	case database.FromDriver(err), errors.Is(err, database.ErrFileReplaced):
-		o.err = err
-	default:
-		return // not the database's error (a worker's own)
-	}
-	h.mu.Lock()
-	h.latest[name] = o
-	h.mu.Unlock()
-}
-
-func (h *writeHealth) err() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var name string
-	var worst writeOutcome
-	for n, o := range h.latest {
-		if o.err != nil && (worst.err == nil || o.at.After(worst.at)) {
-			name, worst = n, o
-		}
-	}
-	if worst.err == nil {
-		return nil
-	}
-	return fmt.Errorf("database writes (%s) failing since %s: %w", name, worst.at.UTC().Format(time.RFC3339), worst.err)
-}
+func (s *Store) Healthy() error { return fence.Health(s.db) }
 
 const (
 	// acquireSQL is the whole acquire: one statement, so two contenders for
@@ -232,12 +155,6 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
   renewed_at = MIN(expires_at, ` + database.NowMS + `),
   expires_at = MIN(expires_at, ` + database.NowMS + `)
 WHERE name = ?1 AND holder = ?2 AND fence = ?3`
-
-	// guardSQL is the first statement of every fenced transaction: it both
-	// checks the custody and takes the write lock, so no change of custody
-	// can commit between the check and the transaction's commit.
-	guardSQL = `UPDATE leases SET fence = fence
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
 )
 
 // The reads of a lease row. holder is an instance_id, which an operator
@@ -301,7 +218,7 @@ var errFenceExhausted = errors.New("fence token at its maximum; the lease can no
 // nobody else has had custody in between, and Renew extends it; the
 // LeaseActor never relies on that, because it gives custody up at its
 // renew deadline, before the TTL runs out.
-func (s *Store) Renew(ctx context.Context, c Custody) error {
+func (s *Store) Renew(ctx context.Context, c fence.Custody) error {
 	if err := s.check(); err != nil {
 		return s.note(c.Lease, fmt.Errorf("renew lease %q: %w", c.Lease, err))
 	}
@@ -322,14 +239,14 @@ func (s *Store) check() error {
 // Like Acquire and Renew it runs Check first: a release written to a
 // database file that was deleted or replaced lands nowhere anyone reads,
 // so it must fail rather than report the lease released.
-func (s *Store) Release(ctx context.Context, c Custody) error {
+func (s *Store) Release(ctx context.Context, c fence.Custody) error {
 	if err := s.check(); err != nil {
 		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
 	}
 	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c))
 }
 
-func (s *Store) matchOne(ctx context.Context, op, query string, c Custody, extra ...any) error {
+func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra ...any) error {
 	args := append([]any{c.Lease, c.Holder, c.Fence}, extra...)
 	res, err := s.db.ExecContext(ctx, query, args...)
 	if err != nil {
@@ -340,7 +257,7 @@ func (s *Store) matchOne(ctx context.Context, op, query string, c Custody, extra
 		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%s lease %q (fence %d): %w", op, c.Lease, c.Fence, ErrSuperseded)
+		return fmt.Errorf("%s lease %q (fence %d): %w", op, c.Lease, c.Fence, fence.ErrSuperseded)
 	}
 	return nil
 }
@@ -391,93 +308,4 @@ func List(ctx context.Context, db Querier) ([]Row, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
-}
-
-// Fenced runs fn inside a transaction that commits only while c is the
-// current, unexpired custody of its lease on the database's clock. The
-// first statement of the transaction checks the fence and takes the write
-// lock, so a takeover cannot interleave before commit. When the check fails
-// nothing of fn runs and the error wraps ErrSuperseded. An unfenced custody
-// (Fence 0) runs fn in a plain transaction. If ctx is done before commit
-// the transaction is rolled back and ctx.Err() returned: a stopping worker
-// writes nothing more.
-//
-// The driver ignores contexts, and a call on a connection whose peer has
-// vanished (a network partition) can hang for minutes. Fenced therefore
-// stops waiting for the begin and the fence check when ctx ends, returns
-// ctx.Err() and leaves them to finish in the background, where the
-// transaction is rolled back and fn never runs; so a worker told to stop
-// can stop. fn itself runs on the caller's goroutine as before.
-func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
-	err := fenced(ctx, db, c, fn)
-	healthOf(db).note(c.Lease+" worker", err)
-	return err
-}
-
-func fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	type begun struct {
-		tx  *sql.Tx
-		err error
-	}
-	ch := make(chan begun, 1)
-	go func() {
-		tx, err := beginFenced(ctx, db, c)
-		ch <- begun{tx, err}
-	}()
-	var tx *sql.Tx
-	select {
-	case b := <-ch:
-		if b.err != nil {
-			return b.err
-		}
-		tx = b.tx
-	case <-ctx.Done():
-		go func() {
-			if b := <-ch; b.tx != nil {
-				_ = b.tx.Rollback()
-			}
-		}()
-		return ctx.Err()
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("fenced write under %s: commit: %w", c, err)
-	}
-	return nil
-}
-
-// beginFenced begins the transaction of Fenced and, for a fenced custody,
-// runs the guard. On any error the transaction is already rolled back.
-func beginFenced(ctx context.Context, db *sql.DB, c Custody) (*sql.Tx, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("fenced write under %s: begin: %w", c, err)
-	}
-	if !c.Fenced() {
-		return tx, nil
-	}
-	res, err := tx.ExecContext(ctx, guardSQL, c.Lease, c.Holder, c.Fence)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, fmt.Errorf("fenced write under %s: check fence: %w", c, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		_ = tx.Rollback()
-		if err != nil {
-			return nil, fmt.Errorf("fenced write under %s: check fence: %w", c, err)
-		}
-		return nil, fmt.Errorf("fenced write under %s: %w", c, ErrSuperseded)
-	}
-	return tx, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 const longTTL = time.Minute
@@ -24,7 +25,7 @@ func expireNow(t testing.TB, db *sql.DB, name string) {
 	}
 }
 
-func mustAcquire(t testing.TB, s *Store, name, holder string) Custody {
+func mustAcquire(t testing.TB, s *Store, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := s.Acquire(context.Background(), name, holder)
 	if err != nil {
@@ -33,7 +34,7 @@ func mustAcquire(t testing.TB, s *Store, name, holder string) Custody {
 	if !g.Granted {
 		t.Fatalf("%s did not get %q: held by %s (fence %d) for %s", holder, name, g.Holder, g.Fence, g.TimeLeft)
 	}
-	return Custody{Lease: name, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}
 }
 
 func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
@@ -81,7 +82,7 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 		if grants[l].Holder != holders[w] || grants[l].Fence != grants[w].Fence || grants[l].TimeLeft <= 0 {
 			t.Fatalf("race %d: loser was told %+v, want holder %s fence %d with time left", i, grants[l], holders[w], grants[w].Fence)
 		}
-		c := Custody{Lease: "race", Holder: holders[w], Fence: grants[w].Fence}
+		c := fence.Custody{Lease: "race", Holder: holders[w], Fence: grants[w].Fence}
 		before := readRow(t, check, "race")
 		if err := stores[w].Renew(ctx, c); err != nil {
 			t.Fatalf("race %d: winner's renewal: %v", i, err)
@@ -114,18 +115,18 @@ func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) 
 	held := mustAcquire(t, a, "cleanup", "instance-a")
 	before := rowBytes(t, check, "cleanup")
 
-	impostors := []Custody{
+	impostors := []fence.Custody{
 		{Lease: "cleanup", Holder: "instance-b", Fence: held.Fence},     // another instance, right fence
 		{Lease: "cleanup", Holder: "instance-a", Fence: held.Fence + 1}, // right holder, a fence not granted
 		{Lease: "cleanup", Holder: "instance-a", Fence: held.Fence - 1}, // right holder, an old fence
 		{Lease: "backfill", Holder: "instance-a", Fence: held.Fence},    // a lease with no row
 	}
 	for _, c := range impostors {
-		if err := b.Renew(ctx, c); !errors.Is(err, ErrSuperseded) {
-			t.Errorf("renew by %+v: got %v, want ErrSuperseded", c, err)
+		if err := b.Renew(ctx, c); !errors.Is(err, fence.ErrSuperseded) {
+			t.Errorf("renew by %+v: got %v, want fence.ErrSuperseded", c, err)
 		}
-		if err := b.Release(ctx, c); !errors.Is(err, ErrSuperseded) {
-			t.Errorf("release by %+v: got %v, want ErrSuperseded", c, err)
+		if err := b.Release(ctx, c); !errors.Is(err, fence.ErrSuperseded) {
+			t.Errorf("release by %+v: got %v, want fence.ErrSuperseded", c, err)
 		}
 	}
 	if after := rowBytes(t, check, "cleanup"); after != before {
@@ -148,11 +149,11 @@ func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 		t.Fatalf("takeover fence %d, want %d", cur.Fence, old.Fence+1)
 	}
 	before := rowBytes(t, check, "jetstream-consumer")
-	if err := a.Renew(ctx, old); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("renew by the former holder: got %v, want ErrSuperseded", err)
+	if err := a.Renew(ctx, old); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("renew by the former holder: got %v, want fence.ErrSuperseded", err)
 	}
-	if err := a.Release(ctx, old); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("release by the former holder: got %v, want ErrSuperseded", err)
+	if err := a.Release(ctx, old); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("release by the former holder: got %v, want fence.ErrSuperseded", err)
 	}
 	if after := rowBytes(t, check, "jetstream-consumer"); after != before {
 		t.Fatalf("the former holder changed the row:\nbefore %s\nafter  %s", before, after)
@@ -166,8 +167,8 @@ func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 	if again.Fence != cur.Fence+1 {
 		t.Fatalf("re-acquire fence %d, want %d", again.Fence, cur.Fence+1)
 	}
-	if err := a.Renew(ctx, old); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("renew under a fence two grants old: got %v, want ErrSuperseded", err)
+	if err := a.Renew(ctx, old); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("renew under a fence two grants old: got %v, want fence.ErrSuperseded", err)
 	}
 }
 
@@ -256,8 +257,8 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 				}
 			}
 			before := rowBytes(t, db, "jetstream-consumer")
-			if err := s.Renew(context.Background(), c); !errors.Is(err, ErrSuperseded) {
-				t.Fatalf("renewal of the %s grant: got %v, want ErrSuperseded", end, err)
+			if err := s.Renew(context.Background(), c); !errors.Is(err, fence.ErrSuperseded) {
+				t.Fatalf("renewal of the %s grant: got %v, want fence.ErrSuperseded", end, err)
 			}
 			if after := rowBytes(t, db, "jetstream-consumer"); after != before {
 				t.Fatalf("renewal changed the %s grant:\nbefore %s\nafter  %s", end, before, after)
@@ -306,7 +307,7 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 		t.Fatalf("after a failed renewal: %v, want the failure", err)
 	}
 	s.Check = nil
-	if err := s.Renew(context.Background(), Custody{Lease: "cleanup", Holder: "instance-a", Fence: 99}); !errors.Is(err, ErrSuperseded) {
+	if err := s.Renew(context.Background(), fence.Custody{Lease: "cleanup", Holder: "instance-a", Fence: 99}); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("renew of a stale fence: %v", err)
 	}
 	if err := s.Healthy(); err != nil {
@@ -321,13 +322,13 @@ func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
 	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "cleanup", "instance-a")
 	ctx := context.Background()
-	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error { return errors.New("the hold did not answer") }); err == nil {
+	if err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error { return errors.New("the hold did not answer") }); err == nil {
 		t.Fatal("want the worker's error")
 	}
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("a worker's own error counted against the database: %v", err)
 	}
-	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error {
+	if err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		_, err := tx.Exec(`INSERT INTO no_such_table VALUES (1)`)
 		return err
 	}); err == nil {
@@ -345,7 +346,7 @@ func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
 	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), "cleanup worker") {
 		t.Fatalf("after another lease's write succeeded: %v, want cleanup's failure still", err)
 	}
-	if err := Fenced(ctx, db, c, func(tx *sql.Tx) error { return nil }); err != nil {
+	if err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Healthy(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // hungStore never answers until released, and counts the calls waiting in it.
@@ -31,8 +32,8 @@ func (h *hungStore) wait() error {
 }
 
 func (h *hungStore) Acquire(context.Context, string, string) (Grant, error) { return Grant{}, h.wait() }
-func (h *hungStore) Renew(context.Context, Custody) error                   { return h.wait() }
-func (h *hungStore) Release(context.Context, Custody) error                 { return h.wait() }
+func (h *hungStore) Renew(context.Context, fence.Custody) error             { return h.wait() }
+func (h *hungStore) Release(context.Context, fence.Custody) error           { return h.wait() }
 
 // The driver ignores contexts, so a call to a hung database keeps its
 // goroutine. A contender that gives up on such calls must not start a new

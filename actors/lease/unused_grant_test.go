@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // lostAnswerStore commits the first acquire in the database but reports an
@@ -85,7 +86,7 @@ type slowAnswerRelease struct {
 	lag time.Duration
 }
 
-func (s *slowAnswerRelease) Release(ctx context.Context, c Custody) error {
+func (s *slowAnswerRelease) Release(ctx context.Context, c fence.Custody) error {
 	err := s.StoreAPI.Release(ctx, c)
 	<-time.After(s.lag) // the answer's way back, not a wait for a condition
 	return err

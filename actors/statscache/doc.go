@@ -40,7 +40,7 @@
 // Observe applies newer-wins by updatedAt in memory, as the SQL did (an
 // older updatedAt is ignored). Warm-up and reconcile run on the actor's
 // goroutine in Started: messages wait until the view is warm. A failed
-// warm-up (database error, or lease.ErrSuperseded from the reconcile) makes
+// warm-up (database error, or fence.ErrSuperseded from the reconcile) makes
 // the actor fail with that error, so its parent can treat superseded as
 // lost custody.
 package statscache

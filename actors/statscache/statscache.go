@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/processor"
 )
@@ -19,7 +20,7 @@ import (
 // changed (processor.Result.HoldStats). The reply is *Observed, or
 // *StaleCustodyError when Custody is not the cache's.
 type Observe struct {
-	Custody lease.Custody
+	Custody fence.Custody
 	Stats   []processor.HoldStat
 }
 
@@ -51,7 +52,7 @@ type Snapshot struct {
 // other than the cache's (a superseded holder, or a message from before a
 // restart).
 type StaleCustodyError struct {
-	Have, Got lease.Custody
+	Have, Got fence.Custody
 }
 
 func (e *StaleCustodyError) Error() string {
@@ -61,7 +62,7 @@ func (e *StaleCustodyError) Error() string {
 // Options configures the actor.
 type Options struct {
 	DB      *sql.DB
-	Custody lease.Custody
+	Custody fence.Custody
 	Log     zerolog.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
@@ -210,7 +211,7 @@ func (c *cache) warm() error {
 	}
 	c.o.Metrics.size(len(c.holds))
 	var fixed int64
-	err = lease.Fenced(c.ctx, c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
+	err = fence.Fenced(c.ctx, c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(c.ctx, reconcileSQL, c.o.Custody.Fence)
 		if err != nil {
 			return fmt.Errorf("statscache reconcile: %w", err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -55,13 +57,13 @@ func newSystem(t testing.TB) *actor.ActorSystem {
 	return sys
 }
 
-func acquire(t testing.TB, db *sql.DB, holder string) lease.Custody {
+func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
 	g, err := lease.NewStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire for %s: %+v %v", holder, g, err)
 	}
-	return lease.Custody{Lease: "jetstream-consumer", Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: "jetstream-consumer", Holder: holder, Fence: g.Fence}
 }
 
 func request[T any](t testing.TB, sys *actor.ActorSystem, pid *actor.PID, msg any) T {
@@ -142,7 +144,7 @@ func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 
 // applyStream feeds events through the processor under c, batch by batch,
 // telling the cache what each committed batch changed, as the consumer does.
-func applyStream(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *sql.DB, c lease.Custody, events []jetstream.Event) error {
+func applyStream(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *sql.DB, c fence.Custody, events []jetstream.Event) error {
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	for i := 0; i < len(events); i += 200 {
 		res, err := p.Apply(context.Background(), db, c, events[i:min(i+200, len(events))])
@@ -255,7 +257,7 @@ func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing
 	defer stopped(t, sys, cacheB)
 
 	// The old holder keeps going for a moment: every write it tries is refused.
-	if err := applyStream(t, sys, cacheA, db.DB, a, events[half:half+200]); !errors.Is(err, lease.ErrSuperseded) {
+	if err := applyStream(t, sys, cacheA, db.DB, a, events[half:half+200]); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("old holder's batch: %v, want ErrSuperseded", err)
 	}
 	stopped(t, sys, cacheA)
@@ -346,7 +348,7 @@ func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 	select {
 	case r := <-reasons:
 		err, ok := r.(error)
-		if !ok || !errors.Is(err, lease.ErrSuperseded) {
+		if !ok || !errors.Is(err, fence.ErrSuperseded) {
 			t.Fatalf("failure reason %v, want ErrSuperseded", r)
 		}
 	case <-time.After(10 * time.Second):

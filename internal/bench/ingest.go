@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -19,8 +21,8 @@ import (
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/system"
 )
@@ -243,7 +245,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 	if !grant.Granted {
 		return 0, fmt.Errorf("lease %s on a new database not granted: %+v", consumer.LeaseName, grant)
 	}
-	custody := lease.Custody{Lease: consumer.LeaseName, Holder: ingestHolder, Fence: grant.Fence}
+	custody := fence.Custody{Lease: consumer.LeaseName, Holder: ingestHolder, Fence: grant.Fence}
 	cfg := config.Default()
 	cfg.Jetstream.URLs = []string{g.url}
 	w, err := consumer.Worker(system.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -25,16 +27,16 @@ func BenchmarkRenewStatements(b *testing.B) {
 	}
 	store := lease.NewStore(db.DB, time.Hour)
 	const n = 100
-	var cs []lease.Custody
+	var cs []fence.Custody
 	for i := range n {
 		name := fmt.Sprintf("l%03d", i)
 		g, err := store.Acquire(ctx, name, "h")
 		if err != nil {
 			b.Fatal(err)
 		}
-		cs = append(cs, lease.Custody{Lease: name, Holder: "h", Fence: g.Fence})
+		cs = append(cs, fence.Custody{Lease: name, Holder: "h", Fence: g.Fence})
 	}
-	exec := func(b *testing.B, q string, args func(c lease.Custody) []any) {
+	exec := func(b *testing.B, q string, args func(c fence.Custody) []any) {
 		for i := 0; b.Loop(); i++ {
 			c := cs[i%n]
 			if _, err := db.ExecContext(ctx, q, args(c)...); err != nil {
@@ -51,15 +53,15 @@ func BenchmarkRenewStatements(b *testing.B) {
 		}
 	})
 	b.Run("bare", func(b *testing.B) {
-		exec(b, bareRenewSQL, func(c lease.Custody) []any { return []any{now(), now() + 3600000, c.Lease} })
+		exec(b, bareRenewSQL, func(c fence.Custody) []any { return []any{now(), now() + 3600000, c.Lease} })
 	})
 	b.Run("bare+match", func(b *testing.B) {
 		exec(b, `UPDATE leases SET renewed_at = ?4, expires_at = ?5 WHERE name = ?1 AND holder = ?2 AND fence = ?3`,
-			func(c lease.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, now(), now() + 3600000} })
+			func(c fence.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, now(), now() + 3600000} })
 	})
 	b.Run("bare+dbclock", func(b *testing.B) {
 		exec(b, `UPDATE leases SET renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+` + ?2 WHERE name = ?1`,
-			func(c lease.Custody) []any { return []any{c.Lease, int64(3600000)} })
+			func(c fence.Custody) []any { return []any{c.Lease, int64(3600000)} })
 	})
 	b.Run("store-shape-prepared", func(b *testing.B) {
 		stmt, err := db.PrepareContext(ctx, `UPDATE leases SET renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+` + ?
@@ -111,7 +113,7 @@ func BenchmarkRenewConcurrent(b *testing.B) {
 		dbs = append(dbs, db)
 	}
 	const perInstance = 300
-	grants := make([][]lease.Custody, 3)
+	grants := make([][]fence.Custody, 3)
 	for k, db := range dbs {
 		store := lease.NewStore(db.DB, time.Hour)
 		for j := range perInstance {
@@ -120,22 +122,22 @@ func BenchmarkRenewConcurrent(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			grants[k] = append(grants[k], lease.Custody{Lease: name, Holder: "h", Fence: g.Fence})
+			grants[k] = append(grants[k], fence.Custody{Lease: name, Holder: "h", Fence: g.Fence})
 		}
 	}
 	now := func() int64 { return time.Now().UnixMilli() }
 	variants := []struct {
 		name string
 		q    string
-		args func(c lease.Custody) []any
+		args func(c fence.Custody) []any
 	}{
 		{"store-sql", `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
-WHERE name = ?1 AND holder = ?2 AND fence = ?3`, func(c lease.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, int64(3600000)} }},
-		{"bare", bareRenewSQL, func(c lease.Custody) []any { return []any{now(), now() + 3600000, c.Lease} }},
+WHERE name = ?1 AND holder = ?2 AND fence = ?3`, func(c fence.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, int64(3600000)} }},
+		{"bare", bareRenewSQL, func(c fence.Custody) []any { return []any{now(), now() + 3600000, c.Lease} }},
 		{"bare+match", `UPDATE leases SET renewed_at = ?4, expires_at = ?5 WHERE name = ?1 AND holder = ?2 AND fence = ?3`,
-			func(c lease.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, now(), now() + 3600000} }},
+			func(c fence.Custody) []any { return []any{c.Lease, c.Holder, c.Fence, now(), now() + 3600000} }},
 		{"bare+dbclock", `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?2 WHERE name = ?1`,
-			func(c lease.Custody) []any { return []any{c.Lease, int64(3600000)} }},
+			func(c fence.Custody) []any { return []any{c.Lease, int64(3600000)} }},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/tests/harness"
@@ -69,7 +71,7 @@ func (r *runner) roundTrips(ctx context.Context, kind string) error {
 			return fmt.Errorf("acquire of a released lease not granted: %+v", g)
 		}
 		acquire = append(acquire, d)
-		c := lease.Custody{Lease: "bench-rtt", Holder: "bench", Fence: g.Fence}
+		c := fence.Custody{Lease: "bench-rtt", Holder: "bench", Fence: g.Fence}
 		start = time.Now()
 		err = store.Renew(ctx, c)
 		d = time.Since(start)
@@ -109,7 +111,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 	type instance struct {
 		db     *database.DB
 		store  *lease.Store
-		grants []lease.Custody
+		grants []fence.Custody
 	}
 	insts := make([]*instance, renewCostInstances)
 	for k := range insts {
@@ -129,7 +131,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			in.grants = append(in.grants, lease.Custody{Lease: name, Holder: holder, Fence: g.Fence})
+			in.grants = append(in.grants, fence.Custody{Lease: name, Holder: holder, Fence: g.Fence})
 		}
 		insts[k] = in
 	}
@@ -137,7 +139,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 	// database that is a writer that found the lock taken and slept in
 	// SQLite's busy handler (whose first sleep is 1 ms).
 	var slow atomic.Int64
-	round := func(renew func(in *instance, c lease.Custody) error) (time.Duration, error) {
+	round := func(renew func(in *instance, c fence.Custody) error) (time.Duration, error) {
 		var wg sync.WaitGroup
 		errs := make([]error, len(insts))
 		start := time.Now()
@@ -166,8 +168,8 @@ func (r *runner) renewCost(ctx context.Context) error {
 		}
 		return d, nil
 	}
-	viaStore := func(in *instance, c lease.Custody) error { return in.store.Renew(ctx, c) }
-	bare := func(in *instance, c lease.Custody) error {
+	viaStore := func(in *instance, c fence.Custody) error { return in.store.Renew(ctx, c) }
+	bare := func(in *instance, c fence.Custody) error {
 		now := time.Now().UnixMilli()
 		_, err := in.db.ExecContext(ctx, bareRenewSQL, now, now+time.Hour.Milliseconds(), c.Lease)
 		return err

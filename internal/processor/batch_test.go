@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -188,13 +190,13 @@ func TestOlderHoldStatsAreIgnoredAndTheAggregateIsTheSumOverHolds(t *testing.T) 
 // acquire takes a lease for the test and returns its custody.
 const time60s = 60 * time.Second
 
-func acquire(t testing.TB, db *sql.DB, name, holder string) lease.Custody {
+func acquire(t testing.TB, db *sql.DB, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := lease.NewStore(db, time60s).Acquire(context.Background(), name, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s: %+v %v", name, g, err)
 	}
-	return lease.Custody{Lease: name, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}
 }
 
 func TestTwoProcessorsShareOneRegistry(t *testing.T) {

@@ -9,7 +9,7 @@
 //
 //	p := processor.New(processor.Options{Log: log, Metrics: m})
 //	// consumer: records, webhook deliveries and cursor in one commit
-//	lease.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
+//	fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
 //	    res, err := p.ApplyTx(ctx, tx, custody, batch)
 //	    ... webhooks.EnqueueTx(ctx, tx, pushes(res.NewManifests)) ...
 //	    ... write cursor res.MaxTimeUS ...

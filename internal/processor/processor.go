@@ -9,13 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/promshare"
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Skip reasons: the "reason" label of appview_processor_skipped_total and
@@ -174,11 +175,11 @@ func New(o Options) *Processor {
 // Apply is the one-shot form for callers that have nothing else to commit
 // with the events (the backfill): it applies events in one transaction
 // through lease.Fenced, so it commits only while c is the current custody.
-// Errors wrap lease.ErrSuperseded when custody was lost; see ApplyTx for
+// Errors wrap fence.ErrSuperseded when custody was lost; see ApplyTx for
 // the rest.
-func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, events []jetstream.Event) (Result, error) {
+func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
 	var res Result
-	err := lease.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		var err error
 		res, err = p.ApplyTx(ctx, tx, c, events)
 		return err
@@ -204,7 +205,7 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c lease.Custody, even
 // longer usable (a savepoint cannot be taken or rolled back, the database
 // is locked or failing, ctx is done); the caller must then roll back and
 // retry the whole batch.
-func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c lease.Custody, events []jetstream.Event) (Result, error) {
+func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Result, error) {
 	start := time.Now()
 	outs := make([]outcome, len(events))
 	ops := make([]*op, len(events))

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -60,7 +61,7 @@ func readJSONL(t testing.TB, path string) []jetstream.Event {
 }
 
 // unfenced is the custody of a worker running with leases disabled.
-var unfenced = lease.Custody{Lease: "test"}
+var unfenced = fence.Custody{Lease: "test"}
 
 func countRows(t testing.TB, db *sql.DB, table string) int {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Request headers of SPEC §9.
@@ -84,7 +84,7 @@ type response struct {
 
 // send POSTs the attempt's stored body once. ctx is the dispatcher's life;
 // timeout bounds this attempt (webhooks.timeout).
-func send(ctx context.Context, client *http.Client, custody lease.Custody, a attempt, timeout time.Duration) response {
+func send(ctx context.Context, client *http.Client, custody fence.Custody, a attempt, timeout time.Duration) response {
 	if _, err := parseTarget(a.url); err != nil {
 		return response{result: resultRefused, message: err.Error()}
 	}

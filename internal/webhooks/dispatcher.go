@@ -9,11 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/system"
@@ -72,7 +73,7 @@ type DispatcherOptions struct {
 	// Custody is the consumer's grant (lease "jetstream-consumer"). Every
 	// claim and outcome is a lease.Fenced write under it, and requests carry
 	// it as X-Appview-Fence.
-	Custody lease.Custody
+	Custody fence.Custody
 	// Config is the webhooks section: retry_schedule (delays before each
 	// attempt; its length is the number of attempts; empty means one
 	// immediate attempt), timeout (0: DefaultTimeout), concurrency
@@ -109,9 +110,9 @@ func NewDispatcherOptions(d system.Deps) (DispatcherOptions, error) {
 }
 
 // NewDispatcherProps builds the dispatcher actor, spawned as a child of the
-// consumer worker with the consumer's lease.Custody. It drains due
+// consumer worker with the consumer's fence.Custody. It drains due
 // deliveries on start, on Kick and when the next one falls due. It fails
-// (panics with an error wrapping lease.ErrSuperseded) when a claim or
+// (panics with an error wrapping fence.ErrSuperseded) when a claim or
 // outcome write finds the custody superseded; its parent treats that as
 // lost custody. Stopping cancels requests in flight and waits for them;
 // nothing is written after it stopped.
@@ -263,7 +264,7 @@ func (d *dispatcher) onScanned(s scanned) {
 		if d.ctx.Err() != nil {
 			return
 		}
-		if errors.Is(s.err, lease.ErrSuperseded) {
+		if errors.Is(s.err, fence.ErrSuperseded) {
 			d.fail(s.err)
 		}
 		delay := d.retry.NextBackOff()
@@ -313,7 +314,7 @@ func (d *dispatcher) start(a attempt) {
 func (d *dispatcher) onAttempted(m attempted) {
 	d.inFlight--
 	if m.err != nil && d.ctx.Err() == nil {
-		if errors.Is(m.err, lease.ErrSuperseded) {
+		if errors.Is(m.err, fence.ErrSuperseded) {
 			d.fail(m.err)
 		}
 		// The claim stays; the row is due again when it expires.
@@ -424,7 +425,7 @@ func (d *dispatcher) claimDue(ctx context.Context, limit int) scanned {
 	}
 	if len(ids) > 0 {
 		var gaveUp int
-		err := lease.Fenced(ctx, db, d.o.Custody, func(tx *sql.Tx) error {
+		err := fence.Fenced(ctx, db, d.o.Custody, func(tx *sql.Tx) error {
 			out.claimed, gaveUp = nil, 0
 			for _, id := range ids {
 				a, claimed, err := d.claim(ctx, tx, id, firstMS)
@@ -538,7 +539,7 @@ func (d *dispatcher) record(ctx context.Context, a attempt, r response) error {
 	d.o.Metrics.latency.Observe(r.elapsed.Seconds())
 	schedule := d.o.Config.RetrySchedule
 	var outcome string
-	err := lease.Fenced(ctx, d.o.DB, d.o.Custody, func(tx *sql.Tx) error {
+	err := fence.Fenced(ctx, d.o.DB, d.o.Custody, func(tx *sql.Tx) error {
 		var err error
 		switch {
 		case r.result == resultDelivered:

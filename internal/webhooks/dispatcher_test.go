@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/system"
 )
@@ -224,8 +225,8 @@ func TestSupersededDispatcherSendsNothingAndFailsWithErrSuperseded(t *testing.T)
 	select {
 	case r := <-reasons:
 		err, ok := r.(error)
-		if !ok || !errors.Is(err, lease.ErrSuperseded) {
-			t.Fatalf("dispatcher failed with %v, want an error wrapping lease.ErrSuperseded", r)
+		if !ok || !errors.Is(err, fence.ErrSuperseded) {
+			t.Fatalf("dispatcher failed with %v, want an error wrapping fence.ErrSuperseded", r)
 		}
 	case <-time.After(waitBudget):
 		t.Fatal("superseded dispatcher did not fail")
@@ -594,7 +595,7 @@ func TestUnfencedCustodyDeliversWithoutALeaseRow(t *testing.T) {
 	e := newEnv(t)
 	rc := newReceiver(t, nil)
 	hook := e.addWebhook(rc.srv.URL, "")
-	unfenced := lease.Custody{Lease: testLease, Holder: "solo"}
+	unfenced := fence.Custody{Lease: testLease, Holder: "solo"}
 	p := push("app", "sha256:aaa")
 	e.enqueue(unfenced, p)
 	e.spawn(e.options(unfenced, config.Webhooks{AllowPrivate: true}, nil))

@@ -23,9 +23,9 @@
 // # Fencing carried to the edge
 //
 // The dispatcher is spawned as a child of the consumer with the consumer's
-// lease.Custody. Before every attempt it claims the row with a fenced write
+// fence.Custody. Before every attempt it claims the row with a fenced write
 // (attempts+1, next_attempt_at pushed past the attempt timeout, fence
-// recorded); a former holder's claim fails with lease.ErrSuperseded, it
+// recorded); a former holder's claim fails with fence.ErrSuperseded, it
 // sends nothing and the actor fails with that error. Every request carries
 // X-Appview-Fence: <lease>:<fence>, so a receiver can tell which custody
 // sent it. The outcome is recorded with another fenced write.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/fence"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -37,7 +39,7 @@ type env struct {
 	ctx     context.Context
 	db      *database.DB
 	leases  *lease.Store
-	custody lease.Custody
+	custody fence.Custody
 	sys     *actor.ActorSystem
 }
 
@@ -67,13 +69,13 @@ func newEnv(t *testing.T) *env {
 }
 
 // acquire takes the consumer lease for holder (it must be free or expired).
-func (e *env) acquire(holder string) lease.Custody {
+func (e *env) acquire(holder string) fence.Custody {
 	e.t.Helper()
 	g, err := e.leases.Acquire(e.ctx, testLease, holder)
 	if err != nil || !g.Granted {
 		e.t.Fatalf("acquire %s for %s: granted=%v err=%v", testLease, holder, g.Granted, err)
 	}
-	return lease.Custody{Lease: testLease, Holder: holder, Fence: g.Fence}
+	return fence.Custody{Lease: testLease, Holder: holder, Fence: g.Fence}
 }
 
 func (e *env) addWebhook(url, secret string) int64 {
@@ -86,10 +88,10 @@ func (e *env) addWebhook(url, secret string) int64 {
 }
 
 // enqueue runs EnqueueTx in a transaction fenced by c, as the consumer does.
-func (e *env) enqueue(c lease.Custody, pushes ...Push) int {
+func (e *env) enqueue(c fence.Custody, pushes ...Push) int {
 	e.t.Helper()
 	var n int
-	err := lease.Fenced(e.ctx, e.db.DB, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(e.ctx, e.db.DB, c, func(tx *sql.Tx) error {
 		var err error
 		n, err = EnqueueTx(e.ctx, tx, pushes)
 		return err
@@ -100,7 +102,7 @@ func (e *env) enqueue(c lease.Custody, pushes ...Push) int {
 	return n
 }
 
-func (e *env) options(c lease.Custody, cfg config.Webhooks, m *Metrics) DispatcherOptions {
+func (e *env) options(c fence.Custody, cfg config.Webhooks, m *Metrics) DispatcherOptions {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}

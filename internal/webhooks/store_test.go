@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 func TestAddListRemoveRoundTrip(t *testing.T) {
@@ -139,7 +139,7 @@ func TestEnqueueRefusesAPushWithoutItsKeyFieldsAndWritesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.addWebhook("http://127.0.0.1/1", "")
 	bad := push("app", "")
-	err := lease.Fenced(e.ctx, e.db.DB, e.custody, func(tx *sql.Tx) error {
+	err := fence.Fenced(e.ctx, e.db.DB, e.custody, func(tx *sql.Tx) error {
 		_, err := EnqueueTx(e.ctx, tx, []Push{push("app", "sha256:ok"), bad})
 		return err
 	})
