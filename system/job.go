@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cenkalti/backoff/v5"
@@ -25,16 +26,6 @@ const jobRetryMax = time.Minute
 // back whatever it would still write, and custody can move on.
 const jobStopTimeout = 5 * time.Second
 
-// ErrDrain is the cause (context.Cause) of a job's context when its
-// worker is stopped gracefully: the LeaseActor sent lease.Drain, and
-// custody stays held and renewed until the job returns. A job must start
-// nothing new, but it may let the one request it has in flight finish and
-// record its outcome under that custody (within jobStopTimeout), when the
-// peer acts on the request whether or not the job waits for the answer:
-// otherwise the next holder repeats it. Any other cause (context.Canceled:
-// custody lost, or a restart) means stop at once.
-var ErrDrain = errors.New("worker draining for a graceful stop")
-
 // jobPanicked carries a panic out of the job goroutine to the actor, which
 // re-raises it so supervision sees a worker failure.
 type jobPanicked struct{ value any }
@@ -44,14 +35,14 @@ type jobPanicked struct{ value any }
 // once the job has returned (or, stuck past jobStopTimeout, has been
 // abandoned with its context cancelled, so its fenced writes cannot land).
 type jobActor struct {
-	w       Worker
+	w       workers.Spec
 	custody fence.Custody
 	log     zerolog.Logger
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 }
 
-func jobProps(w Worker, c fence.Custody, log zerolog.Logger) *actor.Props {
+func jobProps(w workers.Spec, c fence.Custody, log zerolog.Logger) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &jobActor{w: w, custody: c, log: log.With().Str("worker", w.Name).Logger()}
 	})
@@ -68,7 +59,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 		// Poison follows at once; cancelling here is what tells the job
 		// (through the cause) that the stop is graceful.
 		if j.cancel != nil {
-			j.cancel(ErrDrain)
+			j.cancel(workers.ErrDrain)
 		}
 	case *jobPanicked:
 		panic(msg.value)
@@ -81,7 +72,7 @@ func (j *jobActor) halt() {
 	if j.cancel == nil {
 		return
 	}
-	j.cancel(nil) // a no-op after Drain: the cause stays ErrDrain
+	j.cancel(nil) // a no-op after Drain: the cause stays workers.ErrDrain
 	t := time.NewTimer(jobStopTimeout)
 	defer t.Stop()
 	select {

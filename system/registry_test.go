@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -15,16 +16,16 @@ func TestRegisterRefusesInvalidWorkers(t *testing.T) {
 	props := func(fence.Custody) *actor.Props { return nil }
 	for _, tc := range []struct {
 		name   string
-		w      Worker
+		w      workers.Spec
 		reason string
 	}{
-		{"empty name", Worker{Job: job}, "name must match"},
-		{"upper case name", Worker{Name: "Cleanup", Job: job}, "name must match"},
-		{"name with a dot", Worker{Name: "jetstream.consumer", Job: job}, "name must match"},
-		{"neither actor nor job", Worker{Name: "nothing"}, "exactly one of Actor and Job"},
-		{"both actor and job", Worker{Name: "both", Actor: props, Job: job}, "exactly one of Actor and Job"},
-		{"negative interval", Worker{Name: "neg", Job: job, Interval: -1}, "negative interval"},
-		{"interval on an actor", Worker{Name: "actor", Actor: props, Interval: 1}, "Job workers only"},
+		{"empty name", workers.Spec{Job: job}, "name must match"},
+		{"upper case name", workers.Spec{Name: "Cleanup", Job: job}, "name must match"},
+		{"name with a dot", workers.Spec{Name: "jetstream.consumer", Job: job}, "name must match"},
+		{"neither actor nor job", workers.Spec{Name: "nothing"}, "exactly one of Actor and Job"},
+		{"both actor and job", workers.Spec{Name: "both", Actor: props, Job: job}, "exactly one of Actor and Job"},
+		{"negative interval", workers.Spec{Name: "neg", Job: job, Interval: -1}, "negative interval"},
+		{"interval on an actor", workers.Spec{Name: "actor", Actor: props, Interval: 1}, "Job workers only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r Registry
@@ -42,11 +43,11 @@ func TestRegisterRefusesADuplicateNameAndKeepsOrder(t *testing.T) {
 	job := func(context.Context, fence.Custody) error { return nil }
 	var r Registry
 	for _, name := range []string{"cleanup", "backfill", "health"} {
-		if err := r.Register(Worker{Name: name, Job: job}); err != nil {
+		if err := r.Register(workers.Spec{Name: name, Job: job}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := r.Register(Worker{Name: "backfill", Job: job}); err == nil || !strings.Contains(err.Error(), "already registered") {
+	if err := r.Register(workers.Spec{Name: "backfill", Job: job}); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Fatalf("duplicate Register = %v, want already registered", err)
 	}
 	var names []string

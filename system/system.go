@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
@@ -135,7 +136,7 @@ func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	return nil
 }
 
-func workerProps(w Worker, log zerolog.Logger) func(fence.Custody) *actor.Props {
+func workerProps(w workers.Spec, log zerolog.Logger) func(fence.Custody) *actor.Props {
 	if w.Actor != nil {
 		return w.Actor
 	}

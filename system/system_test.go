@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,7 +85,7 @@ func testConfig() config.Config {
 }
 
 // newHarness builds (but does not start) a System running workers.
-func newHarness(t *testing.T, cfg config.Config, workers ...Worker) *harness {
+func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness {
 	t.Helper()
 	ctx := context.Background()
 	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second})
@@ -96,7 +97,7 @@ func newHarness(t *testing.T, cfg config.Config, workers ...Worker) *harness {
 		t.Fatal(err)
 	}
 	reg := &Registry{}
-	for _, w := range workers {
+	for _, w := range specs {
 		if err := reg.Register(w); err != nil {
 			t.Fatal(err)
 		}
@@ -227,8 +228,8 @@ type probe struct {
 	stopping int
 }
 
-func (p *probe) actorWorker(name string, leased bool) Worker {
-	return Worker{Name: name, Leased: leased, Actor: func(c fence.Custody) *actor.Props {
+func (p *probe) actorWorker(name string, leased bool) workers.Spec {
+	return workers.Spec{Name: name, Leased: leased, Actor: func(c fence.Custody) *actor.Props {
 		return actor.PropsFromProducer(func() actor.Actor { return &probeActor{p: p, c: c} })
 	}}
 }
@@ -287,9 +288,9 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 	h := newHarness(t, testConfig(),
 		leasedActor.actorWorker("leased-actor", true),
 		unleasedActor.actorWorker("unleased-actor", false),
-		Worker{Name: "leased-job", Leased: true, Interval: 20 * time.Millisecond,
+		workers.Spec{Name: "leased-job", Leased: true, Interval: 20 * time.Millisecond,
 			Job: func(ctx context.Context, c fence.Custody) error { leasedJob.add(c); return nil }},
-		Worker{Name: "unleased-job", Leased: false,
+		workers.Spec{Name: "unleased-job", Leased: false,
 			Job: func(ctx context.Context, c fence.Custody) error { unleasedJob.add(c); return nil }},
 	)
 	h.start()
@@ -355,7 +356,7 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 	running, returned := make(chan struct{}), make(chan struct{})
 	var releasedAfterReturn, wroteWhileStopping atomic.Bool
 	var h *harness
-	h = newHarness(t, testConfig(), Worker{Name: "slow-job", Leased: true,
+	h = newHarness(t, testConfig(), workers.Spec{Name: "slow-job", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error {
 			close(running)
 			<-ctx.Done()
@@ -394,7 +395,7 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T) {
 	causes := make(chan error, 2)
 	var h *harness
-	h = newHarness(t, testConfig(), Worker{Name: "cause", Leased: true,
+	h = newHarness(t, testConfig(), workers.Spec{Name: "cause", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error {
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
@@ -408,7 +409,7 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 		t.Fatal(err)
 	}
 	h.waitEvent(events.LeaseLost, "cause", 1)
-	if cause := <-causes; !errors.Is(cause, context.Canceled) || errors.Is(cause, ErrDrain) {
+	if cause := <-causes; !errors.Is(cause, context.Canceled) || errors.Is(cause, workers.ErrDrain) {
 		t.Errorf("a job whose custody was lost ended with cause %v, want context.Canceled", cause)
 	}
 	if _, err := h.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, "cause"); err != nil {
@@ -416,15 +417,15 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 	}
 	h.waitEvent(events.WorkerStarted, "cause", 2)
 	h.stop()
-	if cause := <-causes; !errors.Is(cause, ErrDrain) {
-		t.Errorf("a job stopped gracefully ended with cause %v, want ErrDrain", cause)
+	if cause := <-causes; !errors.Is(cause, workers.ErrDrain) {
+		t.Errorf("a job stopped gracefully ended with cause %v, want workers.ErrDrain", cause)
 	}
 	leakcheck.VerifyNone(t)
 }
 
 func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	var r runs
-	h := newHarness(t, testConfig(), Worker{Name: "once", Leased: true,
+	h := newHarness(t, testConfig(), workers.Spec{Name: "once", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
 	h.waitEvent(events.WorkerStarted, "once", 1)
@@ -445,13 +446,13 @@ func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 	var once, periodic runs
 	h := newHarness(t, testConfig(),
-		Worker{Name: "once-flaky", Leased: true, Job: func(ctx context.Context, c fence.Custody) error {
+		workers.Spec{Name: "once-flaky", Leased: true, Job: func(ctx context.Context, c fence.Custody) error {
 			if once.add(c) <= 2 {
 				return errors.New("flaky")
 			}
 			return nil
 		}},
-		Worker{Name: "periodic-failing", Leased: true, Interval: 20 * time.Millisecond,
+		workers.Spec{Name: "periodic-failing", Leased: true, Interval: 20 * time.Millisecond,
 			Job: func(ctx context.Context, c fence.Custody) error {
 				periodic.add(c)
 				return errors.New("always fails")
@@ -486,7 +487,7 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 
 func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 	var r runs
-	h := newHarness(t, testConfig(), Worker{Name: "panicky", Leased: true,
+	h := newHarness(t, testConfig(), workers.Spec{Name: "panicky", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error {
 			if r.add(c) == 1 {
 				panic("boom")
@@ -514,7 +515,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 }
 
 func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
-	h := newHarness(t, testConfig(), Worker{Name: "doomed", Leased: true,
+	h := newHarness(t, testConfig(), workers.Spec{Name: "doomed", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { panic("always") }})
 	h.start()
 	failed := h.waitEvent(events.WorkerFailed, "doomed", 1)
@@ -529,7 +530,7 @@ func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
 func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	var r runs
 	var h *harness
-	h = newHarness(t, testConfig(), Worker{Name: "usurped", Leased: true,
+	h = newHarness(t, testConfig(), workers.Spec{Name: "usurped", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error {
 			if r.add(c) > 1 {
 				return nil
@@ -573,7 +574,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	cfg := testConfig()
 	cfg.Leases.Enabled = false
 	var r runs
-	h := newHarness(t, cfg, Worker{Name: "cleanup-like", Leased: true,
+	h := newHarness(t, cfg, workers.Spec{Name: "cleanup-like", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
 	h.eventually("the job run", func() bool { return r.total.Load() == 1 })
@@ -588,7 +589,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 }
 
 func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
-	h := newHarness(t, testConfig(), Worker{Name: "idle", Leased: false,
+	h := newHarness(t, testConfig(), workers.Spec{Name: "idle", Leased: false,
 		Job: func(ctx context.Context, c fence.Custody) error { return nil }})
 	h.start()
 	if err := h.sys.Start(); err == nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -118,9 +120,9 @@ func TestRecordURIsMustNameTheRepositoryAndCollectionListed(t *testing.T) {
 }
 
 func TestWorkerRegistersALeasedJobOnceOrPeriodic(t *testing.T) {
-	d := system.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
+	d := workers.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
 	d.Config.Backfill.Enabled = false
-	if _, err := Worker(d, fakeApplier); !errors.Is(err, ErrDisabled) {
+	if _, err := Worker(d, fakeApplier); !errors.Is(err, workers.ErrDisabled) {
 		t.Fatalf("disabled: %v, want ErrDisabled", err)
 	}
 	d.Config.Backfill.Enabled = true

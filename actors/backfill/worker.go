@@ -7,18 +7,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/system"
 )
 
-// ErrDisabled is returned by Worker when backfill.enabled is false: the
-// caller does not register the worker.
-var ErrDisabled = errors.New("backfill disabled (backfill.enabled is false)")
+// errDisabled wraps workers.ErrDisabled with the key that disables this worker.
+var errDisabled = fmt.Errorf("backfill disabled (backfill.enabled is false): %w", workers.ErrDisabled)
 
 // Delays between attempts of an unfinished run under interval 0 (see Once).
 const (
@@ -32,16 +32,16 @@ const (
 // deployment rather than once per instance) and a new holder skips the run
 // when one completed less than backfill.rerun_after ago; with an interval
 // the job is Run, every interval. Records go to applier inside the
-// backfill's fenced transactions. Errors: ErrDisabled; a *config.Error for
+// backfill's fenced transactions. Errors: workers.ErrDisabled (wrapped); a *config.Error for
 // an empty backfill.relay_endpoints; a metrics registration error.
-func Worker(d system.Deps, applier Applier) (system.Worker, error) {
+func Worker(d workers.Deps, applier Applier) (workers.Spec, error) {
 	cfg := d.Config.Backfill
 	if !cfg.Enabled {
-		return system.Worker{}, ErrDisabled
+		return workers.Spec{}, errDisabled
 	}
 	metrics, err := NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	o := Options{
 		DB:             d.DB,
@@ -57,13 +57,13 @@ func Worker(d system.Deps, applier Applier) (system.Worker, error) {
 	}
 	b, err := New(o)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	job := b.Run
 	if cfg.Interval == 0 {
 		job = b.Once
 	}
-	return system.Worker{Name: LeaseName, Leased: true, Job: job, Interval: cfg.Interval}, nil
+	return workers.Spec{Name: LeaseName, Leased: true, Job: job, Interval: cfg.Interval}, nil
 }
 
 // Once calls Run until a run completes or is skipped: an unfinished run
@@ -100,10 +100,10 @@ func (b *Backfiller) Once(ctx context.Context, c fence.Custody) error {
 // ProcessorWorker is Worker feeding the registry's processor, the same one
 // the Jetstream consumer uses, so backfilled records obey the same
 // idempotency and newer-wins rules.
-func ProcessorWorker(d system.Deps) (system.Worker, error) {
+func ProcessorWorker(d workers.Deps) (workers.Spec, error) {
 	pm, err := processor.NewMetrics(d.Metrics) // shared with the consumer's
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm})
 	return Worker(d, ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Custody, evs []jetstream.Event) (Applied, error) {

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -624,7 +626,7 @@ func TestAPushInFlightAtAGracefulStopIsLetFinishAndRecorded(t *testing.T) {
 	defer stop(nil)
 	var cutShort atomic.Bool
 	h.onAnswer(func(r *http.Request) {
-		stop(system.ErrDrain) // the job runner's graceful stop, mid-push
+		stop(workers.ErrDrain) // the job runner's graceful stop, mid-push
 		select {
 		case <-r.Context().Done():
 			cutShort.Store(true)
@@ -753,8 +755,8 @@ func TestStripeFailureEndsTheRoundWithoutPushes(t *testing.T) {
 func TestWorkerRegistersOnlyWhenEnabled(t *testing.T) {
 	f := newFixture(t)
 	cfg := config.Default()
-	d := system.Deps{Config: cfg, DB: f.db, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
-	if _, err := Worker(d); !errors.Is(err, ErrDisabled) {
+	d := workers.Deps{Config: cfg, DB: f.db, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
+	if _, err := Worker(d); !errors.Is(err, workers.ErrDisabled) {
 		t.Errorf("disabled: err %v, want ErrDisabled", err)
 	}
 

@@ -44,7 +44,7 @@
 // pushes, instead of pushing and then failing to record. Rounds on one
 // Refresher are serialised, and an answer already received is recorded
 // even when the worker is being stopped. A graceful stop (SIGTERM: the
-// job's context ends with cause system.ErrDrain) lets the push in flight
+// job's context ends with cause workers.ErrDrain) lets the push in flight
 // finish and records its answer under the custody still held, then pushes
 // nothing more; a lost custody cuts the push short at once. What is not
 // guaranteed: if the process dies (or is superseded, or the hold answers

@@ -9,13 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/system"
 )
 
 // Endpoints resolves a hold DID to the hold's base URL. *identity.Resolver
@@ -116,7 +117,7 @@ type Report struct {
 	Failed int
 }
 
-// Run is the job function (system.Worker.Job): one round under c. Failures
+// Run is the job function (workers.Spec.Job): one round under c. Failures
 // of single holds are logged and retried at the next interval; the error
 // is for a round that could not run (source, database) or a superseded
 // custody (wraps fence.ErrSuperseded).
@@ -328,7 +329,7 @@ func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []cha
 }
 
 // send pushes one change to the hold. A graceful stop (ctx ends with
-// cause system.ErrDrain) does not cut the push short: the hold acts on a
+// cause workers.ErrDrain) does not cut the push short: the hold acts on a
 // call it has received whether or not we wait for its answer, and only the
 // recorded answer keeps the next holder from pushing the same change
 // again. The push stays bounded by the HTTP client's timeout
@@ -338,7 +339,7 @@ func (r *Refresher) send(ctx context.Context, endpoint string, ch change) (strin
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(context.Cause(ctx), system.ErrDrain) {
+		if !errors.Is(context.Cause(ctx), workers.ErrDrain) {
 			cancel()
 		}
 	})

@@ -1,33 +1,33 @@
 package billing
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/system"
 )
 
 // LeaseName is the lease the refresh runs under (SPEC §4).
 const LeaseName = "billing-tier-refresh"
 
-// ErrDisabled is returned by Worker when billing.enabled is false: the
-// caller does not register the worker.
-var ErrDisabled = errors.New("billing tier refresh disabled (billing.enabled is false)")
+// errDisabled wraps workers.ErrDisabled with the key that disables this worker.
+var errDisabled = fmt.Errorf("billing tier refresh disabled (billing.enabled is false): %w", workers.ErrDisabled)
 
 // Worker builds the billing tier refresh: a leased Job every
 // billing.interval reading tiers from Stripe (billing.stripe_api_url,
 // billing.stripe_secret_key) and resolving holds with identity
-// (identity.plc_url). It returns ErrDisabled when billing.enabled is false,
+// (identity.plc_url). It returns an error wrapping workers.ErrDisabled when billing.enabled is false,
 // a *config.Error for an invalid billing key, and the metrics registerer's
 // error.
-func Worker(d system.Deps) (system.Worker, error) {
+func Worker(d workers.Deps) (workers.Spec, error) {
 	cfg := d.Config.Billing
 	switch {
 	case !cfg.Enabled:
-		return system.Worker{}, ErrDisabled
+		return workers.Spec{}, errDisabled
 	case cfg.StripeSecretKey == "": // config.Validate refuses this; keep a bare Deps honest
-		return system.Worker{}, &config.Error{Key: "billing.stripe_secret_key", Reason: "required when billing.enabled is true"}
+		return workers.Spec{}, &config.Error{Key: "billing.stripe_secret_key", Reason: "required when billing.enabled is true"}
 	}
 	client := &http.Client{Timeout: cfg.Timeout}
 	log := d.Log.With().Str("worker", LeaseName).Logger()
@@ -35,10 +35,10 @@ func Worker(d system.Deps) (system.Worker, error) {
 		d.Resolver(), client)
 }
 
-func worker(d system.Deps, src Source, endpoints Endpoints, client *http.Client) (system.Worker, error) {
+func worker(d workers.Deps, src Source, endpoints Endpoints, client *http.Client) (workers.Spec, error) {
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	r, err := New(Options{
 		DB:          d.DB,
@@ -50,7 +50,7 @@ func worker(d system.Deps, src Source, endpoints Endpoints, client *http.Client)
 		Metrics:     m,
 	})
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
-	return system.Worker{Name: LeaseName, Leased: true, Job: r.Run, Interval: d.Config.Billing.Interval}, nil
+	return workers.Spec{Name: LeaseName, Leased: true, Job: r.Run, Interval: d.Config.Billing.Interval}, nil
 }

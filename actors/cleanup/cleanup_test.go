@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -320,7 +322,7 @@ func TestWorkerRegistersALeasedJobOnTheCleanupInterval(t *testing.T) {
 	f := newFixture(t)
 	cfg := config.Default()
 	cfg.Cleanup.Interval = 7 * time.Minute
-	d := system.Deps{Config: cfg, DB: f.db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
+	d := workers.Deps{Config: cfg, DB: f.db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
 	w, err := Worker(d)
 	if err != nil {
 		t.Fatalf("worker: %v", err)

@@ -80,7 +80,7 @@ type Report struct {
 	Duration time.Duration
 }
 
-// Run is the job function (system.Worker.Job): one sweep under c. It logs
+// Run is the job function (workers.Spec.Job): one sweep under c. It logs
 // the sweep and returns its error, so the job runner retries at the next
 // interval.
 func (s *Sweeper) Run(ctx context.Context, c fence.Custody) error {

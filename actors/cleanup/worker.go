@@ -1,7 +1,7 @@
 package cleanup
 
 import (
-	"github.com/atcr-io/appview/system"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 // LeaseName is the lease the sweep runs under (SPEC §4).
@@ -10,11 +10,11 @@ const LeaseName = "cleanup"
 // Worker builds the registration of the cleanup sweep: a leased Job run
 // every cleanup.interval with the default Rules. It returns a *config.Error
 // for an invalid cleanup.chunk_rows, and the metrics registerer's error.
-func Worker(d system.Deps) (system.Worker, error) {
+func Worker(d workers.Deps) (workers.Spec, error) {
 	cfg := d.Config.Cleanup
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	s, err := New(Options{
 		DB:        d.DB,
@@ -24,7 +24,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 		Metrics:   m,
 	})
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
-	return system.Worker{Name: LeaseName, Leased: true, Job: s.Run, Interval: cfg.Interval}, nil
+	return workers.Spec{Name: LeaseName, Leased: true, Job: s.Run, Interval: cfg.Interval}, nil
 }

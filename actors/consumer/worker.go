@@ -3,6 +3,8 @@ package consumer
 import (
 	"fmt"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,33 +13,32 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/webhooks"
-	"github.com/atcr-io/appview/system"
 )
 
 // Worker registers the consumer under lease "jetstream-consumer". It builds
 // the process-wide parts once (processor, metrics, the webhook client and
 // configuration); each grant of custody gets a new actor with them.
 // Errors are a *config.Error or a metrics registration failure.
-func Worker(d system.Deps) (system.Worker, error) {
+func Worker(d workers.Deps) (workers.Spec, error) {
 	pm, err := processor.NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	jm, err := jetstream.NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	sm, err := statscache.NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	cm, err := NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	disp, err := webhooks.NewDispatcherOptions(d)
 	if err != nil {
-		return system.Worker{}, fmt.Errorf("consumer: %w", err)
+		return workers.Spec{}, fmt.Errorf("consumer: %w", err)
 	}
 	o := Options{
 		DB:            d.DB,
@@ -49,7 +50,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 		StatsMetrics:  sm,
 		Metrics:       cm,
 	}
-	return system.Worker{
+	return workers.Spec{
 		Name:   LeaseName,
 		Leased: true,
 		Actor: func(c fence.Custody) *actor.Props {

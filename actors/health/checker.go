@@ -85,7 +85,7 @@ func NewChecker(o Options) (*Checker, error) {
 	return &Checker{o: o}, nil
 }
 
-// Run is the job function (system.Worker.Job): one round. The custody is
+// Run is the job function (workers.Spec.Job): one round. The custody is
 // ignored: the checker is unleased and writes nothing. It returns an error
 // when the known holds cannot be read (the cache is then left as it was)
 // or ctx ended during the round (checks cut short are not recorded).

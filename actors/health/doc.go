@@ -8,7 +8,7 @@
 // The cache is local state that each instance reads when it serves, so
 // every instance must keep its own; a lease would leave all instances but
 // one blind. The checker writes nothing to the database, so running it
-// everywhere is safe. It registers as an unleased Job (system.Worker with
+// everywhere is safe. It registers as an unleased Job (workers.Spec with
 // Leased false); its custody has Fence 0 and is not consulted.
 //
 // # Rounds
@@ -36,7 +36,7 @@
 //
 // # Outputs
 //
-// /debug/holds (on system.Deps.Admin): JSON {instance, round_at_ms, holds:
+// /debug/holds (on workers.Deps.Admin): JSON {instance, round_at_ms, holds:
 // [Status...]} sorted by DID. Metrics, one series per known hold:
 // appview_hold_healthy{hold} (1/0), appview_hold_check_latency_seconds{hold},
 // appview_hold_consecutive_failures{hold},

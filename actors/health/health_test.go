@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -25,7 +27,6 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/identity"
-	"github.com/atcr-io/appview/system"
 )
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
@@ -289,7 +290,7 @@ func TestDebugHoldsAndMetricsServeTheCache(t *testing.T) {
 	cfg := config.Default()
 	cfg.Health.CheckInterval, cfg.Health.Timeout = 5*time.Second, 2*time.Second
 	reg, mux := prometheus.NewRegistry(), http.NewServeMux()
-	w, err := worker(system.Deps{Config: cfg, DB: db, Log: zerolog.Nop(), Metrics: reg, Admin: mux, Instance: "inst-a"}, resolver())
+	w, err := worker(workers.Deps{Config: cfg, DB: db, Log: zerolog.Nop(), Metrics: reg, Admin: mux, Instance: "inst-a"}, resolver())
 	if err != nil {
 		t.Fatalf("worker: %v", err)
 	}

@@ -3,7 +3,7 @@ package health
 import (
 	"fmt"
 
-	"github.com/atcr-io/appview/system"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 // WorkerName names the unleased worker (it is not a lease name: every
@@ -19,19 +19,19 @@ const DebugPath = "/debug/holds"
 // DIDs are resolved with identity (identity.plc_url). It returns a
 // *config.Error for an invalid health.timeout or health.concurrency, and the
 // metrics registerer's error.
-func Worker(d system.Deps) (system.Worker, error) {
+func Worker(d workers.Deps) (workers.Spec, error) {
 	return worker(d, d.Resolver())
 }
 
-func worker(d system.Deps, endpoints Endpoints) (system.Worker, error) {
+func worker(d workers.Deps, endpoints Endpoints) (workers.Spec, error) {
 	cfg := d.Config.Health
 	cache := NewCache(d.Instance)
 	if err := d.Metrics.Register(cache); err != nil {
-		return system.Worker{}, fmt.Errorf("register hold health gauges: %w", err)
+		return workers.Spec{}, fmt.Errorf("register hold health gauges: %w", err)
 	}
 	checks, err := NewChecksCounter(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	c, err := NewChecker(Options{
 		DB:          d.DB,
@@ -43,10 +43,10 @@ func worker(d system.Deps, endpoints Endpoints) (system.Worker, error) {
 		Checks:      checks,
 	})
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	if d.Admin != nil {
 		d.Admin.Handle(DebugPath, cache)
 	}
-	return system.Worker{Name: WorkerName, Leased: false, Job: c.Run, Interval: cfg.CheckInterval}, nil
+	return workers.Spec{Name: WorkerName, Leased: false, Job: c.Run, Interval: cfg.CheckInterval}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -73,8 +75,8 @@ VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != n
 }
 
 func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
-	d := system.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
-	if _, err := Worker(d); !errors.Is(err, ErrDisabled) {
+	d := workers.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
+	if _, err := Worker(d); !errors.Is(err, workers.ErrDisabled) {
 		t.Fatalf("Worker without labeler.url: %v, want ErrDisabled", err)
 	}
 

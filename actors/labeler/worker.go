@@ -1,16 +1,16 @@
 package labeler
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
+
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/system"
 )
 
 // LeaseName is the lease the subscriber runs under (SPEC §4).
@@ -19,26 +19,25 @@ const LeaseName = "labeler-subscriber"
 // subscribePath is the XRPC path of com.atproto.label.subscribeLabels.
 const subscribePath = "/xrpc/com.atproto.label.subscribeLabels"
 
-// ErrDisabled is returned by Worker when labeler.url is empty: the caller
-// does not register the worker.
-var ErrDisabled = errors.New("labeler subscriber disabled (labeler.url is empty)")
+// errDisabled wraps workers.ErrDisabled with the key that disables this worker.
+var errDisabled = fmt.Errorf("labeler subscriber disabled (labeler.url is empty): %w", workers.ErrDisabled)
 
 // Worker describes the labeler subscriber to the registry: a leased actor
 // worker named LeaseName. Its metrics are registered on d.Metrics here,
-// once per process. Errors: ErrDisabled; a *config.Error for a bad
+// once per process. Errors: workers.ErrDisabled (wrapped); a *config.Error for a bad
 // labeler.url or labeler.stale_timeout; a metrics registration error.
-func Worker(d system.Deps) (system.Worker, error) {
+func Worker(d workers.Deps) (workers.Spec, error) {
 	cfg := d.Config.Labeler
 	if cfg.URL == "" {
-		return system.Worker{}, ErrDisabled
+		return workers.Spec{}, errDisabled
 	}
 	endpoint, err := SubscribeURL(cfg.URL)
 	if err != nil {
-		return system.Worker{}, &config.Error{Key: "labeler.url", Reason: err.Error()}
+		return workers.Spec{}, &config.Error{Key: "labeler.url", Reason: err.Error()}
 	}
 	metrics, err := NewMetrics(d.Metrics)
 	if err != nil {
-		return system.Worker{}, err
+		return workers.Spec{}, err
 	}
 	o := Options{
 		DB:           d.DB,
@@ -47,7 +46,7 @@ func Worker(d system.Deps) (system.Worker, error) {
 		StaleTimeout: cfg.StaleTimeout,
 		Metrics:      metrics,
 	}
-	return system.Worker{
+	return workers.Spec{
 		Name:   LeaseName,
 		Leased: true,
 		Actor:  func(c fence.Custody) *actor.Props { return NewProps(o, c) },

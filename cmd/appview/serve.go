@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -101,7 +103,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		}
 		mux = srv.Mux
 	}
-	deps := system.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
+	deps := workers.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
 		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL}}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {

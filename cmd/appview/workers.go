@@ -9,13 +9,14 @@ import (
 	"github.com/atcr-io/appview/actors/consumer"
 	"github.com/atcr-io/appview/actors/health"
 	"github.com/atcr-io/appview/actors/labeler"
+	"github.com/atcr-io/appview/internal/workers"
 	"github.com/atcr-io/appview/system"
 )
 
 // workerConstructors is the list of workers `serve` runs: adding a worker
-// is one line here. A constructor returning an error that wraps a
-// package's ErrDisabled leaves that worker out (e.g. labeler.url empty).
-var workerConstructors = []func(system.Deps) (system.Worker, error){
+// is one line here. A constructor returning an error that wraps
+// workers.ErrDisabled leaves that worker out (e.g. labeler.url empty).
+var workerConstructors = []func(workers.Deps) (workers.Spec, error){
 	consumer.Worker,
 	backfill.ProcessorWorker,
 	labeler.Worker,
@@ -24,13 +25,10 @@ var workerConstructors = []func(system.Deps) (system.Worker, error){
 	health.Worker,
 }
 
-// disabled lists the sentinel errors meaning "not configured to run".
-var disabled = []error{backfill.ErrDisabled, labeler.ErrDisabled, billing.ErrDisabled}
-
-func registerWorkers(r *system.Registry, d system.Deps) error {
+func registerWorkers(r *system.Registry, d workers.Deps) error {
 	for _, build := range workerConstructors {
 		w, err := build(d)
-		if isDisabled(err) {
+		if errors.Is(err, workers.ErrDisabled) {
 			continue
 		}
 		if err != nil {
@@ -41,13 +39,4 @@ func registerWorkers(r *system.Registry, d system.Deps) error {
 		}
 	}
 	return nil
-}
-
-func isDisabled(err error) bool {
-	for _, d := range disabled {
-		if errors.Is(err, d) {
-			return true
-		}
-	}
-	return false
 }

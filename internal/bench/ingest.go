@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,7 +26,6 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/synth"
-	"github.com/atcr-io/appview/system"
 )
 
 // Ingest sizes and bounds.
@@ -248,7 +249,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 	custody := fence.Custody{Lease: consumer.LeaseName, Holder: ingestHolder, Fence: grant.Fence}
 	cfg := config.Default()
 	cfg.Jetstream.URLs = []string{g.url}
-	w, err := consumer.Worker(system.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})
+	w, err := consumer.Worker(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})
 	if err != nil {
 		return 0, err
 	}

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/leakcheck"
 	"github.com/atcr-io/appview/internal/synth"
 )
 

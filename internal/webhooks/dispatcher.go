@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -17,7 +19,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/system"
 )
 
 // Dispatcher timing.
@@ -95,7 +96,7 @@ type DispatcherOptions struct {
 // the result and sets Custody for each grant before NewDispatcherProps.
 // The configuration is assumed valid (config.Validate); errors are a
 // metrics registration failure.
-func NewDispatcherOptions(d system.Deps) (DispatcherOptions, error) {
+func NewDispatcherOptions(d workers.Deps) (DispatcherOptions, error) {
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
 		return DispatcherOptions{}, fmt.Errorf("webhook metrics: %w", err)

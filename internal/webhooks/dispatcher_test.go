@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/workers"
+
 	"github.com/atcr-io/appview/internal/fence"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,7 +20,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/system"
 )
 
 func TestReplayedPushIsDeliveredOnceWithSignedFencedHeaders(t *testing.T) {
@@ -629,7 +630,7 @@ func TestConfigValidateNamesTheOffendingWebhooksKey(t *testing.T) {
 
 func TestDispatcherOptionsFromDepsShareCollectorsAcrossCalls(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	d := system.Deps{Config: config.Default(), Metrics: reg, Log: zerolog.Nop()}
+	d := workers.Deps{Config: config.Default(), Metrics: reg, Log: zerolog.Nop()}
 	first, err := NewDispatcherOptions(d)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,136 @@
+// Package workers is what a worker package imports to register with the
+// runtime: the shared resources it is given (Deps), the description it
+// returns (Spec) and the sentinels both sides agree on. It sits below
+// system/ (which wires workers) and actors/* (which implement them), so a
+// worker never imports the package that runs it.
+package workers
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/identity"
+)
+
+// ErrDisabled is wrapped by a worker constructor whose worker is turned off
+// by configuration (e.g. labeler.url empty, billing.enabled false): serve
+// leaves that worker out instead of refusing to start.
+var ErrDisabled = errors.New("worker disabled by configuration")
+
+// ErrDrain is the cause (context.Cause) of a job's context when its
+// worker is stopped gracefully: the LeaseActor sent lease.Drain, and
+// custody stays held and renewed until the job returns. A job must start
+// nothing new, but it may let the one request it has in flight finish and
+// record its outcome under that custody (within jobStopTimeout), when the
+// peer acts on the request whether or not the job waits for the answer:
+// otherwise the next holder repeats it. Any other cause (context.Canceled:
+// custody lost, or a restart) means stop at once.
+var ErrDrain = errors.New("worker draining for a graceful stop")
+
+// Deps is what a worker package gets when it registers: shared, process-wide
+// resources. Build collectors and clients once from Deps at registration;
+// the worker's actor is built anew for every grant of custody.
+type Deps struct {
+	Config config.Config
+	// DB is the shared database pool (go-libsql ignores contexts: bound calls
+	// with database.Bounded where a hang matters).
+	DB *sql.DB
+	// Log is the process logger (JSON on stderr).
+	Log zerolog.Logger
+	// Metrics registers the worker's Prometheus collectors (served at /metrics).
+	Metrics prometheus.Registerer
+	// Admin lets a worker add read-only debug handlers (e.g. /debug/holds).
+	Admin *http.ServeMux
+	// Instance is this process's instance_id.
+	Instance string
+	// Identity resolves DIDs (shared, so its cache is shared); nil means
+	// one is built from Config on first use by Resolver.
+	Identity *identity.Resolver
+}
+
+// Resolver is the process's DID resolver (Deps.Identity, or a new one for
+// identity.plc_url when Deps was built without it, as in tests).
+func (d Deps) Resolver() *identity.Resolver {
+	if d.Identity != nil {
+		return d.Identity
+	}
+	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL}
+}
+
+// Spec describes one background worker to the registry. Exactly one of
+// Actor and Job is set.
+type Spec struct {
+	// Name identifies the worker; for a leased worker it is also the lease
+	// name (SPEC §4). Lowercase letters, digits and dashes.
+	Name string
+	// Leased workers run only on the instance that holds the lease Name;
+	// unleased workers run on every instance.
+	Leased bool
+	// Actor builds the worker actor for one grant of custody. It is spawned
+	// as the child of the worker's LeaseActor (or unleased supervisor) and
+	// stopped when custody ends; it must stop writing when it stops.
+	Actor func(c fence.Custody) *actor.Props
+	// Job is run every Interval while custody lasts, in its own goroutine;
+	// ctx is cancelled when custody ends and the worker stops only after Job
+	// returns. An error is logged and the job runs again at the next tick; a
+	// panic is a worker failure (restart with backoff).
+	Job func(ctx context.Context, c fence.Custody) error
+	// Interval between the starts of Job runs. 0 runs Job once and then
+	// holds custody idle until it ends (e.g. a startup backfill).
+	Interval time.Duration
+	// Health, when set, is the worker's own health report (see Health):
+	// a leased worker that reports unhealthy while a contender reports
+	// healthy yields its lease. nil: always healthy.
+	Health *Health
+}
+
+// Health is a worker's own report of whether it can do its job where it
+// runs (the consumer: some upstream reachable and sending). The worker
+// sets it; its LeaseActor reads it to decide whether to yield custody to
+// a healthier contender, and publishes it in lease_contenders. The zero
+// value is healthy. Safe for concurrent use.
+type Health struct {
+	mu        sync.Mutex
+	unhealthy bool
+	since     time.Time
+	reason    string
+}
+
+// Set records the worker's current health; reason says why it is
+// unhealthy (ignored when ok). The time of the last change is kept.
+func (h *Health) Set(ok bool, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok {
+		if h.unhealthy {
+			h.unhealthy, h.since, h.reason = false, time.Now(), ""
+		}
+		return
+	}
+	if !h.unhealthy {
+		h.unhealthy, h.since = true, time.Now()
+	}
+	h.reason = reason
+}
+
+// Status reports whether the worker is healthy, since when it has been in
+// that state (zero if it never changed) and, when unhealthy, why. A nil
+// Health is healthy.
+func (h *Health) Status() (ok bool, since time.Time, reason string) {
+	if h == nil {
+		return true, time.Time{}, ""
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.unhealthy, h.since, h.reason
+}
