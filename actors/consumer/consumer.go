@@ -14,10 +14,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
-	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
@@ -41,9 +41,11 @@ type Options struct {
 	// Dispatcher configures the webhook dispatcher child (its Custody is
 	// set to Custody here).
 	Dispatcher webhooks.DispatcherOptions
-	// ClientMetrics, StatsMetrics and Metrics may be nil.
+	// Stats builds the StatsCache child that this grant's per-hold stats
+	// are sent to (statscache.New); nil runs without one.
+	Stats statsview.Props
+	// ClientMetrics and Metrics may be nil.
 	ClientMetrics *jetstream.Metrics
-	StatsMetrics  *statscache.Metrics
 	Metrics       *Metrics
 	// BatchSize and BatchLinger shape the client's batches (0: the
 	// jetstream defaults); MinBackoff and MaxBackoff its reconnect delay.
@@ -154,9 +156,9 @@ func (c *consumer) start(ctx actor.Context) {
 		panic(err)
 	}
 	c.cursor.Store(stored)
-	c.stats = ctx.Spawn(statscache.NewProps(statscache.Options{
-		DB: c.o.DB, Custody: c.o.Custody, Log: c.o.Log, Metrics: c.o.StatsMetrics,
-	}))
+	if c.o.Stats != nil {
+		c.stats = ctx.Spawn(c.o.Stats(c.o.Custody))
+	}
 	c.disp = ctx.Spawn(webhooks.NewDispatcherProps(c.o.Dispatcher))
 	js := c.o.Jetstream
 	client, err := jetstream.NewClient(jetstream.ClientOptions{
@@ -304,8 +306,8 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		c.highUS = max(c.highUS, newest)
 	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
-	if len(out.res.HoldStats) > 0 {
-		c.root.Send(c.stats, &statscache.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
+	if len(out.res.HoldStats) > 0 && c.stats != nil {
+		c.root.Send(c.stats, &statsview.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
 	}
 	if out.enqueued > 0 {
 		c.root.Send(c.disp, webhooks.Kick{})

@@ -26,6 +26,7 @@ import (
 	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
@@ -175,6 +176,9 @@ func optionsFor(db *sql.DB, c fence.Custody, url string) Options {
 			AllowPrivate: true, RetrySchedule: []time.Duration{0}, Timeout: 5 * time.Second, Concurrency: 4,
 			PublicURL: "https://registry.example",
 		}},
+		Stats: func(c fence.Custody) *actor.Props {
+			return statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.Nop()})
+		},
 		BatchSize: 64, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 	}
 }

@@ -6,7 +6,7 @@
 //
 // # One batch, one commit
 //
-// commitBatch is the unit of progress. Inside lease.Fenced under the
+// commitBatch is the unit of progress. Inside fence.Fenced under the
 // worker's custody it
 //
 //  1. applies the events (processor.ApplyTx): records, per-hold stats and
@@ -19,7 +19,7 @@
 // durable past an event whose records, stats or deliveries are not, and a
 // replay after a crash or a rewind is harmless (every write is newer-wins
 // or idempotent). After the commit the consumer tells the StatsCache what
-// changed (statscache.Observe) and kicks the webhook dispatcher when
+// changed (statsview.Observe) and kicks the webhook dispatcher when
 // deliveries were enqueued. A commit that fails with fence.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //
@@ -45,7 +45,7 @@
 // # The actor
 //
 //	LeaseActor ── spawns with custody ──▶ consumer
-//	                                        ├── StatsCache   (statscache)
+//	                                        ├── StatsCache   (Options.Stats: statscache.New)
 //	                                        ├── dispatcher   (webhooks)
 //	                                        └── jetstream.Client Run goroutine
 //	                                              reader ─▶ batch ─▶ handler: commitBatch
@@ -87,7 +87,7 @@
 // escalated the same way.
 //
 // Stopping: Close cancels the handler's context (a batch in flight is
-// rolled back: lease.Fenced checks the context before commit), sends a
+// rolled back: fence.Fenced checks the context before commit), sends a
 // close frame within the client's small budget, closes the socket and waits
 // for Run; only then do the children stop. Nothing is written after the
 // actor stopped.

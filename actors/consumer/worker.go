@@ -9,17 +9,24 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
-// Worker registers the consumer under lease "jetstream-consumer". It builds
-// the process-wide parts once (processor, metrics, the webhook client and
-// configuration); each grant of custody gets a new actor with them.
-// Errors are a *config.Error or a metrics registration failure.
-func Worker(d workers.Deps) (workers.Spec, error) {
+// Worker returns the registration of the consumer under lease
+// "jetstream-consumer"; stats is the registration of the StatsCache the
+// consumer spawns as its child on every grant (statscache.New), so the
+// consumer never imports the package that implements it. The registration
+// builds the process-wide parts once (processor, metrics, the webhook
+// client and configuration); each grant of custody gets a new actor with
+// them. Its errors are a *config.Error or a metrics registration failure.
+func Worker(stats func(workers.Deps) (statsview.Props, error)) func(workers.Deps) (workers.Spec, error) {
+	return func(d workers.Deps) (workers.Spec, error) { return worker(d, stats) }
+}
+
+func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (workers.Spec, error) {
 	pm, err := processor.NewMetrics(d.Metrics)
 	if err != nil {
 		return workers.Spec{}, err
@@ -28,7 +35,7 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 	if err != nil {
 		return workers.Spec{}, err
 	}
-	sm, err := statscache.NewMetrics(d.Metrics)
+	sp, err := stats(d)
 	if err != nil {
 		return workers.Spec{}, err
 	}
@@ -47,7 +54,7 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 		Processor:     processor.New(processor.Options{Log: d.Log, Metrics: pm}),
 		Dispatcher:    disp,
 		ClientMetrics: jm,
-		StatsMetrics:  sm,
+		Stats:         sp,
 		Metrics:       cm,
 	}
 	return workers.Spec{

@@ -21,21 +21,35 @@
 //     StatsCache, gets the same guarantee.)
 //   - Every message carries the custody it was produced under; a message
 //     whose custody is not the actor's own is rejected with a
-//     *StaleCustodyError reply and counted
+//     *statsview.StaleCustodyError reply and counted
 //     (appview_statscache_rejected_total).
 //   - It warms from repository_hold_stats when it starts, and then
-//     reconciles: under lease.Fenced with its custody it recomputes every
+//     reconciles: under fence.Fenced with its custody it recomputes every
 //     repository_stats row from the persisted per-hold and star rows and
 //     rewrites the rows that differ (counted in
 //     appview_statscache_reconciled_total). A new holder after failover
 //     therefore starts from the whole persisted truth and repairs any
 //     partial sum it finds; it does not trust its own memory for writes.
 //
-// # Messages
+// # Messages (package internal/statsview)
 //
-//	Observe{Custody, Stats}  → *Observed | *StaleCustodyError   (after a commit;
-//	                            answered only when sent as a request)
-//	Get{OwnerDID, Repository} → Snapshot
+//	*Observe{Custody, Stats}   → *Observed | *StaleCustodyError   (after a commit;
+//	                             answered only when sent as a request)
+//	*Get{OwnerDID, Repository} → *Snapshot
+//
+// The messages live in internal/statsview so the consumer, which spawns
+// the cache as its child, never imports this package: the registration
+// (consumer.Worker(statscache.New) in cmd/appview/workers.go) hands the
+// consumer the cache's props builder.
+//
+// # The view serves a read
+//
+// The in-memory view answers GET /debug/stats?did=DID&repository=NAME on
+// the admin endpoint of the instance that holds the consumer's lease: the
+// repository's per-hold numbers and their totals, with the custody (lease,
+// fence) the view is held under. Other instances answer 503 (no cache runs
+// there). It is the same sum repository_stats holds, computed from memory,
+// so an operator can compare the two.
 //
 // Observe applies newer-wins by updatedAt in memory, as the SQL did (an
 // older updatedAt is ignored). Warm-up and reconcile run on the actor's

@@ -14,50 +14,8 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/statsview"
 )
-
-// Observe tells the cache about per-hold stats rows a committed batch
-// changed (processor.Result.HoldStats). The reply is *Observed, or
-// *StaleCustodyError when Custody is not the cache's.
-type Observe struct {
-	Custody fence.Custody
-	Stats   []processor.HoldStat
-}
-
-// Observed is the reply to Observe.
-type Observed struct {
-	// Applied counts stats that changed the view; Ignored those older than
-	// what it holds (by updatedAt).
-	Applied, Ignored int
-}
-
-// Get asks for one repository's view; the reply is a Snapshot.
-type Get struct {
-	OwnerDID, Repository string
-}
-
-// Snapshot is one repository as the cache holds it.
-type Snapshot struct {
-	OwnerDID, Repository string
-	// Holds are the per-hold stats, sorted by HoldDID.
-	Holds []processor.HoldStat
-	// PullCount and PushCount are sums over Holds, capped at
-	// processor.MaxSafeInteger like repository_stats; LastPull and LastPush
-	// the latest over Holds (Unix ms, nil when no hold has one).
-	PullCount, PushCount int64
-	LastPull, LastPush   *int64
-}
-
-// StaleCustodyError is the reply to a message produced under a custody
-// other than the cache's (a superseded holder, or a message from before a
-// restart).
-type StaleCustodyError struct {
-	Have, Got fence.Custody
-}
-
-func (e *StaleCustodyError) Error() string {
-	return fmt.Sprintf("statscache: message under %s rejected, cache holds %s", e.Got, e.Have)
-}
 
 // Options configures the actor.
 type Options struct {
@@ -66,6 +24,10 @@ type Options struct {
 	Log     zerolog.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
+
+	// live, when set (by New), is told which actor holds the view, for
+	// the /debug/stats handler.
+	live *live
 }
 
 // NewProps returns the props of a StatsCache for one grant of custody.
@@ -82,7 +44,7 @@ type cache struct {
 	log   zerolog.Logger
 	holds map[repoKey]map[string]processor.HoldStat
 	// ctx is cancelled in Stopping so a reconcile in flight writes nothing
-	// after the actor stopped (lease.Fenced checks it before commit).
+	// after the actor stopped (fence.Fenced checks it before commit).
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -96,24 +58,29 @@ func (c *cache) Receive(ctx actor.Context) {
 			c.log.Warn().Err(err).Msg("warm-up failed")
 			panic(err)
 		}
+		c.o.live.set(ctx.ActorSystem(), ctx.Self())
 	case *actor.Stopping:
+		c.o.live.clear(ctx.Self())
 		if c.cancel != nil {
 			c.cancel()
 		}
 	case *actor.Stopped, *actor.Restarting:
+		c.o.live.clear(ctx.Self())
 		if c.cancel != nil {
 			c.cancel()
 		}
-	case *Observe:
+	case *statsview.Observe:
 		if msg.Custody != c.o.Custody {
 			c.o.Metrics.rejected()
 			c.log.Warn().Str("message_custody", msg.Custody.String()).Msg("stale-custody Observe rejected")
-			respond(ctx, &StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
+			respond(ctx, &statsview.StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
 			return
 		}
 		respond(ctx, c.observe(msg.Stats))
-	case *Get:
+	case *statsview.Get:
 		ctx.Respond(c.snapshot(repoKey{msg.OwnerDID, msg.Repository}))
+	default:
+		c.log.Warn().Str("type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 
@@ -126,8 +93,8 @@ func respond(ctx actor.Context, reply any) {
 }
 
 // observe applies stats newer-wins by updatedAt.
-func (c *cache) observe(stats []processor.HoldStat) *Observed {
-	out := &Observed{}
+func (c *cache) observe(stats []processor.HoldStat) *statsview.Observed {
+	out := &statsview.Observed{}
 	for _, s := range stats {
 		k := repoKey{s.OwnerDID, s.Repository}
 		holds := c.holds[k]
@@ -158,8 +125,8 @@ func (c *cache) observe(stats []processor.HoldStat) *Observed {
 	return out
 }
 
-func (c *cache) snapshot(k repoKey) Snapshot {
-	s := Snapshot{OwnerDID: k.did, Repository: k.repository}
+func (c *cache) snapshot(k repoKey) *statsview.Snapshot {
+	s := &statsview.Snapshot{OwnerDID: k.did, Repository: k.repository, Custody: c.o.Custody}
 	for _, h := range c.holds[k] {
 		s.Holds = append(s.Holds, h)
 		s.PullCount = processor.SaturatingAdd(s.PullCount, h.PullCount)

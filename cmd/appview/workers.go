@@ -9,6 +9,7 @@ import (
 	"github.com/atcr-io/appview/actors/consumer"
 	"github.com/atcr-io/appview/actors/health"
 	"github.com/atcr-io/appview/actors/labeler"
+	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/workers"
 	"github.com/atcr-io/appview/system"
 )
@@ -17,7 +18,7 @@ import (
 // is one line here. A constructor returning an error that wraps
 // workers.ErrDisabled leaves that worker out (e.g. labeler.url empty).
 var workerConstructors = []func(workers.Deps) (workers.Spec, error){
-	consumer.Worker,
+	consumer.Worker(statscache.New),
 	backfill.ProcessorWorker,
 	labeler.Worker,
 	cleanup.Worker,

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/consumer"
+	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
@@ -249,7 +250,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 	custody := fence.Custody{Lease: consumer.LeaseName, Holder: ingestHolder, Fence: grant.Fence}
 	cfg := config.Default()
 	cfg.Jetstream.URLs = []string{g.url}
-	w, err := consumer.Worker(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})
+	w, err := consumer.Worker(statscache.New)(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})
 	if err != nil {
 		return 0, err
 	}

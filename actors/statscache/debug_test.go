@@ -1,0 +1,83 @@
+package statscache_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/actors/statscache"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/statsview"
+	"github.com/atcr-io/appview/internal/workers"
+)
+
+// debugStats is the part of the /debug/stats document the test reads.
+type debugStats struct {
+	Instance   string `json:"instance"`
+	Lease      string `json:"lease"`
+	Fence      int64  `json:"fence"`
+	DID        string `json:"did"`
+	Repository string `json:"repository"`
+	PullCount  int64  `json:"pull_count"`
+	PushCount  int64  `json:"push_count"`
+	Holds      []struct {
+		HoldDID   string `json:"hold_did"`
+		PullCount int64  `json:"pull_count"`
+	} `json:"holds"`
+	Error string `json:"error"`
+}
+
+func getStats(t *testing.T, mux *http.ServeMux, query string) (int, debugStats) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, statscache.DebugPath+query, nil))
+	var out debugStats
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("GET %s%s: %d %q: %v", statscache.DebugPath, query, rec.Code, rec.Body.String(), err)
+	}
+	return rec.Code, out
+}
+
+func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
+	db := openDB(t)
+	sys := newSystem(t)
+	mux := http.NewServeMux()
+	props, err := statscache.New(workers.Deps{DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Admin: mux, Instance: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const query = "?did=did:plc:o&repository=app"
+	if code, body := getStats(t, mux, query); code != http.StatusServiceUnavailable || body.Instance != "me" || body.Error == "" {
+		t.Fatalf("before any cache runs: %d %+v, want 503 with an error", code, body)
+	}
+
+	c := acquire(t, db.DB, "me")
+	pid := sys.Root.Spawn(props(c))
+	res := request[*statsview.Observed](t, sys, pid, &statsview.Observe{Custody: c, Stats: []processor.HoldStat{
+		stat("did:web:h1", 5, 100), stat("did:web:h2", 7, 100),
+	}})
+	if res.Applied != 2 {
+		t.Fatalf("observe: %+v", res)
+	}
+	code, body := getStats(t, mux, query)
+	if code != http.StatusOK {
+		t.Fatalf("GET: %d %+v", code, body)
+	}
+	if body.Lease != c.Lease || body.Fence != c.Fence || body.DID != "did:plc:o" || body.Repository != "app" ||
+		body.PullCount != 12 || body.PushCount != 2 || len(body.Holds) != 2 ||
+		body.Holds[0].HoldDID != "did:web:h1" || body.Holds[1].PullCount != 7 {
+		t.Fatalf("GET: %+v", body)
+	}
+	if code, _ := getStats(t, mux, "?did=did:plc:o"); code != http.StatusBadRequest {
+		t.Fatalf("without repository: %d, want 400", code)
+	}
+
+	stopped(t, sys, pid)
+	if code, body := getStats(t, mux, query); code != http.StatusServiceUnavailable {
+		t.Fatalf("after the cache stopped: %d %+v, want 503", code, body)
+	}
+}
