@@ -11,17 +11,17 @@ import (
 	"github.com/atcr-io/appview/tests/harness"
 )
 
-// TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview bench
+// TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev bench
 // --quick`: the real scenarios with a few rounds each. It checks the
 // output's shape, not the figures (performance targets belong to the
 // benchmark itself, never to a timed test).
 func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
-	cmd := exec.CommandContext(within(t, 2*time.Minute), bin, "bench", "--quick", "--sqld", sqldBin(t), "--dir", t.TempDir())
+	cmd := exec.CommandContext(within(t, 2*time.Minute), devBin, "bench", "--quick", "--appview", bin, "--sqld", sqldBin(t), "--dir", t.TempDir())
 	cmd.Env = harness.CleanEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("appview bench --quick: %v\n%s", err, stderr.String())
+		t.Fatalf("appview-dev bench --quick: %v\n%s", err, stderr.String())
 	}
 	// Figures that are zero only when nothing was measured.
 	positive := map[string]bool{"ingest_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,

@@ -12,7 +12,7 @@ import (
 
 // Generous bounds for the handovers: a test proves the mechanism works (a
 // release is what hands over, not the TTL); the figures themselves are
-// measured by `appview bench`, never asserted tightly in a test.
+// measured by `appview-dev bench`, never asserted tightly in a test.
 const (
 	gracefulHandoverBound = time.Second
 	crashHandoverSlack    = time.Second // SIGKILL: handover within TTL + this

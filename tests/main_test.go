@@ -17,8 +17,9 @@ import (
 	"github.com/atcr-io/appview/tests/harness"
 )
 
-// bin is the appview binary under test, built once by TestMain.
-var bin string
+// bin is the appview binary under test and devBin the appview-dev binary
+// (bench, synth) next to it, built once by TestMain.
+var bin, devBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -38,10 +39,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "appview")
-	if err := harness.Build(ctx, root, bin, raceEnabled); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	bin, devBin = filepath.Join(dir, "appview"), filepath.Join(dir, "appview-dev")
+	for pkg, out := range map[string]string{"./cmd/appview": bin, "./cmd/appview-dev": devBin} {
+		if err := harness.Build(ctx, root, pkg, out, raceEnabled); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	code := m.Run()
 	if code == 0 {

@@ -38,7 +38,7 @@ const resendAcrossHandoverAllowed = false
 // is polled, bounded by the step's context.
 const trafficPoll = 50 * time.Millisecond
 
-// traffic is synthetic io.atcr traffic (appview synth) served at a bounded
+// traffic is synthetic io.atcr traffic (appview-dev synth) served at a bounded
 // rate by `appview jetstream-replay`, one webhook per pushing user
 // pointed at a local receiver, and the database state the stream must
 // produce.
@@ -70,7 +70,7 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 		t.Fatal(err)
 	}
 	stream, expPath := filepath.Join(dir, "stream.jsonl"), filepath.Join(dir, "expected.json")
-	runCmd(t, ctx, bin, "synth", "--seed", "7", "--events", fmt.Sprint(o.events), "--users", fmt.Sprint(o.users),
+	runCmd(t, ctx, devBin, "synth", "--seed", "7", "--events", fmt.Sprint(o.events), "--users", fmt.Sprint(o.users),
 		"--holds", fmt.Sprint(o.holds), "--out", stream, "--expected", expPath)
 	data, err := os.ReadFile(expPath)
 	if err != nil {

@@ -10,11 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 )
 
 // newLeasesCommand is `appview leases` (SPEC §2). It only reads: open must
-// neither migrate nor create the database (openExisting).
+// neither migrate nor create the database (cli.OpenExisting).
 func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -29,7 +30,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 			defer db.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			if err := requireTable(ctx, db, "leases"); err != nil {
+			if err := cli.RequireTable(ctx, db, "leases"); err != nil {
 				return err
 			}
 			rows, err := lease.ListBounded(ctx, db.DB)

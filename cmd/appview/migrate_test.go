@@ -21,7 +21,7 @@ const concurrentStarts = 3
 // startAtOnce runs `appview webhooks add` in concurrentStarts processes
 // at once with the given environment, and fails unless every one exits 0
 // printing the new webhook's id. The command opens and migrates the
-// database exactly as serve does (openDatabase) and then writes, without
+// database exactly as serve does (cli.OpenDatabase) and then writes, without
 // the cost of starting workers; `leases` would not do, it only reads.
 func startAtOnce(t *testing.T, dir string, env []string) {
 	t.Helper()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/system"
@@ -64,8 +65,8 @@ func silentServer(t *testing.T) (string, func() int64) {
 // "appview: ..." containing reason.
 func assertUsageRefusal(t *testing.T, r result, reason string) {
 	t.Helper()
-	if r.code != exitConfig {
-		t.Errorf("exit code %d, want %d (stderr %q)", r.code, exitConfig, r.stderr)
+	if r.code != cli.ExitConfig {
+		t.Errorf("exit code %d, want %d (stderr %q)", r.code, cli.ExitConfig, r.stderr)
 	}
 	line, ok := strings.CutSuffix(r.stderr, "\n")
 	if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, "appview: ") || !strings.Contains(line, reason) {
@@ -94,7 +95,7 @@ func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
 	url, _ := silentServer(t)
 	cfg := config.Default()
 	cfg.Database.URL = url
-	_, err := openWithin(context.Background(), cfg, 300*time.Millisecond)
+	_, err := cli.OpenWithin(context.Background(), cfg, 300*time.Millisecond)
 	if err == nil {
 		t.Fatal("opened a database that never answers")
 	}
@@ -136,8 +137,8 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 	first := time.Now().Add(-secondSignalAfter)
 	go watchLaterSignals(log, first, sigs, "second signal: exiting now", nil, func(code int) { exited <- code })
 	sigs <- syscall.SIGINT
-	if code := <-exited; code != exitFailure {
-		t.Fatalf("exit(%d), want %d", code, exitFailure)
+	if code := <-exited; code != cli.ExitFailure {
+		t.Fatalf("exit(%d), want %d", code, cli.ExitFailure)
 	}
 	if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "second signal: exiting now") {
 		t.Fatalf("log = %q, want a warning naming the second signal", logs.String())
@@ -170,8 +171,8 @@ func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
 	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	if code != exitFailure {
-		t.Fatalf("exit %d after a stop that ran out of shutdown_timeout, want %d", code, exitFailure)
+	if code != cli.ExitFailure {
+		t.Fatalf("exit %d after a stop that ran out of shutdown_timeout, want %d", code, cli.ExitFailure)
 	}
 	// Actors still stopping may log after the failure line: every line,
 	// not only the last, must be JSON.
@@ -311,30 +312,4 @@ func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
 	}
 	// Nothing is wrong with the command line: the database already holds it.
 	assertFailure(t, runAppview(t, dir, childEnv(), add...), "appview: webhook 1 already delivers to http://127.0.0.1:9/hook for did:plc:alice")
-}
-
-func TestSynthCheckComparesTheDatabaseWithTheExpectedState(t *testing.T) {
-	dir := t.TempDir()
-	env := childEnv("APPVIEW_DATABASE_URL=file:" + filepath.Join(dir, "a.db"))
-	if r := runAppview(t, dir, env, "synth", "--events", "200", "--out", "s.jsonl", "--expected", "s.json"); r.code != 0 {
-		t.Fatalf("synth: exit %d: %s", r.code, r.stderr)
-	}
-	if r := runAppview(t, dir, env, "synth-check"); r.code != exitConfig || !strings.Contains(r.stderr, "--expected") {
-		t.Fatalf("synth-check without --expected: exit %d, %q; want %d naming --expected", r.code, r.stderr, exitConfig)
-	}
-	if r := runAppview(t, dir, env, "synth-check", "--expected", "s.json"); r.code != exitConfig || !strings.Contains(r.stderr, "database.url") {
-		t.Fatalf("synth-check on a missing database: exit %d, %q; want %d naming database.url", r.code, r.stderr, exitConfig)
-	}
-	// A migrated database that has consumed nothing differs.
-	p := startServe(t, dir, childEnv("APPVIEW_DATABASE_URL=file:"+filepath.Join(dir, "a.db"), "APPVIEW_ADMIN_ADDR=127.0.0.1:0",
-		"APPVIEW_JETSTREAM_URLS=ws://127.0.0.1:1/subscribe"))
-	p.started()
-	p.signal(syscall.SIGTERM)
-	if code, _ := p.wait(runTimeout); code != 0 {
-		t.Fatalf("serve: exit %d", code)
-	}
-	r := runAppview(t, dir, env, "synth-check", "--expected", "s.json")
-	if r.code != exitFailure || !strings.Contains(r.stdout, "missing row") || !strings.Contains(r.stderr, "differs") {
-		t.Fatalf("synth-check on an empty database: exit %d, stdout %q, stderr %q; want %d with missing rows", r.code, r.stdout, r.stderr, exitFailure)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -18,8 +19,8 @@ import (
 // each of wants.
 func assertFailure(t *testing.T, r result, wants ...string) {
 	t.Helper()
-	if r.code != exitFailure {
-		t.Errorf("exit code %d, want %d", r.code, exitFailure)
+	if r.code != cli.ExitFailure {
+		t.Errorf("exit code %d, want %d", r.code, cli.ExitFailure)
 	}
 	if lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); len(lines) != 1 {
 		t.Fatalf("stderr has %d lines, want exactly one:\n%s", len(lines), r.stderr)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 )
 
@@ -145,8 +146,8 @@ func TestServeRefusesBadConfigurationWithExitCode2AndOneLineNamingTheKey(t *test
 // "appview: config: KEY: REASON".
 func assertRefusal(t *testing.T, r result, key, reason string) {
 	t.Helper()
-	if r.code != exitConfig {
-		t.Errorf("exit code %d, want %d", r.code, exitConfig)
+	if r.code != cli.ExitConfig {
+		t.Errorf("exit code %d, want %d", r.code, cli.ExitConfig)
 	}
 	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
 	if len(lines) != 1 || !strings.HasSuffix(r.stderr, "\n") {
@@ -194,7 +195,7 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
-	if r.code != exitFailure || r.stderr != "appview: write config: appview.yaml exists (use --force to overwrite)\n" {
+	if r.code != cli.ExitFailure || r.stderr != "appview: write config: appview.yaml exists (use --force to overwrite)\n" {
 		t.Fatalf("config init over an existing file: code %d, stderr %q; want 1 and a hint to use --force", r.code, r.stderr)
 	}
 	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
@@ -215,14 +216,14 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.T) {
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "config", "init", "nonexistent/appview.yaml")
-	if r.code != exitFailure {
-		t.Errorf("exit code %d, want %d", r.code, exitFailure)
+	if r.code != cli.ExitFailure {
+		t.Errorf("exit code %d, want %d", r.code, cli.ExitFailure)
 	}
 	if !strings.Contains(r.stderr, "no such file or directory") || strings.Contains(r.stderr, "--force") {
 		t.Fatalf("stderr = %q, want the missing directory named and no --force hint (it would not help)", r.stderr)
 	}
-	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "nonexistent/appview.yaml"); r.code != exitFailure {
-		t.Fatalf("config init --force into a missing directory: exit %d, want %d", r.code, exitFailure)
+	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "nonexistent/appview.yaml"); r.code != cli.ExitFailure {
+		t.Fatalf("config init --force into a missing directory: exit %d, want %d", r.code, cli.ExitFailure)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/system"
 )
@@ -25,23 +26,23 @@ func newReplayCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.File == "" {
-				return refuse("--file", "required: the JSONL capture to serve")
+				return cli.Refuse("--file", "required: the JSONL capture to serve")
 			}
 			if o.Rate < 0 {
-				return refuse("--rate", "must not be negative")
+				return cli.Refuse("--rate", "must not be negative")
 			}
 			// Bound here rather than in ListenAndServe: an unusable address
 			// (unparsable, a port in use) is refused before anything ran,
 			// exit 2, like a bad admin.addr for serve.
 			ln, err := net.Listen("tcp", o.Listen)
 			if err != nil {
-				return refuse("--listen", "%v", err)
+				return cli.Refuse("--listen", "%v", err)
 			}
 			log := system.NewLogger(os.Stderr, zerolog.InfoLevel).With().Str("component", "jetstream-replay").Logger()
 			srv, err := jetstream.NewReplayServer(o, log)
 			if err != nil {
 				ln.Close()
-				return &startError{err: err}
+				return &cli.StartError{Err: err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,13 +37,13 @@ const adminShutdownTimeout = 2 * time.Second
 // later is an operator who will not wait for the leases to be released.
 const secondSignalAfter = 500 * time.Millisecond
 
-func newServeCommand(flags *configFlags) *cobra.Command {
+func newServeCommand(flags *cli.ConfigFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
 		Short: "Run an instance until SIGINT/SIGTERM; exit 0 once every lease it held is released",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := flags.load()
+			cfg, err := flags.Load()
 			if err != nil {
 				return err
 			}
@@ -99,7 +100,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	var srv *admin.Server
 	if cfg.Admin.Addr != "" {
 		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg); err != nil {
-			return refuse("admin.addr", "%v", err)
+			return cli.Refuse("admin.addr", "%v", err)
 		}
 		mux = srv.Mux
 	}
@@ -112,7 +113,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		}
 		var ce *config.Error
 		if errors.As(err, &ce) {
-			return &startError{err: err}
+			return &cli.StartError{Err: err}
 		}
 		return err
 	}
@@ -198,7 +199,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	return nil
 }
 
-// openDuringStart opens and migrates the database (openDatabase) while
+// openDuringStart opens and migrates the database (cli.OpenDatabase) while
 // watching sigs. A signal aborts the start: the open is cancelled, what it
 // opened is closed if it returns within startAbortWait (otherwise it is
 // abandoned: the driver ignores contexts), and aborted is true. From the
@@ -212,7 +213,7 @@ func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger,
 	}
 	done := make(chan opened, 1)
 	go func() {
-		db, err := openDatabase(ctx, cfg)
+		db, err := cli.OpenDatabase(ctx, cfg)
 		done <- opened{db, err}
 	}()
 	var sig os.Signal
@@ -253,7 +254,7 @@ func pendingSignal(sigs <-chan os.Signal) os.Signal {
 // watchLaterSignals reads sigs after a first signal taken at first. One
 // arriving within secondSignalAfter of it is part of the same request to
 // stop and is logged; a later one is an operator who will not wait: it is
-// logged as warning msg and exit(exitFailure) is called. It returns when
+// logged as warning msg and exit(cli.ExitFailure) is called. It returns when
 // sigs is closed.
 func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, msg string, held func() []string, exit func(int)) {
 	for s := range sigs {
@@ -268,7 +269,7 @@ func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signa
 			ev = ev.Strs("leases_left_held", held())
 		}
 		ev.Msg(msg)
-		exit(exitFailure)
+		exit(cli.ExitFailure)
 		return
 	}
 }

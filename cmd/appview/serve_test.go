@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 )
@@ -166,8 +167,8 @@ func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
 	}
 	p.signal(syscall.SIGTERM)
 	code, took := p.wait(stopBound)
-	if code != exitFailure {
-		t.Fatalf("exit %d after a second signal, want %d", code, exitFailure)
+	if code != cli.ExitFailure {
+		t.Fatalf("exit %d after a second signal, want %d", code, cli.ExitFailure)
 	}
 	t.Logf("exit 1 %s after the second signal", took.Round(time.Millisecond))
 	if line, ok := p.logLine(map[string]string{"level": "warn", "msg": "second signal: exiting now without waiting for releases; leases still held run out their TTL"}); !ok {

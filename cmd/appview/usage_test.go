@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/atcr-io/appview/internal/cli"
 )
 
 func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
@@ -28,8 +30,8 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			r := runAppview(t, dir, childEnv(), tc.args...)
-			if r.code != exitConfig {
-				t.Errorf("exit code %d, want %d", r.code, exitConfig)
+			if r.code != cli.ExitConfig {
+				t.Errorf("exit code %d, want %d", r.code, cli.ExitConfig)
 			}
 			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], "appview: ") || !strings.Contains(lines[0], tc.want) {

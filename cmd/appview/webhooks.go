@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
@@ -57,7 +58,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				if w.Secret == "" {
 					// An operator who asked for a secret must not get an
 					// unsigned webhook because stdin was empty.
-					return usage(cmd, "--secret -: standard input gave an empty secret (omit --secret for an unsigned webhook)")
+					return cli.Usage(cmd, "--secret -: standard input gave an empty secret (omit --secret for an unsigned webhook)")
 				}
 			}
 			// Everything about the flags is checked before the database is
@@ -65,7 +66,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			guard := webhooks.Guard{AllowPrivate: allowPrivate}
 			w, err := webhooks.Check(cmd.Context(), w, guard)
 			if errors.Is(err, webhooks.ErrInvalid) || errors.Is(err, webhooks.ErrRefused) {
-				return usage(cmd, "%v", err)
+				return cli.Usage(cmd, "%v", err)
 			}
 			if err != nil {
 				return err
@@ -116,7 +117,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				return err
 			}
 			defer db.Close()
-			if err := requireTable(cmd.Context(), db, "webhooks"); err != nil {
+			if err := cli.RequireTable(cmd.Context(), db, "webhooks"); err != nil {
 				return err
 			}
 			hooks, err := webhooks.List(cmd.Context(), db.DB, listDID)
@@ -157,7 +158,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
-				return usage(cmd, "webhook id %q: want a positive integer, as `appview webhooks list` prints", args[0])
+				return cli.Usage(cmd, "webhook id %q: want a positive integer, as `appview webhooks list` prints", args[0])
 			}
 			db, err := open(cmd.Context())
 			if err != nil {

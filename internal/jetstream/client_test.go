@@ -27,7 +27,7 @@ import (
 // closeBound bounds Close and context cancellation in these tests. What
 // they catch is a Close that waits on the socket (a silent server: the
 // stale timeout, 60 s by default) or on the handler. The brief's 100 ms is
-// a figure of `appview bench` (jetstream_close_*), not a timed test: a
+// a figure of `appview-dev bench` (jetstream_close_*), not a timed test: a
 // loaded -race run can pause any goroutine for that long.
 const closeBound = time.Second
 

@@ -24,7 +24,7 @@ const benchBatch = jetstream.DefaultBatchSize
 // package rowcapture: every row image the processor wrote, recorded in an
 // untimed run, written again with INSERT OR REPLACE in the same batches,
 // one transaction per batch, into the same schema).
-// ratio = bare time / processor time (target >= 0.5). `appview bench`
+// ratio = bare time / processor time (target >= 0.5). `appview-dev bench`
 // measures the same ratio through the whole consumer (bench.MeasureIngest).
 func BenchmarkIngestVersusBareInserts(b *testing.B) {
 	ctx := context.Background()

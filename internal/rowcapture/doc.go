@@ -1,6 +1,6 @@
 // Package rowcapture records every row image written to a database and
 // writes the same images again as bare batched INSERTs: the yardstick of
-// ingest_ratio (`appview bench`, and the processor's Go benchmark
+// ingest_ratio (`appview-dev bench`, and the processor's Go benchmark
 // BenchmarkIngestVersusBareInserts).
 //
 // The question ingest_ratio answers is how much the ingest path (Jetstream

@@ -57,7 +57,7 @@ func WriteEvents(ctx context.Context, w io.Writer, g *Generator, keep func(*jets
 	return n, nil
 }
 
-// CommandOptions are the flags of `appview synth`.
+// CommandOptions are the flags of `appview-dev synth`.
 type CommandOptions struct {
 	Options
 	// Out is the JSONL file to write ("-" or "" for stdout).
@@ -66,7 +66,7 @@ type CommandOptions struct {
 	ExpectedOut string
 }
 
-// Run is the `appview synth --seed N --events N --out F.jsonl [--expected F.json]`
+// Run is the `appview-dev synth --seed N --events N --out F.jsonl [--expected F.json]`
 // entry point: it writes the stream and, when asked, the expected state.
 func Run(ctx context.Context, o CommandOptions) error {
 	var w io.Writer = os.Stdout

@@ -22,6 +22,6 @@
 // Generator.Next streams, so a stream of a million events never exists in
 // memory at once; the model is bounded by users × repositories × holds.
 //
-// Run is the entry point of `appview synth --seed N --events N --out
+// Run is the entry point of `appview-dev synth --seed N --events N --out
 // F.jsonl [--expected F.json]`.
 package synth

@@ -26,15 +26,16 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build compiles ./cmd/appview of the module at root into out. With race
-// the binary is built with the race detector, so a data race in a real
-// multi-process run is reported on its stderr (see Cluster.Races).
-func Build(ctx context.Context, root, out string, race bool) error {
+// Build compiles the command pkg (e.g. "./cmd/appview", or
+// "./cmd/appview-dev" for bench and synth) of the module at root into out.
+// With race the binary is built with the race detector, so a data race in
+// a real multi-process run is reported on its stderr (see Cluster.Races).
+func Build(ctx context.Context, root, pkg, out string, race bool) error {
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/appview")
+	args = append(args, pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -34,5 +34,5 @@
 // acquires it), the only order the lease protocol allows.
 //
 // The harness takes no *testing.T: the multi-process tests in tests/ and
-// `appview bench` both use it, and it reports problems as errors.
+// `appview-dev bench` both use it, and it reports problems as errors.
 package harness

@@ -7,12 +7,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/synth"
 )
 
-// newSynthCheckCommand is `appview synth-check`: compares the configured
-// database with the state `appview synth --expected` wrote (synth.Diff).
+// newSynthCheckCommand is `appview-dev synth-check`: compares the configured
+// database with the state `appview-dev synth --expected` wrote (synth.Diff).
 // It only reads: open neither migrates nor creates the database.
 func newSynthCheckCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
 	var expected string
@@ -22,11 +23,11 @@ func newSynthCheckCommand(open func(context.Context) (*database.DB, error)) *cob
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if expected == "" {
-				return refuse("--expected", "is required")
+				return cli.Refuse("--expected", "is required")
 			}
 			exp, err := synth.ReadExpected(expected)
 			if err != nil {
-				return refuse("--expected", "%v", err)
+				return cli.Refuse("--expected", "%v", err)
 			}
 			db, err := open(cmd.Context())
 			if err != nil {
@@ -47,6 +48,6 @@ func newSynthCheckCommand(open func(context.Context) (*database.DB, error)) *cob
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&expected, "expected", "", "the expected state written by `appview synth --expected`")
+	cmd.Flags().StringVar(&expected, "expected", "", "the expected state written by `appview-dev synth --expected`")
 	return cmd
 }

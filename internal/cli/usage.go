@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -8,33 +8,34 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// usageError is a command line that cannot be run as typed: an unknown
+// UsageError is a command line that cannot be run as typed: an unknown
 // command or flag, a bad flag value, a wrong number of arguments or a
 // missing required flag. Like a refused configuration it exits 2 with one
 // stderr line; the line points at the command's --help.
-type usageError struct {
+type UsageError struct {
 	err error
 	// path is the command path, e.g. "appview webhooks rm".
 	path string
 }
 
-func (e *usageError) Error() string {
+func (e *UsageError) Error() string {
 	return fmt.Sprintf("%v (see %s --help)", e.err, e.path)
 }
 
-func (e *usageError) Unwrap() error { return e.err }
+func (e *UsageError) Unwrap() error { return e.err }
 
-func usage(cmd *cobra.Command, format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...), path: cmd.CommandPath()}
+// Usage returns a *UsageError for cmd with the formatted reason.
+func Usage(cmd *cobra.Command, format string, args ...any) error {
+	return &UsageError{err: fmt.Errorf(format, args...), path: cmd.CommandPath()}
 }
 
-// strictUsage makes every usage error under root a *usageError. Cobra
+// StrictUsage makes every usage error under root a *UsageError. Cobra
 // returns plain errors for them (so they exited 1, like a runtime
 // failure), and for a command group given an unknown subcommand it prints
 // the help and succeeds. Call it once the command tree is complete.
-func strictUsage(root *cobra.Command) {
+func StrictUsage(root *cobra.Command) {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{err: err, path: cmd.CommandPath()}
+		return &UsageError{err: err, path: cmd.CommandPath()}
 	})
 	// The default help and completion commands are added while executing;
 	// adding them now brings them under the rules below.
@@ -55,11 +56,11 @@ func strictUsage(root *cobra.Command) {
 		if check := cmd.Args; check != nil {
 			cmd.Args = func(cmd *cobra.Command, args []string) error {
 				err := check(cmd, args)
-				var ue *usageError
+				var ue *UsageError
 				if err == nil || errors.As(err, &ue) {
 					return err
 				}
-				return &usageError{err: err, path: cmd.CommandPath()}
+				return &UsageError{err: err, path: cmd.CommandPath()}
 			}
 		}
 		// Cobra validates required flags after PreRunE, with plain errors:
@@ -67,10 +68,10 @@ func strictUsage(root *cobra.Command) {
 		preE, pre := cmd.PreRunE, cmd.PreRun
 		cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 			if err := cmd.ValidateRequiredFlags(); err != nil {
-				return &usageError{err: err, path: cmd.CommandPath()}
+				return &UsageError{err: err, path: cmd.CommandPath()}
 			}
 			if err := cmd.ValidateFlagGroups(); err != nil {
-				return &usageError{err: err, path: cmd.CommandPath()}
+				return &UsageError{err: err, path: cmd.CommandPath()}
 			}
 			switch {
 			case preE != nil:
@@ -97,5 +98,5 @@ func unknownSubcommand(cmd *cobra.Command, args []string) error {
 	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 		msg += " (did you mean " + strings.Join(s, " or ") + "?)"
 	}
-	return usage(cmd, "%s", msg)
+	return Usage(cmd, "%s", msg)
 }

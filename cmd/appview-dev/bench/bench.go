@@ -17,8 +17,8 @@ import (
 
 // Options configures a run.
 type Options struct {
-	// Bin is the appview binary whose `serve` is measured (normally the
-	// running executable).
+	// Bin is the appview binary whose `serve` and `jetstream-replay` are
+	// measured (appview-dev bench --appview).
 	Bin string
 	// Sqld is the sqld binary for the *_sqld figures; "" leaves them out.
 	Sqld string

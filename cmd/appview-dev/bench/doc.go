@@ -1,4 +1,4 @@
-// Package bench is `appview bench`: it measures the lease runtime on one
+// Package bench is `appview-dev bench`: it measures the lease runtime on one
 // host with real processes and prints one figure a line, "name value
 // unit", so two runs (or two commits) can be compared with diff or awk.
 //

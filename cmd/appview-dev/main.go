@@ -1,0 +1,48 @@
+// Command appview-dev holds the developer tools that are not the product:
+// `bench` measures the lease runtime and the consumer on real `appview
+// serve` processes, `synth` writes synthetic io.atcr.* Jetstream traffic
+// and the database state it must produce, `synth-check` compares a
+// database with that state. They link test support (tests/harness), which
+// the shipped `appview` binary must not (cmd/appview/deps_test.go).
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/database"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	return cli.Exit("appview-dev", root.Execute())
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "appview-dev",
+		Short:         "Developer tools of the appview worker runtime: bench, synth, synth-check",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	flags := &cli.ConfigFlags{}
+	flags.Register(root)
+	existing := func(ctx context.Context) (*database.DB, error) {
+		cfg, err := flags.Load()
+		if err != nil {
+			return nil, err
+		}
+		return cli.OpenExisting(ctx, cfg)
+	}
+	root.AddCommand(newSynthCommand(), newSynthCheckCommand(existing), newBenchCommand())
+	cli.StrictUsage(root)
+	return root
+}

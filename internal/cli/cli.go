@@ -1,0 +1,70 @@
+// Package cli is the command-line plumbing shared by the two binaries,
+// `appview` (the product, docs/spec.md §2) and `appview-dev` (developer
+// tools): exit codes, the one-line refusal of a bad start, strict usage
+// errors, the --config/--set flags and opening the configured database.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/internal/admin"
+	"github.com/atcr-io/appview/internal/config"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // a runtime failure (or a forced stop)
+	ExitConfig  = 2 // refused at start: bad configuration, unusable database, or a usage error
+)
+
+// StartError is a problem found before anything started; it exits 2.
+type StartError struct{ Err error }
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Refuse is a *StartError for configuration key (or flag) key.
+func Refuse(key, format string, args ...any) error {
+	return &StartError{Err: &config.Error{Key: key, Reason: fmt.Sprintf(format, args...)}}
+}
+
+// Exit prints err as one stderr line prefixed with name and returns the
+// exit code: ExitOK for nil, ExitConfig for a refusal before anything ran
+// (a *config.Error, *StartError or *UsageError), else ExitFailure.
+func Exit(name string, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	// A refusal is one stderr line (docs/spec.md §3); driver errors embed newlines.
+	fmt.Fprintln(os.Stderr, name+":", admin.OneLine(err.Error()))
+	var cfgErr *config.Error
+	var se *StartError
+	var ue *UsageError
+	if errors.As(err, &cfgErr) || errors.As(err, &se) || errors.As(err, &ue) {
+		return ExitConfig
+	}
+	return ExitFailure
+}
+
+// ConfigFlags are the flags every command that reads the configuration takes.
+type ConfigFlags struct {
+	file string
+	sets []string
+}
+
+// Register adds --config and --set to cmd and every command under it.
+func (f *ConfigFlags) Register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&f.file, "config", "", "YAML configuration file (default: built-in defaults)")
+	cmd.PersistentFlags().StringArrayVar(&f.sets, "set", nil, "override one key, e.g. --set leases.ttl=20s (beats file and environment)")
+}
+
+// Load reads the configuration: defaults < file < environment < --set.
+// Its error is a *config.Error.
+func (f *ConfigFlags) Load() (config.Config, error) {
+	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets})
+}

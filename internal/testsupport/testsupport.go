@@ -1,0 +1,91 @@
+// Package testsupport is the one place tests get their common fixtures:
+// a test database (a migrated file database, busy_timeout set, closed when
+// the test ends: lease tests need real files, never :memory:), a poll
+// helper that waits for a condition without sleeping a fixed time, and an
+// actor system whose logs are discarded and which shuts down with the
+// test. Only tests import it; cmd/appview's deps test keeps it out of the
+// shipped binary.
+package testsupport
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/atcr-io/appview/internal/database"
+)
+
+// BusyTimeout is the busy_timeout of every test connection: long enough
+// that two writers in one test (a holder and a contender) wait for each
+// other instead of failing with SQLITE_BUSY.
+const BusyTimeout = 5 * time.Second
+
+// OpenDB opens a new migrated database file in t.TempDir().
+func OpenDB(t testing.TB) *database.DB {
+	t.Helper()
+	return OpenDBAt(t, filepath.Join(t.TempDir(), "appview.db"))
+}
+
+// OpenDBAt opens (creating it if needed) and migrates the database file at
+// path; it is closed when the test ends.
+func OpenDBAt(t testing.TB, path string) *database.DB {
+	t.Helper()
+	db := OpenUnmigrated(t, path)
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate %s: %v", path, err)
+	}
+	return db
+}
+
+// OpenUnmigrated opens (creating it if needed) the database file at path
+// without migrating it, for tests of the migrations and of what runs
+// before them; it is closed when the test ends.
+func OpenUnmigrated(t testing.TB, path string) *database.DB {
+	t.Helper()
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + path, BusyTimeout: BusyTimeout})
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// WaitBudget is how long Eventually waits: generous, because a loaded CI
+// machine under -race is slow; a test that passes waits only as long as
+// its condition takes.
+const WaitBudget = 60 * time.Second
+
+// PollInterval is how often Eventually checks its condition.
+const PollInterval = 5 * time.Millisecond
+
+// Eventually polls cond every PollInterval until it is true, and fails the
+// test naming what it waited for after WaitBudget.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitBudget)
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", WaitBudget, what)
+		}
+		<-tick.C
+	}
+}
+
+// NewActorSystem returns an actor system whose own logs are discarded,
+// shut down when the test ends (Shutdown does not stop actors: a test
+// stops what it spawned).
+func NewActorSystem(t testing.TB) *actor.ActorSystem {
+	t.Helper()
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	t.Cleanup(sys.Shutdown)
+	return sys
+}
