@@ -20,8 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/consumer"
-	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
