@@ -55,7 +55,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 		j.cancel, j.done = cancel, make(chan struct{})
 		sys, self := ctx.ActorSystem(), ctx.Self()
 		go j.loop(run, func(v any) { sys.Root.Send(self, &jobPanicked{value: v}) })
-	case lease.Drain:
+	case lease.Drain, *lease.Drain: // the LeaseActor's message, in either form
 		// Poison follows at once; cancelling here is what tells the job
 		// (through the cause) that the stop is graceful.
 		if j.cancel != nil {
@@ -65,6 +65,9 @@ func (j *jobActor) Receive(ctx actor.Context) {
 		panic(msg.value)
 	case *actor.Stopping, *actor.Restarting:
 		j.halt()
+	case *actor.Stopped:
+	default:
+		j.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 

@@ -1,6 +1,7 @@
 package system
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -55,7 +56,7 @@ func (r *rootActor) Receive(ctx actor.Context) {
 			}
 			r.children[pid.Id] = pid
 		}
-	case shutdown:
+	case *shutdown:
 		if r.stopping {
 			return
 		}
@@ -70,6 +71,9 @@ func (r *rootActor) Receive(ctx actor.Context) {
 			r.log.Error().Str("actor", msg.Who.Id).Msg("a lease actor stopped while the instance is running")
 		}
 		r.maybeDone(ctx)
+	case *actor.Stopping, *actor.Stopped, *actor.Restarting:
+	default:
+		r.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 

@@ -237,7 +237,7 @@ func (s *System) Stop(ctx context.Context) error {
 		}
 	}))
 	s.releases.beginStop()
-	s.actors.Root.Send(root, shutdown{})
+	s.actors.Root.Send(root, &shutdown{})
 	var err error
 	select {
 	case <-done:

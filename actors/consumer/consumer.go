@@ -134,7 +134,7 @@ func (c *consumer) Receive(ctx actor.Context) {
 				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
-	case lease.Drain, *lease.Drain:
+	case lease.Drain, *lease.Drain: // the LeaseActor's message, in either form
 		c.drain()
 	case *runEnded:
 		if msg.err != nil {
@@ -146,6 +146,11 @@ func (c *consumer) Receive(ctx actor.Context) {
 		c.stop()
 	case *actor.Stopped:
 		c.log.Debug().Msg("consumer stopped")
+	case *actor.Terminated:
+		// A child (StatsCache, dispatcher) stopped: only while the consumer
+		// stops, since a child's failure escalates to it.
+	default:
+		c.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 
@@ -260,7 +265,7 @@ func (c *consumer) drain() {
 		return
 	}
 	bound := c.o.Dispatcher.Config.Timeout + drainGrace
-	if _, err := c.root.RequestFuture(c.disp, webhooks.Drain{}, bound).Result(); err != nil {
+	if _, err := c.root.RequestFuture(c.disp, &webhooks.Drain{}, bound).Result(); err != nil {
 		c.log.Warn().Err(err).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
 	}
 }
@@ -310,7 +315,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		c.root.Send(c.stats, &statsview.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
 	}
 	if out.enqueued > 0 {
-		c.root.Send(c.disp, webhooks.Kick{})
+		c.root.Send(c.disp, &webhooks.Kick{})
 	}
 	return nil
 }

@@ -176,6 +176,8 @@ func (s *subscriber) Receive(ctx actor.Context) {
 		s.stop()
 	case *actor.Stopped:
 		s.log.Info().Msg("labeler subscriber stopped")
+	default:
+		s.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 

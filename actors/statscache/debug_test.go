@@ -1,9 +1,12 @@
 package statscache_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,5 +82,38 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 	stopped(t, sys, pid)
 	if code, body := getStats(t, mux, query); code != http.StatusServiceUnavailable {
 		t.Fatalf("after the cache stopped: %d %+v, want 503", code, body)
+	}
+}
+
+// lockedBuffer is a log sink the actor writes on its own goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestAnUnexpectedMessageIsLoggedNotDroppedSilently(t *testing.T) {
+	db := openDB(t)
+	sys := newSystem(t)
+	logs := &lockedBuffer{}
+	c := acquire(t, db.DB, "me")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.New(logs)}))
+	defer stopped(t, sys, pid)
+	// A value where the protocol sends a pointer: the mistake the log catches.
+	sys.Root.Send(pid, statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	if got := logs.String(); !strings.Contains(got, "unexpected message ignored") || !strings.Contains(got, "statsview.Get") {
+		t.Fatalf("log after an unexpected message: %q", got)
 	}
 }

@@ -80,7 +80,7 @@ func (c *cache) Receive(ctx actor.Context) {
 	case *statsview.Get:
 		ctx.Respond(c.snapshot(repoKey{msg.OwnerDID, msg.Repository}))
 	default:
-		c.log.Warn().Str("type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
+		c.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 

@@ -56,11 +56,11 @@ const (
 
 // Drain asks the dispatcher to claim nothing new and to finish the
 // attempts in flight, recording their outcomes (custody is still held
-// during a graceful stop); it answers Drained when done. Send it with
+// during a graceful stop); it answers *Drained when done. Send it with
 // RequestFuture and bound the wait by webhooks.timeout.
 type Drain struct{}
 
-// Drained answers Drain.
+// Drained answers *Drain.
 type Drained struct{}
 
 // Kick prompts the dispatcher to look for due deliveries now. The consumer
@@ -217,22 +217,24 @@ func (d *dispatcher) Receive(c actor.Context) {
 		d.ctx, d.cancel = context.WithCancel(context.Background())
 		d.log.Debug().Msg("webhook dispatcher started")
 		d.scan()
-	case Kick, *Kick, wake:
+	case *Kick, *wake:
 		d.scan()
-	case Drain, *Drain:
+	case *Drain:
 		d.draining, d.drained = true, c.Sender()
 		if d.timer != nil {
 			d.timer.Stop()
 		}
 		d.maybeDrained()
-	case scanned:
+	case *scanned:
 		d.onScanned(msg)
-	case attempted:
+	case *attempted:
 		d.onAttempted(msg)
 	case *actor.Stopping, *actor.Restarting:
 		d.shutdown()
 	case *actor.Stopped:
 		d.log.Debug().Msg("webhook dispatcher stopped")
+	default:
+		d.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
 	}
 }
 
@@ -258,7 +260,7 @@ func (d *dispatcher) scan() {
 	}()
 }
 
-func (d *dispatcher) onScanned(s scanned) {
+func (d *dispatcher) onScanned(s *scanned) {
 	d.scanning = false
 	defer d.maybeDrained()
 	if s.err != nil {
@@ -308,11 +310,11 @@ func (d *dispatcher) start(a attempt) {
 		defer d.wg.Done()
 		resp := send(d.ctx, d.o.Client, d.o.Custody, a, d.o.Config.Timeout)
 		err := d.record(d.ctx, a, resp)
-		d.root.Send(d.self, attempted{a: a, err: err})
+		d.root.Send(d.self, &attempted{a: a, err: err})
 	}()
 }
 
-func (d *dispatcher) onAttempted(m attempted) {
+func (d *dispatcher) onAttempted(m *attempted) {
 	d.inFlight--
 	if m.err != nil && d.ctx.Err() == nil {
 		if errors.Is(m.err, fence.ErrSuperseded) {
@@ -329,7 +331,7 @@ func (d *dispatcher) onAttempted(m attempted) {
 // maybeDrained answers a Drain once no scan or attempt is in flight.
 func (d *dispatcher) maybeDrained() {
 	if d.draining && d.drained != nil && !d.scanning && d.inFlight == 0 {
-		d.root.Send(d.drained, Drained{})
+		d.root.Send(d.drained, &Drained{})
 		d.drained = nil
 	}
 }
@@ -340,7 +342,7 @@ func (d *dispatcher) setTimer(delay time.Duration) {
 	}
 	delay = min(delay, maxIdle)
 	self, root := d.self, d.root
-	d.timer = time.AfterFunc(delay, func() { root.Send(self, wake{}) })
+	d.timer = time.AfterFunc(delay, func() { root.Send(self, &wake{}) })
 }
 
 // fail stops all work and fails the actor with err (its parent decides;
@@ -416,13 +418,13 @@ WHERE d.id = ?2 AND ` + dueSQL
 
 // claimDue finds up to limit due deliveries and claims them in one fenced
 // transaction. It runs off the actor goroutine.
-func (d *dispatcher) claimDue(ctx context.Context, limit int) scanned {
+func (d *dispatcher) claimDue(ctx context.Context, limit int) *scanned {
 	db, cfg := d.o.DB, d.o.Config
 	firstMS := cfg.RetrySchedule[0].Milliseconds()
 	var out scanned
 	ids, err := dueIDs(ctx, db, firstMS, limit)
 	if err != nil {
-		return scanned{err: err}
+		return &scanned{err: err}
 	}
 	if len(ids) > 0 {
 		var gaveUp int
@@ -442,19 +444,19 @@ func (d *dispatcher) claimDue(ctx context.Context, limit int) scanned {
 			return nil
 		})
 		if err != nil {
-			return scanned{err: err}
+			return &scanned{err: err}
 		}
 		d.o.Metrics.deliveries.WithLabelValues(OutcomeFailed).Add(float64(gaveUp))
 		out.progress = len(out.claimed) > 0 || gaveUp > 0
 	}
 	var next sql.NullInt64
 	if err := db.QueryRowContext(ctx, pendingSQL, firstMS).Scan(&out.pending, &next); err != nil {
-		return scanned{claimed: out.claimed, err: fmt.Errorf("count pending webhook deliveries: %w", err)}
+		return &scanned{claimed: out.claimed, err: fmt.Errorf("count pending webhook deliveries: %w", err)}
 	}
 	if next.Valid {
 		out.hasNext, out.next = true, time.Duration(next.Int64)*time.Millisecond
 	}
-	return out
+	return &out
 }
 
 func dueIDs(ctx context.Context, db *sql.DB, firstMS int64, limit int) ([]int64, error) {

@@ -50,10 +50,10 @@ func TestReplayedPushIsDeliveredOnceWithSignedFencedHeaders(t *testing.T) {
 	if n := e.enqueue(e.custody, p); n != 0 {
 		t.Fatalf("replay after delivery recorded %d deliveries, want 0", n)
 	}
-	e.sys.Root.Send(pid, Kick{})
+	e.sys.Root.Send(pid, &Kick{})
 	barrier := push("app", "sha256:bbb")
 	e.enqueue(e.custody, barrier)
-	e.sys.Root.Send(pid, Kick{})
+	e.sys.Root.Send(pid, &Kick{})
 	e.waitStatus(hook, barrier.EventKey, "delivered")
 
 	if got := rc.byDelivery(); got[p.EventKey] != 1 || got[barrier.EventKey] != 1 || len(got) != 2 {
@@ -392,11 +392,11 @@ func TestDrainFinishesTheRequestInFlightAndRecordsItsOutcome(t *testing.T) {
 	case <-time.After(waitBudget):
 		t.Fatal("request never arrived")
 	}
-	drained := e.sys.Root.RequestFuture(pid, Drain{}, waitBudget)
+	drained := e.sys.Root.RequestFuture(pid, &Drain{}, waitBudget)
 	close(release)
 	if res, err := drained.Result(); err != nil {
 		t.Fatalf("drain: %v", err)
-	} else if _, ok := res.(Drained); !ok {
+	} else if _, ok := res.(*Drained); !ok {
 		t.Fatalf("drain answered %T", res)
 	}
 	if row := e.delivery(hook, p.EventKey); row.Status != "delivered" || row.Attempts != 1 {
@@ -404,7 +404,7 @@ func TestDrainFinishesTheRequestInFlightAndRecordsItsOutcome(t *testing.T) {
 	}
 	// A Kick after the drain claims nothing more.
 	e.enqueue(e.custody, push("app", "sha256:bbb"))
-	e.sys.Root.Send(pid, Kick{})
+	e.sys.Root.Send(pid, &Kick{})
 	e.stop(pid)
 	if n := len(rc.requests()); n != 1 {
 		t.Fatalf("receiver saw %d requests, want the one in flight only", n)
