@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// LogTimeFormat is RFC 3339 with milliseconds (SPEC §5), always in UTC.
+// LogTimeFormat is RFC 3339 with milliseconds (docs/spec.md §5), always in UTC.
 const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 var configureZerolog sync.Once

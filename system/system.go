@@ -35,7 +35,7 @@ type Options struct {
 	Config config.Config
 	DB     *database.DB
 	// Log is the process logger without an "instance" field: custody
-	// events carry their own (SPEC §5); the system adds it elsewhere.
+	// events carry their own (docs/spec.md §5); the system adds it elsewhere.
 	Log      zerolog.Logger
 	Registry *Registry
 	// Metrics is where the system registers its collectors (and where
@@ -76,7 +76,7 @@ func New(o Options) (*System, error) {
 		return SlogBridge(actorLog)
 	}))
 	published := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "appview_events_published_total", Help: "Custody events published on the EventStream, by kind (SPEC §5).",
+		Name: "appview_events_published_total", Help: "Custody events published on the EventStream, by kind (docs/spec.md §5).",
 	}, []string{"event"})
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "appview_events_log_dropped_total", Help: "Custody events not logged because the log writer was blocked.",

@@ -211,7 +211,7 @@ func (h *harness) assertHeld(name string, fence int64) {
 	}
 }
 
-// assertReleasedInPlace checks SPEC §4's release: the row is kept, holder
+// assertReleasedInPlace checks docs/spec.md §4's release: the row is kept, holder
 // and fence unchanged, expired now (renewed_at = expires_at <= now).
 func (h *harness) assertReleasedInPlace(name string, fence int64) {
 	h.t.Helper()

@@ -1,8 +1,8 @@
 // Package tests holds the multi-process tests: real `appview serve`
 // processes, built once by TestMain, running against one file database or
 // one sqld server, stopped, killed, frozen and cut off from the network,
-// with every claim checked from what they log (SPEC §5) and what the lease
-// table holds (SPEC §4).
+// with every claim checked from what they log (docs/spec.md §5) and what the lease
+// table holds (docs/spec.md §4).
 //
 // The scenarios are the ones a two-instance run exists to catch (see the
 // seed: a release that never landed was invisible to unit tests):

@@ -18,7 +18,7 @@ import (
 // does not say is polled, every feedsPoll, bounded by the step's context.
 const feedsPoll = 25 * time.Millisecond
 
-// Lease and worker names of the feed workers (SPEC §4).
+// Lease and worker names of the feed workers (docs/spec.md §4).
 const (
 	leaseBackfill = "backfill"
 	leaseLabeler  = "labeler-subscriber"

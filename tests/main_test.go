@@ -56,7 +56,7 @@ func run(m *testing.M) int {
 	return code
 }
 
-// Leases the scenarios run (SPEC §4): cleanup and the Jetstream consumer
+// Leases the scenarios run (docs/spec.md §4): cleanup and the Jetstream consumer
 // are leased and on by default (with no Jetstream to reach, the consumer
 // keeps redialling, holding its lease); billing-tier-refresh runs when the
 // test enables it with a local Stripe stub.

@@ -22,7 +22,7 @@ import (
 	"github.com/atcr-io/appview/tests/harness"
 )
 
-// leaseConsumer is the Jetstream consumer's lease (SPEC §4).
+// leaseConsumer is the Jetstream consumer's lease (docs/spec.md §4).
 const leaseConsumer = "jetstream-consumer"
 
 // resendAcrossHandoverAllowed would tolerate, in a rolling restart
@@ -130,7 +130,7 @@ func (tr *traffic) spec(s harness.Spec) harness.Spec {
 	return s
 }
 
-// cursor is the consumer's stored cursor (SPEC §8), 0 before the first commit.
+// cursor is the consumer's stored cursor (docs/spec.md §8), 0 before the first commit.
 func (tr *traffic) cursor(ctx context.Context) (int64, error) {
 	var us int64
 	err := database.Bounded(ctx, func() error {
@@ -261,7 +261,7 @@ GROUP BY s.did, s.repository`)
 }
 
 // fencedTables are the tables whose rows record the fence of their writer
-// (SPEC §8 and the webhooks outbox).
+// (docs/spec.md §8 and the webhooks outbox).
 var fencedTables = []string{"repository_stats", "jetstream_cursor", "webhook_deliveries"}
 
 // rowsUnderFence returns, per fenced table, every row whose fence column
@@ -347,7 +347,7 @@ func runCmd(t *testing.T, ctx context.Context, name string, args ...string) {
 }
 
 // receiver is the local webhook endpoint: it answers 200 and counts each
-// X-Appview-Delivery (SPEC §9) it receives.
+// X-Appview-Delivery (docs/spec.md §9) it receives.
 type receiver struct {
 	*httptest.Server
 	mu     sync.Mutex

@@ -21,10 +21,10 @@ import (
 	"github.com/atcr-io/appview/internal/processor"
 )
 
-// LeaseName is the lease the backfill runs under (SPEC §4).
+// LeaseName is the lease the backfill runs under (docs/spec.md §4).
 const LeaseName = "backfill"
 
-// Collections are the io.atcr.* NSIDs backfilled (LEXICONS.md), in the
+// Collections are the io.atcr.* NSIDs backfilled (docs/lexicons.md), in the
 // order they are walked: manifests before the tags that point at them.
 var Collections = []string{
 	"io.atcr.manifest",

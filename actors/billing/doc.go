@@ -17,7 +17,7 @@
 //  4. For each hold with pushes due: resolve its endpoint from its DID
 //     (identity: the "#atcr_hold" service, or a did:web's host) and POST
 //     /xrpc/io.atcr.hold.updateCrewTier {userDid, tierRank} → {tierName}
-//     for each member (LEXICONS.md, hold XRPC). After the hold answers,
+//     for each member (docs/lexicons.md, hold XRPC). After the hold answers,
 //     the outcome is written to billing_tier_pushes with lease.Fenced.
 //
 // Hold answers:

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// UpdateCrewTierPath is the hold XRPC procedure the refresh calls (LEXICONS.md).
+// UpdateCrewTierPath is the hold XRPC procedure the refresh calls (docs/lexicons.md).
 const UpdateCrewTierPath = "/xrpc/io.atcr.hold.updateCrewTier"
 
 // XRPC error names of updateCrewTier the refresh branches on.

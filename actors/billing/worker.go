@@ -9,7 +9,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 )
 
-// LeaseName is the lease the refresh runs under (SPEC §4).
+// LeaseName is the lease the refresh runs under (docs/spec.md §4).
 const LeaseName = "billing-tier-refresh"
 
 // errDisabled wraps workers.ErrDisabled with the key that disables this worker.

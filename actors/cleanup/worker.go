@@ -4,7 +4,7 @@ import (
 	"github.com/atcr-io/appview/internal/workers"
 )
 
-// LeaseName is the lease the sweep runs under (SPEC §4).
+// LeaseName is the lease the sweep runs under (docs/spec.md §4).
 const LeaseName = "cleanup"
 
 // Worker builds the registration of the cleanup sweep: a leased Job run

@@ -15,7 +15,7 @@ import (
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
-// LeaseName is the lease the consumer runs under (SPEC §4).
+// LeaseName is the lease the consumer runs under (docs/spec.md §4).
 const LeaseName = "jetstream-consumer"
 
 // enqueueFunc records webhook deliveries inside the batch transaction
@@ -133,7 +133,7 @@ func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.
 }
 
 // batchCursor returns the time_us of the batch's last event in stream
-// order (the cursor: SPEC §8 "last fully processed event") and the largest
+// order (the cursor: docs/spec.md §8 "last fully processed event") and the largest
 // time_us in the batch. Jetstream's live tail is out of time_us order by a
 // few milliseconds, so the last event may be a little older than the
 // newest; the cursor is then that event's time_us, as Jetstream's own

@@ -20,7 +20,7 @@ import (
 var captureDir = filepath.Join("..", "..", "internal", "jetstream", "testdata")
 
 // lastTimeUS is the time_us of the capture's last line: the cursor a
-// consumer must end on (SPEC §8: the last fully processed event).
+// consumer must end on (docs/spec.md §8: the last fully processed event).
 func lastTimeUS(t *testing.T, path string) int64 {
 	t.Helper()
 	f, err := os.Open(path)

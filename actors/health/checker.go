@@ -19,7 +19,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 )
 
-// HealthPath is the hold XRPC health endpoint (LEXICONS.md): any 2xx is healthy.
+// HealthPath is the hold XRPC health endpoint (docs/lexicons.md): any 2xx is healthy.
 const HealthPath = "/xrpc/_health"
 
 // maxBodyBytes is how much of a health response is read (and discarded)

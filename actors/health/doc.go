@@ -1,6 +1,6 @@
 // Package health checks every known hold on every instance and keeps the
 // result in a local, in-memory cache: GET <hold>/xrpc/_health (any 2xx is
-// healthy; LEXICONS.md, hold XRPC) every health.check_interval, each
+// healthy; docs/lexicons.md, hold XRPC) every health.check_interval, each
 // request bounded by health.timeout, at most health.concurrency at once.
 //
 // # Not leased, on purpose

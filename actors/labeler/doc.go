@@ -1,6 +1,6 @@
 // Package labeler is the labeler subscriber: it follows one labeler's
 // com.atproto.label.subscribeLabels stream and keeps taken_down_subjects
-// (SPEC §8) in step with its `!takedown` labels. It runs under the lease
+// (docs/spec.md §8) in step with its `!takedown` labels. It runs under the lease
 // "labeler-subscriber", so exactly one instance follows the stream.
 //
 // # Stream

@@ -11,7 +11,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 )
 
-// Collections whose records name a repository (LEXICONS.md).
+// Collections whose records name a repository (docs/lexicons.md).
 const (
 	collectionRepoPage = "io.atcr.repo.page" // rkey is the repository name
 	collectionManifest = "io.atcr.manifest"  // rkey is a TID: the repository is in the record

@@ -13,7 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 )
 
-// LeaseName is the lease the subscriber runs under (SPEC §4).
+// LeaseName is the lease the subscriber runs under (docs/spec.md §4).
 const LeaseName = "labeler-subscriber"
 
 // subscribePath is the XRPC path of com.atproto.label.subscribeLabels.

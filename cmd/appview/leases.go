@@ -14,7 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 )
 
-// newLeasesCommand is `appview leases` (SPEC §2). It only reads: open must
+// newLeasesCommand is `appview leases` (docs/spec.md §2). It only reads: open must
 // neither migrate nor create the database (cli.OpenExisting).
 func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
 	var asJSON bool

@@ -1,5 +1,5 @@
 // Command appview runs the background worker runtime of an AT Protocol
-// container registry AppView (SPEC §2): `serve` runs an instance,
+// container registry AppView (docs/spec.md §2): `serve` runs an instance,
 // `config init` writes a commented default configuration, `leases` prints
 // the lease table, `jetstream-replay` serves a Jetstream capture locally,
 // `webhooks` manages webhook subscriptions. The developer tools (bench,

@@ -13,7 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 )
 
-// refusal is one configuration `appview serve` must refuse at start (SPEC
+// refusal is one configuration `appview serve` must refuse at start (docs/spec.md
 // §3): exit code 2 and exactly one stderr line naming key and reason.
 type refusal struct {
 	name string

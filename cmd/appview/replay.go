@@ -15,7 +15,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-// newReplayCommand is `appview jetstream-replay` (SPEC §2, §6): a local
+// newReplayCommand is `appview jetstream-replay` (docs/spec.md §2, §6): a local
 // Jetstream v1 server for a JSONL capture, for offline runs, demos, tests
 // and benchmarks. The server itself is jetstream.ReplayServer.
 func newReplayCommand() *cobra.Command {

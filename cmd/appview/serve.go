@@ -286,7 +286,7 @@ func (s sigOrNone) String() string {
 }
 
 // debugLeases serves GET /debug/leases: every row of the leases table
-// (SPEC §4) with its state, and this instance's own view of each lease.
+// (docs/spec.md §4) with its state, and this instance's own view of each lease.
 // When the database fails the check the lease store makes before each
 // renewal (a file deleted or replaced under the process), or cannot be
 // read, it answers 503 with a one-line "error" and no rows: rows read from

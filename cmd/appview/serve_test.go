@@ -18,7 +18,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 )
 
-// defaultAdmin is the built-in admin address (SPEC §3). This file's
+// defaultAdmin is the built-in admin address (docs/spec.md §3). This file's
 // lifecycle test is the only test in the repository that binds it; every
 // other test uses port 0 or a port it picked.
 const defaultAdmin = "127.0.0.1:5001"
@@ -27,7 +27,7 @@ const defaultAdmin = "127.0.0.1:5001"
 // (the issue's requirement).
 const stopBound = 2 * time.Second
 
-// rfc3339Millis is SPEC §5's "time": RFC 3339 with milliseconds.
+// rfc3339Millis is docs/spec.md §5's "time": RFC 3339 with milliseconds.
 var rfc3339Millis = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}(Z|[+-]\d{2}:\d{2})$`)
 
 func TestServeWithoutConfigAnswersOnTheDefaultAdminAddressAndStopsCleanlyOnSIGTERM(t *testing.T) {
@@ -228,7 +228,7 @@ func TestTwoSignalsArrivingTogetherStillReleaseEveryLease(t *testing.T) {
 
 // assertJSONLog checks that every stderr line is one JSON object with a
 // millisecond RFC 3339 "time" and a "level", and that custody events
-// (SPEC §5) carry "event", "lease" and "instance". It returns how many
+// (docs/spec.md §5) carry "event", "lease" and "instance". It returns how many
 // custody events it saw.
 func assertJSONLog(t *testing.T, lines []string) int {
 	t.Helper()
@@ -274,7 +274,7 @@ func assertJSONLog(t *testing.T, lines []string) int {
 // assertEveryAcquiredLeaseReleased checks that every lease.acquired the
 // instance logged has a lease.released with the same fence, and that the
 // table agrees: the row is expired in place (renewed_at = expires_at),
-// holder and fence kept (SPEC §4).
+// holder and fence kept (docs/spec.md §4).
 func assertEveryAcquiredLeaseReleased(t *testing.T, p *proc, db *database.DB, instance string) {
 	t.Helper()
 	type grant struct {

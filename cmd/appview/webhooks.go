@@ -20,7 +20,7 @@ import (
 )
 
 // newWebhooksCommand is `appview webhooks add|list|rm`: managing webhook
-// subscriptions (SPEC §8 webhooks table, §9 deliveries). open returns a
+// subscriptions (docs/spec.md §8 webhooks table, §9 deliveries). open returns a
 // migrated database (for add and rm, which write); openRead one that is
 // neither migrated nor created (for list, which only reads, and must work
 // while an instance holds the write lock). Each subcommand opens the
@@ -29,7 +29,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 	cmd := &cobra.Command{
 		Use:   "webhooks",
 		Short: "Manage webhook subscriptions",
-		Long: "Manage webhook subscriptions. Each webhook receives a signed POST (SPEC §9) for\n" +
+		Long: "Manage webhook subscriptions. Each webhook receives a signed POST (docs/spec.md §9) for\n" +
 			"every trigger it subscribes to about repositories of its DID.",
 	}
 

@@ -1,4 +1,4 @@
-// Package admin serves the operator HTTP endpoint of SPEC §7: /healthz
+// Package admin serves the operator HTTP endpoint of docs/spec.md §7: /healthz
 // (process alive), /readyz (database reachable, migrations done),
 // /metrics (Prometheus text format) and the JSON debug views that the
 // system and workers register on the same mux (/debug/leases,

@@ -1,4 +1,4 @@
-// Package config defines the appview configuration (SPEC §3): its defaults,
+// Package config defines the appview configuration (docs/spec.md §3): its defaults,
 // strict YAML loading, APPVIEW_* environment overrides and validation.
 //
 // Precedence, lowest to highest: built-in defaults, the YAML file, the
@@ -53,7 +53,7 @@ type Database struct {
 	BusyTimeout time.Duration `yaml:"busy_timeout"`
 }
 
-// Admin is the operator HTTP endpoint (SPEC §7).
+// Admin is the operator HTTP endpoint (docs/spec.md §7).
 type Admin struct {
 	// Addr is host:port for /healthz /readyz /metrics /debug/*. Empty disables
 	// it (and with it the nudges that make graceful handover fast). Port 0
@@ -82,7 +82,7 @@ const (
 	MinLeaseRetryInterval = 50 * time.Millisecond
 )
 
-// Leases tunes the named leases (SPEC §4). Invariants: MinLeaseTTL <= TTL
+// Leases tunes the named leases (docs/spec.md §4). Invariants: MinLeaseTTL <= TTL
 // <= MaxLeaseTTL, MinLeaseRenewInterval <= RenewInterval < TTL/2,
 // RenewInterval < RenewDeadline < TTL with RenewDeadline >=
 // MinLeaseRenewDeadline, MinLeaseRetryInterval <= RetryInterval <= TTL.
@@ -113,7 +113,7 @@ const (
 	MaxMaxMessageBytes = 64 << 20
 )
 
-// Jetstream configures the consumer (SPEC §6).
+// Jetstream configures the consumer (docs/spec.md §6).
 type Jetstream struct {
 	// URLs are Jetstream /subscribe endpoints, tried in order.
 	URLs []string `yaml:"urls"`
@@ -198,13 +198,13 @@ type Health struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
-// Webhooks configures webhook delivery (SPEC §9).
+// Webhooks configures webhook delivery (docs/spec.md §9).
 type Webhooks struct {
 	// AllowPrivate permits URLs that resolve to loopback/private/link-local addresses.
 	AllowPrivate bool `yaml:"allow_private"`
 	// RetrySchedule is the delay before each attempt; its length is the attempt count.
 	RetrySchedule []time.Duration `yaml:"retry_schedule"`
-	// Timeout bounds one delivery attempt (SPEC §9: 10 s).
+	// Timeout bounds one delivery attempt (docs/spec.md §9: 10 s).
 	Timeout time.Duration `yaml:"timeout"`
 	// Concurrency bounds how many deliveries are in flight at once.
 	Concurrency int `yaml:"concurrency"`
@@ -213,7 +213,7 @@ type Webhooks struct {
 	PublicURL string `yaml:"public_url"`
 }
 
-// Default returns the built-in configuration (SPEC §3). InstanceID is left
+// Default returns the built-in configuration (docs/spec.md §3). InstanceID is left
 // empty; Load fills it.
 func Default() Config {
 	return Config{

@@ -20,7 +20,7 @@ import (
 	"github.com/atcr-io/appview/internal/nsid"
 )
 
-// EnvPrefix starts every environment override (SPEC §2).
+// EnvPrefix starts every environment override (docs/spec.md §2).
 const EnvPrefix = "APPVIEW_"
 
 var durationType = reflect.TypeOf(time.Duration(0))

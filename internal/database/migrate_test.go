@@ -137,7 +137,7 @@ func TestLeasesTableHasTheExactShapeOfTheSpec(t *testing.T) {
 	want := []string{"name TEXT PRIMARY KEY", "holder TEXT NOT NULL", "fence INTEGER NOT NULL",
 		"acquired_at INTEGER NOT NULL", "renewed_at INTEGER NOT NULL", "expires_at INTEGER NOT NULL"}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("leases columns = %q, want SPEC §4 %q", got, want)
+		t.Fatalf("leases columns = %q, want docs/spec.md §4 %q", got, want)
 	}
 }
 

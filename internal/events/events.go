@@ -1,4 +1,4 @@
-// Package events defines the custody events of SPEC §5. They are published
+// Package events defines the custody events of docs/spec.md §5. They are published
 // on the actor system's EventStream by the actors that own custody (the
 // LeaseActor and the unleased supervisor) and logged as JSON lines by the
 // system's subscriber.
@@ -13,7 +13,7 @@ import (
 // Kind is the value of the "event" field in the log line.
 type Kind string
 
-// The custody event kinds (SPEC §5).
+// The custody event kinds (docs/spec.md §5).
 const (
 	LeaseAcquired   Kind = "lease.acquired"
 	LeaseContended  Kind = "lease.contended" // logged at debug
@@ -26,11 +26,11 @@ const (
 	WorkerRestarted Kind = "worker.restarted"
 )
 
-// Kinds lists every kind, in the order of SPEC §5.
+// Kinds lists every kind, in the order of docs/spec.md §5.
 var Kinds = []Kind{LeaseAcquired, LeaseContended, LeaseRenewed, LeaseLost,
 	LeaseReleased, WorkerStarted, WorkerStopped, WorkerFailed, WorkerRestarted}
 
-// Reasons carried by lease.lost (SPEC §5) and by lease.released.
+// Reasons carried by lease.lost (docs/spec.md §5) and by lease.released.
 const (
 	// ReasonSuperseded: a renewal (or a fenced write) matched no row: another
 	// instance holds the lease now.
@@ -80,7 +80,7 @@ type Custody struct {
 // AtFormat is the layout of the "at" field: RFC 3339 with microseconds, UTC.
 const AtFormat = "2006-01-02T15:04:05.000000Z07:00"
 
-// Level is the log level SPEC §5 gives the event.
+// Level is the log level docs/spec.md §5 gives the event.
 func (e Custody) Level() zerolog.Level {
 	switch e.Kind {
 	case LeaseContended, LeaseRenewed:
@@ -116,7 +116,7 @@ func (e Custody) Message() string {
 	return string(e.Kind)
 }
 
-// Log writes the event as one JSON line with the SPEC §5 fields, "msg"
+// Log writes the event as one JSON line with the docs/spec.md §5 fields, "msg"
 // (Message), and "at" (AtFormat) when At is set.
 func (e Custody) Log(l zerolog.Logger) {
 	ev := l.WithLevel(e.Level()).

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Hold XRPC paths (LEXICONS.md, hold XRPC).
+// Hold XRPC paths (docs/lexicons.md, hold XRPC).
 const (
 	holdHealthPath         = "/xrpc/_health"
 	holdUpdateCrewTierPath = "/xrpc/io.atcr.hold.updateCrewTier"

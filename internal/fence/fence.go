@@ -32,7 +32,7 @@ var ErrSuperseded = errors.New("lease superseded")
 // token. Workers receive it when they are spawned and stamp their writes
 // with it.
 type Custody struct {
-	// Lease is the lease name (SPEC §4), e.g. "jetstream-consumer".
+	// Lease is the lease name (docs/spec.md §4), e.g. "jetstream-consumer".
 	Lease string
 	// Holder is the instance_id of this process.
 	Holder string
@@ -45,7 +45,7 @@ type Custody struct {
 // Fenced reports whether writes under this custody are conditional on the lease.
 func (c Custody) Fenced() bool { return c.Fence > 0 }
 
-// String renders "lease:fence" (the X-Appview-Fence header of SPEC §9).
+// String renders "lease:fence" (the X-Appview-Fence header of docs/spec.md §9).
 func (c Custody) String() string { return fmt.Sprintf("%s:%d", c.Lease, c.Fence) }
 
 // guardSQL is the first statement of every fenced transaction: it both

@@ -113,7 +113,7 @@ func HoldEndpointFromDID(did, scheme string) (string, bool) {
 }
 
 // DIDFromHoldEndpoint is the inverse for the deprecated holdEndpoint field
-// of io.atcr.manifest (LEXICONS.md): https://hold01.example.com →
+// of io.atcr.manifest (docs/lexicons.md): https://hold01.example.com →
 // did:web:hold01.example.com (a port is percent-encoded).
 func DIDFromHoldEndpoint(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)

@@ -685,7 +685,7 @@ WHERE excluded.updated_at > repository_stats.updated_at
        repository_stats.star_count)
    IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
 
-// refreshSQL is the aggregate of one repository (SPEC §8 repository_stats):
+// refreshSQL is the aggregate of one repository (docs/spec.md §8 repository_stats):
 // sums over holds (saturating: SaturatingSumSQL), latest
 // last_pull/last_push, the star count.
 var refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)

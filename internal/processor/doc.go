@@ -1,6 +1,6 @@
 // Package processor turns Jetstream v1 events (jetstream.Event) into the
 // registry's rows (database/migrations/0002_registry.sql): io.atcr.*
-// records (LEXICONS.md) plus identity and account events. The consumer
+// records (docs/lexicons.md) plus identity and account events. The consumer
 // feeds it the live stream; the backfill feeds it listRecords results as
 // synthetic create events. It assumes nothing about a live stream: any
 // event may arrive twice, late, or after a newer one.

@@ -61,7 +61,7 @@ const (
 )
 
 // HoldStat is one hold's own absolute counts for one repository, from an
-// io.atcr.hold.stats record in the hold's repo (LEXICONS.md).
+// io.atcr.hold.stats record in the hold's repo (docs/lexicons.md).
 type HoldStat struct {
 	// HoldDID is the hold that reports the counts (the event's DID).
 	HoldDID string
@@ -92,7 +92,7 @@ type NewManifest struct {
 }
 
 // EventKey is "push:<did>/<repository>@<digest>", stable across replays
-// (the webhook_deliveries de-duplication key, SPEC §9).
+// (the webhook_deliveries de-duplication key, docs/spec.md §9).
 func (m NewManifest) EventKey() string {
 	return "push:" + m.OwnerDID + "/" + m.Repository + "@" + m.Digest
 }

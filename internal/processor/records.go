@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// NSIDs of the io.atcr collections the processor indexes (LEXICONS.md).
+// NSIDs of the io.atcr collections the processor indexes (docs/lexicons.md).
 const (
 	CollectionManifest = "io.atcr.manifest"
 	CollectionTag      = "io.atcr.tag"

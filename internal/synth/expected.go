@@ -12,7 +12,7 @@ import (
 
 // Expected is the exact database state a synthetic stream must produce, as
 // canonical row strings: Tables[table][key] = row. Columns compared are
-// those listed in Tables below (every SPEC §8 key column the stream
+// those listed in Tables below (every docs/spec.md §8 key column the stream
 // touches, plus the processor's own columns that are a function of the
 // events). repository_stats.fence is not compared: it names the writer.
 type Expected struct {

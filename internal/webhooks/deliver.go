@@ -17,7 +17,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// Request headers of SPEC §9.
+// Request headers of docs/spec.md §9.
 const (
 	// HeaderEvent carries the trigger name, e.g. "push".
 	HeaderEvent = "X-Appview-Event"

@@ -46,7 +46,7 @@ const (
 
 // Defaults applied by NewDispatcherProps to zero options.
 const (
-	// DefaultTimeout is SPEC §9's bound on one attempt.
+	// DefaultTimeout is docs/spec.md §9's bound on one attempt.
 	DefaultTimeout = 10 * time.Second
 	// DefaultConcurrency is how many deliveries are in flight at once.
 	DefaultConcurrency = 4

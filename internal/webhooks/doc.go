@@ -1,4 +1,4 @@
-// Package webhooks delivers webhook notifications (SPEC §9) for events the
+// Package webhooks delivers webhook notifications (docs/spec.md §9) for events the
 // Jetstream consumer indexes: a transactional outbox written under the
 // consumer's fence, a dispatcher actor that drains it under the same
 // custody, request signing, and a guard against server-side request

@@ -20,7 +20,7 @@ var knownTriggers = map[string]bool{TriggerPush: true}
 // ErrNotFound is returned by Remove when no webhook has the given id.
 var ErrNotFound = errors.New("webhook not found")
 
-// Webhook is one row of the webhooks table (SPEC §8).
+// Webhook is one row of the webhooks table (docs/spec.md §8).
 type Webhook struct {
 	ID int64 `json:"id"`
 	// DID owns the repositories whose events are delivered.

@@ -71,7 +71,7 @@ func (d Deps) Resolver() *identity.Resolver {
 // Actor and Job is set.
 type Spec struct {
 	// Name identifies the worker; for a leased worker it is also the lease
-	// name (SPEC §4). Lowercase letters, digits and dashes.
+	// name (docs/spec.md §4). Lowercase letters, digits and dashes.
 	Name string
 	// Leased workers run only on the instance that holds the lease Name;
 	// unleased workers run on every instance.

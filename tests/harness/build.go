@@ -44,7 +44,7 @@ func Build(ctx context.Context, root, pkg, out string, race bool) error {
 	return nil
 }
 
-// LeaseRow is one row of `appview leases --json` (SPEC §2, §4).
+// LeaseRow is one row of `appview leases --json` (docs/spec.md §2, §4).
 type LeaseRow = lease.Listed
 
 // Leases runs `bin leases --json` against dbURL (through wrap, e.g. inside

@@ -66,7 +66,7 @@ func Grants(timeline []Event) map[string][]Grant {
 
 // CheckFences reads a timeline and returns an error unless, for every
 // lease, each grant's fence is exactly one more than the previous grant's
-// (SPEC §4: +1 on every change of custody, never on renewal), every
+// (docs/spec.md §4: +1 on every change of custody, never on renewal), every
 // worker.started carries the fence of its instance's latest grant, and no
 // fence was granted twice. first is the fence the first grant of each
 // lease must have (the row may predate the timeline); a lease missing from

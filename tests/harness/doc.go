@@ -7,9 +7,9 @@
 // to unit tests and obvious in a two-instance run. Everything here is about
 // running that kind of check on demand:
 //
-//   - Start writes a YAML configuration for one instance (SPEC §3) into its
+//   - Start writes a YAML configuration for one instance (docs/spec.md §3) into its
 //     own directory, starts the binary with it and reads its stderr, where
-//     every line is one JSON object (SPEC §5). Each line becomes an Event;
+//     every line is one JSON object (docs/spec.md §5). Each line becomes an Event;
 //     Log.Wait blocks until a matching event arrives, the process exits or
 //     the context ends. Nothing polls with sleeps.
 //   - Cluster keeps every instance it started, merges their logs into one

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Event kinds of SPEC §5 as they appear in the "event" field, plus the
+// Event kinds of docs/spec.md §5 as they appear in the "event" field, plus the
 // synthetic kind the harness adds when a process exits.
 const (
 	LeaseAcquired   = "lease.acquired"
@@ -27,7 +27,7 @@ const (
 	ProcessExited = "process.exited"
 )
 
-// logTimeLayout parses SPEC §5 times (RFC 3339 with milliseconds).
+// logTimeLayout parses docs/spec.md §5 times (RFC 3339 with milliseconds).
 const logTimeLayout = time.RFC3339Nano
 
 // Event is one JSON line of an appview process's stderr.

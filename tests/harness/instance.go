@@ -18,7 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Timing is the leases.* block of SPEC §3.
+// Timing is the leases.* block of docs/spec.md §3.
 type Timing struct {
 	TTL, RenewInterval, RenewDeadline, RetryInterval time.Duration
 }
@@ -45,7 +45,7 @@ type Spec struct {
 	// AdminAddr is admin.addr; "" means 127.0.0.1:0 (a free port, never 5001).
 	AdminAddr string
 	// LogLevel is log_level; "" means debug (lease.renewed and
-	// lease.contended are debug events, SPEC §5).
+	// lease.contended are debug events, docs/spec.md §5).
 	LogLevel string
 	// Set holds more keys by dotted YAML path, e.g. "cleanup.interval": "200ms".
 	// They override the harness's defaults.
@@ -55,7 +55,7 @@ type Spec struct {
 	Wrap []string
 }
 
-// config renders the YAML configuration of s: SPEC §3 keys with every
+// config renders the YAML configuration of s: docs/spec.md §3 keys with every
 // outbound endpoint pointed at this host.
 func (s Spec) config() ([]byte, error) {
 	t := s.Timing

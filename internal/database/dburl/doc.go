@@ -1,4 +1,4 @@
-// Package dburl parses database.url (SPEC §3): which database an instance
+// Package dburl parses database.url (docs/spec.md §3): which database an instance
 // opens, an embedded file or a libSQL server. config.Validate and
 // database.Open both call Parse, so a URL the configuration accepts is
 // exactly a URL the database layer opens. It is a package of its own,
