@@ -2,7 +2,7 @@
 // (process alive), /readyz (database reachable, migrations done),
 // /metrics (Prometheus text format) and the JSON debug views that the
 // system and workers register on the same mux (/debug/leases,
-// /debug/holds), plus the lease nudge endpoint.
+// /debug/holds, /debug/stats), plus the lease nudge endpoint.
 package admin
 
 import (

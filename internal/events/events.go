@@ -1,7 +1,7 @@
 // Package events defines the custody events of docs/spec.md §5. They are published
-// on the actor system's EventStream by the actors that own custody (the
-// LeaseActor and the unleased supervisor) and logged as JSON lines by the
-// system's subscriber.
+// on the actor system's EventStream by the LeaseActors, which own custody
+// (an unleased worker's LeaseActor grants itself custody with fence 0),
+// and logged as JSON lines by the system's subscriber.
 package events
 
 import (

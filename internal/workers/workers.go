@@ -77,8 +77,9 @@ type Spec struct {
 	// unleased workers run on every instance.
 	Leased bool
 	// Actor builds the worker actor for one grant of custody. It is spawned
-	// as the child of the worker's LeaseActor (or unleased supervisor) and
-	// stopped when custody ends; it must stop writing when it stops.
+	// as the child of the worker's LeaseActor (an unleased worker has one
+	// too, which grants itself custody with fence 0) and stopped when
+	// custody ends; it must stop writing when it stops.
 	Actor func(c fence.Custody) *actor.Props
 	// Job is run every Interval while custody lasts, in its own goroutine;
 	// ctx is cancelled when custody ends and the worker stops only after Job
