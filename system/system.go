@@ -145,11 +145,6 @@ func workerProps(w workers.Spec, log zerolog.Logger) func(fence.Custody) *actor.
 
 func (s *System) publish(e events.Custody) { s.actors.EventStream.Publish(e) }
 
-// EventStream is the actor system's EventStream, where custody events
-// (events.Custody) are published. Handlers run on the publisher's
-// goroutine and must not block.
-func (s *System) EventStream() *eventstream.EventStream { return s.actors.EventStream }
-
 // Start spawns the root actor and, under it, one LeaseActor per worker.
 func (s *System) Start() error {
 	if s.root != nil {

@@ -109,7 +109,7 @@ func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness
 		t.Fatal(err)
 	}
 	// The handler runs on the publisher's goroutine: append and return.
-	h.sys.EventStream().Subscribe(func(evt any) {
+	h.sys.actors.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(events.Custody); ok {
 			h.mu.Lock()
 			h.events = append(h.events, e)
@@ -366,7 +366,7 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 			close(returned)
 			return err
 		}})
-	h.sys.EventStream().Subscribe(func(evt any) {
+	h.sys.actors.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(events.Custody); ok && e.Kind == events.LeaseReleased {
 			select {
 			case <-returned:

@@ -272,7 +272,7 @@ func (tr *traffic) rowsUnderFence(ctx context.Context, fence int64) map[string]m
 	t.Helper()
 	out := map[string]map[string]bool{}
 	for _, table := range fencedTables {
-		q, err := database.SelectAll(ctx, tr.reader, table)
+		q, err := dbdump.SelectAll(ctx, tr.reader, table)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -121,7 +121,6 @@ func claimRun(ctx context.Context, tx *sql.Tx, fence int64, holder string, rerun
 // collectionState is the checkpoint of one collection in one run.
 type collectionState struct {
 	relay, cursor string
-	done          bool
 }
 
 // repoState is the checkpoint of one (collection, DID) in one run.

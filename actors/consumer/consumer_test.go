@@ -226,7 +226,7 @@ func registryDump(t *testing.T, db *sql.DB) string {
 		"users", "manifests", "manifest_layers", "manifest_references", "manifest_annotations", "tags", "stars", "repo_pages",
 		"hold_captains", "hold_crew", "repository_hold_stats", "repository_stats", "record_tombstones",
 	} {
-		q, err := database.SelectAll(context.Background(), db, table)
+		q, err := dbdump.SelectAll(context.Background(), db, table)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -518,8 +518,7 @@ func TestAQuietStreamThatAnswersPingsIsNotStale(t *testing.T) {
 
 // failureRecorder is a parent that records why its child failed and stops it.
 type failureRecorder struct {
-	props  *actor.Props
-	reason chan any
+	props *actor.Props
 }
 
 func (p *failureRecorder) Receive(ctx actor.Context) {

@@ -222,7 +222,7 @@ func TestSampleLoadsToExactlyTheDefaults(t *testing.T) {
 }
 
 func TestSampleMentionsEveryKey(t *testing.T) {
-	for _, key := range Keys() {
+	for _, key := range keys() {
 		leaf := key[strings.LastIndex(key, ".")+1:]
 		if !strings.Contains(Sample, "\n"+strings.Repeat(" ", 2*strings.Count(key, "."))+leaf+":") {
 			t.Errorf("Sample has no line for %s", key)
@@ -325,7 +325,7 @@ func TestZeroDurationsAcceptBareZeroAndZeroSeconds(t *testing.T) {
 
 func TestEveryKeyHasItsOwnEnvironmentVariable(t *testing.T) {
 	seen := map[string]string{}
-	for _, key := range Keys() {
+	for _, key := range keys() {
 		name := EnvName(key)
 		if other, dup := seen[name]; dup {
 			t.Errorf("%s and %s share the environment variable %s", key, other, name)
@@ -352,7 +352,7 @@ func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
 	}
 	def := Default()
 	fields := leafFields(reflect.ValueOf(&def).Elem(), "")
-	for _, key := range Keys() {
+	for _, key := range keys() {
 		v, ok := values[key]
 		if !ok {
 			switch f := fields[key]; {
@@ -412,4 +412,15 @@ func manyCollections(n int) string {
 		cols[i] = fmt.Sprintf("io.atcr.c%d", i)
 	}
 	return strings.Join(cols, ",")
+}
+
+// keys lists every leaf key in dotted form (the tests check each has a
+// default and an environment name).
+func keys() []string {
+	cfg := Default()
+	var keys []string
+	for k := range leafFields(reflect.ValueOf(&cfg).Elem(), "") {
+		keys = append(keys, k)
+	}
+	return keys
 }

@@ -100,16 +100,6 @@ func EnvName(key string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
-// Keys lists every leaf key in dotted form, for documentation and tests.
-func Keys() []string {
-	cfg := Default()
-	var keys []string
-	for k := range leafFields(reflect.ValueOf(&cfg).Elem(), "") {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 // leafFields maps every dotted key to its settable field.
 func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 	out := map[string]reflect.Value{}

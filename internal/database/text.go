@@ -1,11 +1,5 @@
 package database
 
-import (
-	"context"
-	"fmt"
-	"strings"
-)
-
 // Text returns the SQL expression that reads the TEXT expression expr (a
 // column such as "t.tag", or any expression yielding text, such as
 // "COALESCE(p.description, u.handle)") so its value reaches Go byte for byte:
@@ -30,36 +24,4 @@ import (
 // Go the bytes of their decimal text instead of a number.
 func Text(expr string) string {
 	return "CAST(" + expr + " AS BLOB)"
-}
-
-// SelectAll returns "SELECT ... FROM table", reading every column of table
-// in declared order under its own name, a TEXT value cast to BLOB as Text
-// does (whatever the column's declared type). It is for code that reads
-// whole rows without naming columns, such as dumps and equality checks,
-// where SELECT * would let go-libsql rewrite date-like text. Append a
-// WHERE or ORDER BY clause as needed. table is trusted (a name from the
-// schema, never user input). It returns an error when the schema cannot
-// be read or table has no columns.
-func SelectAll(ctx context.Context, q Querier, table string) (string, error) {
-	rows, err := q.QueryContext(ctx, "SELECT "+Text("name")+" FROM pragma_table_info(?1) ORDER BY cid", table)
-	if err != nil {
-		return "", fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	defer rows.Close()
-	var cols []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return "", fmt.Errorf("read columns of %s: %w", table, err)
-		}
-		id := `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
-		cols = append(cols, "CASE typeof("+id+") WHEN 'text' THEN "+Text(id)+" ELSE "+id+" END AS "+id)
-	}
-	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	if len(cols) == 0 {
-		return "", fmt.Errorf("read columns of %s: no such table", table)
-	}
-	return "SELECT " + strings.Join(cols, ", ") + " FROM " + table, nil
 }

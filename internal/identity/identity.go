@@ -112,17 +112,6 @@ func HoldEndpointFromDID(did, scheme string) (string, bool) {
 	return scheme + "://" + host, true
 }
 
-// DIDFromHoldEndpoint is the inverse for the deprecated holdEndpoint field
-// of io.atcr.manifest (docs/lexicons.md): https://hold01.example.com →
-// did:web:hold01.example.com (a port is percent-encoded).
-func DIDFromHoldEndpoint(endpoint string) (string, error) {
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return "", fmt.Errorf("hold endpoint %q: not an http(s) URL with a host", endpoint)
-	}
-	return "did:web:" + strings.ReplaceAll(strings.ToLower(u.Host), ":", "%3A"), nil
-}
-
 // Resolver resolves DIDs with a small in-memory cache. Safe for concurrent use.
 type Resolver struct {
 	// PLCURL is the PLC directory base URL (identity.plc_url).

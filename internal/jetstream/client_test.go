@@ -469,7 +469,7 @@ func TestClientTriesTheNextURLWhenOneRefuses(t *testing.T) {
 	m := testMetrics(t)
 	s := newSink()
 	runClient(t, ClientOptions{URLs: []string{dead, srv.URL()}, Metrics: m}, s.handle)
-	s.waitEvents(t, srv.Len())
+	s.waitEvents(t, len(srv.events))
 	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonDial)); v < 1 {
 		t.Fatalf("reconnects_total{dial} %v, want the refused URL counted", v)
 	}

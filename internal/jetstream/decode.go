@@ -28,9 +28,6 @@ const DefaultMaxEventBytes = 2 << 20
 //go:embed legacy_subscribe.zdict
 var dictionary []byte
 
-// Dictionary returns a copy of the zstd dictionary used for compressed frames.
-func Dictionary() []byte { return append([]byte(nil), dictionary...) }
-
 // ErrorClass names why a frame could not be turned into an Event. Callers
 // count failures by class (the decode_errors_total{class} metric).
 type ErrorClass string

@@ -73,7 +73,7 @@ func asJSONValue(tb testing.TB, b []byte) any {
 }
 
 func TestEmbeddedDictionaryIsJetstreamsLegacySubscribeDictionary(t *testing.T) {
-	info, err := zstd.InspectDictionary(Dictionary())
+	info, err := zstd.InspectDictionary(dictionary)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,9 +265,6 @@ func (e *replayEvent) frame(shift int64, compress bool) []byte {
 	return line
 }
 
-// Len is the number of events in the capture (one loop).
-func (s *ReplayServer) Len() int { return len(s.events) }
-
 // ListenAndServe listens on opts.Listen and serves until ctx is cancelled
 // (then it closes the server, like Close, and returns nil) or serving fails.
 func (s *ReplayServer) ListenAndServe(ctx context.Context) error {

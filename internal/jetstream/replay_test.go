@@ -153,8 +153,8 @@ func TestReplayRefusesABadLineNamingItsNumber(t *testing.T) {
 func TestReplayServesEveryLineAsCapturedRawAndCompressed(t *testing.T) {
 	s := startReplay(t, ReplayOptions{})
 	lines := captureLines(t, "expected_v1.jsonl")
-	if s.Len() != len(lines) {
-		t.Fatalf("Len %d, want %d", s.Len(), len(lines))
+	if len(s.events) != len(lines) {
+		t.Fatalf("Len %d, want %d", len(s.events), len(lines))
 	}
 	types, frames := readFrames(t, dialReplay(t, s, nil), len(lines))
 	for i := range lines {
@@ -395,7 +395,7 @@ func TestReplayDropAfterClosesEachConnectionAbruptlyAfterNEvents(t *testing.T) {
 func TestReplayDropConnectionsEndsOpenConnectionsAndKeepsServing(t *testing.T) {
 	s := startReplay(t, ReplayOptions{})
 	ws := dialReplay(t, s, nil)
-	readFrames(t, ws, s.Len()) // the whole file: now a silent live tail
+	readFrames(t, ws, len(s.events)) // the whole file: now a silent live tail
 	if n := s.DropConnections(); n != 1 {
 		t.Fatalf("dropped %d connections, want 1", n)
 	}
@@ -435,7 +435,7 @@ func TestReplayListenAndServeStopsWhenTheContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := dialReplay(t, s, nil)
-	readFrames(t, ws, s.Len())
+	readFrames(t, ws, len(s.events))
 	cancel()
 	select {
 	case err := <-done:

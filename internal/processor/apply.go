@@ -663,8 +663,10 @@ func (a *applier) refreshTouched() error {
 	return nil
 }
 
-// refreshManySQL is refreshSQL for a list of (did, repository, updated_at)
-// tuples (the %s); the last parameter is the fence.
+// refreshManySQL recomputes the aggregate (docs/spec.md §8
+// repository_stats: sums over holds, saturating with SaturatingSumSQL;
+// the latest last_pull and last_push; the star count) of a list of (did,
+// repository, updated_at) tuples (the %s); the last parameter is the fence.
 var refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
 INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
@@ -684,29 +686,6 @@ WHERE excluded.updated_at > repository_stats.updated_at
    OR (repository_stats.pull_count, repository_stats.push_count, repository_stats.last_pull, repository_stats.last_push,
        repository_stats.star_count)
    IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
-
-// refreshSQL is the aggregate of one repository (docs/spec.md §8 repository_stats):
-// sums over holds (saturating: SaturatingSumSQL), latest
-// last_pull/last_push, the star count.
-var refreshSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
-SELECT ?1, ?2, ` + SaturatingSumSQL("pull_count") + `, ` + SaturatingSumSQL("push_count") + `, MAX(last_pull), MAX(last_push),
-  (SELECT COUNT(*) FROM stars WHERE owner_did = ?1 AND repository = ?2), ?3, ?4
-FROM repository_hold_stats WHERE did = ?1 AND repository = ?2
-` + refreshConflict
-
-// RefreshRepositoryStats recomputes the repository_stats row of (did,
-// repository) inside tx from the persisted repository_hold_stats and stars
-// rows, stamping fence and updatedAtMS (Unix ms: the time of the latest
-// event that changed the repository's stars or hold stats) when the values
-// change or updatedAtMS is newer than the row's.
-// Call it only inside a lease.Fenced transaction of the custody whose
-// fence it stamps.
-func RefreshRepositoryStats(ctx context.Context, tx *sql.Tx, did, repository string, fence, updatedAtMS int64) error {
-	if _, err := tx.ExecContext(ctx, refreshSQL, did, repository, fence, updatedAtMS); err != nil {
-		return fmt.Errorf("refresh repository_stats %s/%s: %w", did, repository, err)
-	}
-	return nil
-}
 
 // SaturatingSumSQL is the SQL aggregate summing an INTEGER count column
 // over a group, capped at MaxSafeInteger, 0 for no rows. SQLite's SUM

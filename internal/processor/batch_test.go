@@ -143,6 +143,7 @@ func TestHoldDIDIsDerivedFromALegacyHoldEndpoint(t *testing.T) {
 		"https://Hold01.Example.com/":     "did:web:hold01.example.com",
 		"https://hold.example.com:8443":   "did:web:hold.example.com%3A8443",
 		"https://example.com/holds/north": "did:web:example.com:holds:north",
+		"http://127.0.0.1:9000/":          "did:web:127.0.0.1%3A9000",
 	} {
 		got, err := processor.HoldDIDFromEndpoint(in)
 		if err != nil || got != want {
@@ -151,6 +152,9 @@ func TestHoldDIDIsDerivedFromALegacyHoldEndpoint(t *testing.T) {
 	}
 	if _, err := processor.HoldDIDFromEndpoint("hold01.example.com"); err == nil {
 		t.Error("a bare host was accepted as a holdEndpoint URL")
+	}
+	if _, err := processor.HoldDIDFromEndpoint("ftp://x"); err == nil {
+		t.Error("an ftp URL was accepted as a holdEndpoint URL")
 	}
 }
 

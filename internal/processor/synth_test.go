@@ -11,7 +11,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -92,7 +91,7 @@ func dump(t testing.TB, db *sql.DB) string {
 	rows.Close()
 	var b strings.Builder
 	for _, name := range names {
-		q, err := database.SelectAll(context.Background(), db, name)
+		q, err := dbdump.SelectAll(context.Background(), db, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -847,7 +847,7 @@ func (m *model) holdsOf(k repoKey) map[string]*holdStatM {
 	return h
 }
 
-// refresh mirrors processor.RefreshRepositoryStats after an event at t
+// refresh mirrors the processor's repository_stats refresh (refreshManySQL) after an event at t
 // changed k's stars or hold stats: updated_at is the time of the latest
 // such event.
 func (m *model) refresh(k repoKey, t int64) {
