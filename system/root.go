@@ -62,7 +62,7 @@ func (r *rootActor) Receive(ctx actor.Context) {
 		}
 		r.stopping = true
 		for _, pid := range r.children {
-			ctx.Send(pid, lease.StopRequested{})
+			ctx.Send(pid, &lease.StopRequested{})
 		}
 		r.maybeDone(ctx)
 	case *actor.Terminated:

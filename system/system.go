@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,11 +57,11 @@ type System struct {
 	unleased map[string]bool
 	eventLog *eventLog
 	// store is the lease store every LeaseActor writes through.
-	store *lease.Store
+	store *leasestore.Store
 	// releases tells Stop whether every lease held was released.
 	releases    *releaseAudit
 	releasesSub *eventstream.Subscription
-	contenders  *lease.Contenders
+	contenders  *leasestore.Contenders
 	log         zerolog.Logger
 	specs       []childSpec
 }
@@ -92,13 +93,13 @@ func New(o Options) (*System, error) {
 		return nil, err
 	}
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
-		s.contenders = &lease.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
+		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
 			TTL: cfg.Leases.TTL, Log: log}
 	}
 	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
 	s.releases = newReleaseAudit(cfg.InstanceID)
 	s.releasesSub = s.actors.EventStream.Subscribe(s.releases.observe)
-	store := lease.NewStore(o.DB.DB, cfg.Leases.TTL)
+	store := leasestore.NewStore(o.DB.DB, cfg.Leases.TTL)
 	var replaced sync.Once
 	store.Check = func() error {
 		err := o.DB.CheckFile()
@@ -110,8 +111,7 @@ func New(o Options) (*System, error) {
 		return err
 	}
 	s.store = store
-	timing := lease.Timing{TTL: cfg.Leases.TTL, RenewInterval: cfg.Leases.RenewInterval,
-		RenewDeadline: cfg.Leases.RenewDeadline, RetryInterval: cfg.Leases.RetryInterval}
+	timing := cfg.Leases.Timing()
 	var specs []childSpec
 	for _, w := range o.Registry.Workers() {
 		unleased := !w.Leased || !cfg.Leases.Enabled
@@ -120,7 +120,11 @@ func New(o Options) (*System, error) {
 			Worker: workerProps(w, log), Publish: s.publish, Metrics: leaseMetrics,
 			Contenders: s.contenders, Log: log,
 		}
-		specs = append(specs, childSpec{name: w.Name, props: lease.NewProps(opts)})
+		props, err := lease.NewProps(opts)
+		if err != nil {
+			return nil, fmt.Errorf("worker %s: %w", w.Name, err)
+		}
+		specs = append(specs, childSpec{name: w.Name, props: props})
 		s.unleased[w.Name] = unleased
 	}
 	s.specs = specs
@@ -171,7 +175,7 @@ func (s *System) Nudge(name string) bool {
 	if !ok || s.unleased[name] {
 		return false
 	}
-	s.actors.Root.Send(pid, lease.Nudge{})
+	s.actors.Root.Send(pid, &lease.Nudge{})
 	return true
 }
 
@@ -182,7 +186,7 @@ func (s *System) Nudge(name string) bool {
 func (s *System) HeldLeases() []string { return s.releases.heldNow() }
 
 // Ready returns nil unless the instance's lease writes are failing
-// (lease.Store.Healthy): a database that still answers reads, and even a
+// (leasestore.Store.Healthy): a database that still answers reads, and even a
 // one-page write probe, may refuse every real write (a full disk). With
 // leases disabled nothing is written and Ready is nil.
 func (s *System) Ready() error {
@@ -200,7 +204,7 @@ func (s *System) Statuses() []lease.Status {
 	sort.Strings(names)
 	out := make([]lease.Status, 0, len(names))
 	for _, n := range names {
-		res, err := s.actors.Root.RequestFuture(s.leases[n], lease.StatusRequest{}, statusTimeout).Result()
+		res, err := s.actors.Root.RequestFuture(s.leases[n], &lease.StatusRequest{}, statusTimeout).Result()
 		st, ok := res.(lease.Status)
 		if err != nil || !ok {
 			st = lease.Status{Lease: n, Phase: "unknown", LastError: fmt.Sprint(err)}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
@@ -20,7 +21,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fakepeer"
 	"github.com/atcr-io/appview/internal/identity"
@@ -140,7 +140,7 @@ func (e *env) acquire(holder string) fence.Custody {
 	if _, err := e.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
 		e.t.Fatal(err)
 	}
-	g, err := lease.NewStore(e.db, time.Minute).Acquire(ctx, LeaseName, holder)
+	g, err := leasestore.NewStore(e.db, time.Minute).Acquire(ctx, LeaseName, holder)
 	if err != nil || !g.Granted {
 		e.t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}

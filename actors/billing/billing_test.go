@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -29,7 +30,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/identity"
@@ -256,7 +256,7 @@ func (h *fakeHold) setUnknown(user string, unknown bool) {
 type fixture struct {
 	db     *sql.DB
 	stripe *fakeStripe
-	store  *lease.Store
+	store  *leasestore.Store
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -271,7 +271,7 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return &fixture{db: db.DB, stripe: newFakeStripe(t), store: lease.NewStore(db.DB, 15*time.Second)}
+	return &fixture{db: db.DB, stripe: newFakeStripe(t), store: leasestore.NewStore(db.DB, 15*time.Second)}
 }
 
 func (f *fixture) crew(t *testing.T, hold *fakeHold, user, rkey string, addedAt int64) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -23,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/system"
@@ -75,7 +75,7 @@ func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
 
 func (f *fixture) acquire(t *testing.T, holder string) fence.Custody {
 	t.Helper()
-	g, err := lease.NewStore(f.db.DB, ttl).Acquire(context.Background(), LeaseName, holder)
+	g, err := leasestore.NewStore(f.db.DB, ttl).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s: %+v %v", holder, g, err)
 	}

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -38,7 +38,7 @@ func openDB(t testing.TB) *database.DB {
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := lease.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
+	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v %v", g, err)
 	}
@@ -141,7 +141,7 @@ func TestASupersededConsumerCommitsNothing(t *testing.T) {
 	events, exp := generate(33, 800)
 	subscribeAll(t, db.DB, exp)
 	old := acquire(t, db.DB, "a")
-	if err := lease.NewStore(db.DB, time.Minute).Release(context.Background(), old); err != nil {
+	if err := leasestore.NewStore(db.DB, time.Minute).Release(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "b")

@@ -19,13 +19,13 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
@@ -373,7 +373,7 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
 	defer stop(t, sys, pid)
 	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
-	if err := lease.NewStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
+	if err := leasestore.NewStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "new")

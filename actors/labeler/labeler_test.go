@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fakepeer"
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -54,7 +54,7 @@ func openDB(t *testing.T) *sql.DB {
 
 func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := lease.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
+	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}
@@ -428,7 +428,7 @@ func TestReconnectResumesFromTheLastAppliedSeq(t *testing.T) {
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.NewStore(h.db, time.Minute).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
+	if err := leasestore.NewStore(h.db, time.Minute).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
 		t.Fatal(err)
 	}
 	next := acquire(t, h.db, "instance-b")

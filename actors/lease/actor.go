@@ -12,14 +12,16 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
-// StoreAPI is what a LeaseActor needs from the lease store. *Store
-// implements it; tests inject faults through it.
+// StoreAPI is what a LeaseActor needs from the lease store.
+// *leasestore.Store implements it; tests inject faults through it.
 type StoreAPI interface {
-	Acquire(ctx context.Context, name, holder string) (Grant, error)
+	Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error)
 	Renew(ctx context.Context, c fence.Custody) error
 	Release(ctx context.Context, c fence.Custody) error
 }
@@ -30,7 +32,8 @@ type Options struct {
 	Name string
 	// Instance is this process's instance_id (the holder).
 	Instance string
-	Timing   Timing
+	// Timing must pass Timing.Validate (NewProps checks it).
+	Timing leasestore.Timing
 	// Store decides custody. Nil with Unleased set.
 	Store StoreAPI
 	// Unleased runs the worker unconditionally (leases disabled, or a worker
@@ -48,7 +51,7 @@ type Options struct {
 	Metrics *Metrics
 	// Contenders is optional: with it, a contender records itself so a
 	// releasing holder can nudge it, and a holder nudges on release.
-	Contenders *Contenders
+	Contenders *leasestore.Contenders
 	Log        zerolog.Logger
 	// Seed seeds the retry jitter; 0 picks a random seed.
 	Seed uint64
@@ -62,8 +65,21 @@ type Options struct {
 // stopped at once.
 type Drain struct{}
 
-// StatusRequest asks a LeaseActor for its Status (use RequestFuture).
+// StatusRequest asks a LeaseActor for its Status: send a *StatusRequest
+// with RequestFuture; the answer is a Status.
 type StatusRequest struct{}
+
+// StopRequested asks a LeaseActor for a graceful stop (send a
+// *StopRequested): it stops the worker (Drain, then poison), keeps
+// renewing while the worker drains, releases, and only then stops itself.
+// The system's shutdown sends it to every LeaseActor and waits for each
+// to stop.
+type StopRequested struct{}
+
+// Nudge tells a LeaseActor that a holder has just released its lease
+// (send a *Nudge): a contender makes an acquire attempt at once, at most
+// one per nudge spacing however many arrive.
+type Nudge struct{}
 
 // Status is one LeaseActor's own view of its lease, for /debug/leases.
 type Status struct {
@@ -79,10 +95,26 @@ type Status struct {
 	LastError    string `json:"last_error,omitempty"`
 }
 
-// NewProps returns the props of a LeaseActor. Send it StopRequested{} to
-// stop gracefully (stop the worker, release, stop itself) and Nudge{} when
-// a holder has released. The actor is its worker's supervisor.
-func NewProps(o Options) *actor.Props {
+// NewProps returns the props of a LeaseActor. Send it &StopRequested{} to
+// stop gracefully (stop the worker, release, stop itself) and &Nudge{}
+// when a holder has released. The actor is its worker's supervisor. It
+// returns an error, and no props, when o.Timing breaks a relation of
+// Timing.Validate (a *leasestore.TimingError) or a required option is
+// missing.
+func NewProps(o Options) (*actor.Props, error) {
+	if err := o.Timing.Validate(); err != nil {
+		return nil, fmt.Errorf("lease %q: %w", o.Name, err)
+	}
+	switch {
+	case o.Name == "":
+		return nil, errors.New("lease: Options.Name is empty")
+	case o.Instance == "":
+		return nil, fmt.Errorf("lease %q: Options.Instance is empty", o.Name)
+	case o.Worker == nil:
+		return nil, fmt.Errorf("lease %q: Options.Worker is nil", o.Name)
+	case o.Store == nil && !o.Unleased:
+		return nil, fmt.Errorf("lease %q: Options.Store is nil and the worker is not unleased", o.Name)
+	}
 	if o.Unleased {
 		// No lease exists: nothing is acquired, renewed or held, so no
 		// lease metric may report one (appview_lease_* series for the
@@ -90,7 +122,7 @@ func NewProps(o Options) *actor.Props {
 		o.Store, o.Metrics = unleasedStore{}, nil
 	}
 	inc := &incarnation{}
-	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o, inc: inc} })
+	return actor.PropsFromProducer(func() actor.Actor { return &leaseActor{o: o, inc: inc} }), nil
 }
 
 // incarnation carries a grant across a restart of the LeaseActor itself
@@ -118,19 +150,16 @@ const callBound = 2 * time.Second
 // of one LeaseActor still running in the background. The driver ignores contexts, so a call the
 // machine gave up on keeps its goroutine (and its pool connection) until
 // the database answers; while that many are stuck, a new attempt fails at
-// once with errStoreStuck instead of piling up another.
+// once with machine.ErrStoreStuck instead of piling up another.
 const maxStuckCalls = 2
 
 // storeErrorLogPeriod rate-limits the warnings about failing store calls.
 const storeErrorLogPeriod = 10 * time.Second
 
-// errStoreStuck fails an attempt while earlier calls have not returned.
-var errStoreStuck = errors.New("earlier lease store calls have not returned; the database is hung")
-
 type leaseActor struct {
 	o       Options
 	inc     *incarnation
-	m       *Machine
+	m       *machine.Machine
 	origin  time.Time
 	sys     *actor.ActorSystem
 	self    *actor.PID
@@ -149,7 +178,7 @@ type leaseActor struct {
 	handedBack int64
 	// late keeps the grants store calls obtained until they are taken in.
 	late   *lateOutcomes
-	left   []lateGrant // what late.stop returned at FinishedCmd
+	left   []lateGrant // what late.stop returned at machine.FinishedCmd
 	calls  context.Context
 	cancel context.CancelFunc
 	log    zerolog.Logger
@@ -176,7 +205,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		if seed == 0 {
 			seed = rand.Uint64()
 		}
-		a.m = NewMachine(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
+		a.m = machine.New(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
 		if a.o.Metrics != nil {
 			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
 		}
@@ -189,26 +218,26 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			// restarts an actor only after its children stopped).
 			a.releaseNow(left, events.ReasonActorRestarted)
 		}
-		a.step(ctx, Start{})
-	case StopRequested, *StopRequested:
-		a.step(ctx, StopRequested{})
-	case Nudge, *Nudge:
-		a.step(ctx, Nudge{})
-	case AcquireResult:
+		a.step(ctx, machine.Start{})
+	case *StopRequested:
+		a.step(ctx, machine.StopRequested{})
+	case *Nudge:
+		a.step(ctx, machine.Nudge{})
+	case *machine.AcquireResult:
 		a.late.taken(msg.Seq)
 		if msg.Err != nil {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease acquire failed; retrying")
 		}
-		a.step(ctx, msg)
-	case RenewResult:
+		a.step(ctx, *msg)
+	case *machine.RenewResult:
 		a.late.taken(msg.Seq)
 		if msg.Err != nil && !errors.Is(msg.Err, fence.ErrSuperseded) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
-		a.step(ctx, msg)
-	case ReleaseResult:
-		a.step(ctx, msg)
-	case staleReleased:
+		a.step(ctx, *msg)
+	case *machine.ReleaseResult:
+		a.step(ctx, *msg)
+	case *staleReleased:
 		// A hand-back answered: the custody it ended (and, for a late
 		// acquire, began) is published like any other (SPEC §5), once per
 		// grant (several late renewals of one grant each hand it back).
@@ -220,10 +249,10 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.publish(e)
 		}
 		// The lease is free now, ours to contend for at once.
-		a.step(ctx, Nudge{})
-	case tick:
+		a.step(ctx, machine.Nudge{})
+	case *tick:
 		if msg.gen == a.timerID {
-			a.step(ctx, Tick{})
+			a.step(ctx, machine.Tick{})
 		}
 	case *actor.Terminated:
 		if gen, ok := a.gens[msg.Who.Id]; ok {
@@ -235,13 +264,13 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 				a.publish(events.Custody{Kind: events.WorkerStopped, Lease: a.o.Name, Instance: a.o.Instance, Fence: a.genFence[gen]})
 				return
 			}
-			a.step(ctx, WorkerStopped{Gen: gen})
+			a.step(ctx, machine.WorkerStopped{Gen: gen})
 		}
 	case *workerFailure:
 		if gen, ok := a.gens[msg.pid.Id]; ok {
-			a.step(ctx, WorkerFailed{Gen: gen, Reason: asError(msg.reason)})
+			a.step(ctx, machine.WorkerFailed{Gen: gen, Reason: asError(msg.reason)})
 		}
-	case StatusRequest, *StatusRequest:
+	case *StatusRequest:
 		ctx.Respond(a.status())
 	case *actor.Stopping:
 		a.halting = true
@@ -250,7 +279,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		left := append(a.left, a.late.stop()...)
 		a.backstopRelease()
 		for _, g := range left {
-			if a.m != nil && a.m.holdsCustody() && g.c.Fence == a.m.Custody().Fence {
+			if a.m != nil && a.m.HoldsCustody() && g.c.Fence == a.m.Custody().Fence {
 				continue // released just above
 			}
 			a.lateReleased(g, releaseBounded(a.o.Store, g.c, callBound))
@@ -263,11 +292,13 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.halting = true
 		a.stopTimer()
 		a.cancel()
-		if a.m != nil && !a.o.Unleased && (a.m.holdsCustody() || a.m.Phase() == PhaseReleasing) {
+		if a.m != nil && !a.o.Unleased && (a.m.HoldsCustody() || a.m.Phase() == machine.PhaseReleasing) {
 			a.inc.mu.Lock()
 			a.inc.left = a.m.Custody()
 			a.inc.mu.Unlock()
 		}
+	default:
+		a.log.Warn().Str("message", fmt.Sprintf("%T", msg)).Msg("lease actor: unexpected message, ignored")
 	}
 }
 
@@ -288,10 +319,10 @@ func asError(reason any) error {
 	return fmt.Errorf("worker panic: %v", reason)
 }
 
-func (a *leaseActor) step(ctx actor.Context, in Input) {
+func (a *leaseActor) step(ctx actor.Context, in machine.Input) {
 	cmds := a.m.Step(a.now(), in)
 	for _, c := range cmds {
-		if _, ok := c.(FinishedCmd); ok {
+		if _, ok := c.(machine.FinishedCmd); ok {
 			// From here on answers reach no Receive (the actor stops):
 			// calls still running, and those this step starts (a
 			// hand-back as the machine finishes), publish and release
@@ -304,18 +335,18 @@ func (a *leaseActor) step(ctx actor.Context, in Input) {
 	}
 }
 
-func (a *leaseActor) exec(ctx actor.Context, c Command) {
+func (a *leaseActor) exec(ctx actor.Context, c machine.Command) {
 	switch c := c.(type) {
-	case AcquireCmd:
+	case machine.AcquireCmd:
 		a.goAcquire(c)
-	case RenewCmd:
+	case machine.RenewCmd:
 		a.goRenew(c)
-	case ReleaseCmd:
+	case machine.ReleaseCmd:
 		a.goRelease(c)
-	case SpawnWorkerCmd:
+	case machine.SpawnWorkerCmd:
 		pid := ctx.SpawnPrefix(a.o.Worker(c.Custody), "worker-")
 		a.workers[c.Gen], a.gens[pid.Id], a.genFence[c.Gen] = pid, c.Gen, c.Custody.Fence
-	case RestartWorkerCmd:
+	case machine.RestartWorkerCmd:
 		if pid := a.workers[c.Gen]; pid != nil {
 			if a.sup != nil {
 				a.sup.RestartChildren(pid)
@@ -323,20 +354,20 @@ func (a *leaseActor) exec(ctx actor.Context, c Command) {
 				ctx.Stop(pid) // cannot happen: a failure always comes through HandleFailure
 			}
 		}
-	case StopWorkerCmd:
+	case machine.StopWorkerCmd:
 		if pid := a.workers[c.Gen]; pid != nil {
 			if c.Graceful {
-				ctx.Send(pid, Drain{})
+				ctx.Send(pid, &Drain{})
 				ctx.Poison(pid)
 			} else {
 				ctx.Stop(pid)
 			}
 		}
-	case EmitCmd:
+	case machine.EmitCmd:
 		a.publish(c.Event)
-	case WakeCmd:
+	case machine.WakeCmd:
 		a.setTimer(c.At)
-	case FinishedCmd:
+	case machine.FinishedCmd:
 		ctx.Stop(ctx.Self())
 	}
 }
@@ -365,11 +396,11 @@ func (a *leaseActor) publish(e events.Custody) {
 	}
 }
 
-func (a *leaseActor) goAcquire(c AcquireCmd) {
+func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	store, sys, self, ctx := a.o.Store, a.sys, a.self, a.calls
 	name, holder, metrics, running := a.o.Name, a.o.Instance, a.o.Metrics, a.acquiring
 	if running.Load() >= maxStuckCalls {
-		sys.Root.Send(self, AcquireResult{Seq: c.Seq, Err: errStoreStuck})
+		sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Err: machine.ErrStoreStuck})
 		return
 	}
 	running.Add(1)
@@ -387,15 +418,15 @@ func (a *leaseActor) goAcquire(c AcquireCmd) {
 		if err == nil && g.Granted {
 			got = lateGrant{c: fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
 		}
-		late.deliver(c.Seq, got, func() { sys.Root.Send(self, AcquireResult{Seq: c.Seq, Grant: g, Err: err}) },
+		late.deliver(c.Seq, got, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, Err: err}) },
 			store, callBound, a.lateReleased)
 	}()
 }
 
-func (a *leaseActor) goRenew(c RenewCmd) {
+func (a *leaseActor) goRenew(c machine.RenewCmd) {
 	store, sys, self, ctx, metrics, running := a.o.Store, a.sys, a.self, a.calls, a.o.Metrics, a.renewing
 	if running.Load() >= maxStuckCalls {
-		sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: errStoreStuck})
+		sys.Root.Send(self, &machine.RenewResult{Seq: c.Seq, Err: machine.ErrStoreStuck})
 		return
 	}
 	running.Add(1)
@@ -413,7 +444,7 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 		if err == nil {
 			got.c = c.Custody
 		}
-		late.deliver(c.Seq, got, func() { sys.Root.Send(self, RenewResult{Seq: c.Seq, Err: err}) },
+		late.deliver(c.Seq, got, func() { sys.Root.Send(self, &machine.RenewResult{Seq: c.Seq, Err: err}) },
 			store, callBound, a.lateReleased)
 	}()
 }
@@ -466,11 +497,11 @@ func staleGrantEvents(g lateGrant, err error) []events.Custody {
 // staleReleased reports the answer to a Stale ReleaseCmd: nil (landed) or
 // ErrSuperseded.
 type staleReleased struct {
-	ReleaseCmd
+	machine.ReleaseCmd
 	err error
 }
 
-func (a *leaseActor) goRelease(c ReleaseCmd) {
+func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
 	// A release must land even when the process is stopping and every
 	// caller context is cancelled: it runs on its own bounded context, and
@@ -489,23 +520,23 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 			}
 			// After Stopped (a hand-back issued as the machine finished)
 			// the answer would be dropped: publish it here.
-			late.sendOr(func() { sys.Root.Send(self, staleReleased{ReleaseCmd: c, err: err}) },
+			late.sendOr(func() { sys.Root.Send(self, &staleReleased{ReleaseCmd: c, err: err}) },
 				func() { a.lateReleased(lateGrant{c: c.Custody, acquired: c.LateAcquire}, err) })
 			return
 		}
-		sys.Root.Send(self, ReleaseResult{Seq: c.Seq, Err: err})
+		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err})
 	}()
 }
 
 func (a *leaseActor) setTimer(at time.Duration) {
 	a.stopTimer()
-	if at == NoWake {
+	if at == machine.NoWake {
 		return
 	}
 	a.timerID++
 	id, sys, self := a.timerID, a.sys, a.self
 	d := max(at-a.now(), 0)
-	a.timer = time.AfterFunc(d, func() { sys.Root.Send(self, tick{gen: id}) })
+	a.timer = time.AfterFunc(d, func() { sys.Root.Send(self, &tick{gen: id}) })
 }
 
 func (a *leaseActor) stopTimer() {
@@ -517,7 +548,7 @@ func (a *leaseActor) stopTimer() {
 
 func (a *leaseActor) status() Status {
 	s := Status{Lease: a.o.Name, Phase: a.m.Phase().String(), WorkerActive: a.m.WorkerActive(), Unleased: a.o.Unleased}
-	if c := a.m.Custody(); c.Fence > 0 && a.m.holdsCustody() {
+	if c := a.m.Custody(); c.Fence > 0 && a.m.HoldsCustody() {
 		s.Fence = c.Fence
 		s.TrustedForMS = max(a.m.TrustedUntil()-a.now(), 0).Milliseconds()
 	}
@@ -533,7 +564,7 @@ func (a *leaseActor) status() Status {
 // released here, synchronously and bounded, so the system's shutdown still
 // waits for the write to land.
 func (a *leaseActor) backstopRelease() {
-	if a.m == nil || a.o.Unleased || !a.m.holdsCustody() {
+	if a.m == nil || a.o.Unleased || !a.m.HoldsCustody() {
 		return
 	}
 	a.releaseNow(a.m.Custody(), events.ReasonShutdown)
@@ -556,8 +587,8 @@ func (a *leaseActor) releaseNow(c fence.Custody, reason string) {
 // unleasedStore grants at once and forever, with fence 0 (unfenced).
 type unleasedStore struct{}
 
-func (unleasedStore) Acquire(context.Context, string, string) (Grant, error) {
-	return Grant{Granted: true}, nil
+func (unleasedStore) Acquire(context.Context, string, string) (leasestore.Grant, error) {
+	return leasestore.Grant{Granted: true}, nil
 }
 func (unleasedStore) Renew(context.Context, fence.Custody) error   { return nil }
 func (unleasedStore) Release(context.Context, fence.Custody) error { return nil }

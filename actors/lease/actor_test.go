@@ -15,6 +15,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leakcheck"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
@@ -28,7 +29,7 @@ import (
 func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	store.releaseLag = 200 * time.Millisecond
 	p := &probe{}
 	r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
@@ -37,7 +38,7 @@ func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
 	h.stop(r)
 	r.wait(t)
 	row := readRow(t, db, "jetstream-consumer")
-	if row.State() != StateReleased {
+	if row.State() != leasestore.StateReleased {
 		t.Fatalf("the lease actor terminated with the lease %s (expires in %d ms): the release had not landed", row.State(), row.ExpiresAt-row.Now)
 	}
 	if row.Holder != "instance-a" || row.Fence != 1 {
@@ -61,10 +62,10 @@ func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
 func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	holder := mustAcquire(t, NewStore(db, time.Minute), "cleanup", "instance-a")
+	holder := mustAcquire(t, leasestore.NewStore(db, time.Minute), "cleanup", "instance-a")
 	before := rowBytes(t, db, "cleanup")
 	p := &probe{}
-	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: fastTiming, Store: NewStore(db, fastTiming.TTL), Worker: p.props})
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: fastTiming, Store: leasestore.NewStore(db, fastTiming.TTL), Worker: p.props})
 	c, _ := h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
 	if c.Holder != holder.Holder || c.Fence != holder.Fence {
 		t.Fatalf("contended event %+v, want holder %s fence %d", c, holder.Holder, holder.Fence)
@@ -90,7 +91,7 @@ func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
 func TestARenewalInFlightAtShutdownCannotReviveTheReleasedLease(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	t.Cleanup(store.resume)
 	p := &probe{}
 	r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
@@ -99,7 +100,7 @@ func TestARenewalInFlightAtShutdownCannotReviveTheReleasedLease(t *testing.T) {
 	<-store.entered // a renewal has left the actor and waits on the network
 	h.stop(r)
 	r.wait(t)
-	if st := readRow(t, db, "jetstream-consumer").State(); st != StateReleased {
+	if st := readRow(t, db, "jetstream-consumer").State(); st != leasestore.StateReleased {
 		t.Fatalf("after shutdown the lease is %s", st)
 	}
 	store.resume() // the renewal reaches the database after the release
@@ -109,7 +110,7 @@ func TestARenewalInFlightAtShutdownCannotReviveTheReleasedLease(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the held renewal never answered")
 	}
-	if row := readRow(t, db, "jetstream-consumer"); row.State() != StateReleased {
+	if row := readRow(t, db, "jetstream-consumer"); row.State() != leasestore.StateReleased {
 		t.Fatalf("a renewal that landed after the release revived the lease: %s for %d ms more", row.State(), row.ExpiresAt-row.Now)
 	}
 }
@@ -132,7 +133,7 @@ func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openDB(t)
 			h := newHarness(t)
-			store := newFaultyStore(NewStore(db, fastTiming.TTL))
+			store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 			t.Cleanup(store.resume)
 			p := &probe{}
 			h.start(Options{Name: "labeler-subscriber", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
@@ -182,12 +183,12 @@ func TestAHolderPausedPastItsTTLIsReplacedAndCannotWriteWhenResumed(t *testing.T
 	dbA, dbB := openDBFile(t, path), openDBFile(t, path)
 	createProbeTable(t, dbA)
 	h := newHarness(t)
-	storeA := newFaultyStore(NewStore(dbA, fastTiming.TTL))
+	storeA := newFaultyStore(leasestore.NewStore(dbA, fastTiming.TTL))
 	t.Cleanup(storeA.resume)
 	pa, pb := &probe{}, &probe{}
 	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: fastTiming, Store: storeA, Worker: pa.props})
 	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
-	h.start(Options{Name: "jetstream-consumer", Instance: "instance-b", Timing: fastTiming, Store: NewStore(dbB, fastTiming.TTL), Worker: pb.props})
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-b", Timing: fastTiming, Store: leasestore.NewStore(dbB, fastTiming.TTL), Worker: pb.props})
 	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
 
 	storeA.hold(true)
@@ -233,7 +234,7 @@ func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	p := &probe{}
-	h.start(Options{Name: "backfill", Instance: "instance-a", Timing: fastTiming, Store: NewStore(db, fastTiming.TTL), Worker: p.props})
+	h.start(Options{Name: "backfill", Instance: "instance-a", Timing: fastTiming, Store: leasestore.NewStore(db, fastTiming.TTL), Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
 	if _, err := db.Exec(`UPDATE leases SET holder = 'instance-b', fence = fence + 1, expires_at = ` +
 		database.NowMS + ` + 60000 WHERE name = 'backfill'`); err != nil {
@@ -258,7 +259,7 @@ func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
 }
 
 // quickTiming makes a renewal due every 20 ms, for tests that loop.
-var quickTiming = Timing{TTL: time.Second, RenewInterval: 20 * time.Millisecond,
+var quickTiming = leasestore.Timing{TTL: time.Second, RenewInterval: 20 * time.Millisecond,
 	RenewDeadline: 500 * time.Millisecond, RetryInterval: 100 * time.Millisecond}
 
 // A shutdown request and the news of a takeover arriving together, in
@@ -267,7 +268,7 @@ var quickTiming = Timing{TTL: time.Second, RenewInterval: 20 * time.Millisecond,
 func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	shared := NewStore(db, quickTiming.TTL)
+	shared := leasestore.NewStore(db, quickTiming.TTL)
 	const rounds = 100
 	outcomes := map[string]int{}
 	for i := range rounds {
@@ -315,11 +316,11 @@ func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
 func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
 	db, thiefDB := openDBFile(t, path), openDBFile(t, path)
-	thief := NewStore(thiefDB, quickTiming.TTL)
+	thief := leasestore.NewStore(thiefDB, quickTiming.TTL)
 	baseline := goleak.IgnoreCurrent()
 	h := newHarness(t)
 	p := &probe{}
-	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming, Store: NewStore(db, quickTiming.TTL), Worker: p.props})
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming, Store: leasestore.NewStore(db, quickTiming.TTL), Worker: p.props})
 	_, at := h.events.wait(t, 0, "lease.acquired", is(events.LeaseAcquired, "instance-a"))
 	for cycle := range 20 {
 		// Another instance takes the lease over and hands it straight back.
@@ -348,7 +349,7 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 
 // zombieTiming has a TTL long next to the retry interval, so a grant left
 // to run out is easy to tell from one handed back.
-var zombieTiming = Timing{TTL: 4 * time.Second, RenewInterval: 100 * time.Millisecond,
+var zombieTiming = leasestore.Timing{TTL: 4 * time.Second, RenewInterval: 100 * time.Millisecond,
 	RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 
 // Renewals that hung past the deadline (the holder gave the lease up as a
@@ -359,7 +360,7 @@ var zombieTiming = Timing{TTL: 4 * time.Second, RenewInterval: 100 * time.Millis
 func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newFaultyStore(NewStore(db, zombieTiming.TTL))
+	store := newFaultyStore(leasestore.NewStore(db, zombieTiming.TTL))
 	t.Cleanup(store.resume)
 	p := &probe{}
 	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
@@ -401,14 +402,14 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 func TestALeaseActorStoppedOutrightStillReleasesBeforeItTerminates(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newFaultyStore(NewStore(db, fastTiming.TTL))
+	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	store.releaseLag = 100 * time.Millisecond
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
 	h.sys.Root.Stop(r.pid)
 	r.wait(t)
-	if st := readRow(t, db, "cleanup").State(); st != StateReleased {
+	if st := readRow(t, db, "cleanup").State(); st != leasestore.StateReleased {
 		t.Fatalf("terminated with the lease %s", st)
 	}
 	if p.stopping.Load() != 1 {
@@ -444,7 +445,7 @@ type lateFirstAcquire struct {
 	retried chan struct{} // closed at the second call
 }
 
-func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls
@@ -460,7 +461,7 @@ func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (Gr
 	case <-s.land:
 		return s.StoreAPI.Acquire(ctx, name, holder)
 	default:
-		return Grant{}, errors.New("injected: database error")
+		return leasestore.Grant{}, errors.New("injected: database error")
 	}
 }
 
@@ -471,7 +472,7 @@ func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (Gr
 func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
+	store := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
 	p := &probe{}
 	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
 	select {
@@ -505,7 +506,7 @@ func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testi
 		t.Run(landing, func(t *testing.T) {
 			db := openDB(t)
 			h := newHarness(t)
-			store := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
+			store := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
 			p := &probe{}
 			r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props})
 			select {
@@ -525,7 +526,7 @@ func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testi
 				r.wait(t)
 			}
 			row := readRow(t, db, "jetstream-consumer")
-			if row.State() == StateHeld {
+			if row.State() == leasestore.StateHeld {
 				t.Fatalf("the lease is still held (fence %d, %d ms left) after the LeaseActor terminated", row.Fence, row.ExpiresAt-row.Now)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // recordingConnector wraps the libSQL connector and records every argument
@@ -133,7 +134,7 @@ func TestAStoreNeverJudgesExpiryByItsLocalClock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
 	admin := openDBFile(t, path)
 	recDB, rec := openRecording(t, path)
-	s := NewStore(recDB, 15*time.Second)
+	s := leasestore.NewStore(recDB, 15*time.Second)
 	ctx := context.Background()
 
 	// Held by another instance for 10 s more on the database's clock.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // A grant exists only once its statement has committed. The RETURNING row
@@ -22,7 +24,7 @@ func TestAnAcquireWhoseCommitFailsIsNotAGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, err := NewStore(db, time.Minute).Acquire(context.Background(), "doomed", "a")
+	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), "doomed", "a")
 	if err == nil {
 		t.Fatalf("acquire reported %+v although its commit failed", g)
 	}

@@ -11,13 +11,15 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // slowRetry makes a contender's own retries slow (8-12 s, and the grant it
 // waits for has 30 s left), so an acquire within milliseconds of a release
 // can only come from the nudge.
-var slowRetry = Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
+var slowRetry = leasestore.Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
 	RenewDeadline: 10 * time.Second, RetryInterval: 10 * time.Second}
 
 // nudgeEndpoint is an instance's loopback admin mux serving POST
@@ -40,7 +42,7 @@ func newNudgeEndpoint(t *testing.T, sys *actor.ActorSystem, lease string) *nudge
 			return
 		}
 		e.got.Add(1)
-		sys.Root.Send(pid, Nudge{})
+		sys.Root.Send(pid, &Nudge{})
 		w.WriteHeader(http.StatusNoContent)
 	})
 	e.srv = httptest.NewServer(mux)
@@ -50,8 +52,8 @@ func newNudgeEndpoint(t *testing.T, sys *actor.ActorSystem, lease string) *nudge
 
 func (e *nudgeEndpoint) url() string { return e.srv.URL + "/lease/nudge" }
 
-func newContenders(t *testing.T, db *sql.DB, instance, url string, ttl time.Duration) *Contenders {
-	c := &Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
+func newContenders(t *testing.T, db *sql.DB, instance, url string, ttl time.Duration) *leasestore.Contenders {
+	c := &leasestore.Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
 	t.Cleanup(c.Wait) // before the database closes
 	return c
 }
@@ -63,11 +65,11 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	const name = "jetstream-consumer"
 	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
 	pa, pb := &probe{}, &probe{}
-	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: NewStore(dbA, slowRetry.TTL),
+	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: leasestore.NewStore(dbA, slowRetry.TTL),
 		Worker: pa.props, Contenders: newContenders(t, dbA, "instance-a", epA.url(), slowRetry.TTL)})
 	epA.pid.Store(ra.pid)
 	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
-	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: NewStore(dbB, slowRetry.TTL),
+	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(dbB, slowRetry.TTL),
 		Worker: pb.props, Contenders: newContenders(t, dbB, "instance-b", epB.url(), slowRetry.TTL)})
 	epB.pid.Store(rb.pid)
 	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
@@ -99,13 +101,13 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 
 // Nudges are advisory and cheap to send, so a misbehaving peer may send
 // many: however many arrive, the contender makes at most one acquire
-// attempt per nudgeSpacing.
+// attempt per machine.NudgeSpacing.
 func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	const name = "cleanup"
-	mustAcquire(t, NewStore(db, time.Minute), name, "instance-a")
-	store := newFaultyStore(NewStore(db, slowRetry.TTL))
+	mustAcquire(t, leasestore.NewStore(db, time.Minute), name, "instance-a")
+	store := newFaultyStore(leasestore.NewStore(db, slowRetry.TTL))
 	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: store, Worker: (&probe{}).props})
 	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
 
@@ -116,7 +118,7 @@ func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
 	for time.Since(start) < flood {
 		<-tick.C
 		for range 5 {
-			h.sys.Root.Send(r.pid, Nudge{})
+			h.sys.Root.Send(r.pid, &Nudge{})
 			sent++
 		}
 	}
@@ -124,7 +126,7 @@ func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
 	end := time.Now()
 	// Let the nudges already queued be processed: a status request is
 	// answered after every message sent before it.
-	if _, err := h.sys.Root.RequestFuture(r.pid, StatusRequest{}, waitFor).Result(); err != nil {
+	if _, err := h.sys.Root.RequestFuture(r.pid, &StatusRequest{}, waitFor).Result(); err != nil {
 		t.Fatal(err)
 	}
 	drained := time.Now()
@@ -136,10 +138,10 @@ func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
 	}
 	// Attempts may trail the flood while the mailbox drains.
 	window := drained.Sub(start)
-	limit := int(window/nudgeSpacing) + 2
+	limit := int(window/machine.NudgeSpacing) + 2
 	t.Logf("%d nudges in %s (drained after %s): %d acquire attempts, limit %d", sent, end.Sub(start), window, during, limit)
 	if during > limit {
-		t.Fatalf("%d acquire attempts in %s for %d nudges; want at most one per %s (%d)", during, window, sent, nudgeSpacing, limit)
+		t.Fatalf("%d acquire attempts in %s for %d nudges; want at most one per %s (%d)", during, window, sent, machine.NudgeSpacing, limit)
 	}
 	if during == 0 {
 		t.Fatal("no acquire attempt at all: nudges were ignored")

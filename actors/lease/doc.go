@@ -6,7 +6,7 @@
 // For each lease name, at any instant at most one instance trusts a grant,
 // and only the instance that trusts a grant runs the lease's worker. Every
 // change of custody increments the fence token; a write made through
-// Fenced commits only while its custody is the current, unexpired grant on
+// fence.Fenced commits only while its custody is the current, unexpired grant on
 // the database's clock, so a holder that stalled (GC pause, SIGSTOP, a
 // partition) and missed its own loss cannot land anything once another
 // instance has taken over. Exclusivity is the goal; fencing is what makes
@@ -42,9 +42,9 @@
 //
 // # States
 //
-// Custody decisions live in Machine, a pure state machine (time and inputs
-// in, commands out) driven by the LeaseActor, a thin shell that carries
-// out the commands: store calls in goroutines that answer with messages,
+// Custody decisions live in machine.Machine (actors/lease/internal/machine),
+// a pure state machine (time and inputs in, commands out) driven by the
+// LeaseActor, a thin shell that carries out the commands: store calls in goroutines that answer with messages,
 // one timer, the worker spawned as the actor's child.
 //
 //	            Start               grant (fence+1)
@@ -74,7 +74,8 @@
 // try. A renewal blackout, or a fenced write that finds the custody
 // superseded, is a failure whose directive is Stop, never Restart.
 //
-// Shutdown (StopRequested) poisons the worker, keeps renewing while it
+// Shutdown (a *StopRequested message, which the system's root sends to
+// every LeaseActor) sends the worker Drain and then poisons it, keeps renewing while it
 // drains (its last writes are fenced and must still land), releases, and
 // only then stops the actor: the system's shutdown waits for the release
 // to commit or definitively fail. A release runs on its own bounded
@@ -90,7 +91,7 @@
 // its nudge endpoint (lease_contenders); a holder that has just released
 // POSTs to each recent contender, which makes an acquire attempt at once.
 // Correctness never depends on the nudge: a nudge can only cause an
-// acquire attempt (at most one per nudgeSpacing, however many arrive), and
+// acquire attempt (at most one per machine.NudgeSpacing, however many arrive), and
 // a lost one costs a retry interval. A grant that turns up after custody
 // was given up (an acquire or renewal answered too late) is handed back
 // at once rather than left to run out its TTL.
@@ -112,4 +113,13 @@
 //     do not matter.
 //   - Two processes configured with the same instance_id are still safe
 //     (the fence tells them apart) but will contend as strangers.
+//
+// # Package map
+//
+// This package is what the rest of the program uses: Options and NewProps
+// build a LeaseActor; StopRequested, Nudge and StatusRequest are the
+// messages it takes; Drain is the message a worker gets before a graceful
+// stop. The SQL side (the leases table, Timing and its Validate, the
+// contenders table) is internal/leasestore; the state machine is
+// actors/lease/internal/machine.
 package lease

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Fence must never go backwards, even if a row is deleted.
 func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
 
 func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if typ != "integer" {
-		t.Fatalf("acquire at fence MaxInt64 (answer %+v, %v) left fence a %s (%v): the row, and List, are unreadable", g, err, typ, raw)
+		t.Fatalf("acquire at fence MaxInt64 (answer %+v, %v) left fence a %s (%v): the row, and leasestore.List, are unreadable", g, err, typ, raw)
 	}
 	rows, lerr := s.List(context.Background())
 	if lerr != nil || len(rows) != 1 || rows[0].Holder != "a" {
@@ -64,7 +65,7 @@ func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 	}
 }
 
-func readRowHolder(t *testing.T, s *Store) string {
+func readRowHolder(t *testing.T, s *leasestore.Store) string {
 	rows, err := s.List(context.Background())
 	if err != nil {
 		return "list error: " + err.Error()
@@ -78,7 +79,7 @@ func readRowHolder(t *testing.T, s *Store) string {
 
 func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	names := []string{"", " ", "a'b", `a"b`, strings.Repeat("n", 100000), "ünï", "1234", "2024-01-01", "NULL", "a\nb"}
 	for _, n := range names {
 		for _, h := range []string{"", " ", strings.Repeat("h", 50000), "12", "2024-06-01T12:00:00Z", "0x10"} {

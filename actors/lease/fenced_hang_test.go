@@ -10,6 +10,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer stands
@@ -27,7 +28,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewStore(db.DB, time.Minute).Acquire(ctx, "l", "a")
+	g, err := leasestore.NewStore(db.DB, time.Minute).Acquire(ctx, "l", "a")
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}

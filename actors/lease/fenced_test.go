@@ -10,6 +10,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 func writeProbe(tx *sql.Tx, fence int64) error {
@@ -29,7 +30,7 @@ func probeWrites(t testing.TB, db *sql.DB) int {
 func TestFencedWriteUnderTheCurrentCustodyCommits(t *testing.T) {
 	db := openDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, NewStore(db, longTTL), "jetstream-consumer", "instance-a")
+	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "jetstream-consumer", "instance-a")
 	before := rowBytes(t, db, "jetstream-consumer")
 	for range 3 {
 		if err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
@@ -49,28 +50,28 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 		name string
 		// lose turns the custody c (just granted on s) into one that is no
 		// longer current, and returns the custody to write under.
-		lose func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody
+		lose func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody
 	}{
-		{"stale fence after a takeover", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
+		{"stale fence after a takeover", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			mustAcquire(t, s, c.Lease, "instance-b")
 			return c
 		}},
-		{"expired on the database clock", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
+		{"expired on the database clock", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			return c
 		}},
-		{"released", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
+		{"released", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
 			if err := s.Release(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 			return c
 		}},
-		{"another holder with the same fence", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
+		{"another holder with the same fence", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
 			c.Holder = "instance-b"
 			return c
 		}},
-		{"a fence never granted", func(t *testing.T, db *sql.DB, s *Store, c fence.Custody) fence.Custody {
+		{"a fence never granted", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
 			c.Fence++
 			return c
 		}},
@@ -79,7 +80,7 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openDB(t)
 			createProbeTable(t, db)
-			s := NewStore(db, longTTL)
+			s := leasestore.NewStore(db, longTTL)
 			c := tc.lose(t, db, s, mustAcquire(t, s, "cleanup", "instance-a"))
 			before := rowBytes(t, db, "cleanup")
 			calls := 0
@@ -119,7 +120,7 @@ func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
 func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 	db := openDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	for _, custody := range []fence.Custody{c, {Lease: "cleanup", Holder: "instance-a"}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		err := fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
@@ -147,7 +148,7 @@ func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
 	db := openDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	boom := errors.New("boom")
 	err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
 		if err := writeProbe(tx, c.Fence); err != nil {
@@ -170,7 +171,7 @@ func TestTakeoverCannotCommitInsideAFencedTransaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
 	db, other := openDBFile(t, path), openDBFile(t, path)
 	createProbeTable(t, db)
-	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	inside, proceed := make(chan struct{}), make(chan struct{})
 	fenced := make(chan error, 1)
 	go func() {

@@ -18,6 +18,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // waitFor bounds every wait on an event or a state; a test that needs
@@ -26,7 +27,7 @@ const waitFor = 15 * time.Second
 
 // fastTiming keeps actor tests short while respecting the config
 // invariants (RenewInterval < TTL/2, RenewInterval < RenewDeadline < TTL).
-var fastTiming = Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
+var fastTiming = leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
 	RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 
 // openDBFile opens (and migrates) the database file at path: one pool, as
@@ -67,9 +68,9 @@ quote(acquired_at)||'|'||quote(renewed_at)||'|'||quote(expires_at) FROM leases W
 }
 
 // readRow reads one lease row with the database clock.
-func readRow(t testing.TB, db *sql.DB, name string) Row {
+func readRow(t testing.TB, db *sql.DB, name string) leasestore.Row {
 	t.Helper()
-	rows, err := List(context.Background(), db)
+	rows, err := leasestore.List(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func readRow(t testing.TB, db *sql.DB, name string) Row {
 		}
 	}
 	t.Fatalf("no lease row %q", name)
-	return Row{}
+	return leasestore.Row{}
 }
 
 // eventLog records every custody event published on an actor system's
@@ -225,7 +226,10 @@ func (h *harness) start(o Options) *runner {
 	}
 	r := &runner{done: make(chan struct{})}
 	pids := make(chan *actor.PID, 1)
-	props := NewProps(o)
+	props, err := NewProps(o)
+	if err != nil {
+		h.t.Fatalf("NewProps: %v", err)
+	}
 	h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
 		switch c.Message().(type) {
 		case *actor.Started:
@@ -243,7 +247,7 @@ func (h *harness) start(o Options) *runner {
 }
 
 // stop asks the LeaseActor to stop gracefully.
-func (h *harness) stop(r *runner) { h.sys.Root.Send(r.pid, StopRequested{}) }
+func (h *harness) stop(r *runner) { h.sys.Root.Send(r.pid, &StopRequested{}) }
 
 // stopAndWait stops the LeaseActor gracefully and waits until it has
 // terminated.
@@ -338,7 +342,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 		}
 	case *actor.Restarting:
 		w.p.restarting.Add(1)
-	case Drain:
+	case *Drain:
 		w.p.drains.Add(1)
 		if w.p.stopping.Load() == 0 {
 			w.p.drainedBeforeStop.Store(true)
@@ -449,7 +453,7 @@ func (f *faultyStore) waitGate(renewal bool) bool {
 	return true
 }
 
-func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
 	f.mu.Lock()
 	f.acquires = append(f.acquires, time.Now())
 	f.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // An instance_id is the operator's to choose, and go-libsql hands a plain
@@ -12,7 +14,7 @@ import (
 func TestADateLikeHolderIsReportedExactlyAsStored(t *testing.T) {
 	const holder = "2024-06-01"
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
 	held := mustAcquire(t, a, "cleanup", holder)
 	g, err := b.Acquire(context.Background(), "cleanup", "instance-b")
 	if err != nil || g.Granted {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // A LeaseActor that fails itself (here: a worker constructor that panics
@@ -21,10 +22,10 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	p := &probe{}
 	var built atomic.Int32
 	es := h.sys.EventStream
-	props := NewProps(Options{
+	props, err := NewProps(Options{
 		Name: "incarnation", Instance: "a",
-		Timing: Timing{TTL: ttl, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 10 * time.Second},
-		Store:  NewStore(db, ttl),
+		Timing: leasestore.Timing{TTL: ttl, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 10 * time.Second},
+		Store:  leasestore.NewStore(db, ttl),
 		Worker: func(c fence.Custody) *actor.Props {
 			if built.Add(1) == 1 {
 				panic("worker constructor bug")
@@ -33,6 +34,9 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 		},
 		Publish: func(e events.Custody) { es.Publish(e) },
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pids := make(chan *actor.PID, 1)
 	done := make(chan struct{})
 	h.sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
@@ -54,13 +58,13 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	})
 	h.events.wait(t, i, "its worker", isFor(events.WorkerStarted, "a", "incarnation"))
 
-	h.sys.Root.Send(pid, StopRequested{})
+	h.sys.Root.Send(pid, &StopRequested{})
 	select {
 	case <-done:
 	case <-time.After(waitFor):
 		t.Fatal("lease actor did not stop")
 	}
-	if r := readRow(t, db, "incarnation"); r.State() != StateReleased || r.Fence != 2 {
+	if r := readRow(t, db, "incarnation"); r.State() != leasestore.StateReleased || r.Fence != 2 {
 		t.Fatalf("row after stop: %+v (%s), want fence 2 released", r, r.State())
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Metrics are the per-lease Prometheus collectors (SPEC §7): whether this
@@ -88,7 +89,7 @@ func (m *Metrics) observe(e events.Custody) {
 	}
 }
 
-func (m *Metrics) observeAcquire(lease string, d time.Duration, g Grant, err error) {
+func (m *Metrics) observeAcquire(lease string, d time.Duration, g leasestore.Grant, err error) {
 	outcome := "contended"
 	switch {
 	case err != nil:

@@ -3,6 +3,7 @@ package lease
 import (
 	"testing"
 
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,7 +45,7 @@ func TestAnUnleasedLeaseActorRecordsNoLeaseMetrics(t *testing.T) {
 	h := newHarness(t)
 	leased, unleased := &probe{}, &probe{}
 	rl := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming,
-		Store: NewStore(db, quickTiming.TTL), Worker: leased.props, Metrics: m})
+		Store: leasestore.NewStore(db, quickTiming.TTL), Worker: leased.props, Metrics: m})
 	ru := h.start(Options{Name: "health", Instance: "instance-a", Timing: quickTiming,
 		Unleased: true, Worker: unleased.props, Metrics: m})
 	eventually(t, "both workers started", func() bool { return leased.started.Load() == 1 && unleased.started.Load() == 1 })

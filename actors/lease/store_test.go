@@ -12,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 const longTTL = time.Minute
@@ -25,7 +26,7 @@ func expireNow(t testing.TB, db *sql.DB, name string) {
 	}
 }
 
-func mustAcquire(t testing.TB, s *Store, name, holder string) fence.Custody {
+func mustAcquire(t testing.TB, s *leasestore.Store, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := s.Acquire(context.Background(), name, holder)
 	if err != nil {
@@ -39,7 +40,7 @@ func mustAcquire(t testing.TB, s *Store, name, holder string) fence.Custody {
 
 func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	stores := []*Store{NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)}
+	stores := []*leasestore.Store{leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)}
 	holders := []string{"instance-a", "instance-b"}
 	check := openDBFile(t, path)
 	ctx := context.Background()
@@ -50,7 +51,7 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 		var (
 			start  = make(chan struct{})
 			wg     sync.WaitGroup
-			grants [2]Grant
+			grants [2]leasestore.Grant
 			errs   [2]error
 		)
 		for j := range stores {
@@ -109,7 +110,7 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 
 func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
 	check := openDBFile(t, path)
 	ctx := context.Background()
 	held := mustAcquire(t, a, "cleanup", "instance-a")
@@ -139,7 +140,7 @@ func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) 
 
 func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
 	check := openDBFile(t, path)
 	ctx := context.Background()
 	old := mustAcquire(t, a, "jetstream-consumer", "instance-a")
@@ -174,7 +175,7 @@ func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 
 func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := NewStore(openDBFile(t, path), longTTL), NewStore(openDBFile(t, path), longTTL)
+	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
 	check := openDBFile(t, path)
 	ctx := context.Background()
 	held := mustAcquire(t, a, "billing-tier-refresh", "instance-a")
@@ -182,7 +183,7 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 		t.Fatalf("contender got a held lease: %+v %v", g, err)
 	}
 	before := readRow(t, check, "billing-tier-refresh")
-	if before.State() != StateHeld {
+	if before.State() != leasestore.StateHeld {
 		t.Fatalf("state before release: %s", before.State())
 	}
 	if err := a.Release(ctx, held); err != nil {
@@ -198,7 +199,7 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 		t.Fatalf("released row expires at %d, after the database's now %d", after.ExpiresAt, after.Now)
 	case after.RenewedAt != after.ExpiresAt:
 		t.Fatalf("released row has renewed_at %d != expires_at %d", after.RenewedAt, after.ExpiresAt)
-	case after.State() != StateReleased:
+	case after.State() != leasestore.StateReleased:
 		t.Fatalf("state after release: %s", after.State())
 	}
 	g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b")
@@ -210,14 +211,14 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 	if _, err := check.Exec(`UPDATE leases SET renewed_at = expires_at - 1 WHERE name = 'billing-tier-refresh'`); err != nil {
 		t.Fatal(err)
 	}
-	if st := readRow(t, check, "billing-tier-refresh").State(); st != StateExpired {
+	if st := readRow(t, check, "billing-tier-refresh").State(); st != leasestore.StateExpired {
 		t.Fatalf("state of a lease that ran out: %s", st)
 	}
 }
 
 func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	held := mustAcquire(t, s, "cleanup", "instance-a")
 	if _, err := db.Exec(`UPDATE leases SET expires_at = ` + database.NowMS + ` - 5000 WHERE name = 'cleanup'`); err != nil {
 		t.Fatal(err)
@@ -240,7 +241,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 	for _, end := range []string{"released", "expired and taken"} {
 		t.Run(end, func(t *testing.T) {
 			db := openDB(t)
-			s := NewStore(db, longTTL)
+			s := leasestore.NewStore(db, longTTL)
 			c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 			if end == "released" {
 				if err := s.Release(context.Background(), c); err != nil {
@@ -267,7 +268,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 	}
 	t.Run("expired and untaken", func(t *testing.T) {
 		db := openDB(t)
-		s := NewStore(db, longTTL)
+		s := leasestore.NewStore(db, longTTL)
 		c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 		if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` - 1000 WHERE name = ?1`, c.Lease); err != nil {
 			t.Fatal(err)
@@ -276,7 +277,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 			t.Fatalf("renewal of an expired grant nobody took: %v", err)
 		}
 		row := readRow(t, db, c.Lease)
-		if row.Fence != c.Fence || row.Holder != c.Holder || row.State() != StateHeld {
+		if row.Fence != c.Fence || row.Holder != c.Holder || row.State() != leasestore.StateHeld {
 			t.Fatalf("after the renewal: %+v (%s), want holder %s fence %d held", row, row.State(), c.Holder, c.Fence)
 		}
 	})
@@ -286,12 +287,12 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 // database (not a contention, not a supersession) until a write succeeds.
 func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("a new store: %v", err)
 	}
 	c := mustAcquire(t, s, "cleanup", "instance-a")
-	mustAcquire(t, NewStore(db, longTTL), "backfill", "instance-b")
+	mustAcquire(t, leasestore.NewStore(db, longTTL), "backfill", "instance-b")
 	if g, err := s.Acquire(context.Background(), "backfill", "instance-a"); err != nil || g.Granted {
 		t.Fatalf("contended acquire: %+v, %v", g, err)
 	}
@@ -319,7 +320,7 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 // the database's errors do.
 func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
 	db := openDB(t)
-	s := NewStore(db, longTTL)
+	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "cleanup", "instance-a")
 	ctx := context.Background()
 	if err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error { return errors.New("the hold did not answer") }); err == nil {

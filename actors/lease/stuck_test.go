@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // hungStore never answers until released, and counts the calls waiting in it.
@@ -31,9 +33,11 @@ func (h *hungStore) wait() error {
 	return errors.New("database came back")
 }
 
-func (h *hungStore) Acquire(context.Context, string, string) (Grant, error) { return Grant{}, h.wait() }
-func (h *hungStore) Renew(context.Context, fence.Custody) error             { return h.wait() }
-func (h *hungStore) Release(context.Context, fence.Custody) error           { return h.wait() }
+func (h *hungStore) Acquire(context.Context, string, string) (leasestore.Grant, error) {
+	return leasestore.Grant{}, h.wait()
+}
+func (h *hungStore) Renew(context.Context, fence.Custody) error   { return h.wait() }
+func (h *hungStore) Release(context.Context, fence.Custody) error { return h.wait() }
 
 // The driver ignores contexts, so a call to a hung database keeps its
 // goroutine. A contender that gives up on such calls must not start a new
@@ -42,15 +46,15 @@ func (h *hungStore) Release(context.Context, fence.Custody) error           { re
 func TestCallsToAHungDatabaseDoNotPileUp(t *testing.T) {
 	h := newHarness(t)
 	store := &hungStore{release: make(chan struct{})}
-	timing := Timing{TTL: time.Second, RenewInterval: 50 * time.Millisecond,
+	timing := leasestore.Timing{TTL: time.Second, RenewInterval: 50 * time.Millisecond,
 		RenewDeadline: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond}
 	r := h.start(Options{Name: "stuck", Instance: "a", Timing: timing, Store: store, Worker: (&probe{}).props})
 	deadline := time.Now().Add(waitFor)
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	for {
-		res, err := h.sys.Root.RequestFuture(r.pid, StatusRequest{}, time.Second).Result()
-		if st, ok := res.(Status); err == nil && ok && strings.Contains(st.LastError, errStoreStuck.Error()) {
+		res, err := h.sys.Root.RequestFuture(r.pid, &StatusRequest{}, time.Second).Result()
+		if st, ok := res.(Status); err == nil && ok && strings.Contains(st.LastError, machine.ErrStoreStuck.Error()) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -4,20 +4,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // supervisionTiming has a short TTL so the give-up cooldown (one TTL) is
 // quick to observe.
-var supervisionTiming = Timing{TTL: time.Second, RenewInterval: 100 * time.Millisecond,
+var supervisionTiming = leasestore.Timing{TTL: time.Second, RenewInterval: 100 * time.Millisecond,
 	RenewDeadline: 600 * time.Millisecond, RetryInterval: 200 * time.Millisecond}
 
 func TestAPanickingWorkerIsRestartedInPlaceUnderTheSameCustody(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	p := &probe{}
-	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: supervisionTiming, Store: NewStore(db, supervisionTiming.TTL), Worker: p.props})
+	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: p.props})
 	started, _ := h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
 	eventually(t, "worker running", func() bool { return p.pid() != nil })
 	h.sys.Root.Send(p.pid(), panicWith{reason: "injected: nil map write"})
@@ -37,7 +39,7 @@ func TestAPanickingWorkerIsRestartedInPlaceUnderTheSameCustody(t *testing.T) {
 			t.Fatalf("a single panic caused %d %s", n, kind)
 		}
 	}
-	if row := readRow(t, db, "jetstream-consumer"); row.Fence != started.Fence || row.State() != StateHeld {
+	if row := readRow(t, db, "jetstream-consumer"); row.Fence != started.Fence || row.State() != leasestore.StateHeld {
 		t.Fatalf("custody changed by a restart: %+v", row)
 	}
 }
@@ -48,7 +50,7 @@ func TestAPanickingWorkerIsRestartedInPlaceUnderTheSameCustody(t *testing.T) {
 func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := newFaultyStore(NewStore(db, supervisionTiming.TTL))
+	store := newFaultyStore(leasestore.NewStore(db, supervisionTiming.TTL))
 	p := &probe{}
 	p.panicOnStart.Store("injected: cannot connect to the labeler")
 	h.start(Options{Name: "labeler-subscriber", Instance: "instance-a", Timing: supervisionTiming, Store: store, Worker: p.props})
@@ -64,8 +66,8 @@ func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 			restarts = append(restarts, e)
 		}
 	}
-	if len(restarts) != maxFailures {
-		t.Fatalf("%d restarts before giving up, want %d:\n%s", len(restarts), maxFailures, formatEvents(all))
+	if len(restarts) != machine.MaxFailures {
+		t.Fatalf("%d restarts before giving up, want %d:\n%s", len(restarts), machine.MaxFailures, formatEvents(all))
 	}
 	for i, e := range restarts {
 		if e.Attempt != i+1 || e.Fence != 1 {
@@ -74,7 +76,7 @@ func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 		if i > 0 {
 			// Backoff doubles: 100, 200, 400, 800 ms between restarts
 			// (plus the time to fail again).
-			want := restartBackoffMin << i
+			want := machine.RestartBackoffMin << i
 			if gap := e.At.Sub(restarts[i-1].At); gap < want {
 				t.Fatalf("restart %d came %s after the previous one, want >= %s", i+1, gap, want)
 			}
@@ -105,8 +107,8 @@ func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 	h.events.wait(t, releasedAt, "a fresh worker", is(events.WorkerStarted, "instance-a"))
 	// Six starts failed (the first and five restarts); the seventh runs.
 	eventually(t, "the fresh worker running", func() bool { return p.started.Load() == 7 })
-	if n := p.restarting.Load(); n != maxFailures {
-		t.Fatalf("%d restarts, want %d", n, maxFailures)
+	if n := p.restarting.Load(); n != machine.MaxFailures {
+		t.Fatalf("%d restarts, want %d", n, machine.MaxFailures)
 	}
 }
 
@@ -116,9 +118,9 @@ func TestAnotherInstanceTakesTheLeaseAFailingWorkerGaveUp(t *testing.T) {
 	h := newHarness(t)
 	pa, pb := &probe{}, &probe{}
 	pa.panicOnStart.Store("injected: bad local disk")
-	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: supervisionTiming, Store: NewStore(db, supervisionTiming.TTL), Worker: pa.props})
+	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: pa.props})
 	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
-	h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: supervisionTiming, Store: NewStore(db, supervisionTiming.TTL), Worker: pb.props})
+	h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: pb.props})
 	_, releasedAt := h.events.wait(t, 0, "lease.released by a", is(events.LeaseReleased, "instance-a"))
 	acq, _ := h.events.wait(t, releasedAt, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
 	if acq.Fence != 2 {
@@ -134,7 +136,7 @@ func TestAWorkerFailingWithErrSupersededIsStoppedNotRestarted(t *testing.T) {
 	createProbeTable(t, db)
 	h := newHarness(t)
 	p := &probe{}
-	h.start(Options{Name: "billing-tier-refresh", Instance: "instance-a", Timing: supervisionTiming, Store: NewStore(db, supervisionTiming.TTL), Worker: p.props})
+	h.start(Options{Name: "billing-tier-refresh", Instance: "instance-a", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
 	eventually(t, "worker running", func() bool { return p.pid() != nil })
 	// Another instance took the lease between two renewals.

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // lostAnswerStore commits the first acquire in the database but reports an
@@ -23,10 +23,10 @@ type lostAnswerStore struct {
 	n atomic.Int32
 }
 
-func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
 	g, err := s.StoreAPI.Acquire(ctx, name, holder)
 	if s.n.Add(1) == 1 && err == nil && g.Granted {
-		return Grant{}, errors.New("connection reset by peer (answer lost after commit)")
+		return leasestore.Grant{}, errors.New("connection reset by peer (answer lost after commit)")
 	}
 	return g, err
 }
@@ -34,15 +34,15 @@ func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (Gra
 func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
+	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	// Second attempt finds its own grant: contended by itself.
 	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
 	h.stopAndWait(r)
 	row := readRow(t, db, "cleanup")
-	if row.State() == StateHeld {
+	if row.State() == leasestore.StateHeld {
 		t.Fatalf("instance-a stopped leaving its own grant held for %d ms more (row %+v): a successor waits out the TTL", row.ExpiresAt-row.Now, row)
 	}
 }
@@ -50,8 +50,8 @@ func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
 func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
+	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	// Well inside the 20 s TTL the unanswered grant would otherwise hold.
@@ -62,8 +62,8 @@ func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
 func TestShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := newFaultyStore(NewStore(db, timing.TTL))
+	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := newFaultyStore(leasestore.NewStore(db, timing.TTL))
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
@@ -74,7 +74,7 @@ func TestShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
 	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
 	h.stopAndWait(r)
 	row := readRow(t, db, "cleanup")
-	if row.State() == StateHeld {
+	if row.State() == leasestore.StateHeld {
 		t.Fatalf("stopped leaving its own unused grant held for %d ms more (row %+v)", row.ExpiresAt-row.Now, row)
 	}
 }
@@ -96,8 +96,8 @@ func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
-	timing := Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
+	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props, Metrics: metrics})
 	checkHeldAfterHandBack(t, h, metrics)
@@ -108,7 +108,7 @@ func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T
 	db := openDB(t)
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
-	inner := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
+	inner := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
 	store := &slowAnswerRelease{StoreAPI: inner, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props, Metrics: metrics})
@@ -120,7 +120,7 @@ func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T
 func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
 	db := openDB(t)
 	h := newHarness(t)
-	store := NewStore(db, fastTiming.TTL)
+	store := leasestore.NewStore(db, fastTiming.TTL)
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
@@ -194,50 +194,4 @@ func waitObserved(t *testing.T, metrics *Metrics, lease string, kind events.Kind
 		}
 		return false
 	})
-}
-
-// A grant under this holder's name is handed back as an errored acquire's
-// lost answer only if it was made since that acquire started: a grant
-// made earlier belongs to another process that wrongly shares the
-// instance_id, and taking it from it would make the two fight over the
-// lease (each losing custody in turn).
-func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		age      time.Duration // of the grant, when the next acquire reads it
-		handBack bool
-	}{
-		{"made during the errored call", 150 * time.Millisecond, true},
-		{"made before it (a duplicate instance_id)", 10 * time.Second, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := NewMachine("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)))
-			seqOf := func(cmds []Command) uint64 {
-				for _, c := range cmds {
-					if a, ok := c.(AcquireCmd); ok {
-						return a.Seq
-					}
-				}
-				t.Fatalf("no acquire in %v", cmds)
-				return 0
-			}
-			now := time.Second
-			seq := seqOf(m.Step(now, Start{}))
-			now += 100 * time.Millisecond
-			m.Step(now, AcquireResult{Seq: seq, Err: errors.New("connection reset by peer")})
-			now += fastTiming.RetryInterval * 2
-			seq = seqOf(m.Step(now, Tick{}))
-			now += time.Millisecond
-			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age}})
-			released := false
-			for _, c := range cmds {
-				if r, ok := c.(ReleaseCmd); ok && r.Custody.Fence == 1 {
-					released = true
-				}
-			}
-			if released != tc.handBack {
-				t.Fatalf("hand-back of fence 1 = %v, want %v (commands %v)", released, tc.handBack, cmds)
-			}
-		})
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
@@ -60,7 +60,7 @@ func newSystem(t testing.TB) *actor.ActorSystem {
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := lease.NewStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
+	g, err := leasestore.NewStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire for %s: %+v %v", holder, g, err)
 	}
@@ -101,7 +101,7 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := acquire(t, db.DB, "a")
-	if err := lease.NewStore(db.DB, ttl).Release(context.Background(), old); err != nil {
+	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
 	cur := acquire(t, db.DB, "b")
@@ -250,7 +250,7 @@ func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing
 	}
 	// Instance A loses custody (here: its lease is taken over after a
 	// release); B starts cold, from the persisted rows only.
-	if err := lease.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	b := acquire(t, db.DB, "instance-b")
@@ -297,7 +297,7 @@ WHERE (SELECT COUNT(*) FROM repository_hold_stats h WHERE h.did = repository_sta
 	if broken == 0 {
 		t.Fatal("no repository has two holds: the test proves nothing")
 	}
-	if err := lease.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	b := acquire(t, db.DB, "instance-b")
@@ -334,7 +334,7 @@ func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 	db := openDB(t)
 	sys := newSystem(t)
 	a := acquire(t, db.DB, "instance-a")
-	if err := lease.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "instance-b")

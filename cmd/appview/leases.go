@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // newLeasesCommand is `appview leases` (docs/spec.md §2). It only reads: open must
@@ -33,13 +33,13 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 			if err := cli.RequireTable(ctx, db, "leases"); err != nil {
 				return err
 			}
-			rows, err := lease.ListBounded(ctx, db.DB)
+			rows, err := leasestore.ListBounded(ctx, db.DB)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				list := make([]lease.Listed, 0, len(rows))
+				list := make([]leasestore.Listed, 0, len(rows))
 				for _, r := range rows {
 					list = append(list, r.Listed())
 				}
@@ -51,7 +51,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 			fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tSTATE\tTIME LEFT")
 			for _, r := range rows {
 				left := "-"
-				if r.State() == lease.StateHeld {
+				if r.State() == leasestore.StateHeld {
 					left = r.TimeLeft().Round(time.Millisecond).String()
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // assertFailure checks exit code 1 and exactly one stderr line containing
@@ -50,14 +50,14 @@ func assertEmptyDir(t *testing.T, dir string) {
 
 // migratedWithLease creates a migrated database at path holding one
 // granted lease, and returns it with the grant.
-func migratedWithLease(t *testing.T, path string) (*database.DB, lease.Grant) {
+func migratedWithLease(t *testing.T, path string) (*database.DB, leasestore.Grant) {
 	t.Helper()
 	db := openTestDB(t, path)
 	ctx := context.Background()
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g, err := lease.NewStore(db.DB, time.Minute).Acquire(ctx, "cleanup", "instance-x")
+	g, err := leasestore.NewStore(db.DB, time.Minute).Acquire(ctx, "cleanup", "instance-x")
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v %v", g, err)
 	}
@@ -154,7 +154,7 @@ func TestLeasesPrintsTheTableWhileAnotherProcessHoldsTheWriteLock(t *testing.T) 
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
 		t.Fatalf("leases --json: %v\n%s", err, r.stdout)
 	}
-	if len(rows) != 1 || rows[0].Name != "cleanup" || rows[0].Holder != "instance-x" || rows[0].Fence != held.Fence || rows[0].State != lease.StateHeld {
+	if len(rows) != 1 || rows[0].Name != "cleanup" || rows[0].Holder != "instance-x" || rows[0].Fence != held.Fence || rows[0].State != leasestore.StateHeld {
 		t.Fatalf("leases --json = %+v, want cleanup held by instance-x with fence %d", rows, held.Fence)
 	}
 

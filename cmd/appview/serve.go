@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -296,15 +297,15 @@ func debugLeases(db *database.DB, instance string, sys *system.System) http.Hand
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		out := struct {
-			Instance string         `json:"instance"`
-			Leases   []lease.Listed `json:"leases"`
-			Local    []lease.Status `json:"local"`
-			Error    string         `json:"error,omitempty"`
-		}{Instance: instance, Leases: []lease.Listed{}, Local: sys.Statuses()}
+			Instance string              `json:"instance"`
+			Leases   []leasestore.Listed `json:"leases"`
+			Local    []lease.Status      `json:"local"`
+			Error    string              `json:"error,omitempty"`
+		}{Instance: instance, Leases: []leasestore.Listed{}, Local: sys.Statuses()}
 		err := db.CheckFile()
-		var rows []lease.Row
+		var rows []leasestore.Row
 		if err == nil {
-			rows, err = lease.ListBounded(ctx, db.DB)
+			rows, err = leasestore.ListBounded(ctx, db.DB)
 		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {

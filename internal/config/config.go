@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Config is the whole configuration tree. YAML keys are the `yaml` tags;
@@ -102,6 +104,11 @@ type Leases struct {
 	RenewDeadline time.Duration `yaml:"renew_deadline"`
 	// RetryInterval is how often a contender retries, with jitter.
 	RetryInterval time.Duration `yaml:"retry_interval"`
+}
+
+// Timing is the lease timing these keys configure.
+func (l Leases) Timing() leasestore.Timing {
+	return leasestore.Timing{TTL: l.TTL, RenewInterval: l.RenewInterval, RenewDeadline: l.RenewDeadline, RetryInterval: l.RetryInterval}
 }
 
 // Bounds on jetstream.max_message_bytes, enforced by Validate. Below 1 KiB

@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/atcr-io/appview/internal/database/dburl"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/nsid"
 )
 
@@ -313,30 +314,26 @@ func (c Config) Validate() error {
 		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
 	case c.Database.BusyTimeout < 0:
 		return keyErr("database.busy_timeout", "must not be negative")
-	case l.TTL <= 0:
-		return keyErr("leases.ttl", "must be positive, got %s", l.TTL)
-	case l.TTL < MinLeaseTTL:
+	// Operator floors and ceilings first; the relations the custody
+	// guarantee rests on are the lease package's own (Timing.Validate,
+	// also checked by the LeaseActor's constructor).
+	case l.TTL > 0 && l.TTL < MinLeaseTTL:
 		return keyErr("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
 	case l.TTL > MaxLeaseTTL:
 		return keyErr("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
-	case l.RenewInterval <= 0:
-		return keyErr("leases.renew_interval", "must be positive, got %s", l.RenewInterval)
-	case l.RenewInterval < MinLeaseRenewInterval:
+	case l.RenewInterval > 0 && l.RenewInterval < MinLeaseRenewInterval:
 		return keyErr("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
-	case l.RenewInterval >= l.TTL/2:
-		return keyErr("leases.renew_interval", "must be less than half of leases.ttl (%s >= %s/2)", l.RenewInterval, l.TTL)
-	case l.RenewDeadline < MinLeaseRenewDeadline:
+	case l.RenewDeadline > 0 && l.RenewDeadline < MinLeaseRenewDeadline:
 		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
-	case l.RenewDeadline >= l.TTL:
-		return keyErr("leases.renew_deadline", "must be less than leases.ttl (%s >= %s)", l.RenewDeadline, l.TTL)
-	case l.RenewDeadline <= l.RenewInterval:
-		return keyErr("leases.renew_deadline", "must be greater than leases.renew_interval (%s <= %s)", l.RenewDeadline, l.RenewInterval)
-	case l.RetryInterval <= 0:
-		return keyErr("leases.retry_interval", "must be positive, got %s", l.RetryInterval)
-	case l.RetryInterval < MinLeaseRetryInterval:
+	case l.RetryInterval > 0 && l.RetryInterval < MinLeaseRetryInterval:
 		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
-	case l.RetryInterval > l.TTL:
-		return keyErr("leases.retry_interval", "must not exceed leases.ttl (%s > %s)", l.RetryInterval, l.TTL)
+	}
+	if err := l.Timing().Validate(); err != nil {
+		var te *leasestore.TimingError
+		if errors.As(err, &te) {
+			return keyErr(te.Key, "%s", te.Reason)
+		}
+		return keyErr("leases", "%v", err)
 	}
 	if _, err := dburl.Parse(c.Database.URL); err != nil {
 		return keyErr("database.url", "%v", err)

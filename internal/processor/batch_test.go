@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 )
@@ -196,7 +196,7 @@ const time60s = 60 * time.Second
 
 func acquire(t testing.TB, db *sql.DB, name, holder string) fence.Custody {
 	t.Helper()
-	g, err := lease.NewStore(db, time60s).Acquire(context.Background(), name, holder)
+	g, err := leasestore.NewStore(db, time60s).Acquire(context.Background(), name, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s: %+v %v", name, g, err)
 	}

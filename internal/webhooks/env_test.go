@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -38,7 +38,7 @@ type env struct {
 	t       *testing.T
 	ctx     context.Context
 	db      *database.DB
-	leases  *lease.Store
+	leases  *leasestore.Store
 	custody fence.Custody
 	sys     *actor.ActorSystem
 }
@@ -56,7 +56,7 @@ func newEnv(t *testing.T) *env {
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	e := &env{t: t, ctx: ctx, db: db, leases: lease.NewStore(db.DB, time.Minute)}
+	e := &env{t: t, ctx: ctx, db: db, leases: leasestore.NewStore(db.DB, time.Minute)}
 	e.custody = e.acquire("instance-a")
 	e.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))

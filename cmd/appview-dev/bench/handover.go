@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/tests/harness"
 )
 
@@ -151,11 +151,11 @@ func (r *runner) crash(ctx context.Context) error {
 		killed, fence := p.holder.ID, p.fence
 		mark := p.contender.Log.Len()
 		p.holder.Kill()
-		rows, err := lease.List(ctx, reader.DB)
+		rows, err := leasestore.List(ctx, reader.DB)
 		if err != nil {
 			return err
 		}
-		var row *lease.Row
+		var row *leasestore.Row
 		for i := range rows {
 			if rows[i].Name == benchLease {
 				row = &rows[i]

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -20,7 +21,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/consumer"
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
@@ -89,7 +89,7 @@ type IngestResult struct {
 //     jetstream_cursor holds the last event's time_us: a ReplayServer on
 //     loopback (rate 0) sends compressed frames to a consumer actor built
 //     by consumer.Worker from the default configuration, holding a fenced
-//     grant from lease.Store, on a new file database;
+//     grant from leasestore.Store, on a new file database;
 //   - a bare run writes the recorded images into a new migrated file
 //     database with INSERT OR REPLACE, batch for batch, one transaction
 //     per batch (rowcapture.Capture.Insert).
@@ -240,7 +240,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	defer db.Close()
-	grant, err := lease.NewStore(db.DB, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
+	grant, err := leasestore.NewStore(db.DB, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
 	if err != nil {
 		return 0, err
 	}

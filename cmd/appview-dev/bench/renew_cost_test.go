@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 )
 
 // BenchmarkRenewStatements prices the parts of a renewal one at a time on
-// one connection: what lease.Store.Renew adds over a bare UPDATE.
+// one connection: what leasestore.Store.Renew adds over a bare UPDATE.
 func BenchmarkRenewStatements(b *testing.B) {
 	ctx := context.Background()
 	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(b.TempDir(), "a.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
@@ -25,7 +25,7 @@ func BenchmarkRenewStatements(b *testing.B) {
 	if _, err := db.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	store := lease.NewStore(db.DB, time.Hour)
+	store := leasestore.NewStore(db.DB, time.Hour)
 	const n = 100
 	var cs []fence.Custody
 	for i := range n {
@@ -115,7 +115,7 @@ func BenchmarkRenewConcurrent(b *testing.B) {
 	const perInstance = 300
 	grants := make([][]fence.Custody, 3)
 	for k, db := range dbs {
-		store := lease.NewStore(db.DB, time.Hour)
+		store := leasestore.NewStore(db.DB, time.Hour)
 		for j := range perInstance {
 			name := fmt.Sprintf("l%d-%03d", k, j)
 			g, err := store.Acquire(ctx, name, "h")

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/tests/harness"
 )
@@ -42,8 +42,8 @@ func (r *runner) openDB(ctx context.Context, kind, dir string) (*database.DB, fu
 	return db, func() { db.Close(); stop() }, nil
 }
 
-// roundTrips measures lease.Store.Acquire of a released row (what a
-// contender does at a handover) and lease.Store.Renew, one call at a time.
+// roundTrips measures leasestore.Store.Acquire of a released row (what a
+// contender does at a handover) and leasestore.Store.Renew, one call at a time.
 func (r *runner) roundTrips(ctx context.Context, kind string) error {
 	if kind == "sqld" && r.o.Sqld == "" {
 		r.note("acquire_rtt_p50_ms_sqld and renew_rtt_p50_ms_sqld not measured: no sqld binary (--sqld)")
@@ -58,7 +58,7 @@ func (r *runner) roundTrips(ctx context.Context, kind string) error {
 		return err
 	}
 	defer closeDB()
-	store := lease.NewStore(db.DB, Timing.TTL)
+	store := leasestore.NewStore(db.DB, Timing.TTL)
 	var acquire, renew []time.Duration
 	for range r.n.rtt {
 		start := time.Now()
@@ -96,7 +96,7 @@ const renewCostInstances = 3
 const bareRenewSQL = `UPDATE leases SET renewed_at = ?1, expires_at = ?2 WHERE name = ?3`
 
 // renewCost times rounds in which every instance renews all its leases
-// through lease.Store, against rounds of bare UPDATEs of the same rows,
+// through leasestore.Store, against rounds of bare UPDATEs of the same rows,
 // interleaved so that drift in the host's speed falls on both alike.
 func (r *runner) renewCost(ctx context.Context) error {
 	dir, err := r.scratch("renew-cost")
@@ -110,7 +110,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 	defer closeFirst()
 	type instance struct {
 		db     *database.DB
-		store  *lease.Store
+		store  *leasestore.Store
 		grants []fence.Custody
 	}
 	insts := make([]*instance, renewCostInstances)
@@ -123,7 +123,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 			}
 			defer db.Close()
 		}
-		in := &instance{db: db, store: lease.NewStore(db.DB, time.Hour)}
+		in := &instance{db: db, store: leasestore.NewStore(db.DB, time.Hour)}
 		holder := fmt.Sprintf("bench-%d", k)
 		for j := range r.n.renewLeases {
 			name := fmt.Sprintf("bench-renew-%d-%04d", k, j)

@@ -1,4 +1,8 @@
-package lease
+// Package machine is the custody state machine of one named lease in one
+// instance: pure (time and inputs in, commands out), driven by the
+// LeaseActor of package lease, which carries the commands out. See
+// actors/lease/doc.go for the states and the guarantee.
+package machine
 
 import (
 	"errors"
@@ -9,32 +13,19 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
-
-// Timing is the lease timing of SPEC §3 (leases.*). Validated by config:
-// RenewInterval < TTL/2 and RenewInterval < RenewDeadline < TTL.
-type Timing struct {
-	// TTL is the grant length on the database's clock.
-	TTL time.Duration
-	// RenewInterval is how often the holder renews.
-	RenewInterval time.Duration
-	// RenewDeadline is how long, measured locally from the start of the
-	// last successful acquire/renew attempt, the holder trusts its grant.
-	RenewDeadline time.Duration
-	// RetryInterval is the contender's base retry period (jittered ±20%).
-	RetryInterval time.Duration
-}
 
 // Supervision and retry policy. Durations are wall time on the local
 // monotonic clock.
 const (
-	// restartBackoffMin is the delay before the first restart of a failed
+	// RestartBackoffMin is the delay before the first restart of a failed
 	// worker; it doubles per failure in the window up to restartBackoffMax.
-	restartBackoffMin = 100 * time.Millisecond
+	RestartBackoffMin = 100 * time.Millisecond
 	restartBackoffMax = 10 * time.Second
-	// maxFailures failures within failureWindow make the holder give the
+	// MaxFailures failures within failureWindow make the holder give the
 	// lease up (worker.failed) so another instance can try.
-	maxFailures   = 5
+	MaxFailures   = 5
 	failureWindow = time.Minute
 	// workerStopTimeout bounds how long a graceful stop waits for the
 	// worker before releasing anyway (its writes are fenced, so a worker
@@ -45,13 +36,20 @@ const (
 	releaseRetryDelay = 100 * time.Millisecond
 	// minRenewRetry is the floor of the delay after a failed renewal.
 	minRenewRetry = 50 * time.Millisecond
-	// nudgeSpacing is the minimum gap between nudge-triggered acquire
+	// NudgeSpacing is the minimum gap between nudge-triggered acquire
 	// attempts: a flood of nudges costs at most one attempt per spacing.
-	nudgeSpacing = 10 * time.Millisecond
+	NudgeSpacing = 10 * time.Millisecond
 	// expiryMargin is added to the contended grant's time left so the
 	// attempt lands just after the expiry on the database's clock.
 	expiryMargin = time.Millisecond
 )
+
+// ErrStoreStuck fails an attempt the shell did not make because earlier
+// store calls of the same kind have not returned (the driver ignores
+// contexts, so each keeps a goroutine and a pool connection until the
+// database answers). The attempt never reached the database, so it cannot
+// have committed.
+var ErrStoreStuck = errors.New("earlier lease store calls have not returned (the database is slow to answer, or another writer holds its write lock); not starting another")
 
 // errCallTimeout is the error recorded for a store call that did not answer
 // within the call timeout (RenewDeadline/2).
@@ -80,7 +78,7 @@ type (
 	// AcquireResult answers AcquireCmd Seq.
 	AcquireResult struct {
 		Seq   uint64
-		Grant Grant
+		Grant leasestore.Grant
 		Err   error
 	}
 	// RenewResult answers RenewCmd Seq; Err wraps ErrSuperseded when the
@@ -234,43 +232,52 @@ const (
 // Machine is the custody state machine of one named lease in one instance.
 // It is pure: time is passed in (a monotonic duration since any origin),
 // inputs go in, commands come out, and randomness comes from the seeded
-// source given to NewMachine. Not safe for concurrent use.
+// source given to New. Not safe for concurrent use.
 type Machine struct {
+	// What the machine is for; fixed at New.
 	name, holder string
-	t            Timing
+	t            leasestore.Timing
 	callTimeout  time.Duration
 	rng          *rand.Rand
 
 	phase         Phase
 	cause         stopCause
 	stopRequested bool
-	fence         int64         // fence of the custody we hold (0: none)
-	trustedUntil  time.Duration // local deadline: start of last successful attempt + RenewDeadline
-	nextRenewAt   time.Duration
-	nextAcquireAt time.Duration
-	cooldownUntil time.Duration
+	lastErr       error // the last store error (nil after a success)
 
-	call      callKind
-	callSeq   uint64
-	callStart time.Duration
-	lastErr   error
-	nudged    bool          // a nudge arrived while an acquire was in flight
-	lastNudge time.Duration // when the last nudged attempt was (or is) due
-	everNudge bool
-	abandoned map[uint64]bool // acquire attempts given up on; a late grant is released
-	callFence int64           // fence a renew in flight is for
-	// abandonedRenews maps renew attempts given up on to their fence: a late
-	// "superseded" answer is still news.
-	abandonedRenews map[uint64]int64
-	// handBacks are fences whose grant a late renewal extended after
-	// custody was given up; each is released once its worker has stopped.
-	handBacks []int64
+	custody custodyState
+	contend contendState
+	call    callState
+	release releaseState
+	worker  workerState
+
+	seq uint64    // the last command Seq issued
+	out []Command // the commands of the Step in progress
+}
+
+// custodyState is the grant this machine holds, has held, or gave up.
+type custodyState struct {
+	fence        int64         // fence of the custody we hold (0: none)
+	trustedUntil time.Duration // local deadline: start of last successful attempt + RenewDeadline
+	nextRenewAt  time.Duration
 	// heldFence is the highest fence this machine was granted.
 	heldFence int64
 	// lostFence is a grant given up without a release (blackout, error):
 	// still ours in the database until its TTL, released once its worker
 	// has stopped and we see it (or stop).
 	lostFence int64
+	// handBacks are fences whose grant a late renewal extended after
+	// custody was given up; each is released once its worker has stopped.
+	handBacks []int64
+}
+
+// contendState paces the acquire attempts of a contender.
+type contendState struct {
+	nextAcquireAt time.Duration
+	cooldownUntil time.Duration // after giving the lease up (worker failed): no attempt before
+	nudged        bool          // a nudge arrived while an acquire was in flight
+	lastNudge     time.Duration // when the last nudged attempt was (or is) due
+	everNudge     bool          // lastNudge is set
 	// acquireUnsure: an acquire answered with an error, which may have
 	// committed (a remote database whose answer was lost): a grant to this
 	// holder with a fence above heldFence, made since unsureSince (the
@@ -279,36 +286,52 @@ type Machine struct {
 	// (made before our call) from being taken for ours.
 	acquireUnsure bool
 	unsureSince   time.Duration
-
-	releasing     bool
-	releaseSeq    uint64
-	releaseStart  time.Duration
-	releaseTries  int
-	nextReleaseAt time.Duration
-	releaseReason string
-
-	worker        workerPhase
-	workerGen     int
-	workerFence   int64
-	workerStopBy  time.Duration
-	respawn       bool // Holding with no worker: spawn one at restartAt
-	restartAt     time.Duration
-	failures      []time.Duration
-	lastWorkerErr error
-
-	seq uint64
-	out []Command
 }
 
-// NewMachine returns a machine for lease name held as holder. rng supplies
+// callState is the acquire or renew call in flight (at most one) and the
+// calls given up on whose answers may still come.
+type callState struct {
+	kind  callKind
+	seq   uint64
+	start time.Duration
+	fence int64 // fence a renew in flight is for
+	// abandonedAcquires are acquire attempts given up on; a late grant is
+	// released.
+	abandonedAcquires map[uint64]bool
+	// abandonedRenews maps renew attempts given up on to their fence: a
+	// late "superseded" answer is still news.
+	abandonedRenews map[uint64]int64
+}
+
+// releaseState is the release of the grant in progress (PhaseReleasing).
+type releaseState struct {
+	inFlight bool
+	seq      uint64
+	start    time.Duration
+	tries    int
+	nextAt   time.Duration
+	reason   string
+}
+
+// workerState is the worker of the current custody and its supervision.
+type workerState struct {
+	phase     workerPhase
+	gen       int
+	fence     int64 // the fence worker gen was spawned under
+	stopBy    time.Duration
+	respawn   bool // Holding with no worker: spawn one at restartAt
+	restartAt time.Duration
+	failures  []time.Duration // failure times within failureWindow
+	lastErr   error
+}
+
+// New returns a machine for lease name held as holder. rng supplies
 // the retry jitter; pass a seeded source for reproducible runs.
-func NewMachine(name, holder string, t Timing, rng *rand.Rand) *Machine {
+func New(name, holder string, t leasestore.Timing, rng *rand.Rand) *Machine {
 	return &Machine{
 		name: name, holder: holder, t: t, rng: rng,
 		callTimeout: t.RenewDeadline / 2,
-		abandoned:   map[uint64]bool{},
-
-		abandonedRenews: map[uint64]int64{},
+		call:        callState{abandonedAcquires: map[uint64]bool{}, abandonedRenews: map[uint64]int64{}},
 	}
 }
 
@@ -317,15 +340,15 @@ func (m *Machine) Phase() Phase { return m.phase }
 
 // Custody is the custody this machine holds (Fence 0 when none).
 func (m *Machine) Custody() fence.Custody {
-	return fence.Custody{Lease: m.name, Holder: m.holder, Fence: m.fence}
+	return fence.Custody{Lease: m.name, Holder: m.holder, Fence: m.custody.fence}
 }
 
 // TrustedUntil is the local deadline of the current custody (0 when none).
 func (m *Machine) TrustedUntil() time.Duration {
-	if !m.holdsCustody() {
+	if !m.HoldsCustody() {
 		return 0
 	}
-	return m.trustedUntil
+	return m.custody.trustedUntil
 }
 
 // LastErr is the last store error seen (nil after a success).
@@ -335,7 +358,7 @@ func (m *Machine) LastErr() error { return m.lastErr }
 // draining) under custody the machine still trusts (used by tests and
 // /debug/leases).
 func (m *Machine) WorkerActive() bool {
-	return m.holdsCustody() && m.worker != workerNone
+	return m.HoldsCustody() && m.worker.phase != workerNone
 }
 
 // Step feeds one input at time now and returns the commands to carry out,
@@ -352,7 +375,7 @@ func (m *Machine) Step(now time.Duration, in Input) []Command {
 	case Start:
 		if m.phase == PhaseIdle {
 			m.phase = PhaseContending
-			m.nextAcquireAt = now
+			m.contend.nextAcquireAt = now
 		}
 	case Tick:
 	case StopRequested:
@@ -380,9 +403,9 @@ func (m *Machine) Step(now time.Duration, in Input) []Command {
 	return m.out
 }
 
-// holdsCustody reports whether the machine holds a grant it has not given
+// HoldsCustody reports whether the machine holds a grant it has not given
 // up: holding, or stopping its worker for a reason other than loss.
-func (m *Machine) holdsCustody() bool {
+func (m *Machine) HoldsCustody() bool {
 	switch m.phase {
 	case PhaseHolding:
 		return true
@@ -401,7 +424,7 @@ func (m *Machine) emit(kind events.Kind, fence int64, reason string, err error) 
 func (m *Machine) nextSeq() uint64 { m.seq++; return m.seq }
 
 func (m *Machine) expire(now time.Duration) {
-	if !m.holdsCustody() || now < m.trustedUntil {
+	if !m.HoldsCustody() || now < m.custody.trustedUntil {
 		return
 	}
 	// A blackout is a database that did not answer: a call still pending
@@ -410,7 +433,7 @@ func (m *Machine) expire(now time.Duration) {
 	// locked past busy_timeout). An answer that something is wrong (an I/O
 	// error, a read-only or replaced file) is reason error.
 	reason, err := events.ReasonBlackout, m.lastErr
-	if m.call == callNone && m.lastErr != nil && !errors.Is(m.lastErr, errCallTimeout) && !database.Unavailable(m.lastErr) {
+	if m.call.kind == callNone && m.lastErr != nil && !errors.Is(m.lastErr, errCallTimeout) && !database.Unavailable(m.lastErr) {
 		reason = events.ReasonError
 	}
 	if err == nil {
@@ -422,33 +445,33 @@ func (m *Machine) expire(now time.Duration) {
 // lose gives custody up without a release: the database may already have
 // granted it to someone else, so the worker stops at once.
 func (m *Machine) lose(now time.Duration, reason string, err error) {
-	m.emit(events.LeaseLost, m.fence, reason, err)
+	m.emit(events.LeaseLost, m.custody.fence, reason, err)
 	if reason != events.ReasonSuperseded {
-		m.lostFence = m.fence
+		m.custody.lostFence = m.custody.fence
 	}
-	m.fence = 0
+	m.custody.fence = 0
 	m.cause = causeLost
 	m.phase = PhaseStopping
-	m.respawn = false
+	m.worker.respawn = false
 	m.stopWorker(now, false)
 }
 
 // stopWorker orders the worker to stop, or if there is none moves on.
 func (m *Machine) stopWorker(now time.Duration, graceful bool) {
-	switch m.worker {
+	switch m.worker.phase {
 	case workerNone:
 		m.afterWorkerStopped(now)
 	case workerSuspended:
 		// A suspended mailbox takes no user messages: poison would never
 		// be read, so a failed worker is always stopped, not poisoned.
-		m.out = append(m.out, StopWorkerCmd{Gen: m.workerGen})
-		m.worker = workerStopping
+		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
+		m.worker.phase = workerStopping
 	case workerRunning:
-		m.out = append(m.out, StopWorkerCmd{Gen: m.workerGen, Graceful: graceful})
-		m.worker = workerStopping
+		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen, Graceful: graceful})
+		m.worker.phase = workerStopping
 	case workerStopping:
 		if !graceful {
-			m.out = append(m.out, StopWorkerCmd{Gen: m.workerGen})
+			m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
 		}
 	}
 }
@@ -463,38 +486,38 @@ func (m *Machine) onStop(now time.Duration) {
 		m.finish()
 	case PhaseContending:
 		switch {
-		case m.call == callAcquire:
+		case m.call.kind == callAcquire:
 			// an acquire is in flight; its answer decides (a grant is released)
-		case m.acquireUnsure:
+		case m.contend.acquireUnsure:
 			// An earlier acquire may have been granted unbeknown to us:
 			// one more attempt finds out (a grant, or our own row, is
 			// then released).
-			m.call, m.callSeq, m.callStart = callAcquire, m.nextSeq(), now
-			m.out = append(m.out, AcquireCmd{Seq: m.callSeq})
+			m.call.kind, m.call.seq, m.call.start = callAcquire, m.nextSeq(), now
+			m.out = append(m.out, AcquireCmd{Seq: m.call.seq})
 		default:
 			m.finish()
 		}
 	case PhaseHolding:
 		m.cause = causeShutdown
 		m.phase = PhaseStopping
-		m.respawn = false
-		m.workerStopBy = now + workerStopTimeout
+		m.worker.respawn = false
+		m.worker.stopBy = now + workerStopTimeout
 		m.stopWorker(now, true)
 	case PhaseStopping:
 		if m.cause == causeFailed {
 			m.cause = causeShutdown
 		}
-		m.workerStopBy = now + workerStopTimeout
+		m.worker.stopBy = now + workerStopTimeout
 	}
 }
 
 func (m *Machine) finish() {
 	m.phase = PhaseDone
-	m.fence = 0
-	if m.lostFence > 0 {
+	m.custody.fence = 0
+	if m.custody.lostFence > 0 {
 		// Our grant, given up unreleased, its worker stopped: hand it back
 		// so the next holder need not wait out its TTL.
-		m.handBackOwn(m.lostFence, false)
+		m.handBackOwn(m.custody.lostFence, false)
 	}
 }
 
@@ -504,7 +527,7 @@ func (m *Machine) finish() {
 // the database's millisecond timestamps and a clock rate a little off the
 // database's (SPEC: NTP-disciplined hosts).
 func (m *Machine) grantedSinceUnsure(now, age time.Duration) bool {
-	window := now - m.unsureSince
+	window := now - m.contend.unsureSince
 	return age <= window+unsureSlack+window/100
 }
 
@@ -514,8 +537,8 @@ const unsureSlack = 20 * time.Millisecond
 // handBackOwn releases grant fence, which this holder has in the database
 // and does not use.
 func (m *Machine) handBackOwn(f int64, acquired bool) {
-	if f == m.lostFence {
-		m.lostFence = 0
+	if f == m.custody.lostFence {
+		m.custody.lostFence = 0
 	}
 	m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: acquired,
 		Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: f}})
@@ -525,33 +548,33 @@ func (m *Machine) onNudge(now time.Duration) {
 	if m.phase != PhaseContending || m.stopRequested {
 		return
 	}
-	if m.call == callAcquire {
-		m.nudged = true // acted on when the attempt in flight answers
+	if m.call.kind == callAcquire {
+		m.contend.nudged = true // acted on when the attempt in flight answers
 		return
 	}
 	m.nudgeAttempt(now)
 }
 
 // nudgeAttempt brings the next acquire attempt forward to now, or to
-// nudgeSpacing after the last nudged attempt if that is later. Every path
+// NudgeSpacing after the last nudged attempt if that is later. Every path
 // by which a nudge causes an attempt goes through here, so a flood costs
 // at most one attempt per spacing; a nudge inside the spacing is deferred,
 // not dropped, because it may announce a release the last attempt missed.
 func (m *Machine) nudgeAttempt(now time.Duration) {
 	at := now
-	if m.everNudge {
-		at = max(at, m.lastNudge+nudgeSpacing)
+	if m.contend.everNudge {
+		at = max(at, m.contend.lastNudge+NudgeSpacing)
 	}
-	if at < m.nextAcquireAt {
-		m.nextAcquireAt = at
-		m.everNudge, m.lastNudge = true, at
+	if at < m.contend.nextAcquireAt {
+		m.contend.nextAcquireAt = at
+		m.contend.everNudge, m.contend.lastNudge = true, at
 	}
 }
 
 func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
-	if m.abandoned[r.Seq] {
-		delete(m.abandoned, r.Seq)
-		if r.Err == nil && r.Grant.Granted && r.Grant.Fence != m.fence {
+	if m.call.abandonedAcquires[r.Seq] {
+		delete(m.call.abandonedAcquires, r.Seq)
+		if r.Err == nil && r.Grant.Granted && r.Grant.Fence != m.custody.fence {
 			// Granted after we stopped waiting: hand it straight back so
 			// the lease does not sit idle until its TTL.
 			m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: true,
@@ -559,37 +582,37 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		}
 		return
 	}
-	if m.call != callAcquire || r.Seq != m.callSeq {
+	if m.call.kind != callAcquire || r.Seq != m.call.seq {
 		return
 	}
-	m.call = callNone
-	nudged := m.nudged
-	m.nudged = false
+	m.call.kind = callNone
+	nudged := m.contend.nudged
+	m.contend.nudged = false
 	if r.Err != nil {
 		m.lastErr = r.Err
-		if !errors.Is(r.Err, errStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) && !m.acquireUnsure {
+		if !errors.Is(r.Err, ErrStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) && !m.contend.acquireUnsure {
 			// It may have committed before the answer was lost.
-			m.acquireUnsure, m.unsureSince = true, m.callStart
+			m.contend.acquireUnsure, m.contend.unsureSince = true, m.call.start
 		}
 		if m.stopRequested {
 			m.finish()
 			return
 		}
-		m.nextAcquireAt = now + m.jitter(m.t.RetryInterval)
+		m.contend.nextAcquireAt = now + m.jitter(m.t.RetryInterval)
 		return
 	}
 	m.lastErr = nil
 	g := r.Grant
 	if !g.Granted {
 		if g.Holder == m.holder && g.TimeLeft > 0 && g.Fence > 0 &&
-			(g.Fence == m.lostFence || (m.acquireUnsure && g.Fence > m.heldFence && m.grantedSinceUnsure(now, g.Age))) {
+			(g.Fence == m.custody.lostFence || (m.contend.acquireUnsure && g.Fence > m.custody.heldFence && m.grantedSinceUnsure(now, g.Age))) {
 			// Our own grant, unused: an acquire whose answer was lost
 			// after it committed, or custody given up whose worker has
 			// stopped. Hand it back rather than contend against it for
 			// a TTL (and leave it behind on shutdown).
-			m.handBackOwn(g.Fence, g.Fence > m.heldFence)
+			m.handBackOwn(g.Fence, g.Fence > m.custody.heldFence)
 		}
-		m.acquireUnsure = false
+		m.contend.acquireUnsure = false
 		m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.LeaseContended,
 			Lease: m.name, Instance: m.holder, Fence: g.Fence, Holder: g.Holder, TimeLeft: g.TimeLeft}})
 		if m.stopRequested {
@@ -600,46 +623,46 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		if left := max(g.TimeLeft, 0) + expiryMargin; left < wait {
 			wait = left
 		}
-		m.nextAcquireAt = max(now+wait, m.cooldownUntil)
+		m.contend.nextAcquireAt = max(now+wait, m.contend.cooldownUntil)
 		if nudged {
 			m.nudgeAttempt(now)
 		}
 		return
 	}
-	m.fence = g.Fence
-	m.heldFence = max(m.heldFence, g.Fence)
-	m.acquireUnsure = false
-	m.lostFence = 0 // it ran out or was released, or this grant could not be
+	m.custody.fence = g.Fence
+	m.custody.heldFence = max(m.custody.heldFence, g.Fence)
+	m.contend.acquireUnsure = false
+	m.custody.lostFence = 0 // it ran out or was released, or this grant could not be
 	m.emit(events.LeaseAcquired, g.Fence, "", nil)
 	switch {
 	case m.stopRequested:
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
-	case now-m.callStart >= m.t.RenewDeadline:
+	case now-m.call.start >= m.t.RenewDeadline:
 		m.startRelease(now, causeStale, events.ReasonStaleGrant)
 	default:
 		m.phase = PhaseHolding
 		m.cause = causeNone
-		m.trustedUntil = m.callStart + m.t.RenewDeadline
-		m.nextRenewAt = m.callStart + m.t.RenewInterval
-		m.failures = m.failures[:0]
+		m.custody.trustedUntil = m.call.start + m.t.RenewDeadline
+		m.custody.nextRenewAt = m.call.start + m.t.RenewInterval
+		m.worker.failures = m.worker.failures[:0]
 		m.spawn()
 	}
 }
 
 func (m *Machine) spawn() {
-	m.workerGen++
-	m.workerFence = m.fence
-	m.worker = workerRunning
-	m.respawn = false
-	m.out = append(m.out, SpawnWorkerCmd{Gen: m.workerGen, Custody: m.Custody()})
-	m.emit(events.WorkerStarted, m.fence, "", nil)
+	m.worker.gen++
+	m.worker.fence = m.custody.fence
+	m.worker.phase = workerRunning
+	m.worker.respawn = false
+	m.out = append(m.out, SpawnWorkerCmd{Gen: m.worker.gen, Custody: m.Custody()})
+	m.emit(events.WorkerStarted, m.custody.fence, "", nil)
 }
 
 func (m *Machine) onRenew(now time.Duration, r RenewResult) {
-	if f, ok := m.abandonedRenews[r.Seq]; ok {
-		delete(m.abandonedRenews, r.Seq)
+	if f, ok := m.call.abandonedRenews[r.Seq]; ok {
+		delete(m.call.abandonedRenews, r.Seq)
 		switch {
-		case errors.Is(r.Err, fence.ErrSuperseded) && m.holdsCustody() && f == m.fence:
+		case errors.Is(r.Err, fence.ErrSuperseded) && m.HoldsCustody() && f == m.custody.fence:
 			m.lastErr = r.Err
 			m.lose(now, events.ReasonSuperseded, r.Err)
 		case r.Err == nil:
@@ -647,15 +670,15 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		}
 		return
 	}
-	if m.call != callRenew || r.Seq != m.callSeq {
+	if m.call.kind != callRenew || r.Seq != m.call.seq {
 		return
 	}
-	m.call = callNone
-	if !m.holdsCustody() {
+	m.call.kind = callNone
+	if !m.HoldsCustody() {
 		// Custody already given up: a late success cannot revive it, but
 		// it did extend the grant in the database.
 		if r.Err == nil {
-			m.handBack(m.callFence)
+			m.handBack(m.call.fence)
 		}
 		return
 	}
@@ -664,15 +687,15 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		m.lastErr = nil
 		// The window runs from the start of the attempt: a slow success
 		// cannot stretch it.
-		m.trustedUntil = max(m.trustedUntil, m.callStart+m.t.RenewDeadline)
-		m.nextRenewAt = m.callStart + m.t.RenewInterval
-		m.emit(events.LeaseRenewed, m.fence, "", nil)
+		m.custody.trustedUntil = max(m.custody.trustedUntil, m.call.start+m.t.RenewDeadline)
+		m.custody.nextRenewAt = m.call.start + m.t.RenewInterval
+		m.emit(events.LeaseRenewed, m.custody.fence, "", nil)
 	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.lastErr = r.Err
 		m.lose(now, events.ReasonSuperseded, r.Err)
 	default:
 		m.lastErr = r.Err
-		m.nextRenewAt = now + max(m.t.RenewInterval/4, minRenewRetry)
+		m.custody.nextRenewAt = now + max(m.t.RenewInterval/4, minRenewRetry)
 	}
 }
 
@@ -683,64 +706,64 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 // machine itself, is left alone; an older fence matches nothing, so the
 // release is harmless.
 func (m *Machine) handBack(fence int64) {
-	if fence == 0 || (fence == m.fence && (m.holdsCustody() || m.phase == PhaseReleasing)) {
+	if fence == 0 || (fence == m.custody.fence && (m.HoldsCustody() || m.phase == PhaseReleasing)) {
 		return
 	}
-	if fence == m.lostFence {
-		m.lostFence = 0 // released here
+	if fence == m.custody.lostFence {
+		m.custody.lostFence = 0 // released here
 	}
-	m.handBacks = append(m.handBacks, fence)
+	m.custody.handBacks = append(m.custody.handBacks, fence)
 }
 
 // flushHandBacks issues the queued hand-backs, except one whose worker is
 // still stopping: until it has stopped, the grant keeps every other
 // instance's worker from starting beside it.
 func (m *Machine) flushHandBacks() {
-	keep := m.handBacks[:0]
-	for _, f := range m.handBacks {
-		if m.phase != PhaseDone && m.worker != workerNone && m.workerFence == f {
+	keep := m.custody.handBacks[:0]
+	for _, f := range m.custody.handBacks {
+		if m.phase != PhaseDone && m.worker.phase != workerNone && m.worker.fence == f {
 			keep = append(keep, f)
 			continue
 		}
 		m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true,
 			Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: f}})
 	}
-	m.handBacks = keep
+	m.custody.handBacks = keep
 }
 
 func (m *Machine) startRelease(now time.Duration, cause stopCause, reason string) {
 	m.cause = cause
 	m.phase = PhaseReleasing
-	m.releaseReason = reason
-	m.releaseTries = 0
-	m.releasing = false
-	m.nextReleaseAt = now
+	m.release.reason = reason
+	m.release.tries = 0
+	m.release.inFlight = false
+	m.release.nextAt = now
 }
 
 func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
-	if m.phase != PhaseReleasing || !m.releasing || r.Seq != m.releaseSeq {
+	if m.phase != PhaseReleasing || !m.release.inFlight || r.Seq != m.release.seq {
 		return
 	}
-	m.releasing = false
+	m.release.inFlight = false
 	switch {
 	case r.Err == nil:
-		m.emit(events.LeaseReleased, m.fence, m.releaseReason, nil)
+		m.emit(events.LeaseReleased, m.custody.fence, m.release.reason, nil)
 	case errors.Is(r.Err, fence.ErrSuperseded):
-		m.emit(events.LeaseLost, m.fence, events.ReasonSuperseded, r.Err)
+		m.emit(events.LeaseLost, m.custody.fence, events.ReasonSuperseded, r.Err)
 	default:
-		m.releaseTries++
-		if m.releaseTries < releaseAttempts {
-			m.nextReleaseAt = now + releaseRetryDelay<<(m.releaseTries-1)
+		m.release.tries++
+		if m.release.tries < releaseAttempts {
+			m.release.nextAt = now + releaseRetryDelay<<(m.release.tries-1)
 			return
 		}
-		m.emit(events.LeaseLost, m.fence, events.ReasonError,
-			fmt.Errorf("release failed %d times, the grant will run out its TTL: %w", m.releaseTries, r.Err))
+		m.emit(events.LeaseLost, m.custody.fence, events.ReasonError,
+			fmt.Errorf("release failed %d times, the grant will run out its TTL: %w", m.release.tries, r.Err))
 	}
 	m.afterRelease(now)
 }
 
 func (m *Machine) afterRelease(now time.Duration) {
-	m.fence = 0
+	m.custody.fence = 0
 	if m.stopRequested {
 		m.finish()
 		return
@@ -749,33 +772,33 @@ func (m *Machine) afterRelease(now time.Duration) {
 	switch m.cause {
 	case causeFailed:
 		// Let another instance have a go before we try again.
-		m.cooldownUntil = now + m.t.TTL
-		m.nextAcquireAt = m.cooldownUntil
+		m.contend.cooldownUntil = now + m.t.TTL
+		m.contend.nextAcquireAt = m.contend.cooldownUntil
 	default:
-		m.nextAcquireAt = now
+		m.contend.nextAcquireAt = now
 	}
 	m.cause = causeNone
 }
 
 func (m *Machine) onWorkerStopped(now time.Duration, w WorkerStopped) {
-	if w.Gen != m.workerGen || m.worker == workerNone {
+	if w.Gen != m.worker.gen || m.worker.phase == workerNone {
 		return
 	}
-	m.worker = workerNone
+	m.worker.phase = workerNone
 	if m.phase == PhaseHolding {
 		// A worker must not end its own custody; count it as a failure
 		// and start a fresh one after a backoff.
-		m.emit(events.WorkerStopped, m.workerFence, "", errWorkerExited)
+		m.emit(events.WorkerStopped, m.worker.fence, "", errWorkerExited)
 		m.recordFailure(now)
-		if len(m.failures) > maxFailures {
+		if len(m.worker.failures) > MaxFailures {
 			m.giveUp(now, errWorkerExited)
 			return
 		}
-		m.respawn = true
-		m.restartAt = now + m.backoff()
+		m.worker.respawn = true
+		m.worker.restartAt = now + m.backoff()
 		return
 	}
-	m.emit(events.WorkerStopped, m.workerFence, "", nil)
+	m.emit(events.WorkerStopped, m.worker.fence, "", nil)
 	if m.phase == PhaseStopping {
 		m.afterWorkerStopped(now)
 	}
@@ -793,7 +816,7 @@ func (m *Machine) afterWorkerStopped(now time.Duration) {
 		// Whoever caused the loss (another holder, a database that is down
 		// or refuses writes) is still there: wait a retry interval rather
 		// than spin through acquire, lose, acquire.
-		m.nextAcquireAt = max(now+m.jitter(m.t.RetryInterval), m.cooldownUntil)
+		m.contend.nextAcquireAt = max(now+m.jitter(m.t.RetryInterval), m.contend.cooldownUntil)
 	case causeShutdown:
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
 	case causeFailed:
@@ -802,24 +825,24 @@ func (m *Machine) afterWorkerStopped(now time.Duration) {
 }
 
 func (m *Machine) onWorkerFailed(now time.Duration, f WorkerFailed) {
-	if f.Gen != m.workerGen || m.worker == workerNone {
+	if f.Gen != m.worker.gen || m.worker.phase == workerNone {
 		return
 	}
 	reason := f.Reason
 	if reason == nil {
 		reason = errors.New("worker failed")
 	}
-	if m.worker == workerStopping {
+	if m.worker.phase == workerStopping {
 		// Failed while draining: it is suspended now and would never read
 		// a poison pill.
-		m.out = append(m.out, StopWorkerCmd{Gen: m.workerGen})
+		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
 		return
 	}
-	m.worker = workerSuspended
+	m.worker.phase = workerSuspended
 	if errors.Is(reason, fence.ErrSuperseded) {
 		// A fenced write found another holder: the directive is Stop,
 		// never Restart.
-		if m.holdsCustody() {
+		if m.HoldsCustody() {
 			m.lose(now, events.ReasonSuperseded, reason)
 		} else {
 			m.stopWorker(now, false)
@@ -831,36 +854,36 @@ func (m *Machine) onWorkerFailed(now time.Duration, f WorkerFailed) {
 		return
 	}
 	m.recordFailure(now)
-	if len(m.failures) > maxFailures {
+	if len(m.worker.failures) > MaxFailures {
 		m.giveUp(now, reason)
 		return
 	}
-	m.lastWorkerErr = reason
-	m.restartAt = now + m.backoff()
+	m.worker.lastErr = reason
+	m.worker.restartAt = now + m.backoff()
 }
 
 func (m *Machine) recordFailure(now time.Duration) {
-	keep := m.failures[:0]
-	for _, at := range m.failures {
+	keep := m.worker.failures[:0]
+	for _, at := range m.worker.failures {
 		if now-at < failureWindow {
 			keep = append(keep, at)
 		}
 	}
-	m.failures = append(keep, now)
+	m.worker.failures = append(keep, now)
 }
 
 func (m *Machine) backoff() time.Duration {
-	d := restartBackoffMin << min(len(m.failures)-1, 20)
+	d := RestartBackoffMin << min(len(m.worker.failures)-1, 20)
 	return min(d, restartBackoffMax)
 }
 
 // giveUp stops a worker that fails too often and releases the lease so
 // another instance can try.
 func (m *Machine) giveUp(now time.Duration, err error) {
-	m.emit(events.WorkerFailed, m.workerFence, "", fmt.Errorf("%d failures within %s, giving the lease up: %w", len(m.failures), failureWindow, err))
+	m.emit(events.WorkerFailed, m.worker.fence, "", fmt.Errorf("%d failures within %s, giving the lease up: %w", len(m.worker.failures), failureWindow, err))
 	m.cause = causeFailed
 	m.phase = PhaseStopping
-	m.respawn = false
+	m.worker.respawn = false
 	m.stopWorker(now, false)
 }
 
@@ -869,25 +892,25 @@ func (m *Machine) advance(now time.Duration) {
 	if m.phase == PhaseDone {
 		return
 	}
-	if m.call != callNone && now >= m.callStart+m.callTimeout {
-		switch m.call {
+	if m.call.kind != callNone && now >= m.call.start+m.callTimeout {
+		switch m.call.kind {
 		case callAcquire:
-			m.abandoned[m.callSeq] = true
+			m.call.abandonedAcquires[m.call.seq] = true
 		case callRenew:
-			m.abandonedRenews[m.callSeq] = m.callFence
+			m.call.abandonedRenews[m.call.seq] = m.call.fence
 		}
 		m.lastErr = errCallTimeout
-		m.call = callNone
-		m.nudged = false
+		m.call.kind = callNone
+		m.contend.nudged = false
 	}
-	if m.phase == PhaseContending && m.stopRequested && m.call != callAcquire {
+	if m.phase == PhaseContending && m.stopRequested && m.call.kind != callAcquire {
 		// Only an acquire in flight is worth waiting for (its grant must
 		// be handed back); a renew left over from a lost custody is not.
 		m.finish()
 		return
 	}
-	if m.releasing && now >= m.releaseStart+m.callTimeout {
-		m.releasing = false
+	if m.release.inFlight && now >= m.release.start+m.callTimeout {
+		m.release.inFlight = false
 		m.onReleaseTimeout(now)
 		if m.phase == PhaseDone {
 			return
@@ -895,53 +918,53 @@ func (m *Machine) advance(now time.Duration) {
 	}
 	switch m.phase {
 	case PhaseContending:
-		if m.call == callNone && !m.stopRequested && now >= m.nextAcquireAt && now >= m.cooldownUntil {
-			m.call, m.callSeq, m.callStart = callAcquire, m.nextSeq(), now
-			m.out = append(m.out, AcquireCmd{Seq: m.callSeq})
+		if m.call.kind == callNone && !m.stopRequested && now >= m.contend.nextAcquireAt && now >= m.contend.cooldownUntil {
+			m.call.kind, m.call.seq, m.call.start = callAcquire, m.nextSeq(), now
+			m.out = append(m.out, AcquireCmd{Seq: m.call.seq})
 		}
 	case PhaseHolding:
 		switch {
-		case m.worker == workerSuspended && now >= m.restartAt:
-			m.worker = workerRunning
-			m.out = append(m.out, RestartWorkerCmd{Gen: m.workerGen})
+		case m.worker.phase == workerSuspended && now >= m.worker.restartAt:
+			m.worker.phase = workerRunning
+			m.out = append(m.out, RestartWorkerCmd{Gen: m.worker.gen})
 			m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.WorkerRestarted,
-				Lease: m.name, Instance: m.holder, Fence: m.workerFence,
-				Attempt: len(m.failures), Err: m.lastWorkerErr}})
-		case m.worker == workerNone && m.respawn && now >= m.restartAt:
+				Lease: m.name, Instance: m.holder, Fence: m.worker.fence,
+				Attempt: len(m.worker.failures), Err: m.worker.lastErr}})
+		case m.worker.phase == workerNone && m.worker.respawn && now >= m.worker.restartAt:
 			m.spawn()
 		}
 	case PhaseStopping:
-		if m.cause == causeShutdown && m.worker == workerStopping && now >= m.workerStopBy {
+		if m.cause == causeShutdown && m.worker.phase == workerStopping && now >= m.worker.stopBy {
 			// The worker did not stop in time. Release anyway: its writes
 			// are fenced, and once released they cannot land.
-			m.emit(events.WorkerFailed, m.workerFence, "",
+			m.emit(events.WorkerFailed, m.worker.fence, "",
 				fmt.Errorf("worker did not stop within %s; releasing anyway", workerStopTimeout))
-			m.worker = workerNone
+			m.worker.phase = workerNone
 			m.afterWorkerStopped(now)
 		}
 	}
-	if m.holdsCustody() && m.call == callNone && now >= m.nextRenewAt {
-		m.call, m.callSeq, m.callStart, m.callFence = callRenew, m.nextSeq(), now, m.fence
-		m.out = append(m.out, RenewCmd{Seq: m.callSeq, Custody: m.Custody()})
+	if m.HoldsCustody() && m.call.kind == callNone && now >= m.custody.nextRenewAt {
+		m.call.kind, m.call.seq, m.call.start, m.call.fence = callRenew, m.nextSeq(), now, m.custody.fence
+		m.out = append(m.out, RenewCmd{Seq: m.call.seq, Custody: m.Custody()})
 	}
-	if m.phase == PhaseReleasing && !m.releasing && now >= m.nextReleaseAt {
-		m.releasing, m.releaseSeq, m.releaseStart = true, m.nextSeq(), now
-		m.out = append(m.out, ReleaseCmd{Seq: m.releaseSeq, Custody: m.Custody()})
+	if m.phase == PhaseReleasing && !m.release.inFlight && now >= m.release.nextAt {
+		m.release.inFlight, m.release.seq, m.release.start = true, m.nextSeq(), now
+		m.out = append(m.out, ReleaseCmd{Seq: m.release.seq, Custody: m.Custody()})
 	}
 }
 
 func (m *Machine) onReleaseTimeout(now time.Duration) {
-	m.releaseTries++
-	if m.releaseTries < releaseAttempts {
-		m.nextReleaseAt = now
+	m.release.tries++
+	if m.release.tries < releaseAttempts {
+		m.release.nextAt = now
 		return
 	}
-	m.emit(events.LeaseLost, m.fence, events.ReasonBlackout,
-		fmt.Errorf("release unanswered %d times, the grant will run out its TTL: %w", m.releaseTries, errCallTimeout))
+	m.emit(events.LeaseLost, m.custody.fence, events.ReasonBlackout,
+		fmt.Errorf("release unanswered %d times, the grant will run out its TTL: %w", m.release.tries, errCallTimeout))
 	m.afterRelease(now)
 }
 
-// nextWake is the earliest moment something is due (0: nothing).
+// nextWake is the earliest moment something is due (NoWake: nothing).
 func (m *Machine) nextWake() time.Duration {
 	at := NoWake
 	consider := func(t time.Duration) {
@@ -949,34 +972,34 @@ func (m *Machine) nextWake() time.Duration {
 			at = t
 		}
 	}
-	if m.call != callNone {
-		consider(m.callStart + m.callTimeout)
+	if m.call.kind != callNone {
+		consider(m.call.start + m.callTimeout)
 	}
-	if m.releasing {
-		consider(m.releaseStart + m.callTimeout)
+	if m.release.inFlight {
+		consider(m.release.start + m.callTimeout)
 	}
-	if m.holdsCustody() {
-		consider(m.trustedUntil)
-		if m.call == callNone {
-			consider(m.nextRenewAt)
+	if m.HoldsCustody() {
+		consider(m.custody.trustedUntil)
+		if m.call.kind == callNone {
+			consider(m.custody.nextRenewAt)
 		}
 	}
 	switch m.phase {
 	case PhaseContending:
-		if m.call == callNone && !m.stopRequested {
-			consider(max(m.nextAcquireAt, m.cooldownUntil))
+		if m.call.kind == callNone && !m.stopRequested {
+			consider(max(m.contend.nextAcquireAt, m.contend.cooldownUntil))
 		}
 	case PhaseHolding:
-		if m.worker == workerSuspended || (m.worker == workerNone && m.respawn) {
-			consider(m.restartAt)
+		if m.worker.phase == workerSuspended || (m.worker.phase == workerNone && m.worker.respawn) {
+			consider(m.worker.restartAt)
 		}
 	case PhaseStopping:
-		if m.cause == causeShutdown && m.worker == workerStopping {
-			consider(m.workerStopBy)
+		if m.cause == causeShutdown && m.worker.phase == workerStopping {
+			consider(m.worker.stopBy)
 		}
 	case PhaseReleasing:
-		if !m.releasing {
-			consider(m.nextReleaseAt)
+		if !m.release.inFlight {
+			consider(m.release.nextAt)
 		}
 	}
 	return at

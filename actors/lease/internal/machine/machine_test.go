@@ -1,9 +1,24 @@
-package lease
+package machine
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/leasestore"
+)
+
+// fastTiming and slowRetry are the timings of the LeaseActor's tests
+// (actors/lease): fastTiming keeps tests short within the relations
+// Timing.Validate checks; slowRetry makes a contender's own retries slow
+// (8-12 s against a grant with 30 s left), so only a nudge can make an
+// attempt within milliseconds.
+var (
+	fastTiming = leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
+		RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	slowRetry = leasestore.Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
+		RenewDeadline: 10 * time.Second, RetryInterval: 10 * time.Second}
 )
 
 // nudgeDriver runs one Machine on a virtual clock as a contender for a
@@ -22,7 +37,7 @@ type nudgeDriver struct {
 
 func newNudgeDriver(t *testing.T, rtt time.Duration) *nudgeDriver {
 	d := &nudgeDriver{t: t, rtt: rtt, wake: NoWake, pending: map[uint64]time.Duration{},
-		m: NewMachine("cleanup", "instance-b", slowRetry, rand.New(rand.NewPCG(1, 2)))}
+		m: New("cleanup", "instance-b", slowRetry, rand.New(rand.NewPCG(1, 2)))}
 	d.step(Start{})
 	return d
 }
@@ -60,7 +75,7 @@ func (d *nudgeDriver) advance(until time.Duration) {
 		d.now = next
 		if seq != 0 {
 			delete(d.pending, seq)
-			d.step(AcquireResult{Seq: seq, Grant: Grant{Holder: "instance-a", Fence: 1, TimeLeft: 30 * time.Second}})
+			d.step(AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "instance-a", Fence: 1, TimeLeft: 30 * time.Second}})
 		} else {
 			d.wake = NoWake
 			d.step(Tick{})
@@ -81,12 +96,12 @@ func TestAFloodOfNudgesIsSpacedWhetherOrNotAnAttemptIsInFlight(t *testing.T) {
 				d.advance(d.now + 50*time.Microsecond)
 			}
 			got := len(d.attempts) - before
-			limit := int(flood/nudgeSpacing) + 1
+			limit := int(flood/NudgeSpacing) + 1
 			if got > limit {
-				t.Fatalf("%d acquire attempts in %s of nudges (round trip %s); want at most one per %s (%d)", got, flood, rtt, nudgeSpacing, limit)
+				t.Fatalf("%d acquire attempts in %s of nudges (round trip %s); want at most one per %s (%d)", got, flood, rtt, NudgeSpacing, limit)
 			}
 			for i := before + 1; i < len(d.attempts); i++ {
-				if gap := d.attempts[i] - d.attempts[i-1]; gap < nudgeSpacing {
+				if gap := d.attempts[i] - d.attempts[i-1]; gap < NudgeSpacing {
 					t.Fatalf("attempts %s apart (at %s and %s)", gap, d.attempts[i-1], d.attempts[i])
 				}
 			}
@@ -115,8 +130,8 @@ func TestANudgeIsDeferredByTheSpacingNeverDropped(t *testing.T) {
 	if len(d.attempts) != n+2 {
 		t.Fatalf("%d attempts after a second nudge within the spacing, want exactly one more", len(d.attempts)-n-1)
 	}
-	if gap := d.attempts[n+1] - d.attempts[n]; gap < nudgeSpacing || gap > nudgeSpacing+time.Millisecond {
-		t.Fatalf("deferred attempt came %s after the previous one, want %s", gap, nudgeSpacing)
+	if gap := d.attempts[n+1] - d.attempts[n]; gap < NudgeSpacing || gap > NudgeSpacing+time.Millisecond {
+		t.Fatalf("deferred attempt came %s after the previous one, want %s", gap, NudgeSpacing)
 	}
 
 	// A nudge while an attempt is in flight: acted on when it answers.
@@ -139,10 +154,10 @@ type holder struct {
 }
 
 func newHolder(t *testing.T) *holder {
-	h := &holder{t: t, m: NewMachine("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)))}
+	h := &holder{t: t, m: New("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)))}
 	h.step(Start{})
 	acq := h.only(AcquireCmd{}).(AcquireCmd)
-	h.step(AcquireResult{Seq: acq.Seq, Grant: Grant{Granted: true, Fence: 1}})
+	h.step(AcquireResult{Seq: acq.Seq, Grant: leasestore.Grant{Granted: true, Fence: 1}})
 	h.only(SpawnWorkerCmd{})
 	return h
 }
@@ -273,4 +288,50 @@ func TestARenewalInFlightAtShutdownIsNotHandedBackTwice(t *testing.T) {
 	// The renewal answers while the machine's own release is in flight.
 	h.at(h.now+time.Millisecond, RenewResult{Seq: renew.Seq})
 	h.none(ReleaseCmd{})
+}
+
+// A grant under this holder's name is handed back as an errored acquire's
+// lost answer only if it was made since that acquire started: a grant
+// made earlier belongs to another process that wrongly shares the
+// instance_id, and taking it from it would make the two fight over the
+// lease (each losing custody in turn).
+func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		age      time.Duration // of the grant, when the next acquire reads it
+		handBack bool
+	}{
+		{"made during the errored call", 150 * time.Millisecond, true},
+		{"made before it (a duplicate instance_id)", 10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)))
+			seqOf := func(cmds []Command) uint64 {
+				for _, c := range cmds {
+					if a, ok := c.(AcquireCmd); ok {
+						return a.Seq
+					}
+				}
+				t.Fatalf("no acquire in %v", cmds)
+				return 0
+			}
+			now := time.Second
+			seq := seqOf(m.Step(now, Start{}))
+			now += 100 * time.Millisecond
+			m.Step(now, AcquireResult{Seq: seq, Err: errors.New("connection reset by peer")})
+			now += fastTiming.RetryInterval * 2
+			seq = seqOf(m.Step(now, Tick{}))
+			now += time.Millisecond
+			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age}})
+			released := false
+			for _, c := range cmds {
+				if r, ok := c.(ReleaseCmd); ok && r.Custody.Fence == 1 {
+					released = true
+				}
+			}
+			if released != tc.handBack {
+				t.Fatalf("hand-back of fence 1 = %v, want %v (commands %v)", released, tc.handBack, cmds)
+			}
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package lease
+package machine
 
 import (
 	"container/heap"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // The simulation drives several Machines (one per simulated instance)
@@ -30,7 +31,7 @@ const (
 	simWriteGap  = 700 * time.Millisecond
 )
 
-var simTiming = Timing{TTL: 15 * time.Second, RenewInterval: 5 * time.Second,
+var simTiming = leasestore.Timing{TTL: 15 * time.Second, RenewInterval: 5 * time.Second,
 	RenewDeadline: 10 * time.Second, RetryInterval: 2 * time.Second}
 
 type simEventKind int
@@ -201,7 +202,7 @@ func (s *sim) storeCall(i int, apply func() Input, failed func(error) Input) {
 	}
 }
 
-func (s *sim) acquire(holder string) Grant {
+func (s *sim) acquire(holder string) leasestore.Grant {
 	if !s.row.exists || s.row.expires <= s.now {
 		fence := s.row.fence + 1
 		if fence != s.lastFence+1 {
@@ -210,9 +211,9 @@ func (s *sim) acquire(holder string) Grant {
 		s.lastFence = fence
 		s.row = simRow{exists: true, holder: holder, fence: fence, expires: s.now + simTiming.TTL, acquired: s.now}
 		s.tracef("db: grant %s fence %d", holder, fence)
-		return Grant{Granted: true, Fence: fence}
+		return leasestore.Grant{Granted: true, Fence: fence}
 	}
-	return Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired}
+	return leasestore.Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired}
 }
 
 func (s *sim) matches(c fence.Custody) bool {
@@ -438,7 +439,7 @@ func runSim(t testing.TB, seed uint64, trace bool) {
 		name := fmt.Sprintf("inst-%d", i)
 		s.insts = append(s.insts, &simInstance{
 			name:    name,
-			m:       NewMachine("test", name, simTiming, rand.New(rand.NewPCG(seed, uint64(i)))),
+			m:       New("test", name, simTiming, rand.New(rand.NewPCG(seed, uint64(i)))),
 			rate:    0.999 + 0.002*rng.Float64(),
 			workers: map[int]*simWorker{},
 		})
