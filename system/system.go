@@ -92,10 +92,6 @@ func New(o Options) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Leases.Enabled && o.NudgeURL != "" {
-		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Log: log}
-	}
 	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
 	s.releases = newReleaseAudit(cfg.InstanceID)
 	s.releasesSub = s.actors.EventStream.Subscribe(s.releases.observe)
@@ -111,6 +107,10 @@ func New(o Options) (*System, error) {
 		return err
 	}
 	s.store = store
+	if cfg.Leases.Enabled && o.NudgeURL != "" {
+		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
+	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec
 	for _, w := range o.Registry.Workers() {
@@ -164,8 +164,29 @@ func (s *System) Start() error {
 	}
 	if !s.o.Config.Leases.Enabled {
 		s.log.Warn().Msg("leases.enabled is false: every worker runs unconditionally on this instance; run a single instance only")
+	} else {
+		s.warnIfInstanceLiveElsewhere()
 	}
 	return nil
+}
+
+// warnIfInstanceLiveElsewhere warns when this instance_id holds a lease,
+// or contended for one within a TTL, from another process start (issue
+// 14.4). Custody stays correct (every grant carries its process's nonce),
+// but two processes answering to one name confuse every report that names
+// the holder.
+func (s *System) warnIfInstanceLiveElsewhere() {
+	ttl := s.o.Config.Leases.TTL
+	ctx, cancel := context.WithTimeout(context.Background(), ttl)
+	defer cancel()
+	names, err := s.store.LiveElsewhere(ctx, s.o.Config.InstanceID, ttl)
+	switch {
+	case err != nil:
+		s.log.Debug().Err(err).Msg("could not check whether this instance_id is live elsewhere")
+	case len(names) > 0:
+		s.log.Warn().Strs("leases", names).Dur("within", ttl).
+			Msg("this instance_id is live from another process start (a lease held, or contended for within one TTL): two running processes share one instance_id, or this instance's previous run ended without releasing; give each process its own instance_id")
+	}
 }
 
 // Nudge tells the LeaseActor of lease that a holder has just released it,

@@ -184,6 +184,9 @@ type leaseActor struct {
 	log    zerolog.Logger
 	// storeErrs logs failing store calls, at most once per storeErrorLogPeriod.
 	storeErrs zerolog.Logger
+	// duplicates logs a grant of another process under this instance_id,
+	// at most once per storeErrorLogPeriod.
+	duplicates zerolog.Logger
 	// acquiring and renewing count the calls of each kind not yet returned.
 	acquiring, renewing *atomic.Int32
 }
@@ -199,6 +202,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.calls, a.cancel = context.WithCancel(context.Background())
 		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
 		a.storeErrs = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
+		a.duplicates = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
 		a.acquiring, a.renewing = &atomic.Int32{}, &atomic.Int32{}
 		a.late = newLateOutcomes()
 		seed := a.o.Seed
@@ -227,6 +231,11 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.late.taken(msg.Seq)
 		if msg.Err != nil {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease acquire failed; retrying")
+		}
+		if g := msg.Grant; msg.Err == nil && !g.Granted && g.Holder == a.o.Instance && !g.Own && g.TimeLeft > 0 {
+			// Custody stays correct (grants carry the process nonce), but
+			// the operator has two processes answering to one name.
+			a.duplicates.Warn().Int64("fence", g.Fence).Msg("another process holds this lease under this instance's instance_id: two running processes share one instance_id; give each its own")
 		}
 		a.step(ctx, *msg)
 	case *machine.RenewResult:

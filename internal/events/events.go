@@ -24,11 +24,19 @@ const (
 	WorkerStopped   Kind = "worker.stopped"
 	WorkerFailed    Kind = "worker.failed"
 	WorkerRestarted Kind = "worker.restarted"
+	// WorkerStuck: a worker ordered to stop did not stop within the
+	// LeaseActor's bound; the LeaseActor moves on without it (see
+	// actors/lease/doc.go).
+	WorkerStuck Kind = "worker.stuck"
+	// LeaseYielded: the holder released the lease because its worker
+	// reported itself unhealthy while a contender reported healthy.
+	LeaseYielded Kind = "lease.yielded"
 )
 
 // Kinds lists every kind, in the order of docs/spec.md §5.
 var Kinds = []Kind{LeaseAcquired, LeaseContended, LeaseRenewed, LeaseLost,
-	LeaseReleased, WorkerStarted, WorkerStopped, WorkerFailed, WorkerRestarted}
+	LeaseReleased, WorkerStarted, WorkerStopped, WorkerFailed, WorkerRestarted,
+	WorkerStuck, LeaseYielded}
 
 // Reasons carried by lease.lost (docs/spec.md §5) and by lease.released.
 const (
@@ -85,7 +93,7 @@ func (e Custody) Level() zerolog.Level {
 	switch e.Kind {
 	case LeaseContended, LeaseRenewed:
 		return zerolog.DebugLevel
-	case LeaseLost, WorkerFailed:
+	case LeaseLost, WorkerFailed, WorkerStuck:
 		return zerolog.WarnLevel
 	default:
 		return zerolog.InfoLevel
@@ -105,6 +113,8 @@ var messages = map[Kind]string{
 	WorkerStopped:   "worker stopped",
 	WorkerFailed:    "worker failed",
 	WorkerRestarted: "worker restarted",
+	WorkerStuck:     "worker did not stop in time: moving on without it",
+	LeaseYielded:    "lease yielded to a healthier contender",
 }
 
 // Message is the short sentence logged as "msg" for the event; a kind

@@ -83,6 +83,8 @@ func fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) erro
 		tx  *sql.Tx
 		err error
 	}
+	// A lease write of this process goes first (see yield).
+	yield(ctx, db)
 	ch := make(chan begun, 1)
 	go func() {
 		tx, err := beginFenced(ctx, db, c)

@@ -24,6 +24,9 @@ type Contenders struct {
 	DB *sql.DB
 	// Instance is this process's instance_id.
 	Instance string
+	// Nonce is this process's start nonce (Store.Nonce), recorded so a
+	// process can tell that its instance_id is live elsewhere.
+	Nonce string
 	// URL is this instance's nudge endpoint, e.g. http://127.0.0.1:5001/lease/nudge.
 	URL string
 	// TTL is the lease TTL; a contender not seen for 3×TTL is not nudged.
@@ -59,10 +62,10 @@ func (c *Contenders) Register(lease string) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		_, err := c.DB.Exec(`INSERT INTO lease_contenders (name, instance, nudge_url, seen_at)
-VALUES (?1, ?2, ?3, `+database.NowMS+`)
-ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_at = excluded.seen_at`,
-			lease, c.Instance, c.URL)
+		_, err := c.DB.Exec(`INSERT INTO lease_contenders (name, instance, nudge_url, seen_at, nonce)
+VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4)
+ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_at = excluded.seen_at, nonce = excluded.nonce`,
+			lease, c.Instance, c.URL, c.Nonce)
 		if err != nil {
 			c.mu.Lock()
 			delete(c.seen, lease) // try again next time

@@ -2,7 +2,9 @@ package leasestore
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -25,6 +27,11 @@ type Grant struct {
 	// Age is how long ago the current grant was made (acquired_at), on the
 	// database's clock, when not granted.
 	Age time.Duration
+	// Own is true, when not granted, if the current grant is this
+	// process's: the holder asked for and this Store's process nonce (see
+	// Store.Nonce). Another process configured with the same instance_id
+	// has the same holder but another nonce, so its grant is never Own.
+	Own bool
 }
 
 // Row is one row of the leases table (SPEC §4) as seen at Now.
@@ -84,8 +91,9 @@ func (r Row) Listed() Listed {
 // the database's own clock (database.NowMS), so instances whose clocks
 // disagree still agree on who holds what.
 type Store struct {
-	db  *sql.DB
-	ttl time.Duration
+	db    *sql.DB
+	ttl   time.Duration
+	nonce string
 	// Check, when set, runs before every acquire and renewal and fails
 	// them with its error (database.DB.CheckFile: a file deleted or
 	// replaced under the process must end its custody, not leave it
@@ -93,8 +101,24 @@ type Store struct {
 	Check func() error
 }
 
-// NewStore returns a store granting leases of the given TTL.
-func NewStore(db *sql.DB, ttl time.Duration) *Store { return &Store{db: db, ttl: ttl} }
+// NewStore returns a store granting leases of the given TTL. It draws the
+// process nonce its grants carry (holder_nonce): one Store per process, so
+// the holder identity is the instance_id plus a value no other process
+// start shares.
+func NewStore(db *sql.DB, ttl time.Duration) *Store {
+	return &Store{db: db, ttl: ttl, nonce: newNonce()}
+}
+
+// newNonce returns 16 random hex digits: a process-start identity.
+func newNonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Nonce is the process nonce this store writes with every grant and
+// matches on every renewal and release.
+func (s *Store) Nonce() string { return s.nonce }
 
 // note records how a write for lease name ended in the database's write
 // health (see Healthy). It returns err.
@@ -125,15 +149,16 @@ const (
 	// (lease_fence_floor), so it never goes backwards even if the row was
 	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
 	// would turn it into a REAL that no reader can scan (see maxFence).
-	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
-SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3
+	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at, holder_nonce)
+SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3, ?4
 FROM (SELECT ` + database.NowMS + ` AS n) WHERE COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) < 9223372036854775807
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
   fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = excluded.name), 0)) + 1,
   acquired_at = excluded.acquired_at,
   renewed_at  = excluded.renewed_at,
-  expires_at  = excluded.expires_at
+  expires_at  = excluded.expires_at,
+  holder_nonce = excluded.holder_nonce
 WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
 RETURNING fence`
 
@@ -145,8 +170,8 @@ RETURNING fence`
 	// renewable by its holder and fence: nobody else has taken it, or the
 	// fence would differ. (Comparing two columns is cheaper than a third
 	// evaluation of the database clock, on the hottest statement.)
-	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
+	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?5
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND holder_nonce = ?4 AND renewed_at <> expires_at`
 
 	// releaseSQL expires the row in place and keeps holder and fence, so a
 	// stalled former holder can never match again. renewed_at = expires_at
@@ -154,14 +179,14 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
 	releaseSQL = `UPDATE leases SET
   renewed_at = MIN(expires_at, ` + database.NowMS + `),
   expires_at = MIN(expires_at, ` + database.NowMS + `)
-WHERE name = ?1 AND holder = ?2 AND fence = ?3`
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND holder_nonce = ?4`
 )
 
 // The reads of a lease row. holder is an instance_id, which an operator
 // may set to anything, date-like included, so it is read through
 // database.Text to be reported exactly as stored.
 var (
-	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n, n - acquired_at FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
+	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n, n - acquired_at, holder_nonce FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
 
 	listSQL = `SELECT ` + database.Text("name") + `, ` + database.Text("holder") + `, fence, acquired_at, renewed_at, expires_at, ` +
 		database.NowMS + ` FROM leases ORDER BY name`
@@ -175,6 +200,7 @@ var (
 // and how long its grant has left. A fence at MaxInt64 is never granted
 // again: Acquire then returns an error.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	defer fence.LeaseWrite(s.db)()
 	g, err := s.acquire(ctx, name, holder)
 	return g, s.note(name, err)
 }
@@ -184,7 +210,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
 	var g Grant
-	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, &g.Fence)
+	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds(), s.nonce}, &g.Fence)
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
@@ -193,9 +219,11 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return g, nil
 	}
 	var leftMS, ageMS int64
-	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &ageMS); err != nil {
+	var nonce string
+	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &ageMS, &nonce); err != nil {
 		return Grant{}, fmt.Errorf("read contended lease %q: %w", name, err)
 	}
+	g.Own = g.Holder == holder && nonce == s.nonce
 	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
 	g.Age = time.Duration(ageMS) * time.Millisecond
 	if g.Fence == maxFence && leftMS <= 0 {
@@ -219,6 +247,7 @@ var errFenceExhausted = errors.New("fence token at its maximum; the lease can no
 // LeaseActor never relies on that, because it gives custody up at its
 // renew deadline, before the TTL runs out.
 func (s *Store) Renew(ctx context.Context, c fence.Custody) error {
+	defer fence.LeaseWrite(s.db)()
 	if err := s.check(); err != nil {
 		return s.note(c.Lease, fmt.Errorf("renew lease %q: %w", c.Lease, err))
 	}
@@ -240,6 +269,7 @@ func (s *Store) check() error {
 // database file that was deleted or replaced lands nowhere anyone reads,
 // so it must fail rather than report the lease released.
 func (s *Store) Release(ctx context.Context, c fence.Custody) error {
+	defer fence.LeaseWrite(s.db)()
 	if err := s.check(); err != nil {
 		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
 	}
@@ -247,7 +277,7 @@ func (s *Store) Release(ctx context.Context, c fence.Custody) error {
 }
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra ...any) error {
-	args := append([]any{c.Lease, c.Holder, c.Fence}, extra...)
+	args := append([]any{c.Lease, c.Holder, c.Fence, s.nonce}, extra...)
 	res, err := s.db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
@@ -308,4 +338,37 @@ func List(ctx context.Context, db Querier) ([]Row, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// liveElsewhereSQL finds the leases for which instance is live from another
+// process start: a grant not yet expired, or a contender record fresher
+// than the window (?3 ms), carrying another nonce.
+var liveElsewhereSQL = `SELECT ` + database.Text("name") + ` FROM leases
+WHERE holder = ?1 AND holder_nonce <> ?2 AND expires_at > ` + database.NowMS + `
+UNION
+SELECT ` + database.Text("name") + ` FROM lease_contenders
+WHERE instance = ?1 AND nonce <> ?2 AND nonce <> '' AND seen_at > ` + database.NowMS + ` - ?3
+ORDER BY 1`
+
+// LiveElsewhere returns the names of the leases that instance holds, or
+// contended for within the last window, from another process start than
+// this store's: a sign that two running processes share one instance_id
+// (or that this instance's previous run ended less than window ago without
+// releasing). Custody stays correct either way (grants carry the nonce);
+// the caller warns.
+func (s *Store) LiveElsewhere(ctx context.Context, instance string, window time.Duration) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, liveElsewhereSQL, instance, s.nonce, window.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("look for instance %q elsewhere: %w", instance, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("look for instance %q elsewhere: %w", instance, err)
+		}
+		names = append(names, n)
+	}
+	return names, rows.Err()
 }

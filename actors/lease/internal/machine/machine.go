@@ -27,10 +27,13 @@ const (
 	// lease up (worker.failed) so another instance can try.
 	MaxFailures   = 5
 	failureWindow = time.Minute
-	// workerStopTimeout bounds how long a graceful stop waits for the
-	// worker before releasing anyway (its writes are fenced, so a worker
-	// that outlives the release cannot land anything).
-	workerStopTimeout = 10 * time.Second
+	// WorkerStopTimeout bounds how long any stop of the worker (graceful,
+	// on a loss of custody, after repeated failures) waits for it: then
+	// worker.stuck is published and the machine moves on as if the worker
+	// had stopped (releases, or contends again). The stuck worker's
+	// writes are fenced under a custody that has ended or is being
+	// released, so it cannot land anything.
+	WorkerStopTimeout = 10 * time.Second
 	// releaseAttempts bounds the release retries on shutdown.
 	releaseAttempts   = 3
 	releaseRetryDelay = 100 * time.Millisecond
@@ -466,9 +469,11 @@ func (m *Machine) stopWorker(now time.Duration, graceful bool) {
 		// be read, so a failed worker is always stopped, not poisoned.
 		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
 		m.worker.phase = workerStopping
+		m.worker.stopBy = now + WorkerStopTimeout
 	case workerRunning:
 		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen, Graceful: graceful})
 		m.worker.phase = workerStopping
+		m.worker.stopBy = now + WorkerStopTimeout
 	case workerStopping:
 		if !graceful {
 			m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
@@ -501,13 +506,13 @@ func (m *Machine) onStop(now time.Duration) {
 		m.cause = causeShutdown
 		m.phase = PhaseStopping
 		m.worker.respawn = false
-		m.worker.stopBy = now + workerStopTimeout
+		m.worker.stopBy = now + WorkerStopTimeout
 		m.stopWorker(now, true)
 	case PhaseStopping:
 		if m.cause == causeFailed {
 			m.cause = causeShutdown
 		}
-		m.worker.stopBy = now + workerStopTimeout
+		m.worker.stopBy = now + WorkerStopTimeout
 	}
 }
 
@@ -604,7 +609,10 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.lastErr = nil
 	g := r.Grant
 	if !g.Granted {
-		if g.Holder == m.holder && g.TimeLeft > 0 && g.Fence > 0 &&
+		// Own, not a holder string equal to ours: another process
+		// configured with our instance_id holds grants under our holder
+		// string, and releasing one of those would start a second worker.
+		if g.Own && g.TimeLeft > 0 && g.Fence > 0 &&
 			(g.Fence == m.custody.lostFence || (m.contend.acquireUnsure && g.Fence > m.custody.heldFence && m.grantedSinceUnsure(now, g.Age))) {
 			// Our own grant, unused: an acquire whose answer was lost
 			// after it committed, or custody given up whose worker has
@@ -934,11 +942,20 @@ func (m *Machine) advance(now time.Duration) {
 			m.spawn()
 		}
 	case PhaseStopping:
-		if m.cause == causeShutdown && m.worker.phase == workerStopping && now >= m.worker.stopBy {
-			// The worker did not stop in time. Release anyway: its writes
-			// are fenced, and once released they cannot land.
-			m.emit(events.WorkerFailed, m.worker.fence, "",
-				fmt.Errorf("worker did not stop within %s; releasing anyway", workerStopTimeout))
+		if m.worker.phase == workerStopping && now >= m.worker.stopBy {
+			// The worker did not stop in time (stuck in a call that
+			// ignores its context). Move on without it: its writes are
+			// fenced under a custody that has ended or is released next,
+			// so they cannot land; its late termination is ignored.
+			next := "contending again"
+			switch {
+			case m.cause == causeShutdown || m.stopRequested:
+				next = "releasing anyway and stopping"
+			case m.cause == causeFailed:
+				next = "releasing anyway"
+			}
+			m.emit(events.WorkerStuck, m.worker.fence, "",
+				fmt.Errorf("worker did not stop within %s; %s", WorkerStopTimeout, next))
 			m.worker.phase = workerNone
 			m.afterWorkerStopped(now)
 		}
@@ -994,7 +1011,7 @@ func (m *Machine) nextWake() time.Duration {
 			consider(m.worker.restartAt)
 		}
 	case PhaseStopping:
-		if m.cause == causeShutdown && m.worker.phase == workerStopping {
+		if m.worker.phase == workerStopping {
 			consider(m.worker.stopBy)
 		}
 	case PhaseReleasing:

@@ -3,9 +3,11 @@ package machine
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
 )
 
@@ -299,10 +301,15 @@ func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		age      time.Duration // of the grant, when the next acquire reads it
+		own      bool          // the grant carries this process's nonce
 		handBack bool
 	}{
-		{"made during the errored call", 150 * time.Millisecond, true},
-		{"made before it (a duplicate instance_id)", 10 * time.Second, false},
+		{"made during the errored call", 150 * time.Millisecond, true, true},
+		{"made before it (a duplicate instance_id)", 10 * time.Second, true, false},
+		// Issue 14.4: another process configured with the same
+		// instance_id acquired while our call was out; the holder string
+		// matches and the time fits, but the nonce does not.
+		{"made during the errored call by another process with our instance_id", 150 * time.Millisecond, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := New("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)))
@@ -322,7 +329,7 @@ func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
 			now += fastTiming.RetryInterval * 2
 			seq = seqOf(m.Step(now, Tick{}))
 			now += time.Millisecond
-			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age}})
+			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age, Own: tc.own}})
 			released := false
 			for _, c := range cmds {
 				if r, ok := c.(ReleaseCmd); ok && r.Custody.Fence == 1 {
@@ -334,4 +341,66 @@ func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// emitted returns the events of kind in the last output.
+func (h *holder) emitted(kind events.Kind) []events.Custody {
+	var out []events.Custody
+	for _, c := range h.out {
+		if e, ok := c.(EmitCmd); ok && e.Event.Kind == kind {
+			out = append(out, e.Event)
+		}
+	}
+	return out
+}
+
+// wake is the WakeCmd of the last output.
+func (h *holder) wake() time.Duration {
+	h.t.Helper()
+	return h.out[len(h.out)-1].(WakeCmd).At
+}
+
+// Issue 14.6: a worker that does not stop after a loss of custody no
+// longer keeps the machine in stopping for good: after WorkerStopTimeout
+// it publishes worker.stuck and contends again; and the same bound holds
+// for a worker that failed too often (it releases) and on shutdown.
+func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
+	t.Run("after a loss", func(t *testing.T) {
+		h := newHolder(t)
+		h.loseToBlackout()
+		stopAt := h.now
+		if got := h.wake(); got > stopAt+WorkerStopTimeout {
+			t.Fatalf("next wake %s, want no later than the stop bound %s", got, stopAt+WorkerStopTimeout)
+		}
+		h.at(stopAt+WorkerStopTimeout-time.Millisecond, Tick{})
+		if len(h.emitted(events.WorkerStuck)) != 0 || h.m.Phase() != PhaseStopping {
+			t.Fatalf("stuck before the bound: phase %s, %+v", h.m.Phase(), h.out)
+		}
+		h.at(stopAt+WorkerStopTimeout, Tick{})
+		stuck := h.emitted(events.WorkerStuck)
+		if len(stuck) != 1 || stuck[0].Fence != 1 || !strings.Contains(stuck[0].Err.Error(), "contending again") {
+			t.Fatalf("worker.stuck events %+v, want one for fence 1 saying what follows", stuck)
+		}
+		if h.m.Phase() != PhaseContending {
+			t.Fatalf("phase %s after worker.stuck, want contending", h.m.Phase())
+		}
+		// It contends again (after a retry interval), and a late
+		// termination of the stuck worker changes nothing.
+		h.at(h.wake(), Tick{})
+		h.only(AcquireCmd{})
+		h.step(WorkerStopped{Gen: 1})
+		if h.m.Phase() != PhaseContending {
+			t.Fatalf("phase %s after the stuck worker stopped late", h.m.Phase())
+		}
+	})
+	t.Run("on shutdown", func(t *testing.T) {
+		h := newHolder(t)
+		h.at(time.Millisecond, StopRequested{})
+		h.only(StopWorkerCmd{})
+		h.at(time.Millisecond+WorkerStopTimeout, Tick{})
+		if stuck := h.emitted(events.WorkerStuck); len(stuck) != 1 || !strings.Contains(stuck[0].Err.Error(), "releasing anyway") {
+			t.Fatalf("worker.stuck events %+v, want one saying it releases", stuck)
+		}
+		h.only(ReleaseCmd{})
+	})
 }

@@ -213,7 +213,10 @@ func (s *sim) acquire(holder string) leasestore.Grant {
 		s.tracef("db: grant %s fence %d", holder, fence)
 		return leasestore.Grant{Granted: true, Fence: fence}
 	}
-	return leasestore.Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired}
+	// Each simulated instance is one process start: its own grants are
+	// the ones under its holder.
+	return leasestore.Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired,
+		Own: s.row.holder == holder}
 }
 
 func (s *sim) matches(c fence.Custody) bool {
