@@ -119,6 +119,7 @@ func New(o Options) (*System, error) {
 			Name: w.Name, Instance: cfg.InstanceID, Timing: timing, Store: store, Unleased: unleased,
 			Worker: workerProps(w, log), Publish: s.publish, Metrics: leaseMetrics,
 			Contenders: s.contenders, Log: log,
+			Health: w.Health, YieldGrace: cfg.Leases.YieldGrace, MinHold: cfg.Leases.MinHold,
 		}
 		props, err := lease.NewProps(opts)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 // StoreAPI is what a LeaseActor needs from the lease store.
@@ -52,7 +53,18 @@ type Options struct {
 	// Contenders is optional: with it, a contender records itself so a
 	// releasing holder can nudge it, and a holder nudges on release.
 	Contenders *leasestore.Contenders
-	Log        zerolog.Logger
+	// Health is the worker's own health report (workers.Spec.Health); nil
+	// is always healthy. A contender records it in lease_contenders; a
+	// holder whose worker has reported unhealthy for YieldGrace, once it
+	// has held the lease for MinHold, releases it when some contender
+	// reports healthy (health-aware custody; needs Contenders).
+	Health *workers.Health
+	// YieldGrace is leases.yield_grace: 0 never yields.
+	YieldGrace time.Duration
+	// MinHold is leases.min_hold: no yield before custody has lasted this
+	// long.
+	MinHold time.Duration
+	Log     zerolog.Logger
 	// Seed seeds the retry jitter; 0 picks a random seed.
 	Seed uint64
 }
@@ -89,10 +101,19 @@ type Status struct {
 	Fence int64 `json:"fence,omitempty"`
 	// TrustedForMS is how much longer, by the local monotonic clock, this
 	// instance trusts its grant without another successful renewal.
-	TrustedForMS int64  `json:"trusted_for_ms,omitempty"`
-	WorkerActive bool   `json:"worker_active"`
-	Unleased     bool   `json:"unleased,omitempty"`
-	LastError    string `json:"last_error,omitempty"`
+	TrustedForMS int64 `json:"trusted_for_ms,omitempty"`
+	WorkerActive bool  `json:"worker_active"`
+	// WorkerHealthy is the worker's own health report (always true for a
+	// worker that reports none); HealthReason says why it is unhealthy
+	// and UnhealthyForMS for how long.
+	WorkerHealthy  bool   `json:"worker_healthy"`
+	HealthReason   string `json:"health_reason,omitempty"`
+	UnhealthyForMS int64  `json:"unhealthy_for_ms,omitempty"`
+	// Yields counts the times this LeaseActor yielded its lease to a
+	// healthier contender.
+	Yields    int    `json:"yields,omitempty"`
+	Unleased  bool   `json:"unleased,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // NewProps returns the props of a LeaseActor. Send it &StopRequested{} to
@@ -189,6 +210,9 @@ type leaseActor struct {
 	duplicates zerolog.Logger
 	// acquiring and renewing count the calls of each kind not yet returned.
 	acquiring, renewing *atomic.Int32
+	// checkingYield: a look for a healthy contender is in flight.
+	checkingYield bool
+	yields        int
 }
 
 func (a *leaseActor) now() time.Duration { return time.Since(a.origin) }
@@ -210,6 +234,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			seed = rand.Uint64()
 		}
 		a.m = machine.New(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
+		a.m.SetMinHold(a.o.MinHold)
+		a.checkingYield, a.yields = false, 0
 		if a.o.Metrics != nil {
 			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
 		}
@@ -244,6 +270,27 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
 		a.step(ctx, *msg)
+		if msg.Err == nil {
+			if a.o.Metrics != nil && a.o.Health != nil {
+				v := 0.0
+				if a.healthy() {
+					v = 1
+				}
+				a.o.Metrics.WorkerHealthy.WithLabelValues(a.o.Name).Set(v)
+			}
+			a.maybeCheckYield()
+		}
+	case *yieldCheck:
+		a.checkingYield = false
+		switch {
+		case msg.err != nil:
+			a.storeErrs.Debug().Err(msg.err).Msg("could not read the contenders' health; not yielding")
+		case msg.found:
+			if ok, since, reason := a.o.Health.Status(); !ok {
+				a.step(ctx, machine.YieldRequested{Reason: fmt.Errorf("worker unhealthy for %s (%s) and a contender reports healthy",
+					time.Since(since).Round(time.Millisecond), reason)})
+			}
+		}
 	case *machine.ReleaseResult:
 		a.step(ctx, *msg)
 	case *staleReleased:
@@ -381,8 +428,50 @@ func (a *leaseActor) exec(ctx actor.Context, c machine.Command) {
 	}
 }
 
+// yieldCheck answers a look for a healthy contender (see maybeCheckYield).
+type yieldCheck struct {
+	found bool
+	err   error
+}
+
+// maybeCheckYield runs after each successful renewal: when the worker has
+// reported itself unhealthy for YieldGrace and custody has lasted MinHold,
+// it looks (in the background) for a contender that reports healthy; the
+// answer may make the machine yield. Hysteresis: the grace counts from
+// the worker's last change of health, so a flickering worker never
+// yields, and MinHold keeps a new holder from handing the lease straight
+// back.
+func (a *leaseActor) maybeCheckYield() {
+	if a.o.YieldGrace <= 0 || a.o.Contenders == nil || a.o.Unleased || a.checkingYield {
+		return
+	}
+	ok, since, _ := a.o.Health.Status()
+	if ok || time.Since(since) < a.o.YieldGrace || a.m.HeldFor(a.now()) < a.o.MinHold {
+		return
+	}
+	a.checkingYield = true
+	contenders, sys, self, late := a.o.Contenders, a.sys, a.self, a.late
+	bound := a.o.Timing.RenewDeadline
+	late.calls.Add(1)
+	go func() {
+		defer late.calls.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		found, err := contenders.HealthyContender(ctx, a.o.Name)
+		late.sendOr(func() { sys.Root.Send(self, &yieldCheck{found: found, err: err}) }, func() {})
+	}()
+}
+
+func (a *leaseActor) healthy() bool {
+	ok, _, _ := a.o.Health.Status()
+	return ok
+}
+
 func (a *leaseActor) publish(e events.Custody) {
 	e.At = time.Now()
+	if e.Kind == events.LeaseYielded {
+		a.yields++
+	}
 	if a.o.Unleased {
 		switch e.Kind {
 		case events.LeaseAcquired, events.LeaseContended, events.LeaseRenewed, events.LeaseLost, events.LeaseReleased:
@@ -398,7 +487,7 @@ func (a *leaseActor) publish(e events.Custody) {
 	if a.o.Contenders != nil {
 		switch e.Kind {
 		case events.LeaseContended:
-			a.o.Contenders.Register(a.o.Name)
+			a.o.Contenders.Register(a.o.Name, a.healthy())
 		case events.LeaseReleased:
 			a.o.Contenders.NudgeOthers(a.o.Name)
 		}
@@ -556,7 +645,13 @@ func (a *leaseActor) stopTimer() {
 }
 
 func (a *leaseActor) status() Status {
-	s := Status{Lease: a.o.Name, Phase: a.m.Phase().String(), WorkerActive: a.m.WorkerActive(), Unleased: a.o.Unleased}
+	s := Status{Lease: a.o.Name, Phase: a.m.Phase().String(), WorkerActive: a.m.WorkerActive(), Unleased: a.o.Unleased, Yields: a.yields}
+	ok, since, reason := a.o.Health.Status()
+	s.WorkerHealthy = ok
+	if !ok {
+		s.HealthReason = reason
+		s.UnhealthyForMS = time.Since(since).Milliseconds()
+	}
 	if c := a.m.Custody(); c.Fence > 0 && a.m.HoldsCustody() {
 		s.Fence = c.Fence
 		s.TrustedForMS = max(a.m.TrustedUntil()-a.now(), 0).Milliseconds()

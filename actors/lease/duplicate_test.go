@@ -72,7 +72,7 @@ func TestLiveElsewhereFindsAnotherProcessWithOurInstanceID(t *testing.T) {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}
 	c := &leasestore.Contenders{DB: db, Instance: "same", URL: "http://127.0.0.1:1/lease/nudge", TTL: ttl, Nonce: a.Nonce()}
-	c.Register("billing-tier-refresh")
+	c.Register("billing-tier-refresh", true)
 	c.Wait()
 	check := func(s *leasestore.Store, want string) {
 		t.Helper()

@@ -26,6 +26,10 @@ type Metrics struct {
 	Renew *prometheus.HistogramVec
 	// Acquire is appview_lease_acquire_duration_seconds{lease,outcome}.
 	Acquire *prometheus.HistogramVec
+	// WorkerHealthy is appview_lease_worker_healthy{lease}: the holder's
+	// worker's own health report at its last renewal (1 healthy, 0 not),
+	// for workers that report one.
+	WorkerHealthy *prometheus.GaugeVec
 
 	mu sync.Mutex
 	// granted is, per lease, the highest fence granted to this instance:
@@ -55,8 +59,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "appview_lease_acquire_duration_seconds", Help: "Round trip of lease acquire attempts.", Buckets: roundTripBuckets,
 		}, []string{"lease", "outcome"}),
+		WorkerHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "appview_lease_worker_healthy", Help: "1 while the holder's worker reports itself healthy, 0 while it reports unhealthy.",
+		}, []string{"lease"}),
 	}
-	for _, c := range []prometheus.Collector{m.Held, m.Fence, m.Transitions, m.Renew, m.Acquire} {
+	for _, c := range []prometheus.Collector{m.Held, m.Fence, m.Transitions, m.Renew, m.Acquire, m.WorkerHealthy} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -104,6 +104,14 @@ type Leases struct {
 	RenewDeadline time.Duration `yaml:"renew_deadline"`
 	// RetryInterval is how often a contender retries, with jitter.
 	RetryInterval time.Duration `yaml:"retry_interval"`
+	// YieldGrace is how long a holder's worker must have reported itself
+	// unhealthy, while some contender reports healthy, before the holder
+	// releases the lease to it (health-aware custody). 0 never yields.
+	YieldGrace time.Duration `yaml:"yield_grace"`
+	// MinHold is how long a holder keeps a lease before it may yield it,
+	// whatever its worker's health: with the grace, what keeps custody
+	// from flapping between two instances whose health flickers.
+	MinHold time.Duration `yaml:"min_hold"`
 }
 
 // Timing is the lease timing these keys configure.
@@ -237,6 +245,8 @@ func Default() Config {
 			RenewInterval: 5 * time.Second,
 			RenewDeadline: 10 * time.Second,
 			RetryInterval: 2 * time.Second,
+			YieldGrace:    30 * time.Second,
+			MinHold:       time.Minute,
 		},
 		Jetstream: Jetstream{
 			URLs: []string{

@@ -327,6 +327,10 @@ func (c Config) Validate() error {
 		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
 	case l.RetryInterval > 0 && l.RetryInterval < MinLeaseRetryInterval:
 		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
+	case l.YieldGrace < 0:
+		return keyErr("leases.yield_grace", "must not be negative, got %s", l.YieldGrace)
+	case l.MinHold < 0:
+		return keyErr("leases.min_hold", "must not be negative, got %s", l.MinHold)
 	}
 	if err := l.Timing().Validate(); err != nil {
 		var te *leasestore.TimingError

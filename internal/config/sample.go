@@ -28,6 +28,8 @@ leases:
                                 # on sqld/Turso keep it >= 6s: sqld frees a stalled writer's transaction only after ~5s,
                                 # so one paused instance holding the write lock would make every instance lose its leases
   retry_interval: 2s            # a contender retries this often, with jitter (>= 50ms, <= ttl)
+  yield_grace: 30s              # a holder whose worker reports unhealthy this long yields to a healthy contender; 0 never
+  min_hold: 1m                  # a holder keeps a lease at least this long before it may yield it
 
 jetstream:
   urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]

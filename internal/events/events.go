@@ -58,6 +58,9 @@ const (
 	// handed back at once. On lease.released it ends such a grant; on
 	// lease.acquired it marks the late grant itself, which no worker used.
 	ReasonStaleGrant = "stale-grant"
+	// ReasonYielded: released to a healthier contender (lease.yielded
+	// came first).
+	ReasonYielded = "yielded"
 	// ReasonActorRestarted: released by a LeaseActor restarted after its
 	// own failure, for the grant its previous incarnation held.
 	ReasonActorRestarted = "actor-restarted"

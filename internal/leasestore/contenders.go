@@ -3,6 +3,8 @@ package leasestore
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sync"
@@ -36,36 +38,45 @@ type Contenders struct {
 	Log  zerolog.Logger
 
 	mu   sync.Mutex
-	seen map[string]time.Time
+	seen map[string]registered
 	wg   sync.WaitGroup
+}
+
+// registered is the last record this process wrote for a lease.
+type registered struct {
+	at      time.Time
+	healthy bool
 }
 
 // NudgeTimeout bounds one nudge request.
 const NudgeTimeout = time.Second
 
-// Register records this instance as a contender for lease. It writes at
-// most once per TTL/2 per lease and never blocks the caller.
-func (c *Contenders) Register(lease string) {
+// Register records this instance as a contender for lease, with its
+// worker's health as the worker last reported it (healthy true when the
+// worker reports nothing). It writes at most once per TTL/2 per lease,
+// and at once when the health changed, and never blocks the caller.
+func (c *Contenders) Register(lease string, healthy bool) {
 	if c == nil || c.URL == "" {
 		return
 	}
 	c.mu.Lock()
 	if c.seen == nil {
-		c.seen = map[string]time.Time{}
+		c.seen = map[string]registered{}
 	}
-	if last, ok := c.seen[lease]; ok && time.Since(last) < c.TTL/2 {
+	if last, ok := c.seen[lease]; ok && time.Since(last.at) < c.TTL/2 && last.healthy == healthy {
 		c.mu.Unlock()
 		return
 	}
-	c.seen[lease] = time.Now()
+	c.seen[lease] = registered{at: time.Now(), healthy: healthy}
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		_, err := c.DB.Exec(`INSERT INTO lease_contenders (name, instance, nudge_url, seen_at, nonce)
-VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4)
-ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_at = excluded.seen_at, nonce = excluded.nonce`,
-			lease, c.Instance, c.URL, c.Nonce)
+		_, err := c.DB.Exec(`INSERT INTO lease_contenders (name, instance, nudge_url, seen_at, nonce, healthy)
+VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5)
+ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_at = excluded.seen_at,
+  nonce = excluded.nonce, healthy = excluded.healthy`,
+			lease, c.Instance, c.URL, c.Nonce, boolInt(healthy))
 		if err != nil {
 			c.mu.Lock()
 			delete(c.seen, lease) // try again next time
@@ -140,4 +151,37 @@ func (c *Contenders) Wait() {
 	if c != nil {
 		c.wg.Wait()
 	}
+}
+
+// contenderFreshness is how recent a contender's record must be to count
+// for a yield, in TTLs: a contender writes at least once per TTL/2 while
+// it attempts, and attempts at least every 1.2 retry intervals (<= TTL).
+const contenderFreshness = 2
+
+// HealthyContender reports whether some other instance contending for
+// lease recorded itself healthy within the last two TTLs (health-aware
+// custody: a holder whose worker is unhealthy yields only to such a
+// contender). The driver ignores ctx.
+func (c *Contenders) HealthyContender(ctx context.Context, lease string) (bool, error) {
+	if c == nil {
+		return false, nil
+	}
+	var one int
+	err := c.DB.QueryRowContext(ctx, `SELECT 1 FROM lease_contenders
+WHERE name = ?1 AND instance <> ?2 AND healthy = 1 AND seen_at > `+database.NowMS+` - ?3 LIMIT 1`,
+		lease, c.Instance, (contenderFreshness * c.TTL).Milliseconds()).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read healthy contenders of lease %q: %w", lease, err)
+	}
+	return true, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -102,7 +102,7 @@ type Store struct {
 }
 
 // NewStore returns a store granting leases of the given TTL. It draws the
-// process nonce its grants carry (holder_nonce): one Store per process, so
+// process nonce its grants carry (lease_holders): one Store per process, so
 // the holder identity is the instance_id plus a value no other process
 // start shares.
 func NewStore(db *sql.DB, ttl time.Duration) *Store {
@@ -149,16 +149,15 @@ const (
 	// (lease_fence_floor), so it never goes backwards even if the row was
 	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
 	// would turn it into a REAL that no reader can scan (see maxFence).
-	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at, holder_nonce)
-SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3, ?4
+	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3
 FROM (SELECT ` + database.NowMS + ` AS n) WHERE COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) < 9223372036854775807
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
   fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = excluded.name), 0)) + 1,
   acquired_at = excluded.acquired_at,
   renewed_at  = excluded.renewed_at,
-  expires_at  = excluded.expires_at,
-  holder_nonce = excluded.holder_nonce
+  expires_at  = excluded.expires_at
 WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
 RETURNING fence`
 
@@ -171,7 +170,7 @@ RETURNING fence`
 	// fence would differ. (Comparing two columns is cheaper than a third
 	// evaluation of the database clock, on the hottest statement.)
 	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?5
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND holder_nonce = ?4 AND renewed_at <> expires_at`
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at` + ownGrant
 
 	// releaseSQL expires the row in place and keeps holder and fence, so a
 	// stalled former holder can never match again. renewed_at = expires_at
@@ -179,14 +178,24 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND holder_nonce = ?4 AND renewed
 	releaseSQL = `UPDATE leases SET
   renewed_at = MIN(expires_at, ` + database.NowMS + `),
   expires_at = MIN(expires_at, ` + database.NowMS + `)
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND holder_nonce = ?4`
+WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
+
+	// ownGrant narrows a renewal or release to this process's grant: the
+	// fence's nonce (?4) is this process's (lease_holders).
+	ownGrant = `
+  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
+
+	// holderSQL records the nonce of a grant, in the acquire's transaction.
+	holderSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
 )
 
 // The reads of a lease row. holder is an instance_id, which an operator
 // may set to anything, date-like included, so it is read through
 // database.Text to be reported exactly as stored.
 var (
-	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n, n - acquired_at, holder_nonce FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
+	contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n, n - acquired_at,
+  COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = leases.name AND h.fence = leases.fence), '') FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
 
 	listSQL = `SELECT ` + database.Text("name") + `, ` + database.Text("holder") + `, fence, acquired_at, renewed_at, expires_at, ` +
 		database.NowMS + ` FROM leases ORDER BY name`
@@ -210,7 +219,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
 	var g Grant
-	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds(), s.nonce}, &g.Fence)
+	granted, err := s.grant(ctx, name, holder, &g.Fence)
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
@@ -230,6 +239,31 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, errFenceExhausted)
 	}
 	return g, nil
+}
+
+// grant runs the acquire statement and, when it grants, records the
+// grant's nonce, in one transaction: a grant whose answer is lost after
+// commit still carries this process's nonce, so a later attempt
+// recognises it as its own (and hands it back), and no grant is ever
+// visible without its nonce. The acquire is the transaction's first
+// statement and a write, so it takes the write lock at once.
+func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	granted, err := database.QueryReturning(ctx, tx, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
+	if err != nil || !granted {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // maxFence is the last fence a lease can be granted under.
@@ -343,8 +377,8 @@ func List(ctx context.Context, db Querier) ([]Row, error) {
 // liveElsewhereSQL finds the leases for which instance is live from another
 // process start: a grant not yet expired, or a contender record fresher
 // than the window (?3 ms), carrying another nonce.
-var liveElsewhereSQL = `SELECT ` + database.Text("name") + ` FROM leases
-WHERE holder = ?1 AND holder_nonce <> ?2 AND expires_at > ` + database.NowMS + `
+var liveElsewhereSQL = `SELECT ` + database.Text("l.name") + ` FROM leases l JOIN lease_holders h ON h.name = l.name AND h.fence = l.fence
+WHERE l.holder = ?1 AND h.nonce <> ?2 AND l.expires_at > ` + database.NowMS + `
 UNION
 SELECT ` + database.Text("name") + ` FROM lease_contenders
 WHERE instance = ?1 AND nonce <> ?2 AND nonce <> '' AND seen_at > ` + database.NowMS + ` - ?3

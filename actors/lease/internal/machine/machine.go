@@ -97,6 +97,15 @@ type (
 	}
 	// WorkerStopped reports that worker Gen has terminated.
 	WorkerStopped struct{ Gen int }
+	// YieldRequested asks the holder to give the lease to a healthier
+	// contender: its worker has reported itself unhealthy for the yield
+	// grace and some contender reports healthy (the shell checks both;
+	// see actors/lease). The machine yields only while holding, and only
+	// once it has held custody for the minimum holding time (SetMinHold):
+	// it stops the worker gracefully, releases (reason yielded) and does
+	// not contend again for one TTL, so the contender, nudged by the
+	// release, gets there first. Reason is published with lease.yielded.
+	YieldRequested struct{ Reason error }
 	// WorkerFailed reports that worker Gen failed (panicked); it is
 	// suspended until restarted or stopped.
 	WorkerFailed struct {
@@ -105,15 +114,16 @@ type (
 	}
 )
 
-func (Start) isInput()         {}
-func (Tick) isInput()          {}
-func (StopRequested) isInput() {}
-func (Nudge) isInput()         {}
-func (AcquireResult) isInput() {}
-func (RenewResult) isInput()   {}
-func (ReleaseResult) isInput() {}
-func (WorkerStopped) isInput() {}
-func (WorkerFailed) isInput()  {}
+func (Start) isInput()          {}
+func (YieldRequested) isInput() {}
+func (Tick) isInput()           {}
+func (StopRequested) isInput()  {}
+func (Nudge) isInput()          {}
+func (AcquireResult) isInput()  {}
+func (RenewResult) isInput()    {}
+func (ReleaseResult) isInput()  {}
+func (WorkerStopped) isInput()  {}
+func (WorkerFailed) isInput()   {}
 
 // Command is an action the Machine asks its shell to carry out.
 type Command interface{ isCommand() }
@@ -213,6 +223,7 @@ const (
 	causeShutdown           // stop requested: release, then finish
 	causeFailed             // worker failed too often: release, cool down, contend again
 	causeStale              // grant too late to trust: release, contend again
+	causeYield              // worker unhealthy, a contender healthy: release, cool down, contend again
 )
 
 type callKind int
@@ -254,6 +265,11 @@ type Machine struct {
 	release releaseState
 	worker  workerState
 
+	// minHold is how long custody must have lasted before a yield is
+	// taken (SetMinHold): a new holder cannot hand the lease straight
+	// back, so two instances whose health flickers cannot flap.
+	minHold time.Duration
+
 	seq uint64    // the last command Seq issued
 	out []Command // the commands of the Step in progress
 }
@@ -261,6 +277,7 @@ type Machine struct {
 // custodyState is the grant this machine holds, has held, or gave up.
 type custodyState struct {
 	fence        int64         // fence of the custody we hold (0: none)
+	since        time.Duration // when the current custody's acquire attempt started
 	trustedUntil time.Duration // local deadline: start of last successful attempt + RenewDeadline
 	nextRenewAt  time.Duration
 	// heldFence is the highest fence this machine was granted.
@@ -395,6 +412,8 @@ func (m *Machine) Step(now time.Duration, in Input) []Command {
 		m.onWorkerStopped(now, in)
 	case WorkerFailed:
 		m.onWorkerFailed(now, in)
+	case YieldRequested:
+		m.onYield(now, in)
 	}
 	m.advance(now)
 	m.flushHandBacks()
@@ -413,7 +432,7 @@ func (m *Machine) HoldsCustody() bool {
 	case PhaseHolding:
 		return true
 	case PhaseStopping:
-		return m.cause == causeShutdown || m.cause == causeFailed
+		return m.cause == causeShutdown || m.cause == causeFailed || m.cause == causeYield
 	}
 	return false
 }
@@ -509,11 +528,38 @@ func (m *Machine) onStop(now time.Duration) {
 		m.worker.stopBy = now + WorkerStopTimeout
 		m.stopWorker(now, true)
 	case PhaseStopping:
-		if m.cause == causeFailed {
+		if m.cause == causeFailed || m.cause == causeYield {
 			m.cause = causeShutdown
 		}
 		m.worker.stopBy = now + WorkerStopTimeout
 	}
+}
+
+// SetMinHold sets the minimum holding time before a YieldRequested is
+// taken (0: none).
+func (m *Machine) SetMinHold(d time.Duration) { m.minHold = d }
+
+// HeldFor is how long the current custody has lasted at now (0 when none).
+func (m *Machine) HeldFor(now time.Duration) time.Duration {
+	if m.phase != PhaseHolding {
+		return 0
+	}
+	return now - m.custody.since
+}
+
+func (m *Machine) onYield(now time.Duration, y YieldRequested) {
+	if m.phase != PhaseHolding || m.stopRequested || now-m.custody.since < m.minHold {
+		return
+	}
+	reason := y.Reason
+	if reason == nil {
+		reason = errors.New("worker unhealthy, a contender healthy")
+	}
+	m.emit(events.LeaseYielded, m.custody.fence, events.ReasonYielded, reason)
+	m.cause = causeYield
+	m.phase = PhaseStopping
+	m.worker.respawn = false
+	m.stopWorker(now, true)
 }
 
 func (m *Machine) finish() {
@@ -650,6 +696,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	default:
 		m.phase = PhaseHolding
 		m.cause = causeNone
+		m.custody.since = m.call.start
 		m.custody.trustedUntil = m.call.start + m.t.RenewDeadline
 		m.custody.nextRenewAt = m.call.start + m.t.RenewInterval
 		m.worker.failures = m.worker.failures[:0]
@@ -778,7 +825,7 @@ func (m *Machine) afterRelease(now time.Duration) {
 	}
 	m.phase = PhaseContending
 	switch m.cause {
-	case causeFailed:
+	case causeFailed, causeYield:
 		// Let another instance have a go before we try again.
 		m.contend.cooldownUntil = now + m.t.TTL
 		m.contend.nextAcquireAt = m.contend.cooldownUntil
@@ -829,6 +876,8 @@ func (m *Machine) afterWorkerStopped(now time.Duration) {
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
 	case causeFailed:
 		m.startRelease(now, causeFailed, events.ReasonWorkerFailed)
+	case causeYield:
+		m.startRelease(now, causeYield, events.ReasonYielded)
 	}
 }
 
@@ -951,7 +1000,7 @@ func (m *Machine) advance(now time.Duration) {
 			switch {
 			case m.cause == causeShutdown || m.stopRequested:
 				next = "releasing anyway and stopping"
-			case m.cause == causeFailed:
+			case m.cause == causeFailed || m.cause == causeYield:
 				next = "releasing anyway"
 			}
 			m.emit(events.WorkerStuck, m.worker.fence, "",

@@ -404,3 +404,42 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 		h.only(ReleaseCmd{})
 	})
 }
+
+// Issue 13.6: a yield is taken only while holding and only after the
+// minimum holding time; the holder drains its worker, releases with
+// reason yielded and stays out for one TTL so the contender gets there
+// first.
+func TestAYieldWaitsForTheMinimumHoldThenReleasesAndCoolsDown(t *testing.T) {
+	h := newHolder(t)
+	h.m.SetMinHold(300 * time.Millisecond) // within the first grant's 1 s of trust
+	h.at(200*time.Millisecond, YieldRequested{Reason: errors.New("no upstream")})
+	h.none(StopWorkerCmd{})
+	if h.m.Phase() != PhaseHolding || len(h.emitted(events.LeaseYielded)) != 0 {
+		t.Fatalf("yielded after 200ms of a 300ms minimum hold: phase %s", h.m.Phase())
+	}
+	h.at(300*time.Millisecond, YieldRequested{Reason: errors.New("no upstream")})
+	if y := h.emitted(events.LeaseYielded); len(y) != 1 || y[0].Fence != 1 {
+		t.Fatalf("lease.yielded events %+v, want one for fence 1", y)
+	}
+	if stop := h.only(StopWorkerCmd{}).(StopWorkerCmd); !stop.Graceful {
+		t.Fatal("a yield stops the worker at once; want a graceful drain (custody is still held)")
+	}
+	h.at(300*time.Millisecond+10*time.Millisecond, WorkerStopped{Gen: 1})
+	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+	h.at(300*time.Millisecond+20*time.Millisecond, ReleaseResult{Seq: rel.Seq})
+	if r := h.emitted(events.LeaseReleased); len(r) != 1 || r[0].Reason != events.ReasonYielded {
+		t.Fatalf("release events %+v, want one with reason %s", r, events.ReasonYielded)
+	}
+	if h.m.Phase() != PhaseContending {
+		t.Fatalf("phase %s after the yield's release", h.m.Phase())
+	}
+	released := 300*time.Millisecond + 20*time.Millisecond
+	h.at(released+fastTiming.TTL-time.Millisecond, Tick{})
+	h.none(AcquireCmd{})
+	h.at(released+fastTiming.TTL, Tick{})
+	h.only(AcquireCmd{})
+	// A yield request while contending changes nothing.
+	h.at(released+fastTiming.TTL+time.Millisecond, YieldRequested{})
+	h.none(ReleaseCmd{})
+	h.none(StopWorkerCmd{})
+}
