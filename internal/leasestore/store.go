@@ -248,21 +248,36 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 // visible without its nonce. The acquire is the transaction's first
 // statement and a write, so it takes the write lock at once.
 func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	// One connection and explicit BEGIN/COMMIT, as the migrations do: a
+	// COMMIT that fails (a deferred constraint, a full disk) leaves
+	// SQLite's transaction open, and database/sql would not roll back a
+	// *sql.Tx whose Commit failed; the connection would go back to the
+	// pool holding the grant uncommitted and the write lock.
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
-	granted, err := database.QueryReturning(ctx, tx, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return false, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	granted, err := database.QueryReturning(ctx, conn, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
 	if err != nil || !granted {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
+	if _, err := conn.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
 		return false, err
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return false, err
 	}
+	committed = true
 	return true, nil
 }
 

@@ -495,7 +495,11 @@ func (m *Machine) stopWorker(now time.Duration, graceful bool) {
 		m.worker.stopBy = now + WorkerStopTimeout
 	case workerStopping:
 		if !graceful {
+			// A harsher order (a loss during a drain): the worker gets
+			// its full bound from now, not what a paused process left of
+			// the first one.
 			m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
+			m.worker.stopBy = now + WorkerStopTimeout
 		}
 	}
 }

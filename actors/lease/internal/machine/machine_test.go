@@ -397,9 +397,22 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 		h := newHolder(t)
 		h.at(time.Millisecond, StopRequested{})
 		h.only(StopWorkerCmd{})
-		h.at(time.Millisecond+WorkerStopTimeout, Tick{})
+		// Renewals go on (and succeed) while the worker drains; the
+		// worker never stops.
+		for h.now < time.Millisecond+WorkerStopTimeout {
+			at := h.wake()
+			h.at(at, Tick{})
+			for _, c := range h.out {
+				if r, ok := c.(RenewCmd); ok {
+					h.at(at, RenewResult{Seq: r.Seq})
+				}
+			}
+			if len(h.emitted(events.LeaseLost)) > 0 {
+				t.Fatalf("custody lost while renewing: %+v", h.out)
+			}
+		}
 		if stuck := h.emitted(events.WorkerStuck); len(stuck) != 1 || !strings.Contains(stuck[0].Err.Error(), "releasing anyway") {
-			t.Fatalf("worker.stuck events %+v, want one saying it releases", stuck)
+			t.Fatalf("at %s, worker.stuck events %+v, want one saying it releases", h.now, stuck)
 		}
 		h.only(ReleaseCmd{})
 	})
