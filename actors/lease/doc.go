@@ -87,6 +87,19 @@
 // grant it obtains after that is released by the call itself (see
 // lateOutcomes), so no grant is left for the next holder to wait out.
 //
+// Every stop of the worker is bounded (machine.WorkerStopTimeout, 10 s):
+// a worker still running then is reported (worker.stuck) and left behind
+// (its writes are fenced under a custody that has ended or is being
+// released); the machine contends again, or releases, as if it had
+// stopped.
+//
+// Health-aware custody: a worker may report its own health
+// (workers.Spec.Health). A holder whose worker has reported unhealthy for
+// Options.YieldGrace, once it has held the lease for Options.MinHold,
+// yields (lease.yielded, drain, release with reason yielded, one TTL out)
+// when some contender recorded itself healthy in lease_contenders within
+// two TTLs; never when none did.
+//
 // Handover: libSQL has no LISTEN/NOTIFY. A contender records the URL of
 // its nudge endpoint (lease_contenders); a holder that has just released
 // POSTs to each recent contender, which makes an acquire attempt at once.
@@ -111,8 +124,11 @@
 //     the database answers again.
 //   - Bounded clock-rate drift is assumed (see Clocks); wall-clock offsets
 //     do not matter.
-//   - Two processes configured with the same instance_id are still safe
-//     (the fence tells them apart) but will contend as strangers.
+//   - Two processes configured with the same instance_id are told apart
+//     by a nonce drawn at each process start and stored with every grant
+//     (lease_holders): renewals and releases match it, and only a grant
+//     carrying its own nonce is a process's own. They contend as
+//     strangers, and each warns that its instance_id is live elsewhere.
 //
 // # Package map
 //
