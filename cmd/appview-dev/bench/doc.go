@@ -10,14 +10,14 @@
 //     lease.released, both from the events' own times ("at", µs). A fresh
 //     instance replaces the stopped one before the next round.
 //   - acquire_rtt_p50_ms_{file,sqld}, renew_rtt_p50_ms_{file,sqld}: the
-//     round trip of lease.Store.Acquire (of a released row: the handover
-//     path) and lease.Store.Renew, called from this process against a file
+//     round trip of leasestore.Store.Acquire (of a released row: the handover
+//     path) and leasestore.Store.Renew, called from this process against a file
 //     database and against a sqld server started for the run.
 //   - crash_handover_minus_ttl_p50_ms: the holder gets SIGKILL; the figure
 //     is the contender's lease.acquired minus the killed grant's expires_at
 //     as the lease row had it (its last renewal + TTL, database clock).
 //   - renew_cost_ratio: 3 instances (3 connection pools) each renew 1,000
-//     leases through lease.Store, and, interleaved in the same run, the same
+//     leases through leasestore.Store, and, interleaved in the same run, the same
 //     rows by bare UPDATEs with a client-side clock; the ratio of the
 //     median round times. It prices what the store adds per renewal (the
 //     database clock, the holder and fence match, the affected-rows check).
