@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -87,15 +87,7 @@ func testConfig() config.Config {
 // newHarness builds (but does not start) a System running workers.
 func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness {
 	t.Helper()
-	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db := testsupport.OpenDB(t)
 	reg := &Registry{}
 	for _, w := range specs {
 		if err := reg.Register(w); err != nil {
@@ -103,6 +95,7 @@ func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness
 		}
 	}
 	h := &harness{t: t, db: db, log: &syncBuffer{}}
+	var err error
 	h.sys, err = New(Options{Config: cfg, DB: db, Log: NewLogger(h.log, zerolog.DebugLevel),
 		Registry: reg, Metrics: prometheus.NewRegistry()})
 	if err != nil {
@@ -162,25 +155,11 @@ func (h *harness) seen(kind events.Kind, name string) []events.Custody {
 func (h *harness) waitEvent(kind events.Kind, name string, n int) events.Custody {
 	h.t.Helper()
 	var got []events.Custody
-	h.eventually(fmt.Sprintf("%d× %s on %s", n, kind, name), func() bool {
+	testsupport.Eventually(h.t, fmt.Sprintf("%d× %s on %s", n, kind, name), func() bool {
 		got = h.seen(kind, name)
 		return len(got) >= n
 	})
 	return got[n-1]
-}
-
-// eventually polls cond until it holds or waitBound passes.
-func (h *harness) eventually(what string, cond func() bool) {
-	h.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no %s within %s", what, waitBound)
-		}
-		<-tick.C
-	}
 }
 
 // row reads one lease row with the database clock's now.
@@ -297,7 +276,7 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
 		h.waitEvent(events.WorkerStarted, name, 1)
 	}
-	h.eventually("both actors started, the periodic job run 3 times, the once-only job once", func() bool {
+	testsupport.Eventually(h.t, "both actors started, the periodic job run 3 times, the once-only job once", func() bool {
 		return leasedActor.startedCount() == 1 && unleasedActor.startedCount() == 1 &&
 			leasedJob.total.Load() >= 3 && unleasedJob.total.Load() == 1
 	})
@@ -459,7 +438,7 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 			}},
 	)
 	h.start()
-	h.eventually("the once-only job retried until it succeeded (3 runs) and the periodic one run 5 times", func() bool {
+	testsupport.Eventually(h.t, "the once-only job retried until it succeeded (3 runs) and the periodic one run 5 times", func() bool {
 		return once.total.Load() >= 3 && periodic.total.Load() >= 5
 	})
 	// Give a wrongly repeated once-only job the chance to show itself: a
@@ -499,7 +478,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 	if restarted.Fence != 1 || restarted.Attempt != 1 || restarted.Err == nil || !strings.Contains(restarted.Err.Error(), "boom") {
 		t.Errorf("worker.restarted = %+v, want fence 1, attempt 1, the panic as cause", restarted)
 	}
-	h.eventually("the job run again after the restart", func() bool { return r.total.Load() == 2 })
+	testsupport.Eventually(h.t, "the job run again after the restart", func() bool { return r.total.Load() == 2 })
 	if r.under(1) != 2 {
 		t.Errorf("runs by fence %v, want both under fence 1 (a restart keeps custody)", r.byFence)
 	}
@@ -565,7 +544,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	if again.Fence != 3 {
 		t.Errorf("re-acquired with fence %d, want 3 (1 ours, 2 the usurper's)", again.Fence)
 	}
-	h.eventually("the job run under the new custody", func() bool { return r.under(3) == 1 })
+	testsupport.Eventually(h.t, "the job run under the new custody", func() bool { return r.under(3) == 1 })
 	h.stop()
 	leakcheck.VerifyNone(t)
 }
@@ -577,7 +556,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	h := newHarness(t, cfg, workers.Spec{Name: "cleanup-like", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
-	h.eventually("the job run", func() bool { return r.total.Load() == 1 })
+	testsupport.Eventually(h.t, "the job run", func() bool { return r.total.Load() == 1 })
 	if r.under(0) != 1 {
 		t.Errorf("runs by fence %v, want fence 0 (unfenced)", r.byFence)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/atcr-io/appview/internal/leakcheck"
 
@@ -21,7 +21,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fakepeer"
 	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/internal/jetstream"
@@ -39,18 +38,10 @@ const (
 	colTag      = "io.atcr.tag"
 )
 
+// openDB is a test database with the table the fake applier writes.
 func openDB(t *testing.T) *sql.DB {
 	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open database: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	db := testsupport.OpenDB(t)
 	// What the fake applier writes: deliberately without a unique key, so
 	// a record applied twice shows up as a duplicate row.
 	if _, err := db.Exec(`CREATE TABLE backfilled (did TEXT, collection TEXT, rkey TEXT, cid TEXT, time_us INTEGER, fence INTEGER)`); err != nil {

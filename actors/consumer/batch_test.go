@@ -4,37 +4,21 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
-
-func openDB(t testing.TB) *database.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db
-}
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
@@ -84,7 +68,7 @@ func deliveryKeys(t testing.TB, db *sql.DB) []string {
 }
 
 func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, exp := generate(31, 3000)
 	subscribeAll(t, db.DB, exp)
 	c := acquire(t, db.DB, "me")
@@ -120,7 +104,7 @@ func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *
 }
 
 func TestACursorNeverMovesBackOnARewoundReplay(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(32, 600)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
@@ -137,7 +121,7 @@ func TestACursorNeverMovesBackOnARewoundReplay(t *testing.T) {
 }
 
 func TestASupersededConsumerCommitsNothing(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, exp := generate(33, 800)
 	subscribeAll(t, db.DB, exp)
 	old := acquire(t, db.DB, "a")
@@ -159,7 +143,7 @@ func TestASupersededConsumerCommitsNothing(t *testing.T) {
 }
 
 func TestAFailedEnqueueRollsBackTheWholeBatch(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(34, 500)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})

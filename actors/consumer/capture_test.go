@@ -14,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // captureDir holds real Jetstream v1 traffic (copied with its licence).
@@ -60,8 +61,8 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 				<-srv.Listening()
 				t.Cleanup(func() { srv.Close(); <-served })
 
-				db := openDB(t)
-				sys := newSystem(t)
+				db := testsupport.OpenDB(t)
+				sys := testsupport.NewActorSystem(t)
 				logs := &syncBuffer{}
 				f := &fixture{srv: srv}
 				o := f.options(db.DB, acquire(t, db.DB, "me"))
@@ -69,7 +70,7 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 				o.Log = zerolog.New(logs).Level(zerolog.WarnLevel)
 				o.Processor = processor.New(processor.Options{Log: zerolog.New(logs).Level(zerolog.WarnLevel)})
 				pid := sys.Root.Spawn(NewProps(o))
-				waitFor(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db.DB) == want })
+				testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db.DB) == want })
 				stop(t, sys, pid)
 
 				for _, table := range []string{"manifests", "tags", "stars", "repo_pages", "hold_captains",

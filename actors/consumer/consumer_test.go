@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -148,15 +148,6 @@ func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayO
 	return &fixture{exp: exp, srv: srv, serverLog: serverLog, hooks: hooks, recv: recv}
 }
 
-func newSystem(t *testing.T) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	t.Cleanup(sys.Shutdown)
-	return sys
-}
-
 func (f *fixture) options(db *sql.DB, c fence.Custody) Options {
 	return optionsFor(db, c, f.srv.URL())
 }
@@ -194,20 +185,6 @@ func (f *fixture) subscribe(t *testing.T, db *sql.DB) {
 		if _, err := db.Exec(`INSERT INTO webhooks (did, url, created_at) VALUES (?, ?, 0)`, did, f.hooks.URL+"/hook"); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// waitFor polls cond every few milliseconds until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
 	}
 }
 
@@ -262,9 +239,9 @@ func stop(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
 // runOnce consumes the whole stream into a fresh database and returns it.
 func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
 	t.Helper()
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	f.subscribe(t, db.DB)
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "me")
 	pid := sys.Root.Spawn(NewProps(f.options(db.DB, c)))
 	// Drop the connection at random points of the stream: the consumer
@@ -276,11 +253,11 @@ func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
 	}
 	sort.Slice(points, func(i, j int) bool { return points[i] < points[j] })
 	for _, p := range points {
-		waitFor(t, "the cursor to pass a drop point", func() bool { return cursorAt(db.DB) >= p })
+		testsupport.Eventually(t, "the cursor to pass a drop point", func() bool { return cursorAt(db.DB) >= p })
 		f.srv.DropConnections()
 	}
-	waitFor(t, "the whole stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
-	waitFor(t, "every webhook delivery", func() bool {
+	testsupport.Eventually(t, "the whole stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	testsupport.Eventually(t, "every webhook delivery", func() bool {
 		var pending int
 		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
 		return pending == 0
@@ -328,13 +305,13 @@ func TestReplayingFromCursorZeroTwiceLeavesAnIdenticalState(t *testing.T) {
 	if _, err := db.Exec(`DELETE FROM jetstream_cursor`); err != nil {
 		t.Fatal(err)
 	}
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	var c fence.Custody
 	if err := db.QueryRow(`SELECT name, holder, fence FROM leases`).Scan(&c.Lease, &c.Holder, &c.Fence); err != nil {
 		t.Fatal(err)
 	}
 	pid := sys.Root.Spawn(NewProps(f.options(db, c)))
-	waitFor(t, "the replay", func() bool { return cursorAt(db) == f.exp.MaxTimeUS })
+	testsupport.Eventually(t, "the replay", func() bool { return cursorAt(db) == f.exp.MaxTimeUS })
 	stop(t, sys, pid)
 	second := registryDump(t, db)
 	if second != first {
@@ -361,8 +338,8 @@ func (p *parent) Receive(ctx actor.Context) {
 
 func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	f := newFixture(t, 44, 1500, jetstream.ReplayOptions{Rate: 2000})
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "old")
 	reasons := make(chan any, 4)
 	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
@@ -372,7 +349,7 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	p := &parent{props: NewProps(f.options(db.DB, c)), reasons: reasons}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
 	defer stop(t, sys, pid)
-	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
 	if err := leasestore.NewStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -394,10 +371,10 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 
 func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 	f := newFixture(t, 45, 1500, jetstream.ReplayOptions{Rate: 1000})
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
-	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
 	stop(t, sys, pid)
 	at := cursorAt(db.DB)
 	if at == f.exp.MaxTimeUS {
@@ -406,7 +383,7 @@ func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 	// The server sees its subscriber go (the consumer closed the socket;
 	// nothing here drops it), and the cursor stays where the last commit
 	// before the stop put it.
-	waitFor(t, "the server to see the subscriber go", func() bool {
+	testsupport.Eventually(t, "the server to see the subscriber go", func() bool {
 		return strings.Contains(f.serverLog.String(), "subscriber gone")
 	})
 	if cursorAt(db.DB) != at {
@@ -416,13 +393,13 @@ func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 
 func TestUpdateCollectionsSendsAnOptionsUpdate(t *testing.T) {
 	f := newFixture(t, 46, 1500, jetstream.ReplayOptions{Rate: 500})
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
 	defer stop(t, sys, pid)
-	waitFor(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
 	sys.Root.Send(pid, &UpdateCollections{Collections: []string{"io.atcr.manifest", "io.atcr.tag"}})
-	waitFor(t, "the server to apply the options_update", func() bool {
+	testsupport.Eventually(t, "the server to apply the options_update", func() bool {
 		return strings.Contains(f.serverLog.String(), "options updated") &&
 			strings.Contains(f.serverLog.String(), "io.atcr.manifest")
 	})
@@ -440,8 +417,8 @@ func firstDifference(want, got string) string {
 
 func TestAFailingChildFailsTheConsumerWithItsReason(t *testing.T) {
 	f := newFixture(t, 47, 10, jetstream.ReplayOptions{})
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "me")
 	// The StatsCache warms from repository_hold_stats first thing; without
 	// the table its warm-up fails.

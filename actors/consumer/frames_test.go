@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // frame is one websocket message a junk server sends.
@@ -65,8 +66,8 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 	)
 	url := junkServer(t, frames)
 
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	logs := &syncBuffer{}
 	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
 	o.Jetstream.Compress, o.Jetstream.MaxMessageBytes = false, maxBytes
@@ -78,7 +79,7 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 	}
 	o.ClientMetrics = jm
 	pid := sys.Root.Spawn(NewProps(o))
-	waitFor(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
+	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
 	stop(t, sys, pid)
 
 	perClass := map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
@@ -18,7 +19,7 @@ import (
 // restart would ask Jetstream for a cursor ahead of the backlog still to
 // come and skip it. A cursor already stored in the future heals.
 func TestAnEventStampedAheadOfTheClockNeverMovesTheCursor(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(71, 50)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})

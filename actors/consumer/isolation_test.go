@@ -15,6 +15,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
@@ -60,10 +61,10 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value str
 
 func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStreamGoesOn(t *testing.T) {
 	f := newFixtureAfter(t, 51, 1500, jetstream.ReplayOptions{}, victimStats...)
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	f.subscribe(t, db.DB)
 	refuseVictimAggregate(t, db.DB)
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	reg := prometheus.NewRegistry()
 	pm, err := processor.NewMetrics(reg)
 	if err != nil {
@@ -82,7 +83,7 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
 	defer stop(t, sys, pid)
 
-	waitFor(t, "the cursor to reach the end of the stream", func() bool {
+	testsupport.Eventually(t, "the cursor to reach the end of the stream", func() bool {
 		select {
 		case r := <-reasons:
 			t.Fatalf("the consumer failed instead of isolating the bad events: %v", r)
@@ -102,7 +103,7 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 }
 
 func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, exp := generate(52, 400)
 	subscribeAll(t, db.DB, exp)
 	c := acquire(t, db.DB, "me")
@@ -145,7 +146,7 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 }
 
 func TestACursorThatCannotMovePastASkippedEventFailsTheConsumer(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(53, 200)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
@@ -182,7 +183,7 @@ func TestADatabaseFailureIsNeverSkippedEventByEvent(t *testing.T) {
 }
 
 func testFailureNotSkipped(t *testing.T, failure error) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(54, 100)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/webhooks"
 
 	"github.com/atcr-io/appview/internal/jetstream"
@@ -86,12 +87,12 @@ func TestAReconnectAfterEventsOutOfTimeOrderLosesNone(t *testing.T) {
 		times = append(times, base+off)
 	}
 	url := jetstreamLike(t, lines, times, 3) // drops right after base+4000
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
 	o.Jetstream.Compress = false
 	pid := sys.Root.Spawn(NewProps(o))
-	waitFor(t, "the cursor to reach the last event", func() bool { return cursorAt(db.DB) == base+7000 })
+	testsupport.Eventually(t, "the cursor to reach the last event", func() bool { return cursorAt(db.DB) == base+7000 })
 	stop(t, sys, pid)
 	var n int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
@@ -107,7 +108,7 @@ func TestAReconnectAfterEventsOutOfTimeOrderLosesNone(t *testing.T) {
 // end of a batch that otherwise moved forward sets the stored cursor to
 // 1970: the next start replays Jetstream's whole retention.
 func TestAnEventStampedInMillisecondsDoesNotCarryTheCursorBackTo1970(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(71, 30)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})

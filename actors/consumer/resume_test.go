@@ -11,6 +11,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
@@ -19,16 +20,16 @@ func TestAConnectionThatDropsFarMoreOftenThanTheRewindWindowStillReachesTheEnd(t
 	// delivers 40. Rewinding on each reconnect would replay the same
 	// stretch forever.
 	f := newFixture(t, 55, 3000, jetstream.ReplayOptions{DropAfter: 40})
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	f.subscribe(t, db.DB)
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	o := f.options(db.DB, acquire(t, db.DB, "me"))
 	if window := o.Jetstream.Rewind; window < 2*time.Second {
 		t.Fatalf("rewind %v: the test needs a window much wider than a connection", window)
 	}
 	pid := sys.Root.Spawn(NewProps(o))
-	waitFor(t, "the cursor to reach the end of the stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
-	waitFor(t, "every webhook delivery", func() bool {
+	testsupport.Eventually(t, "the cursor to reach the end of the stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	testsupport.Eventually(t, "every webhook delivery", func() bool {
 		var pending int
 		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
 		return pending == 0
@@ -47,7 +48,7 @@ type sink struct{}
 func (sink) Receive(actor.Context) {}
 
 func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(56, 300)
 	c := acquire(t, db.DB, "me")
 	const rewind = 2 * time.Second
@@ -57,7 +58,7 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	if _, err := db.Exec(`INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?, 0, ?)`, stored, c.Fence); err != nil {
 		t.Fatal(err)
 	}
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	cons := &consumer{
 		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: rewind},
 			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
@@ -109,14 +110,14 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 // the last connection began to reach new events, so each connection that
 // reaches them moves the resume point on.
 func TestALiveTailReconnectRewindsByTheReorderWindowAndStillMovesOn(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, _ := generate(57, 120)
 	shift := time.Now().Add(-3*time.Second).UnixMicro() - events[0].TimeUS
 	for i := range events {
 		events[i].TimeUS += shift
 	}
 	c := acquire(t, db.DB, "me")
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	cons := &consumer{
 		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second},
 			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},

@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -25,7 +25,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/identity"
 )
 
@@ -65,21 +64,6 @@ func newFakeHold(t *testing.T) *fakeHold {
 	u, _ := url.Parse(h.URL)
 	h.did = "did:web:" + strings.ReplaceAll(u.Host, ":", "%3A")
 	return h
-}
-
-func openDB(t *testing.T) *sql.DB {
-	t.Helper()
-	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db.DB
 }
 
 func addCaptain(t *testing.T, db *sql.DB, did string) {
@@ -128,7 +112,7 @@ func mustGet(t *testing.T, cache *Cache, did string) Status {
 }
 
 func TestHoldThatGoesDownIsMarkedUnhealthyByTheNextRound(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cache := NewCache("inst-a")
@@ -163,7 +147,7 @@ func TestHoldThatGoesDownIsMarkedUnhealthyByTheNextRound(t *testing.T) {
 }
 
 func TestUnreachableAndSilentHoldsAreUnhealthyWithinTheTimeout(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	gone := newFakeHold(t)
 	gone.Close() // connection refused from now on
 	silent := newFakeHold(t)
@@ -194,7 +178,7 @@ func TestUnreachableAndSilentHoldsAreUnhealthyWithinTheTimeout(t *testing.T) {
 }
 
 func TestTwoCheckersKeepTheirOwnCaches(t *testing.T) {
-	db := openDB(t) // one shared database, as two instances would have
+	db := testsupport.OpenDB(t).DB // one shared database, as two instances would have
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cacheA, cacheB := NewCache("inst-a"), NewCache("inst-b")
@@ -223,7 +207,7 @@ func TestTwoCheckersKeepTheirOwnCaches(t *testing.T) {
 }
 
 func TestKnownHoldsAreReReadEachRound(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	captain, shared, manifestOnly := newFakeHold(t), newFakeHold(t), newFakeHold(t)
 	addCaptain(t, db, captain.did)
 	addCaptain(t, db, shared.did)
@@ -255,7 +239,7 @@ func TestKnownHoldsAreReReadEachRound(t *testing.T) {
 }
 
 func TestStoppingMidRoundKeepsThePreviousResult(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cache := NewCache("inst-a")
@@ -281,7 +265,7 @@ func TestStoppingMidRoundKeepsThePreviousResult(t *testing.T) {
 }
 
 func TestDebugHoldsAndMetricsServeTheCache(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	up, down := newFakeHold(t), newFakeHold(t)
 	down.status.Store(http.StatusServiceUnavailable)
 	addCaptain(t, db, up.did)

@@ -5,9 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -37,21 +35,6 @@ func TestMain(m *testing.M) {
 // waitFor bounds every wait on the subscriber or the fake labeler.
 const waitFor = 10 * time.Second
 
-func openDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open database: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db.DB
-}
-
 func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
 	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
@@ -59,27 +42,6 @@ func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}
 	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
-}
-
-func newActorSystem(t *testing.T) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	t.Cleanup(sys.Shutdown)
-	return sys
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
-	}
 }
 
 // logBuffer is a zerolog sink safe for the subscriber's goroutines.
@@ -114,7 +76,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, db: openDB(t), sys: newActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &logBuffer{}}
+	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &logBuffer{}}
 	endpoint, err := SubscribeURL(h.fake.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +111,7 @@ func (h *harness) cursor() int64 {
 
 func (h *harness) waitCursor(seq int64) {
 	h.t.Helper()
-	eventually(h.t, "cursor "+strconv.FormatInt(seq, 10), func() bool { return h.cursor() == seq })
+	testsupport.Eventually(h.t, "cursor "+strconv.FormatInt(seq, 10), func() bool { return h.cursor() == seq })
 }
 
 type takedown struct {
@@ -472,7 +434,7 @@ func TestStoppingWhileWaitingToReconnectCancelsTheTimer(t *testing.T) {
 	pid := h.start(acquire(t, h.db, "instance-a"))
 	conn := h.fake.Accept(t, waitFor)
 	conn.Close()
-	eventually(t, "the session to end", func() bool {
+	testsupport.Eventually(t, "the session to end", func() bool {
 		return h.logs.count("reconnecting") == 1
 	})
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,7 +37,7 @@ func TestSubscribeURLTurnsTheConfiguredURLIntoTheXRPCWebsocket(t *testing.T) {
 }
 
 func TestSubjectsMapToAnAccountOrARepository(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	if _, err := db.Exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at)
 VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != nil {
 		t.Fatalf("seed tag: %v", err)
@@ -75,7 +76,7 @@ VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != n
 }
 
 func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
-	d := workers.Deps{Config: config.Default(), DB: openDB(t), Metrics: prometheus.NewRegistry()}
+	d := workers.Deps{Config: config.Default(), DB: testsupport.OpenDB(t).DB, Metrics: prometheus.NewRegistry()}
 	if _, err := Worker(d); !errors.Is(err, workers.ErrDisabled) {
 		t.Fatalf("Worker without labeler.url: %v, want ErrDisabled", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/statsview"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -46,8 +47,8 @@ func getStats(t *testing.T, mux *http.ServeMux, query string) (int, debugStats) 
 }
 
 func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	mux := http.NewServeMux()
 	props, err := statscache.New(workers.Deps{DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Admin: mux, Instance: "me"})
 	if err != nil {
@@ -104,8 +105,8 @@ func (b *lockedBuffer) String() string {
 }
 
 func TestAnUnexpectedMessageIsLoggedNotDroppedSilently(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	logs := &lockedBuffer{}
 	c := acquire(t, db.DB, "me")
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.New(logs)}))

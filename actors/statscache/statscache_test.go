@@ -4,14 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,30 +31,6 @@ func TestMain(m *testing.M) {
 }
 
 const ttl = time.Minute
-
-func openDB(t testing.TB) *database.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db
-}
-
-func newSystem(t testing.TB) *actor.ActorSystem {
-	t.Helper()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	t.Cleanup(sys.Shutdown)
-	return sys
-}
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
@@ -93,8 +67,8 @@ func stat(hold string, pull int64, updatedAt int64) processor.HoldStat {
 }
 
 func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	reg := prometheus.NewRegistry()
 	m, err := statscache.NewMetrics(reg)
 	if err != nil {
@@ -126,8 +100,8 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 }
 
 func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "a")
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
@@ -188,8 +162,8 @@ func assertAggregateIsSumOverHolds(t testing.TB, db *sql.DB) {
 }
 
 func TestAWarmCacheHoldsThePersistedRows(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "a")
 	events, _ := generate(21, 3000)
 	if err := applyStream(t, sys, nil, db.DB, c, events); err != nil {
@@ -238,8 +212,8 @@ FROM repository_stats`)
 }
 
 func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	events, exp := generate(22, 4000)
 	half := len(events) / 2
 
@@ -279,8 +253,8 @@ func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing
 }
 
 func TestAStartingCacheRepairsAPartialSumLeftInRepositoryStats(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	events, _ := generate(23, 2000)
 	a := acquire(t, db.DB, "instance-a")
 	if err := applyStream(t, sys, nil, db.DB, a, events); err != nil {
@@ -331,8 +305,8 @@ func (p *supervisorProbe) Receive(ctx actor.Context) {
 }
 
 func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	a := acquire(t, db.DB, "instance-a")
 	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
@@ -358,8 +332,8 @@ func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 }
 
 func TestAWarmUpOverCountsStoredBeforeTheRangeCheckSaturatesInsteadOfFailing(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	// What an older processor let in: two holds at the top of int64, whose
 	// SUM overflows.
 	for _, hold := range []string{"did:web:a.example", "did:web:b.example"} {

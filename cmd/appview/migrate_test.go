@@ -13,6 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/sqldtest"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // concurrentStarts is how many processes start at once on one new database.
@@ -50,7 +51,7 @@ func TestProcessesStartingAtOnceOnANewFileMigrateItExactlyOnce(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "shared", "appview.db")
 		startAtOnce(t, dir, childEnv("APPVIEW_DATABASE_URL=file:"+path))
-		db := openTestDB(t, path)
+		db := testsupport.OpenUnmigrated(t, path)
 		assertMigratedOnce(t, db.DB, want)
 	}
 }
@@ -70,7 +71,7 @@ func TestProcessesStartingAtOnceOnANewSqldMigrateItExactlyOnce(t *testing.T) {
 // referenceSchema is the schema one process alone creates.
 func referenceSchema(t *testing.T) []string {
 	t.Helper()
-	db := openTestDB(t, filepath.Join(t.TempDir(), "ref.db"))
+	db := testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "ref.db"))
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -200,7 +201,7 @@ func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	replacement := openTestDB(t, path)
+	replacement := testsupport.OpenUnmigrated(t, path)
 	if _, err := replacement.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

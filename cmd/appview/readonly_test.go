@@ -13,6 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // assertFailure checks exit code 1 and exactly one stderr line containing
@@ -52,7 +53,7 @@ func assertEmptyDir(t *testing.T, dir string) {
 // granted lease, and returns it with the grant.
 func migratedWithLease(t *testing.T, path string) (*database.DB, leasestore.Grant) {
 	t.Helper()
-	db := openTestDB(t, path)
+	db := testsupport.OpenUnmigrated(t, path)
 	ctx := context.Background()
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
 
 func TestLeasesOnADatabaseWithoutALeasesTableAsksWhetherServeRanAgainstIt(t *testing.T) {
 	dir := t.TempDir()
-	db := openTestDB(t, filepath.Join(dir, "other.db"))
+	db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "other.db"))
 	if _, err := db.Exec("CREATE TABLE notes (body TEXT)"); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestWebhooksListOnlyReads(t *testing.T) {
 	})
 	t.Run("unmigrated database", func(t *testing.T) {
 		dir := t.TempDir()
-		db := openTestDB(t, filepath.Join(dir, "appview.db"))
+		db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "appview.db"))
 		if _, err := db.Exec("CREATE TABLE notes (body TEXT)"); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // A database file replaced under a running instance: its releases would
@@ -20,7 +22,7 @@ func TestAStopAfterTheDatabaseFileWasReplacedDoesNotClaimItReleased(t *testing.T
 	started, _ := p.logLine(map[string]string{"msg": "appview started"})
 	instance := asString(started["instance"])
 	path := filepath.Join(dir, "data", "appview.db")
-	db := openTestDB(t, path)
+	db := testsupport.OpenUnmigrated(t, path)
 	p.waitFor(startTimeout, "a lease held by the instance", func() bool { return len(heldLeases(t, db.DB, instance)) > 0 })
 	db.Close()
 

@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // defaultAdmin is the built-in admin address (docs/spec.md §3). This file's
@@ -90,7 +91,7 @@ func TestServeWithoutConfigAnswersOnTheDefaultAdminAddressAndStopsCleanlyOnSIGTE
 	if custody == 0 {
 		t.Fatalf("no custody event was logged (want at least worker.started and worker.stopped)")
 	}
-	assertEveryAcquiredLeaseReleased(t, p, openTestDB(t, filepath.Join(dir, "data", "appview.db")), instance)
+	assertEveryAcquiredLeaseReleased(t, p, testsupport.OpenUnmigrated(t, filepath.Join(dir, "data", "appview.db")), instance)
 }
 
 func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
@@ -103,7 +104,7 @@ func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
 	p.started()
 	started, _ := p.logLine(map[string]string{"msg": "appview started"})
 	instance := asString(started["instance"])
-	db := openTestDB(t, filepath.Join(dir, "data", "appview.db"))
+	db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "data", "appview.db"))
 	var held []string
 	// A lease whose worker stops without writing: the Jetstream consumer
 	// flushes its cursor while stopping, so with only its lease held the
@@ -202,7 +203,7 @@ func TestTwoSignalsArrivingTogetherStillReleaseEveryLease(t *testing.T) {
 	p.started()
 	started, _ := p.logLine(map[string]string{"msg": "appview started"})
 	instance := asString(started["instance"])
-	db := openTestDB(t, filepath.Join(dir, "data", "appview.db"))
+	db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "data", "appview.db"))
 	p.waitFor(startTimeout, "a lease held by the instance", func() bool { return len(heldLeases(t, db.DB, instance)) > 0 })
 
 	// An idle instance stops in a few ms, possibly before it has read the
@@ -328,17 +329,6 @@ func assertEveryAcquiredLeaseReleased(t *testing.T, p *proc, db *database.DB, in
 }
 
 func asString(v any) string { s, _ := v.(string); return s }
-
-// openTestDB opens the file database at path from the test process.
-func openTestDB(t *testing.T, path string) *database.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{URL: "file:" + path, BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // heldLeases reads the leases held right now by instance.
 func heldLeases(t *testing.T, db *sql.DB, instance string) []string {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // serve starts an admin server on a free loopback port.
@@ -49,18 +50,8 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-func openDB(t *testing.T) *database.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(t.TempDir(), "a.db"), BusyTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func TestReadyzIsUnavailableUntilMigrationsAreDone(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db"))
 	srv := serve(t, db)
 	base := srv.URL("")
 	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != "ok" {
@@ -86,7 +77,7 @@ func TestReadyzIsUnavailableUntilMigrationsAreDone(t *testing.T) {
 }
 
 func TestMetricsServeGoRuntimeAndProcessCollectors(t *testing.T) {
-	srv := serve(t, openDB(t))
+	srv := serve(t, testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")))
 	code, body := get(t, srv.URL("")+"/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics = %d", code)
@@ -104,13 +95,13 @@ func TestListenRefusesAnAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen(ln.Addr().String(), openDB(t), prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), "address already in use") {
+	if _, err := Listen(ln.Addr().String(), testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Listen on a taken port = %v, want address already in use", err)
 	}
 }
 
 func TestURLPrefersAdvertiseAndNamesAReachableHost(t *testing.T) {
-	srv := serveOn(t, "0.0.0.0:0", openDB(t))
+	srv := serveOn(t, "0.0.0.0:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")))
 	_, port, _ := net.SplitHostPort(srv.Addr())
 	if got, want := srv.URL(""), "http://localhost:"+port; got != want {
 		t.Errorf("URL() on 0.0.0.0 = %s, want %s", got, want)
@@ -131,7 +122,7 @@ func assertOneLine(t *testing.T, body string) {
 }
 
 func TestReadyzRunsTheAddedChecksAfterTheDatabase(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db"))
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -34,7 +35,7 @@ func tagRecord(repo, tag, digest string) map[string]any {
 }
 
 func TestAnEventTheDatabaseRefusesIsSkippedAndTheRestOfTheBatchLands(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	// A constraint only this test has: the database refuses one tag name.
 	if _, err := db.Exec(`CREATE TRIGGER refuse_boom BEFORE INSERT ON tags WHEN NEW.tag = 'boom'
 BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
@@ -84,7 +85,7 @@ BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
 }
 
 func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const bob = "did:plc:bob"
 	long := strings.Repeat("x", 300)
 	var events []jetstream.Event
@@ -159,7 +160,7 @@ func TestHoldDIDIsDerivedFromALegacyHoldEndpoint(t *testing.T) {
 }
 
 func TestOlderHoldStatsAreIgnoredAndTheAggregateIsTheSumOverHolds(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const owner, h1, h2 = "did:plc:owner", "did:web:h1.example", "did:web:h2.example"
 	stats := func(hold string, us int64, pull, push int, updatedAt string) jetstream.Event {
 		return commit(hold, us, "create", processor.CollectionStats, "rk", map[string]any{
@@ -213,7 +214,7 @@ func TestTwoProcessorsShareOneRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second registration: %v", err)
 	}
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	ev := []jetstream.Event{commit("did:plc:x", 1, "create", "app.bsky.feed.like", "r", map[string]any{})}
 	for _, m := range []*processor.Metrics{a, b} {
 		if _, err := processor.New(processor.Options{Log: zerolog.Nop(), Metrics: m}).Apply(context.Background(), db.DB, unfenced, ev); err != nil {

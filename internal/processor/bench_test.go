@@ -13,6 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/synth"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // benchBatch is the consumer's batch size (the Jetstream client's default).
@@ -43,8 +44,8 @@ func BenchmarkIngestVersusBareInserts(b *testing.B) {
 	var procTime, bareTime time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		procDB := openDB(b)
-		bareDB := openDB(b)
+		procDB := testsupport.OpenDB(b)
+		bareDB := testsupport.OpenDB(b)
 		b.StartTimer()
 
 		start := time.Now()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // hostileStats is an io.atcr.hold.stats event as the tester sent it: raw
@@ -22,7 +23,7 @@ func hostileStats(hold string, us int64, rkey, owner, repo string, pull, push in
 }
 
 func TestTwoHoldsReportingTheLargestInt64PullCountAreSkippedAndTheBatchLands(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const maxInt64 = 1<<63 - 1
 	events := []jetstream.Event{
 		hostileStats("did:web:holdA.example", 1750000000000100, "aaaa", "did:plc:victim", "app", maxInt64, 5),
@@ -44,7 +45,7 @@ func TestTwoHoldsReportingTheLargestInt64PullCountAreSkippedAndTheBatchLands(t *
 }
 
 func TestCountsAreValidUpToTheSafeIntegerLimitAndNotBeyond(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events := []jetstream.Event{
 		hostileStats("did:web:h1.example", 1, "a", "did:plc:o", "at-limit", processor.MaxSafeInteger, 0),
 		hostileStats("did:web:h1.example", 2, "b", "did:plc:o", "pull-over", processor.MaxSafeInteger+1, 0),
@@ -61,7 +62,7 @@ func TestCountsAreValidUpToTheSafeIntegerLimitAndNotBeyond(t *testing.T) {
 }
 
 func TestTheRepositoryAggregateSaturatesAtTheSafeIntegerLimitInsteadOfOverflowing(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	// 1100 holds at the limit sum past int64 (2^63 / 2^53 = 1024).
 	var events []jetstream.Event
 	for i := range 1100 {
@@ -88,7 +89,7 @@ func TestTheRepositoryAggregateSaturatesAtTheSafeIntegerLimitInsteadOfOverflowin
 }
 
 func TestRowsStoredBeforeTheRangeCheckCannotOverflowTheAggregate(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	// What an older version let in: two holds near the top of int64.
 	for _, hold := range []string{"did:web:a.example", "did:web:b.example"} {
 		if _, err := db.Exec(`INSERT INTO repository_hold_stats (did, repository, hold_did, rkey, pull_count, push_count, updated_at, source_us)
@@ -157,7 +158,7 @@ func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
 	}
 	for name, ev := range cases {
 		t.Run(name, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t)
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
 			if err != nil {
@@ -176,7 +177,7 @@ func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
 }
 
 func TestValidKeysWithUnicodeAndRecordKeyPunctuationAreApplied(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
 		commit("did:web:example.com%3A8443", 1, "create", processor.CollectionTag, "a.b_c:d~e-f", tagRecord("café", "v1", "sha256:1")),

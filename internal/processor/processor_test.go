@@ -10,32 +10,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 )
-
-func openDB(t testing.TB) *database.DB {
-	t.Helper()
-	db, err := database.Open(context.Background(), database.Options{
-		URL: "file:" + filepath.Join(t.TempDir(), "appview.db"), BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db
-}
 
 func readJSONL(t testing.TB, path string) []jetstream.Event {
 	t.Helper()
@@ -78,7 +62,7 @@ var registryTables = []string{"users", "manifests", "manifest_layers", "manifest
 func TestRealTrafficCreatesNoRowsAndLogsNothingAboveWarn(t *testing.T) {
 	for _, name := range []string{"expected_v1.jsonl", "golden_v1.jsonl"} {
 		t.Run(name, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t)
 			events := readJSONL(t, filepath.Join("..", "jetstream", "testdata", name))
 			var logs bytes.Buffer
 			reg := prometheus.NewRegistry()

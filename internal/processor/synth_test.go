@@ -15,6 +15,7 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 func generate(t testing.TB, o synth.Options) ([]jetstream.Event, *synth.Expected) {
@@ -52,7 +53,7 @@ func applyInBatches(t testing.TB, p *processor.Processor, db *sql.DB, events []j
 func TestSyntheticTrafficProducesTheExpectedState(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t)
 			events, exp := generate(t, synth.Options{Seed: seed, Events: 4000})
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			pushes := map[string]bool{}
@@ -109,14 +110,14 @@ func TestApplyingTheStreamTwiceOrWithRewindsLeavesAnIdenticalDatabase(t *testing
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	pushes := map[string]bool{}
 
-	once := openDB(t)
+	once := testsupport.OpenDB(t)
 	applyInBatches(t, p, once.DB, events, 250, pushes)
 	want := dump(t, once.DB)
 	if d := synth.Diff(context.Background(), once.DB, exp); len(d) != 0 {
 		t.Fatalf("single pass differs from the expected state: %v", d)
 	}
 
-	twice := openDB(t)
+	twice := testsupport.OpenDB(t)
 	applyInBatches(t, p, twice.DB, events, 250, pushes)
 	applyInBatches(t, p, twice.DB, events, 77, pushes)
 	if got := dump(t, twice.DB); got != want {
@@ -126,7 +127,7 @@ func TestApplyingTheStreamTwiceOrWithRewindsLeavesAnIdenticalDatabase(t *testing
 	// Rewinds: like a consumer that reconnects with a cursor some way back,
 	// again and again, with batch boundaries falling elsewhere each time.
 	rng := rand.New(rand.NewPCG(5, 6))
-	rewound := openDB(t)
+	rewound := testsupport.OpenDB(t)
 	pos := 0
 	for pos < len(events) {
 		end := min(len(events), pos+1+rng.IntN(400))
@@ -152,7 +153,7 @@ func firstDifference(want, got string) string {
 }
 
 func TestDiffReportsEveryKindOfDifference(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events, exp := generate(t, synth.Options{Seed: 4, Events: 1500})
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	applyInBatches(t, p, db.DB, events, 500, map[string]bool{})

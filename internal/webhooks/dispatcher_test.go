@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -319,7 +320,7 @@ func TestDispatcherKeepsAtMostConcurrencyRequestsInFlight(t *testing.T) {
 
 	for i := range pushes {
 		want := min(i+2, len(pushes))
-		waitFor(t, "requests to arrive", func() bool { return len(rc.requests()) >= want })
+		testsupport.Eventually(t, "requests to arrive", func() bool { return len(rc.requests()) >= want })
 		release <- struct{}{}
 	}
 	for _, p := range pushes {
@@ -567,7 +568,7 @@ func TestPendingGaugeCountsPendingDeliveriesAndResetsOnStop(t *testing.T) {
 	// A first delay far in the future keeps them pending.
 	pid := e.sys.Root.Spawn(NewDispatcherProps(e.options(e.custody,
 		config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{time.Hour}}, m)))
-	waitFor(t, "pending gauge", func() bool { return metricValue(m.pending) == 3 })
+	testsupport.Eventually(t, "pending gauge", func() bool { return metricValue(m.pending) == 3 })
 	e.stop(pid)
 	if g := metricValue(m.pending); g != 0 {
 		t.Fatalf("pending gauge after stop = %v, want 0", g)

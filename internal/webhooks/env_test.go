@@ -4,16 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,25 +45,10 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{
-		URL:         "file:" + filepath.Join(t.TempDir(), "appview.db"),
-		BusyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("open database: %v", err)
-	}
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	db := testsupport.OpenDB(t)
 	e := &env{t: t, ctx: ctx, db: db, leases: leasestore.NewStore(db.DB, time.Minute)}
 	e.custody = e.acquire("instance-a")
-	e.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	t.Cleanup(func() {
-		e.sys.Shutdown()
-		_ = db.Close()
-	})
+	e.sys = testsupport.NewActorSystem(t)
 	return e
 }
 
@@ -157,25 +141,11 @@ func (e *env) delivery(webhookID int64, key string) deliveryRow {
 func (e *env) waitStatus(webhookID int64, key, status string) deliveryRow {
 	e.t.Helper()
 	var r deliveryRow
-	waitFor(e.t, "delivery "+key+" "+status, func() bool {
+	testsupport.Eventually(e.t, "delivery "+key+" "+status, func() bool {
 		r = e.delivery(webhookID, key)
 		return r.Status == status
 	})
 	return r
-}
-
-// waitFor polls cond until it holds or the budget runs out.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitBudget)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
 
 func push(repo, digest string) Push {
