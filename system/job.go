@@ -22,7 +22,7 @@ const jobRetryMax = time.Minute
 // jobStopTimeout bounds how long a stopping worker waits for its job to
 // return. A job stuck in a call that ignores its context (go-libsql
 // ignores contexts; a partitioned database can hang a call for minutes)
-// is abandoned after it: its context is cancelled, so lease.Fenced rolls
+// is abandoned after it: its context is cancelled, so fence.Fenced rolls
 // back whatever it would still write, and custody can move on.
 const jobStopTimeout = 5 * time.Second
 
@@ -55,7 +55,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 		j.cancel, j.done = cancel, make(chan struct{})
 		sys, self := ctx.ActorSystem(), ctx.Self()
 		go j.loop(run, func(v any) { sys.Root.Send(self, &jobPanicked{value: v}) })
-	case lease.Drain, *lease.Drain: // the LeaseActor's message, in either form
+	case *lease.Drain:
 		// Poison follows at once; cancelling here is what tells the job
 		// (through the cause) that the stop is graceful.
 		if j.cancel != nil {

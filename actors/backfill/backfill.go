@@ -55,7 +55,7 @@ const (
 // events, inside the caller's transaction: the backfill commits a page of
 // records together with its checkpoint, so a resumed run never applies a
 // page twice nor skips one. The transaction is already fenced by c (see
-// lease.Fenced); the applier must not commit or roll it back. Like the
+// fence.Fenced); the applier must not commit or roll it back. Like the
 // Jetstream processor it must be idempotent and must skip (not fail on) an
 // invalid record. An error aborts the page: nothing of it commits.
 type Applier interface {

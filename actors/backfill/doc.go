@@ -29,7 +29,7 @@
 // finished) and backfill_repos (per collection and DID: the listRecords
 // cursor after the last page applied, and running/done/failed). A page of
 // records, its DID's checkpoint and the run's counters commit in ONE
-// lease.Fenced transaction under the worker's custody, so:
+// fence.Fenced transaction under the worker's custody, so:
 //
 //   - a new holder after failover resumes the unfinished run where the old
 //     one left off: no page is applied twice or skipped;

@@ -18,7 +18,7 @@
 //     (identity: the "#atcr_hold" service, or a did:web's host) and POST
 //     /xrpc/io.atcr.hold.updateCrewTier {userDid, tierRank} → {tierName}
 //     for each member (docs/lexicons.md, hold XRPC). After the hold answers,
-//     the outcome is written to billing_tier_pushes with lease.Fenced.
+//     the outcome is written to billing_tier_pushes with fence.Fenced.
 //
 // Hold answers:
 //

@@ -27,7 +27,7 @@
 // The cutoff of every rule is fixed once per sweep from the database's
 // clock (database.NowMS), so instances whose clocks disagree prune the same
 // rows and a sweep always terminates. Rows are deleted in chunks of at most
-// cleanup.chunk_rows, each chunk its own lease.Fenced transaction: the write
+// cleanup.chunk_rows, each chunk its own fence.Fenced transaction: the write
 // lock is held briefly, and a superseded custody deletes nothing more from
 // its first refused chunk on. A failing rule is logged and the other rules
 // still run; the sweep's error reports every failure, and the job runner

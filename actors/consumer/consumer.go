@@ -134,7 +134,7 @@ func (c *consumer) Receive(ctx actor.Context) {
 				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
-	case lease.Drain, *lease.Drain: // the LeaseActor's message, in either form
+	case *lease.Drain:
 		c.drain()
 	case *runEnded:
 		if msg.err != nil {

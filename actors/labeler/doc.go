@@ -38,7 +38,7 @@
 //
 // A frame's labels and the cursor (labeler_cursors, keyed by the stream's
 // endpoint, because a seq is numbered by the service that serves it) are
-// written in one lease.Fenced transaction under the worker's custody: a
+// written in one fence.Fenced transaction under the worker's custody: a
 // frame lands whole with its cursor, or not at all and is received again.
 // A fenced write that finds the custody superseded makes the actor fail
 // with fence.ErrSuperseded (its parent treats that as lost custody).

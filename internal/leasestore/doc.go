@@ -1,4 +1,4 @@
-// Package leasestore is the database side of named leases (SPEC §4): the
+// Package leasestore is the database side of named leases (docs/spec.md §4): the
 // leases table and its one-statement acquire, renew and release (Store),
 // the rows `appview leases` and /debug/leases show (Row, Listed, List),
 // the lease timing and the relations it must keep (Timing.Validate), and

@@ -34,7 +34,7 @@ type Grant struct {
 	Own bool
 }
 
-// Row is one row of the leases table (SPEC §4) as seen at Now.
+// Row is one row of the leases table (docs/spec.md §4) as seen at Now.
 type Row struct {
 	Name       string `json:"name"`
 	Holder     string `json:"holder"`
@@ -46,7 +46,7 @@ type Row struct {
 	Now int64 `json:"now"`
 }
 
-// Row states shown by `appview leases` (SPEC §2).
+// Row states shown by `appview leases` (docs/spec.md §2).
 const (
 	StateHeld     = "held"
 	StateExpired  = "expired"
@@ -75,7 +75,7 @@ func (r Row) TimeLeft() time.Duration {
 }
 
 // Listed is a row as `appview leases --json` and GET /debug/leases show it
-// (SPEC §2): the row, its state and how long its grant has left.
+// (docs/spec.md §2): the row, its state and how long its grant has left.
 type Listed struct {
 	Row
 	State      string `json:"state"`

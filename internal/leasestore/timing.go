@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Timing is the lease timing of SPEC §3 (the leases.* keys). The relations
+// Timing is the lease timing of docs/spec.md §3 (the leases.* keys). The relations
 // Validate checks are what the custody guarantee rests on; the config
 // loader adds operator floors and ceilings on top (see internal/config).
 type Timing struct {

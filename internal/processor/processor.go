@@ -174,7 +174,7 @@ func New(o Options) *Processor {
 
 // Apply is the one-shot form for callers that have nothing else to commit
 // with the events (the backfill): it applies events in one transaction
-// through lease.Fenced, so it commits only while c is the current custody.
+// through fence.Fenced, so it commits only while c is the current custody.
 // Errors wrap fence.ErrSuperseded when custody was lost; see ApplyTx for
 // the rest.
 func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
@@ -190,7 +190,7 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, even
 	return res, nil
 }
 
-// ApplyTx applies events, in order, inside tx: the caller's lease.Fenced
+// ApplyTx applies events, in order, inside tx: the caller's fence.Fenced
 // transaction under c, so the caller can commit other effects (webhook
 // deliveries, the cursor, a backfill checkpoint) atomically with the
 // records. c.Fence is stamped on the repository_stats rows the batch

@@ -72,7 +72,7 @@ type DispatcherOptions struct {
 	// DB is the shared database.
 	DB *sql.DB
 	// Custody is the consumer's grant (lease "jetstream-consumer"). Every
-	// claim and outcome is a lease.Fenced write under it, and requests carry
+	// claim and outcome is a fence.Fenced write under it, and requests carry
 	// it as X-Appview-Fence.
 	Custody fence.Custody
 	// Config is the webhooks section: retry_schedule (delays before each
@@ -182,7 +182,7 @@ type dispatcher struct {
 	root  *actor.RootContext
 
 	// ctx ends when the actor stops (or fails): requests are cancelled and
-	// lease.Fenced refuses to commit.
+	// fence.Fenced refuses to commit.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// wg counts the scan and send goroutines; Stopping waits for it.
@@ -359,7 +359,7 @@ func (d *dispatcher) fail(err error) {
 // shutdown cancels requests in flight and waits for every goroutine, so no
 // claim or outcome is written once the actor has stopped. A goroutine stuck
 // in a database call that ignores its context (go-libsql does) holds the
-// stop up until the call returns; lease.Fenced then refuses to commit.
+// stop up until the call returns; fence.Fenced then refuses to commit.
 func (d *dispatcher) shutdown() {
 	if d.cancel == nil {
 		return
