@@ -126,8 +126,8 @@
 //     do not matter.
 //   - Two processes configured with the same instance_id are told apart
 //     by a nonce drawn at each process start and stored with every grant
-//     (lease_holders): renewals and releases match it, and only a grant
-//     carrying its own nonce is a process's own. They contend as
+//     (lease_holders): releases match it, and only a grant carrying its
+//     own nonce is a process's own. They contend as
 //     strangers, and each warns that its instance_id is live elsewhere.
 //
 // # Package map

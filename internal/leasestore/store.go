@@ -169,8 +169,8 @@ RETURNING fence`
 	// renewable by its holder and fence: nobody else has taken it, or the
 	// fence would differ. (Comparing two columns is cheaper than a third
 	// evaluation of the database clock, on the hottest statement.)
-	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?5
-WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at` + ownGrant
+	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
 
 	// releaseSQL expires the row in place and keeps holder and fence, so a
 	// stalled former holder can never match again. renewed_at = expires_at
@@ -180,8 +180,13 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at` + o
   expires_at = MIN(expires_at, ` + database.NowMS + `)
 WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 
-	// ownGrant narrows a renewal or release to this process's grant: the
-	// fence's nonce (?4) is this process's (lease_holders).
+	// ownGrant narrows a release to this process's grant: the fence's
+	// nonce (?4) is this process's (lease_holders). A hand-back releases a
+	// fence it did not just renew, so this is where a grant of another
+	// process with our instance_id could be matched. A renewal is only
+	// ever of a fence this process's own acquire returned (fences are
+	// never reused), so it needs no such check; leaving it out keeps the
+	// hottest statement a single-row primary-key update.
 	ownGrant = `
   AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
 
@@ -322,11 +327,11 @@ func (s *Store) Release(ctx context.Context, c fence.Custody) error {
 	if err := s.check(); err != nil {
 		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
 	}
-	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c))
+	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c, s.nonce))
 }
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra ...any) error {
-	args := append([]any{c.Lease, c.Holder, c.Fence, s.nonce}, extra...)
+	args := append([]any{c.Lease, c.Holder, c.Fence}, extra...)
 	res, err := s.db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
