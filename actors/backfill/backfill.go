@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -132,6 +133,10 @@ type Backfiller struct {
 	xrpc    *xrpcClient
 	log     zerolog.Logger
 	skipLog zerolog.Logger
+	// rateWaitNS and deferrals add up, over the Backfiller's life, the time
+	// requests waited for peers' rate-limit windows and the 429s deferred;
+	// a run logs how much of each was its own.
+	rateWaitNS, deferrals atomic.Int64
 }
 
 // New checks o and builds a Backfiller.
@@ -178,10 +183,21 @@ func New(o Options) (*Backfiller, error) {
 	o.Retry = o.Retry.withDefaults()
 	b := &Backfiller{o: o, log: o.Log.With().Str("worker", LeaseName).Logger()}
 	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
-	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, onRetry: func(err error, wait time.Duration) {
-		o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
-		b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
-	}}
+	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: newRateLimits(o.Retry.PerHostConcurrency, time.Now),
+		onRetry: func(err error, wait time.Duration) {
+			o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+			b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
+		},
+		onDefer: func(host string, wait time.Duration) {
+			b.deferrals.Add(1)
+			o.Metrics.Errors.WithLabelValues(classRateLimited).Inc()
+			o.Metrics.Deferred.WithLabelValues(host).Inc()
+			b.skipLog.Info().Str("host", host).Int64("wait_ms", wait.Milliseconds()).Msg("backfill request deferred: the peer's rate limit is spent until its reset")
+		},
+		onWait: func(host string, waited time.Duration) {
+			b.rateWaitNS.Add(int64(waited))
+			o.Metrics.RateLimitWait.WithLabelValues(host).Add(waited.Seconds())
+		}}
 	return b, nil
 }
 
@@ -206,6 +222,7 @@ var errAllRelaysFailed = errors.New("every relay failed")
 // the checkpoint, logged, counted and skipped.
 func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	started := time.Now()
+	waitedBefore, deferralsBefore := b.rateWaitNS.Load(), b.deferrals.Load()
 	outcome := runFailed
 	defer func() {
 		b.o.Metrics.Runs.WithLabelValues(outcome).Inc()
@@ -263,7 +280,10 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		r.log.Warn().Err(err).Msg("read backfill run totals")
 	}
 	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).
-		Dur("took", time.Since(started)).Msg("backfill run completed")
+		Dur("took", time.Since(started)).
+		Int64("rate_limit_wait_ms", time.Duration(b.rateWaitNS.Load()-waitedBefore).Milliseconds()).
+		Int64("rate_limit_deferrals", b.deferrals.Load()-deferralsBefore).
+		Msg("backfill run completed")
 	return nil
 }
 
