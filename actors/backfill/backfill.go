@@ -247,7 +247,7 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		return nil
 	}
 	r := &run{b: b, custody: c, id: cl.runID, log: log.With().Int64("run", cl.runID).Logger(),
-		brokenPDS: map[string]error{}}
+		brokenPDS: map[string]error{}, fallback: map[string]bool{}, collections: map[string][]string{}}
 	r.log.Info().Bool("resumed", cl.resumed).Strs("collections", b.o.Collections).Msg("backfill run started")
 
 	var incomplete []error
@@ -324,7 +324,23 @@ type run struct {
 	// or 429 after retries, so their other repositories fail fast in this
 	// run instead of each waiting out the retries.
 	brokenPDS map[string]error
+	// fallback marks relays found without listReposByCollection in this
+	// run: they are walked with listRepos (walkAllRepos).
+	fallback map[string]bool
+	// collections caches describeRepo answers for this run (DID → its
+	// collections), so the fallback asks each repository once, not once per
+	// collection; bounded by describeCacheMax.
+	collections map[string][]string
 }
+
+// describeCacheMax bounds the describeRepo cache of one run; past it the
+// cache is emptied and repositories are asked again.
+const describeCacheMax = 100_000
+
+// listReposCursorPrefix marks a collection checkpoint whose relay cursor
+// is a listRepos cursor (the fallback), so a resumed run goes on with the
+// same method.
+const listReposCursorPrefix = "listRepos:"
 
 func (r *run) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
 	return r.b.write(ctx, r.custody, what, fn)
@@ -430,7 +446,14 @@ func (r *run) repoStates(ctx context.Context, col string) (*repoSet, error) {
 
 // walk pages through one relay's listing of col from cursor, backfilling
 // each page's DIDs before checkpointing the next page's cursor.
+//
+// A relay without listReposByCollection (it answers 404, as Bluesky's relay
+// does) is walked with listRepos instead (walkAllRepos).
 func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	if rest, ok := strings.CutPrefix(cursor, listReposCursorPrefix); ok || r.usesFallback(relay) {
+		return r.walkAllRepos(ctx, col, relay, rest, repos)
+	}
+	first := true
 	for {
 		params := url.Values{"collection": {col}, "limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
 		if cursor != "" {
@@ -438,6 +461,10 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 		}
 		var page reposPage
 		if err := r.b.xrpc.get(ctx, relay, methodListRepos, params, &page); err != nil {
+			if first && !fatal(ctx, err) && methodMissing(err) {
+				r.setFallback(relay, err)
+				return r.walkAllRepos(ctx, col, relay, "", repos)
+			}
 			if !fatal(ctx, err) {
 				r.b.o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
 			}
@@ -453,17 +480,116 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 			return &xrpcError{method: methodListRepos, host: relay, class: classProtocol,
 				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
 		}
-		cursor = page.Cursor
+		cursor, first = page.Cursor, false
 		if err := r.saveCollection(ctx, col, relay, cursor, false); err != nil {
 			return err
 		}
 	}
 }
 
+func (r *run) usesFallback(relay string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fallback[relay]
+}
+
+func (r *run) setFallback(relay string, why error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.fallback[relay] {
+		r.fallback[relay] = true
+		r.log.Info().Str("relay", relay).Str("why", why.Error()).
+			Msg("relay has no listReposByCollection; listing every repository with listRepos and asking each PDS (describeRepo) which collections it has")
+	}
+}
+
+// walkAllRepos is the fallback for a relay without listReposByCollection:
+// it pages through com.atproto.sync.listRepos (which every relay and PDS
+// serves) and backfills col for each listed repository that is active and
+// whose PDS says (describeRepo) it has records in col. Repositories listed
+// inactive (deactivated, taken down, suspended, deleted) are skipped: their
+// PDS refuses to list their records (docs/interop.md, "Deactivated and
+// taken-down accounts"). Its cursor is checkpointed with
+// listReposCursorPrefix.
+func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	for {
+		params := url.Values{"limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
+		if cursor != "" {
+			params.Set("cursor", cursor)
+		}
+		var page allReposPage
+		if err := r.b.xrpc.get(ctx, relay, methodListAllRepos, params, &page); err != nil {
+			if !fatal(ctx, err) {
+				r.b.o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+			}
+			return err
+		}
+		refs := make([]repoRef, 0, len(page.Repos))
+		for _, rp := range page.Repos {
+			if rp.Active != nil && !*rp.Active {
+				status := ""
+				if rp.Status != nil {
+					status = *rp.Status
+				}
+				r.b.skipLog.Debug().Str("did", rp.DID).Str("status", status).Msg("backfill skips an inactive repository")
+				continue
+			}
+			refs = append(refs, repoRef{DID: rp.DID})
+		}
+		if err := r.reposFiltered(ctx, col, refs, repos, true); err != nil {
+			return err
+		}
+		if page.Cursor == "" || len(page.Repos) == 0 {
+			return nil
+		}
+		if page.Cursor == cursor {
+			return &xrpcError{method: methodListAllRepos, host: relay, class: classProtocol,
+				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
+		}
+		cursor = page.Cursor
+		if err := r.saveCollection(ctx, col, relay, listReposCursorPrefix+cursor, false); err != nil {
+			return err
+		}
+	}
+}
+
+// hasCollection asks did's PDS (describeRepo, cached for the run) whether
+// the repository has records in col.
+func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, error) {
+	r.mu.Lock()
+	cols, ok := r.collections[did]
+	r.mu.Unlock()
+	if !ok {
+		var d describedRepo
+		if err := r.b.xrpc.get(ctx, pds, methodDescribeRepo, url.Values{"repo": {did}}, &d); err != nil {
+			return false, err
+		}
+		cols = d.Collections
+		r.mu.Lock()
+		if len(r.collections) >= describeCacheMax {
+			clear(r.collections)
+		}
+		r.collections[did] = cols
+		r.mu.Unlock()
+	}
+	for _, c := range cols {
+		if c == col {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // repos backfills the DIDs of one relay page, at most Concurrency at once.
 // Only a fatal error (ctx, custody, database) is returned; the first one
 // cancels the others.
 func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repoSet) error {
+	return r.reposFiltered(ctx, col, refs, repos, false)
+}
+
+// reposFiltered is repos; with describe, each DID's PDS is first asked
+// whether the repository has records in col (the listRepos fallback).
+func (r *run) reposFiltered(ctx context.Context, col string, refs []repoRef, repos *repoSet, describe bool) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	work := make(chan string)
@@ -477,7 +603,7 @@ func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repo
 		go func() {
 			defer wg.Done()
 			for did := range work {
-				if err := r.repo(wctx, col, did, repos); err != nil {
+				if err := r.repo(wctx, col, did, repos, describe); err != nil {
 					once.Do(func() { first = err; cancel() })
 				}
 			}
@@ -510,7 +636,10 @@ feed:
 // repo backfills one DID's records of col, page by page from its
 // checkpointed cursor. A DID that does not resolve or whose PDS fails is
 // recorded as failed and skipped (nil error).
-func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
+//
+// With describe, a repository whose PDS says it has no records in col is
+// left alone: nothing is fetched or written for it.
+func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describe bool) error {
 	pds, err := r.b.o.Resolver.PDSEndpoint(ctx, did)
 	if err != nil {
 		if fatal(ctx, err) {
@@ -520,6 +649,22 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
 	}
 	if err := r.broken(pds); err != nil {
 		return r.failRepo(ctx, col, did, "", fmt.Errorf("PDS %s failed earlier in this run: %w", pds, err), repos)
+	}
+	if describe {
+		has, err := r.hasCollection(ctx, pds, did, col)
+		if err != nil {
+			if fatal(ctx, err) {
+				return err
+			}
+			class := errorClass(err)
+			if class == classNetwork || class == classServer || class == classRateLimited {
+				r.markBroken(pds, err)
+			}
+			return r.failRepo(ctx, col, did, class, err, repos)
+		}
+		if !has {
+			return nil
+		}
 	}
 	cursor := repos.get(did).cursor
 	for {

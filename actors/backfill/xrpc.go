@@ -17,8 +17,10 @@ import (
 
 // XRPC methods the backfill calls (AT Protocol lexicons).
 const (
-	methodListRepos   = "com.atproto.sync.listReposByCollection"
-	methodListRecords = "com.atproto.repo.listRecords"
+	methodListRepos    = "com.atproto.sync.listReposByCollection"
+	methodListAllRepos = "com.atproto.sync.listRepos"
+	methodDescribeRepo = "com.atproto.repo.describeRepo"
+	methodListRecords  = "com.atproto.repo.listRecords"
 )
 
 // maxResponseBytes bounds one XRPC response body (a page of 100 records
@@ -308,6 +310,40 @@ type repoRef struct {
 type reposPage struct {
 	Repos  []repoRef `json:"repos"`
 	Cursor string    `json:"cursor"`
+}
+
+// listedRepo is one entry of com.atproto.sync.listRepos: every repository
+// the relay follows, with its hosting status (active false and a status
+// such as "deactivated" or "takendown" for one that is not served).
+type listedRepo struct {
+	DID    string  `json:"did"`
+	Active *bool   `json:"active"`
+	Status *string `json:"status"`
+}
+
+// allReposPage is the output of com.atproto.sync.listRepos.
+type allReposPage struct {
+	Repos  []listedRepo `json:"repos"`
+	Cursor string       `json:"cursor"`
+}
+
+// describedRepo is the part of com.atproto.repo.describeRepo the fallback
+// reads: the collections the repository has records in.
+type describedRepo struct {
+	Collections []string `json:"collections"`
+}
+
+// methodMissing reports whether err says the peer does not implement the
+// method: HTTP 404 (Bluesky's relay answers so to listReposByCollection,
+// which it serves from a separate service), 501, or an XRPC
+// MethodNotImplemented.
+func methodMissing(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) {
+		return false
+	}
+	return xe.status == http.StatusNotFound || xe.status == http.StatusNotImplemented ||
+		xe.code == "MethodNotImplemented" || xe.code == "XRPCNotSupported"
 }
 
 // recordRef is one entry of listRecords.
