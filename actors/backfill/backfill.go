@@ -63,6 +63,13 @@ type Applier interface {
 	ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error)
 }
 
+// Preparer is an Applier that has work to do before a page's
+// transaction opens (network lookups that must not hold the write lock):
+// Prepare returns the context ApplyTx is then called with.
+type Preparer interface {
+	Prepare(ctx context.Context, events []jetstream.Event) context.Context
+}
+
 // Applied counts the outcome of one ApplyTx call.
 type Applied struct {
 	// Applied events changed or confirmed a row.
@@ -713,6 +720,9 @@ func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, l
 		cp.state, cp.doneRepos = repoDone, 1
 	}
 	var applied Applied
+	if pr, ok := r.b.o.Applier.(Preparer); ok && len(events) > 0 {
+		ctx = pr.Prepare(ctx, events)
+	}
 	err := r.write(ctx, "page", func(tx *sql.Tx) error {
 		var err error
 		if len(events) > 0 {

@@ -20,10 +20,11 @@ import (
 //	RateLimit-Reset: 1767269105      (Unix seconds when the window resets)
 //	RateLimit-Policy: 3000;w=300
 //
-// and, once the limit is spent, HTTP 429 RateLimitExceeded without a
-// Retry-After. The draft's Reset is delta-seconds; the reference sends an
-// absolute Unix time. Both are accepted: a value above resetEpochFloor is a
-// Unix time, anything smaller a delay.
+// and, once the limit is spent, HTTP 429 RateLimitExceeded (0.5.x also
+// sends Retry-After; earlier releases did not, so it is not relied on).
+// The draft's Reset is delta-seconds; the reference sends an absolute Unix
+// time, floored to the second. Both are accepted: a value above
+// resetEpochFloor is a Unix time, anything smaller a delay.
 const resetEpochFloor = 1_000_000_000
 
 // Defaults of the rate-limit options.
@@ -64,7 +65,11 @@ func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
 	}
 	if v, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64); err == nil && v >= 0 {
 		if v > resetEpochFloor {
-			out.reset = time.Unix(v, 0)
+			// The reference floors the reset to the whole second
+			// (floor((now + msBeforeNext) / 1000)): the window really
+			// resets up to a second later, and a retry at the floored
+			// second would only be refused again.
+			out.reset = time.Unix(v+1, 0)
 		} else {
 			out.reset = now.Add(time.Duration(v) * time.Second)
 		}

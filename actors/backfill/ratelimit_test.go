@@ -58,12 +58,8 @@ func (l *referenceLimiter) intercept(w http.ResponseWriter, _ *http.Request, _ f
 	}
 	remaining := max(l.limit-l.used, 0)
 	l.mu.Unlock()
-	// The reference rounds the reset up to the next whole second.
-	reset := start.Add(l.window)
-	resetUnix := reset.Unix()
-	if reset.Nanosecond() != 0 {
-		resetUnix++
-	}
+	// The reference floors the reset to the whole second.
+	resetUnix := start.Add(l.window).Unix()
 	if over || l.headersOnSuccess {
 		w.Header().Set("RateLimit-Limit", strconv.Itoa(l.limit))
 		w.Header().Set("RateLimit-Remaining", strconv.Itoa(remaining))
@@ -164,7 +160,8 @@ func TestRateLimitHeadersTakeUnixOrDeltaResets(t *testing.T) {
 	h := http.Header{}
 	h.Set("RateLimit-Remaining", "0")
 	h.Set("RateLimit-Reset", "1767000042")
-	if rl := parseRateLimit(h, now); rl.remaining != 0 || !rl.reset.Equal(now.Add(42*time.Second)) {
+	// Unix seconds are floored by the reference: one second is added.
+	if rl := parseRateLimit(h, now); rl.remaining != 0 || !rl.reset.Equal(now.Add(43*time.Second)) {
 		t.Errorf("unix reset: %+v", rl)
 	}
 	h.Set("RateLimit-Reset", "7")

@@ -144,6 +144,9 @@ type Options struct {
 	// before the rest are dropped; 0 means 10 per minute.
 	LogBurst  uint32
 	LogPeriod time.Duration
+	// Handles verifies handles for PrepareBatch (the process's shared
+	// *identity.Resolver); nil keeps the handle an #identity event carries.
+	Handles HandleResolver
 }
 
 // Processor turns Jetstream events into registry rows. It holds no state
@@ -153,6 +156,7 @@ type Processor struct {
 	log     zerolog.Logger
 	sampled zerolog.Logger
 	metrics *Metrics
+	handles HandleResolver
 }
 
 // New returns a Processor.
@@ -169,6 +173,7 @@ func New(o Options) *Processor {
 		log:     l,
 		sampled: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
 		metrics: o.Metrics,
+		handles: o.Handles,
 	}
 }
 
@@ -217,7 +222,7 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, ev
 		ops[i], outs[i].reason, err = decode(ev)
 		outs[i].err = err
 	}
-	a := &applier{ctx: ctx, tx: tx, fence: c.Fence}
+	a := &applier{ctx: ctx, tx: tx, fence: c.Fence, handles: handlesFrom(ctx)}
 	// Fast path: the whole batch under one savepoint, no savepoint per event.
 	// If any event fails, roll the batch back to it and redo it with a
 	// savepoint per event, so only the failing events are lost.

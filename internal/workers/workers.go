@@ -64,7 +64,7 @@ func (d Deps) Resolver() *identity.Resolver {
 	if d.Identity != nil {
 		return d.Identity
 	}
-	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL}
+	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL, HandleWellKnownURL: d.Config.Identity.HandleWellKnownURL}
 }
 
 // Spec describes one background worker to the registry. Exactly one of
