@@ -561,17 +561,28 @@ func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos
 }
 
 // hasCollection asks did's PDS (describeRepo, cached for the run) whether
-// the repository has records in col.
+// the repository has records in col. A describeRepo the PDS cannot answer
+// for a reason other than the repository itself (the reference PDS
+// resolves the DID and handle to answer, and refuses with 400
+// InvalidRequest "Could not resolve DID" when it cannot) is no reason to
+// skip the repository: every collection is then listed, which costs one
+// listRecords each.
 func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, error) {
 	r.mu.Lock()
 	cols, ok := r.collections[did]
 	r.mu.Unlock()
 	if !ok {
 		var d describedRepo
-		if err := r.b.xrpc.get(ctx, pds, methodDescribeRepo, url.Values{"repo": {did}}, &d); err != nil {
+		err := r.b.xrpc.get(ctx, pds, methodDescribeRepo, url.Values{"repo": {did}}, &d)
+		switch {
+		case err == nil:
+			cols = d.Collections
+		case !fatal(ctx, err) && describeUnanswered(err):
+			r.b.skipLog.Debug().Err(err).Str("did", did).Msg("describeRepo unanswered; listing every collection")
+			cols = []string{allCollections}
+		default:
 			return false, err
 		}
-		cols = d.Collections
 		r.mu.Lock()
 		if len(r.collections) >= describeCacheMax {
 			clear(r.collections)
@@ -580,16 +591,31 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 		r.mu.Unlock()
 	}
 	for _, c := range cols {
-		if c == col {
+		if c == col || c == allCollections {
 			return true, nil
 		}
 	}
 	return false, nil
 }
 
-// repos backfills the DIDs of one relay page, at most Concurrency at once.
-// Only a fatal error (ctx, custody, database) is returned; the first one
-// cancels the others.
+// allCollections marks a repository whose collections are unknown.
+const allCollections = "*"
+
+// describeUnanswered reports whether a describeRepo failure says nothing
+// about the repository: a client error other than the repository being
+// missing or not served.
+func describeUnanswered(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) || xe.class != classClient {
+		return false
+	}
+	switch xe.code {
+	case "RepoNotFound", "RepoDeactivated", "RepoTakendown", "RepoSuspended":
+		return false
+	}
+	return true
+}
+
 func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repoSet) error {
 	return r.reposFiltered(ctx, col, refs, repos, false)
 }

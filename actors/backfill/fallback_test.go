@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -101,5 +102,40 @@ func TestAResumedFallbackWalkGoesOnWithListRepos(t *testing.T) {
 		if req.Method != methodListAllRepos {
 			t.Errorf("resumed run called %s on the relay", req.Method)
 		}
+	}
+}
+
+// The reference PDS answers describeRepo only when it can resolve the
+// repository's DID and handle itself; on the real chain it refused with
+// 400 InvalidRequest "Could not resolve DID: Error: Invalid hostname", and
+// the fallback marked every repository failed. Such a refusal now means
+// "collections unknown": every collection is listed.
+func TestADescribeRepoThePDSCannotAnswerListsEveryCollection(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewListReposRelay(t)
+	pds := e.pds(2, "did:plc:a")
+	gone := fakepeer.NewPDS(t)
+	e.plc.Register("did:plc:gone", gone.URL())
+	relay.Add("did:plc:a", "did:plc:gone")
+	refuse := func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+		if req.Method == methodDescribeRepo && req.Repo == "did:plc:a" {
+			fakepeer.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not resolve DID: Error: Invalid hostname")
+			return true
+		}
+		return false
+	}
+	pds.Intercept(refuse)
+	if err := e.backfiller(e.options(relay.URL())).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled WHERE did = 'did:plc:a'`); got != 4 {
+		t.Errorf("%d records of the repository whose describeRepo failed, want 4", got)
+	}
+	// A repository its PDS does not host still fails.
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed' AND did = 'did:plc:gone'`); n != 2 {
+		t.Errorf("%d failed (collection, repo) pairs for a repository the PDS does not host, want 2", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed' AND did = 'did:plc:a'`); n != 0 {
+		t.Errorf("%d failed for did:plc:a", n)
 	}
 }
