@@ -598,6 +598,35 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 	return false, nil
 }
 
+// inactiveRepo reports whether err is a PDS refusing a repository because
+// its account is not active (deactivated, taken down, suspended).
+func inactiveRepo(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) || xe.class != classClient {
+		return false
+	}
+	switch xe.code {
+	case "RepoDeactivated", "RepoTakendown", "RepoSuspended":
+		return true
+	}
+	return false
+}
+
+// skipInactive checkpoints an inactive repository as done with no
+// records, so neither this run nor a resumed one asks for it again, and
+// counts it under appview_backfill_repos_total{outcome="inactive"}.
+func (r *run) skipInactive(ctx context.Context, col, did string, repos *repoSet) error {
+	err := r.write(ctx, "page", func(tx *sql.Tx) error {
+		return r.checkpoint(ctx, tx, pageCheckpoint{col: col, did: did, state: repoDone, doneRepos: 1})
+	})
+	if err != nil {
+		return err
+	}
+	repos.set(did, repoDone)
+	r.b.o.Metrics.Repos.WithLabelValues(col, repoInactive).Inc()
+	return nil
+}
+
 // allCollections marks a repository whose collections are unknown.
 const allCollections = "*"
 
@@ -689,6 +718,9 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 			if fatal(ctx, err) {
 				return err
 			}
+			if inactiveRepo(err) {
+				return r.skipInactive(ctx, col, did, repos)
+			}
 			class := errorClass(err)
 			if class == classNetwork || class == classServer || class == classRateLimited {
 				r.markBroken(pds, err)
@@ -709,6 +741,12 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 		if err := r.b.xrpc.get(ctx, pds, methodListRecords, params, &page); err != nil {
 			if fatal(ctx, err) {
 				return err
+			}
+			if inactiveRepo(err) {
+				// Not served because the account is inactive: nothing to
+				// index and nothing failed (docs/interop.md, "Deactivated
+				// and taken-down accounts").
+				return r.skipInactive(ctx, col, did, repos)
 			}
 			class := errorClass(err)
 			if class == classNetwork || class == classServer || class == classRateLimited {

@@ -139,3 +139,35 @@ func TestADescribeRepoThePDSCannotAnswerListsEveryCollection(t *testing.T) {
 		t.Errorf("%d failed for did:plc:a", n)
 	}
 }
+
+// A relay may list a repository whose account was deactivated since: the
+// PDS refuses it (400 RepoDeactivated). That is not a failure: the
+// repository is done with no records, as the decided state for inactive
+// accounts says (docs/interop.md); on the old code it was marked failed.
+func TestARepositoryThePDSRefusesAsInactiveIsDoneNotFailed(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	pds := e.pds(1, "did:plc:a", "did:plc:off")
+	relay.Add(colManifest, "did:plc:a", "did:plc:off")
+	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+		if req.Repo == "did:plc:off" {
+			fakepeer.XRPCError(w, http.StatusBadRequest, "RepoDeactivated", "Repo has been deactivated: did:plc:off")
+			return true
+		}
+		return false
+	})
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 0 {
+		t.Errorf("%d repositories failed", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'done' AND did = 'did:plc:off'`); n != 1 {
+		t.Errorf("the inactive repository is not checkpointed done")
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 1 {
+		t.Errorf("%d records, want did:plc:a's 1", got)
+	}
+}

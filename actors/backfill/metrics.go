@@ -16,8 +16,9 @@ type Metrics struct {
 	Runs *prometheus.CounterVec
 	// RunDuration observes the seconds each Run call took, by outcome.
 	RunDuration *prometheus.HistogramVec
-	// Repos counts (collection, DID) pairs finished, by outcome: done or
-	// failed (skipped: unresolvable DID or broken PDS).
+	// Repos counts (collection, DID) pairs finished, by outcome: done,
+	// failed (skipped: unresolvable DID or broken PDS) or inactive (the PDS
+	// does not serve a deactivated, taken-down or suspended account).
 	Repos *prometheus.CounterVec
 	// Records counts records by collection and outcome: applied or
 	// skipped (by the applier), invalid (unusable uri or value).
@@ -61,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 		Repos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_backfill_repos_total",
-			Help: "Repositories backfilled per collection, by outcome (done, failed).",
+			Help: "Repositories backfilled per collection, by outcome (done, failed, inactive).",
 		}, []string{"collection", "outcome"}),
 		Records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_backfill_records_total",
