@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/jetstream"
@@ -22,8 +23,15 @@ type HandleResolver interface {
 // Bounds of PrepareBatch's lookups: they run before the batch's
 // transaction and delay it, so a slow directory must not stall ingestion.
 const (
-	handleLookupTimeout = 3 * time.Second
-	handleBatchBudget   = 10 * time.Second
+	// handleBatchBudget bounds all of one batch's lookups together: during
+	// a directory outage a batch waits at most this long (failures are
+	// cached by the resolver, so the next batches do not wait again).
+	handleBatchBudget = 2 * time.Second
+	// handleLookups bounds the lookups in flight at once.
+	handleLookups = 8
+	// knownUsersMax bounds the in-process set of DIDs known to have a users
+	// row (cleared when full).
+	knownUsersMax = 100_000
 	// usersInChunk bounds the DIDs of one IN (...) list (SQLite's variable
 	// limit is far above it).
 	usersInChunk = 500
@@ -73,13 +81,16 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 		}
 	}
 	var unknown []string
+	commitDIDs = p.notKnown(commitDIDs)
 	if db != nil && len(commitDIDs) > 0 {
 		known, err := knownUsers(ctx, db, commitDIDs)
 		if err != nil {
 			p.sampled.Warn().Err(err).Msg("read users before resolving handles")
 		} else {
 			for _, d := range commitDIDs {
-				if !known[d] && !refresh[d] {
+				if known[d] {
+					p.remember(d)
+				} else if !refresh[d] {
 					unknown = append(unknown, d)
 				}
 			}
@@ -89,27 +100,62 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 		return ctx
 	}
 	out := verifiedHandles{}
-	deadline := time.Now().Add(handleBatchBudget)
+	var mu sync.Mutex
+	bctx, cancel := context.WithTimeout(ctx, handleBatchBudget)
+	defer cancel()
+	sem := make(chan struct{}, handleLookups)
+	var wg sync.WaitGroup
 	lookup := func(did string, fn func(context.Context, string) (string, error)) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		defer wg.Done()
+		select {
+		case sem <- struct{}{}:
+		case <-bctx.Done():
 			return
 		}
-		lctx, cancel := context.WithTimeout(ctx, handleLookupTimeout)
-		defer cancel()
-		h, err := fn(lctx, did)
+		defer func() { <-sem }()
+		h, err := fn(bctx, did)
 		if err != nil {
 			p.sampled.Warn().Err(err).Str("did", did).Msg("handle not verified; keeping what the users row has")
 			return
 		}
+		mu.Lock()
 		out[did] = h
+		mu.Unlock()
 	}
 	for did := range refresh {
-		lookup(did, p.handles.RefreshHandle)
+		wg.Add(1)
+		go lookup(did, p.handles.RefreshHandle)
 	}
 	for _, did := range unknown {
-		lookup(did, p.handles.Handle)
+		wg.Add(1)
+		go lookup(did, p.handles.Handle)
 	}
+	wg.Wait()
 	return context.WithValue(ctx, handlesKey{}, out)
+}
+
+// notKnown returns the DIDs not yet seen with a users row by this process.
+func (p *Processor) notKnown(dids []string) []string {
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	out := dids[:0:0]
+	for _, d := range dids {
+		if !p.known[d] {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// remember notes that did has a users row (rows are created once and the
+// handle of an existing row changes only with #identity events).
+func (p *Processor) remember(did string) {
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	if p.known == nil || len(p.known) >= knownUsersMax {
+		p.known = map[string]bool{}
+	}
+	p.known[did] = true
 }
 
 // knownUsers returns which of dids have a users row.

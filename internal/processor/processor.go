@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -150,13 +151,17 @@ type Options struct {
 }
 
 // Processor turns Jetstream events into registry rows. It holds no state
-// between batches, so one Processor may serve the consumer and the
-// backfill at once.
+// between batches but a bounded set of DIDs known to have a users row
+// (PrepareBatch's shortcut), so one Processor may serve the consumer and
+// the backfill at once.
 type Processor struct {
 	log     zerolog.Logger
 	sampled zerolog.Logger
 	metrics *Metrics
 	handles HandleResolver
+
+	knownMu sync.Mutex
+	known   map[string]bool
 }
 
 // New returns a Processor.
