@@ -105,7 +105,7 @@ func ProcessorWorker(d workers.Deps) (workers.Spec, error) {
 	if err != nil {
 		return workers.Spec{}, err
 	}
-	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm, Handles: d.Resolver()})
+	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm, Handles: d.HandleResolver()})
 	return Worker(d, preparedApplier{p: p, db: d.DB})
 }
 
