@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -60,6 +61,13 @@ const (
 // invalid record. An error aborts the page: nothing of it commits.
 type Applier interface {
 	ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Applied, error)
+}
+
+// Preparer is an Applier that has work to do before a page's
+// transaction opens (network lookups that must not hold the write lock):
+// Prepare returns the context ApplyTx is then called with.
+type Preparer interface {
+	Prepare(ctx context.Context, events []jetstream.Event) context.Context
 }
 
 // Applied counts the outcome of one ApplyTx call.
@@ -132,6 +140,10 @@ type Backfiller struct {
 	xrpc    *xrpcClient
 	log     zerolog.Logger
 	skipLog zerolog.Logger
+	// rateWaitNS and deferrals add up, over the Backfiller's life, the time
+	// requests waited for peers' rate-limit windows and the 429s deferred;
+	// a run logs how much of each was its own.
+	rateWaitNS, deferrals atomic.Int64
 }
 
 // New checks o and builds a Backfiller.
@@ -178,10 +190,21 @@ func New(o Options) (*Backfiller, error) {
 	o.Retry = o.Retry.withDefaults()
 	b := &Backfiller{o: o, log: o.Log.With().Str("worker", LeaseName).Logger()}
 	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
-	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, onRetry: func(err error, wait time.Duration) {
-		o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
-		b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
-	}}
+	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: newRateLimits(o.Retry.PerHostConcurrency, time.Now),
+		onRetry: func(err error, wait time.Duration) {
+			o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+			b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
+		},
+		onDefer: func(host string, wait time.Duration) {
+			b.deferrals.Add(1)
+			o.Metrics.Errors.WithLabelValues(classRateLimited).Inc()
+			o.Metrics.Deferred.WithLabelValues(host).Inc()
+			b.skipLog.Info().Str("host", host).Int64("wait_ms", wait.Milliseconds()).Msg("backfill request deferred: the peer's rate limit is spent until its reset")
+		},
+		onWait: func(host string, waited time.Duration) {
+			b.rateWaitNS.Add(int64(waited))
+			o.Metrics.RateLimitWait.WithLabelValues(host).Add(waited.Seconds())
+		}}
 	return b, nil
 }
 
@@ -206,6 +229,7 @@ var errAllRelaysFailed = errors.New("every relay failed")
 // the checkpoint, logged, counted and skipped.
 func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	started := time.Now()
+	waitedBefore, deferralsBefore := b.rateWaitNS.Load(), b.deferrals.Load()
 	outcome := runFailed
 	defer func() {
 		b.o.Metrics.Runs.WithLabelValues(outcome).Inc()
@@ -230,7 +254,7 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		return nil
 	}
 	r := &run{b: b, custody: c, id: cl.runID, log: log.With().Int64("run", cl.runID).Logger(),
-		brokenPDS: map[string]error{}}
+		brokenPDS: map[string]error{}, fallback: map[string]bool{}, collections: map[string][]string{}}
 	r.log.Info().Bool("resumed", cl.resumed).Strs("collections", b.o.Collections).Msg("backfill run started")
 
 	var incomplete []error
@@ -263,7 +287,10 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		r.log.Warn().Err(err).Msg("read backfill run totals")
 	}
 	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).
-		Dur("took", time.Since(started)).Msg("backfill run completed")
+		Dur("took", time.Since(started)).
+		Int64("rate_limit_wait_ms", time.Duration(b.rateWaitNS.Load()-waitedBefore).Milliseconds()).
+		Int64("rate_limit_deferrals", b.deferrals.Load()-deferralsBefore).
+		Msg("backfill run completed")
 	return nil
 }
 
@@ -304,7 +331,23 @@ type run struct {
 	// or 429 after retries, so their other repositories fail fast in this
 	// run instead of each waiting out the retries.
 	brokenPDS map[string]error
+	// fallback marks relays found without listReposByCollection in this
+	// run: they are walked with listRepos (walkAllRepos).
+	fallback map[string]bool
+	// collections caches describeRepo answers for this run (DID → its
+	// collections), so the fallback asks each repository once, not once per
+	// collection; bounded by describeCacheMax.
+	collections map[string][]string
 }
+
+// describeCacheMax bounds the describeRepo cache of one run; past it the
+// cache is emptied and repositories are asked again.
+const describeCacheMax = 100_000
+
+// listReposCursorPrefix marks a collection checkpoint whose relay cursor
+// is a listRepos cursor (the fallback), so a resumed run goes on with the
+// same method.
+const listReposCursorPrefix = "listRepos:"
 
 func (r *run) write(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
 	return r.b.write(ctx, r.custody, what, fn)
@@ -410,7 +453,14 @@ func (r *run) repoStates(ctx context.Context, col string) (*repoSet, error) {
 
 // walk pages through one relay's listing of col from cursor, backfilling
 // each page's DIDs before checkpointing the next page's cursor.
+//
+// A relay without listReposByCollection (it answers 404, as Bluesky's relay
+// does) is walked with listRepos instead (walkAllRepos).
 func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	if rest, ok := strings.CutPrefix(cursor, listReposCursorPrefix); ok || r.usesFallback(relay) {
+		return r.walkAllRepos(ctx, col, relay, rest, repos)
+	}
+	first := true
 	for {
 		params := url.Values{"collection": {col}, "limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
 		if cursor != "" {
@@ -418,6 +468,10 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 		}
 		var page reposPage
 		if err := r.b.xrpc.get(ctx, relay, methodListRepos, params, &page); err != nil {
+			if first && !fatal(ctx, err) && methodMissing(err) {
+				r.setFallback(relay, err)
+				return r.walkAllRepos(ctx, col, relay, "", repos)
+			}
 			if !fatal(ctx, err) {
 				r.b.o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
 			}
@@ -433,17 +487,171 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 			return &xrpcError{method: methodListRepos, host: relay, class: classProtocol,
 				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
 		}
-		cursor = page.Cursor
+		cursor, first = page.Cursor, false
 		if err := r.saveCollection(ctx, col, relay, cursor, false); err != nil {
 			return err
 		}
 	}
 }
 
-// repos backfills the DIDs of one relay page, at most Concurrency at once.
-// Only a fatal error (ctx, custody, database) is returned; the first one
-// cancels the others.
+func (r *run) usesFallback(relay string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fallback[relay]
+}
+
+func (r *run) setFallback(relay string, why error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.fallback[relay] {
+		r.fallback[relay] = true
+		r.log.Info().Str("relay", relay).Str("why", why.Error()).
+			Msg("relay has no listReposByCollection; listing every repository with listRepos and asking each PDS (describeRepo) which collections it has")
+	}
+}
+
+// walkAllRepos is the fallback for a relay without listReposByCollection:
+// it pages through com.atproto.sync.listRepos (which every relay and PDS
+// serves) and backfills col for each listed repository that is active and
+// whose PDS says (describeRepo) it has records in col. Repositories listed
+// inactive (deactivated, taken down, suspended, deleted) are skipped: their
+// PDS refuses to list their records (docs/interop.md, "Deactivated and
+// taken-down accounts"). Its cursor is checkpointed with
+// listReposCursorPrefix.
+func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	for {
+		params := url.Values{"limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
+		if cursor != "" {
+			params.Set("cursor", cursor)
+		}
+		var page allReposPage
+		if err := r.b.xrpc.get(ctx, relay, methodListAllRepos, params, &page); err != nil {
+			if !fatal(ctx, err) {
+				r.b.o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
+			}
+			return err
+		}
+		refs := make([]repoRef, 0, len(page.Repos))
+		for _, rp := range page.Repos {
+			if rp.Active != nil && !*rp.Active {
+				status := ""
+				if rp.Status != nil {
+					status = *rp.Status
+				}
+				r.b.skipLog.Debug().Str("did", rp.DID).Str("status", status).Msg("backfill skips an inactive repository")
+				continue
+			}
+			refs = append(refs, repoRef{DID: rp.DID})
+		}
+		if err := r.reposFiltered(ctx, col, refs, repos, true); err != nil {
+			return err
+		}
+		if page.Cursor == "" || len(page.Repos) == 0 {
+			return nil
+		}
+		if page.Cursor == cursor {
+			return &xrpcError{method: methodListAllRepos, host: relay, class: classProtocol,
+				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
+		}
+		cursor = page.Cursor
+		if err := r.saveCollection(ctx, col, relay, listReposCursorPrefix+cursor, false); err != nil {
+			return err
+		}
+	}
+}
+
+// hasCollection asks did's PDS (describeRepo, cached for the run) whether
+// the repository has records in col. A describeRepo the PDS cannot answer
+// for a reason other than the repository itself (the reference PDS
+// resolves the DID and handle to answer, and refuses with 400
+// InvalidRequest "Could not resolve DID" when it cannot) is no reason to
+// skip the repository: every collection is then listed, which costs one
+// listRecords each.
+func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, error) {
+	r.mu.Lock()
+	cols, ok := r.collections[did]
+	r.mu.Unlock()
+	if !ok {
+		var d describedRepo
+		err := r.b.xrpc.get(ctx, pds, methodDescribeRepo, url.Values{"repo": {did}}, &d)
+		switch {
+		case err == nil:
+			cols = d.Collections
+		case !fatal(ctx, err) && describeUnanswered(err):
+			r.b.skipLog.Debug().Err(err).Str("did", did).Msg("describeRepo unanswered; listing every collection")
+			cols = []string{allCollections}
+		default:
+			return false, err
+		}
+		r.mu.Lock()
+		if len(r.collections) >= describeCacheMax {
+			clear(r.collections)
+		}
+		r.collections[did] = cols
+		r.mu.Unlock()
+	}
+	for _, c := range cols {
+		if c == col || c == allCollections {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// inactiveRepo reports whether err is a PDS refusing a repository because
+// its account is not active (deactivated, taken down, suspended).
+func inactiveRepo(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) || xe.class != classClient {
+		return false
+	}
+	switch xe.code {
+	case "RepoDeactivated", "RepoTakendown", "RepoSuspended":
+		return true
+	}
+	return false
+}
+
+// skipInactive checkpoints an inactive repository as done with no
+// records, so neither this run nor a resumed one asks for it again, and
+// counts it under appview_backfill_repos_total{outcome="inactive"}.
+func (r *run) skipInactive(ctx context.Context, col, did string, repos *repoSet) error {
+	err := r.write(ctx, "page", func(tx *sql.Tx) error {
+		return r.checkpoint(ctx, tx, pageCheckpoint{col: col, did: did, state: repoDone, doneRepos: 1})
+	})
+	if err != nil {
+		return err
+	}
+	repos.set(did, repoDone)
+	r.b.o.Metrics.Repos.WithLabelValues(col, repoInactive).Inc()
+	return nil
+}
+
+// allCollections marks a repository whose collections are unknown.
+const allCollections = "*"
+
+// describeUnanswered reports whether a describeRepo failure says nothing
+// about the repository: a client error other than the repository being
+// missing or not served.
+func describeUnanswered(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) || xe.class != classClient {
+		return false
+	}
+	switch xe.code {
+	case "RepoNotFound", "RepoDeactivated", "RepoTakendown", "RepoSuspended":
+		return false
+	}
+	return true
+}
+
 func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repoSet) error {
+	return r.reposFiltered(ctx, col, refs, repos, false)
+}
+
+// reposFiltered is repos; with describe, each DID's PDS is first asked
+// whether the repository has records in col (the listRepos fallback).
+func (r *run) reposFiltered(ctx context.Context, col string, refs []repoRef, repos *repoSet, describe bool) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	work := make(chan string)
@@ -457,7 +665,7 @@ func (r *run) repos(ctx context.Context, col string, refs []repoRef, repos *repo
 		go func() {
 			defer wg.Done()
 			for did := range work {
-				if err := r.repo(wctx, col, did, repos); err != nil {
+				if err := r.repo(wctx, col, did, repos, describe); err != nil {
 					once.Do(func() { first = err; cancel() })
 				}
 			}
@@ -490,7 +698,10 @@ feed:
 // repo backfills one DID's records of col, page by page from its
 // checkpointed cursor. A DID that does not resolve or whose PDS fails is
 // recorded as failed and skipped (nil error).
-func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
+//
+// With describe, a repository whose PDS says it has no records in col is
+// left alone: nothing is fetched or written for it.
+func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describe bool) error {
 	pds, err := r.b.o.Resolver.PDSEndpoint(ctx, did)
 	if err != nil {
 		if fatal(ctx, err) {
@@ -500,6 +711,25 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
 	}
 	if err := r.broken(pds); err != nil {
 		return r.failRepo(ctx, col, did, "", fmt.Errorf("PDS %s failed earlier in this run: %w", pds, err), repos)
+	}
+	if describe {
+		has, err := r.hasCollection(ctx, pds, did, col)
+		if err != nil {
+			if fatal(ctx, err) {
+				return err
+			}
+			if inactiveRepo(err) {
+				return r.skipInactive(ctx, col, did, repos)
+			}
+			class := errorClass(err)
+			if class == classNetwork || class == classServer || class == classRateLimited {
+				r.markBroken(pds, err)
+			}
+			return r.failRepo(ctx, col, did, class, err, repos)
+		}
+		if !has {
+			return nil
+		}
 	}
 	cursor := repos.get(did).cursor
 	for {
@@ -511,6 +741,12 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet) error {
 		if err := r.b.xrpc.get(ctx, pds, methodListRecords, params, &page); err != nil {
 			if fatal(ctx, err) {
 				return err
+			}
+			if inactiveRepo(err) {
+				// Not served because the account is inactive: nothing to
+				// index and nothing failed (docs/interop.md, "Deactivated
+				// and taken-down accounts").
+				return r.skipInactive(ctx, col, did, repos)
 			}
 			class := errorClass(err)
 			if class == classNetwork || class == classServer || class == classRateLimited {
@@ -548,6 +784,9 @@ func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, l
 		cp.state, cp.doneRepos = repoDone, 1
 	}
 	var applied Applied
+	if pr, ok := r.b.o.Applier.(Preparer); ok && len(events) > 0 {
+		ctx = pr.Prepare(ctx, events)
+	}
 	err := r.write(ctx, "page", func(tx *sql.Tx) error {
 		var err error
 		if len(events) > 0 {

@@ -15,6 +15,9 @@ const (
 	repoRunning = "running"
 	repoDone    = "done"
 	repoFailed  = "failed"
+	// repoInactive is only a metrics outcome: an inactive repository is
+	// checkpointed as done.
+	repoInactive = "inactive"
 )
 
 const (

@@ -16,8 +16,9 @@ type Metrics struct {
 	Runs *prometheus.CounterVec
 	// RunDuration observes the seconds each Run call took, by outcome.
 	RunDuration *prometheus.HistogramVec
-	// Repos counts (collection, DID) pairs finished, by outcome: done or
-	// failed (skipped: unresolvable DID or broken PDS).
+	// Repos counts (collection, DID) pairs finished, by outcome: done,
+	// failed (skipped: unresolvable DID or broken PDS) or inactive (the PDS
+	// does not serve a deactivated, taken-down or suspended account).
 	Repos *prometheus.CounterVec
 	// Records counts records by collection and outcome: applied or
 	// skipped (by the applier), invalid (unusable uri or value).
@@ -27,6 +28,14 @@ type Metrics struct {
 	// (a record the database refused even on its own). Retried
 	// attempts count too, so a PDS that rate-limits shows here.
 	Errors *prometheus.CounterVec
+	// Deferred counts requests a peer refused with 429 and a stated reset
+	// (RateLimit-Reset or Retry-After), by host: each was made again after
+	// the reset, without using up a retry.
+	Deferred *prometheus.CounterVec
+	// RateLimitWait sums the seconds requests waited, by host, for a
+	// peer's rate-limit window (after a 429, when RateLimit-Remaining was
+	// 0, or paced while it was low).
+	RateLimitWait *prometheus.CounterVec
 }
 
 // Run outcomes, the `outcome` label of the run metrics.
@@ -53,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"outcome"}),
 		Repos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_backfill_repos_total",
-			Help: "Repositories backfilled per collection, by outcome (done, failed).",
+			Help: "Repositories backfilled per collection, by outcome (done, failed, inactive).",
 		}, []string{"collection", "outcome"}),
 		Records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_backfill_records_total",
@@ -63,6 +72,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_backfill_errors_total",
 			Help: "Backfill errors by class, retried attempts included.",
 		}, []string{"class"}),
+		Deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_rate_limit_deferrals_total",
+			Help: "Backfill requests deferred by a peer's 429 until its stated reset, by host.",
+		}, []string{"host"}),
+		RateLimitWait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_rate_limit_wait_seconds_total",
+			Help: "Seconds backfill requests waited for a peer's rate-limit window, by host.",
+		}, []string{"host"}),
 	}
 	for _, c := range errorClasses {
 		m.Errors.WithLabelValues(c)
@@ -70,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.Runs, m.RunDuration, m.Repos, m.Records, m.Errors} {
+	for _, c := range []prometheus.Collector{m.Runs, m.RunDuration, m.Repos, m.Records, m.Errors, m.Deferred, m.RateLimitWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register backfill metrics: %w", err)
 		}

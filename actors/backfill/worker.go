@@ -105,9 +105,23 @@ func ProcessorWorker(d workers.Deps) (workers.Spec, error) {
 	if err != nil {
 		return workers.Spec{}, err
 	}
-	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm})
-	return Worker(d, ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Custody, evs []jetstream.Event) (Applied, error) {
-		r, err := p.ApplyTx(ctx, tx, c, evs)
-		return Applied{Applied: r.Applied + r.Unchanged, Skipped: r.SkippedTotal()}, err
-	}))
+	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm, Handles: d.HandleResolver()})
+	return Worker(d, preparedApplier{p: p, db: d.DB})
+}
+
+// preparedApplier is the processor as an Applier that also resolves a
+// page's handles before its transaction (processor.PrepareBatch).
+type preparedApplier struct {
+	p  *processor.Processor
+	db *sql.DB
+}
+
+func (a preparedApplier) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, evs []jetstream.Event) (Applied, error) {
+	r, err := a.p.ApplyTx(ctx, tx, c, evs)
+	return Applied{Applied: r.Applied + r.Unchanged, Skipped: r.SkippedTotal()}, err
+}
+
+// Prepare implements Preparer.
+func (a preparedApplier) Prepare(ctx context.Context, evs []jetstream.Event) context.Context {
+	return a.p.PrepareBatch(ctx, a.db, evs)
 }

@@ -17,8 +17,10 @@ import (
 
 // XRPC methods the backfill calls (AT Protocol lexicons).
 const (
-	methodListRepos   = "com.atproto.sync.listReposByCollection"
-	methodListRecords = "com.atproto.repo.listRecords"
+	methodListRepos    = "com.atproto.sync.listReposByCollection"
+	methodListAllRepos = "com.atproto.sync.listRepos"
+	methodDescribeRepo = "com.atproto.repo.describeRepo"
+	methodListRecords  = "com.atproto.repo.listRecords"
 )
 
 // maxResponseBytes bounds one XRPC response body (a page of 100 records
@@ -90,9 +92,18 @@ type RetryPolicy struct {
 	Initial, Max time.Duration
 	// MaxTries counts every attempt, the first included; default 5.
 	MaxTries uint
-	// MaxRetryAfter is the longest Retry-After honoured; a peer asking for
-	// longer is given up on for this request (default 2 min).
+	// MaxRetryAfter is the longest single wait honoured, whether a
+	// Retry-After or a 429's RateLimit-Reset asks for it; a peer asking for
+	// longer is given up on for this request (default 10 min: the
+	// reference PDS's widest per-IP window is 5 min).
 	MaxRetryAfter time.Duration
+	// MaxRateLimitWait bounds the total time one request is deferred by
+	// 429s that state when to come back (default 30 min). Such deferrals
+	// do not use up MaxTries: the peer is healthy, only busy.
+	MaxRateLimitWait time.Duration
+	// PerHostConcurrency bounds the requests in flight to one host
+	// (default 2), whatever Options.Concurrency is.
+	PerHostConcurrency int
 	// RequestTimeout bounds one attempt; default 30 s.
 	RequestTimeout time.Duration
 }
@@ -108,7 +119,13 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.MaxTries = 5
 	}
 	if p.MaxRetryAfter <= 0 {
-		p.MaxRetryAfter = 2 * time.Minute
+		p.MaxRetryAfter = 10 * time.Minute
+	}
+	if p.MaxRateLimitWait <= 0 {
+		p.MaxRateLimitWait = maxRateLimitWaitDefault
+	}
+	if p.PerHostConcurrency <= 0 {
+		p.PerHostConcurrency = perHostConcurrencyDefault
 	}
 	if p.RequestTimeout <= 0 {
 		p.RequestTimeout = 30 * time.Second
@@ -119,10 +136,19 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // xrpcClient makes XRPC GET calls with retries: 429 and 5xx (and no
 // answer at all) are retried with exponential backoff, waiting as long as
 // a Retry-After header asks; other 4xx and undecodable answers are not.
+// Every call goes through the host's rate limiter (ratelimit.go): a 429
+// that says when the window resets defers the request until then without
+// using up a try, and the RateLimit-* headers of every answer pace the
+// following requests to that host.
 type xrpcClient struct {
 	http    *http.Client
 	policy  RetryPolicy
+	limits  *rateLimits
 	onRetry func(err error, wait time.Duration)
+	// onDefer is told of each deferral (a 429 with a reset) and onWait of
+	// each time a request waited for a host's window.
+	onDefer func(host string, wait time.Duration)
+	onWait  func(host string, waited time.Duration)
 }
 
 // get calls base/xrpc/method?params and decodes the JSON answer into out.
@@ -131,6 +157,27 @@ type xrpcClient struct {
 // ctx's error.
 func (c *xrpcClient) get(ctx context.Context, base, method string, params url.Values, out any) error {
 	target := strings.TrimRight(base, "/") + "/xrpc/" + method + "?" + params.Encode()
+	var deferred time.Duration
+	for {
+		err := c.getWithRetries(ctx, target, method, out)
+		d, ok := isDeferral(err)
+		if !ok {
+			return err
+		}
+		deferred += d.wait
+		if deferred > c.policy.MaxRateLimitWait {
+			d.xe.message = strings.TrimSpace(d.xe.message + fmt.Sprintf(" (deferred %s in all for the rate limit, more than the %s allowed)",
+				deferred.Round(time.Second), c.policy.MaxRateLimitWait))
+			return d.xe
+		}
+		if c.onDefer != nil {
+			c.onDefer(d.xe.host, d.wait)
+		}
+		// The next attempt waits in the host's limiter until the reset.
+	}
+}
+
+func (c *xrpcClient) getWithRetries(ctx context.Context, target, method string, out any) error {
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     c.policy.Initial,
 		RandomizationFactor: 0.5,
@@ -164,6 +211,16 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 	host := req.URL.Host
+	if c.limits != nil {
+		waited, release, err := c.limits.acquire(ctx, host)
+		if err != nil {
+			return backoff.Permanent(err)
+		}
+		defer release()
+		if waited > 0 && c.onWait != nil {
+			c.onWait(host, waited)
+		}
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -172,6 +229,11 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		return &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
 	}
 	defer resp.Body.Close()
+	now := time.Now()
+	rl := parseRateLimit(resp.Header, now)
+	if c.limits != nil {
+		c.limits.observe(host, resp.StatusCode, rl)
+	}
 	body := io.LimitReader(resp.Body, maxResponseBytes)
 	if resp.StatusCode/100 == 2 {
 		if err := json.NewDecoder(body).Decode(out); err != nil {
@@ -197,7 +259,15 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		xe.class = classClient
 		return backoff.Permanent(xe)
 	}
-	wait, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if xe.class == classRateLimited && !rl.reset.IsZero() {
+		wait := max(rl.reset.Sub(now), 0)
+		if wait > c.policy.MaxRetryAfter {
+			xe.message = strings.TrimSpace(xe.message + fmt.Sprintf(" (asked to wait %s, more than the %s honoured)", wait.Round(time.Second), c.policy.MaxRetryAfter))
+			return backoff.Permanent(xe)
+		}
+		return backoff.Permanent(&rateLimitDeferral{xe: xe, wait: wait})
+	}
+	wait, ok := retryAfter(resp.Header.Get("Retry-After"), now)
 	switch {
 	case !ok:
 		return xe
@@ -240,6 +310,40 @@ type repoRef struct {
 type reposPage struct {
 	Repos  []repoRef `json:"repos"`
 	Cursor string    `json:"cursor"`
+}
+
+// listedRepo is one entry of com.atproto.sync.listRepos: every repository
+// the relay follows, with its hosting status (active false and a status
+// such as "deactivated" or "takendown" for one that is not served).
+type listedRepo struct {
+	DID    string  `json:"did"`
+	Active *bool   `json:"active"`
+	Status *string `json:"status"`
+}
+
+// allReposPage is the output of com.atproto.sync.listRepos.
+type allReposPage struct {
+	Repos  []listedRepo `json:"repos"`
+	Cursor string       `json:"cursor"`
+}
+
+// describedRepo is the part of com.atproto.repo.describeRepo the fallback
+// reads: the collections the repository has records in.
+type describedRepo struct {
+	Collections []string `json:"collections"`
+}
+
+// methodMissing reports whether err says the peer does not implement the
+// method: HTTP 404 (Bluesky's relay answers so to listReposByCollection,
+// which it serves from a separate service), 501, or an XRPC
+// MethodNotImplemented.
+func methodMissing(err error) bool {
+	var xe *xrpcError
+	if !errors.As(err, &xe) {
+		return false
+	}
+	return xe.status == http.StatusNotFound || xe.status == http.StatusNotImplemented ||
+		xe.code == "MethodNotImplemented" || xe.code == "XRPCNotSupported"
 }
 
 // recordRef is one entry of listRecords.

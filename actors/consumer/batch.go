@@ -99,6 +99,9 @@ func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.P
 func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
 	var out committed
+	// Handle lookups are network requests: made before the fenced
+	// transaction takes the write lock.
+	ctx = p.PrepareBatch(ctx, db, events)
 	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		res, err := p.ApplyTx(ctx, tx, c, events)
 		if err != nil {

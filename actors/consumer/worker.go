@@ -51,7 +51,7 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 		DB:            d.DB,
 		Log:           d.Log,
 		Jetstream:     d.Config.Jetstream,
-		Processor:     processor.New(processor.Options{Log: d.Log, Metrics: pm}),
+		Processor:     processor.New(processor.Options{Log: d.Log, Metrics: pm, Handles: d.HandleResolver()}),
 		Dispatcher:    disp,
 		ClientMetrics: jm,
 		Stats:         sp,

@@ -106,7 +106,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		mux = srv.Mux
 	}
 	deps := workers.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
-		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL}}
+		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL, HandleWellKnownURL: cfg.Identity.HandleWellKnownURL}}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {
 		if srv != nil {

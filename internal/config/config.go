@@ -167,6 +167,11 @@ type Backfill struct {
 type Identity struct {
 	// PLCURL is the did:plc directory.
 	PLCURL string `yaml:"plc_url"`
+	// HandleWellKnownURL, when set, verifies every handle with
+	// GET {url}/.well-known/atproto-did (Host: the handle) instead of DNS
+	// and https://<handle>: for a local chain whose PDS serves handles no
+	// DNS knows (docs/interop.md). Empty (the default) in production.
+	HandleWellKnownURL string `yaml:"handle_well_known_url"`
 }
 
 // Labeler configures the labeler subscriber.

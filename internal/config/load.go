@@ -440,6 +440,11 @@ func (c Config) Validate() error {
 	if err := checkURL("identity.plc_url", c.Identity.PLCURL, "http", "https"); err != nil {
 		return err
 	}
+	if c.Identity.HandleWellKnownURL != "" {
+		if err := checkURL("identity.handle_well_known_url", c.Identity.HandleWellKnownURL, "http", "https"); err != nil {
+			return err
+		}
+	}
 	if c.Labeler.URL != "" {
 		if err := checkURL("labeler.url", c.Labeler.URL, "http", "https", "ws", "wss"); err != nil {
 			return err

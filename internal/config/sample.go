@@ -48,6 +48,7 @@ backfill:
 
 identity:
   plc_url: "https://plc.directory"  # DID resolution for did:plc
+  handle_well_known_url: ""     # local test chains only: verify handles at this URL's /.well-known/atproto-did
 
 labeler:
   url: ""                       # empty disables the labeler subscriber

@@ -40,20 +40,28 @@ type peer struct {
 }
 
 func (p *peer) start(t testing.TB, method string, serve func(w http.ResponseWriter, req Request)) {
+	p.startRoutes(t, map[string]func(w http.ResponseWriter, req Request){method: serve})
+}
+
+// startRoutes serves several XRPC methods; any other path answers 404, as
+// a real server does for a method it does not implement.
+func (p *peer) startRoutes(t testing.TB, routes map[string]func(w http.ResponseWriter, req Request)) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/xrpc/"+method, func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		limit, _ := strconv.Atoi(q.Get("limit"))
-		req := Request{Method: method, Repo: q.Get("repo"), Collection: q.Get("collection"), Cursor: q.Get("cursor"), Limit: limit}
-		p.mu.Lock()
-		p.requests = append(p.requests, req)
-		icpt := p.intercept
-		p.mu.Unlock()
-		if icpt != nil && icpt(w, r, req) {
-			return
-		}
-		serve(w, req)
-	})
+	for method, serve := range routes {
+		mux.HandleFunc("/xrpc/"+method, func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			limit, _ := strconv.Atoi(q.Get("limit"))
+			req := Request{Method: method, Repo: q.Get("repo"), Collection: q.Get("collection"), Cursor: q.Get("cursor"), Limit: limit}
+			p.mu.Lock()
+			p.requests = append(p.requests, req)
+			icpt := p.intercept
+			p.mu.Unlock()
+			if icpt != nil && icpt(w, r, req) {
+				return
+			}
+			serve(w, req)
+		})
+	}
 	p.srv = httptest.NewServer(mux)
 	t.Cleanup(p.srv.Close)
 }
@@ -164,6 +172,77 @@ func (r *Relay) serve(w http.ResponseWriter, req Request) {
 	writeJSON(w, out)
 }
 
+// ListReposRelay is a fake relay like Bluesky's indigo relay: it serves
+// com.atproto.sync.listRepos (every repository it follows, with its
+// active/status) and answers 404 to listReposByCollection, which Bluesky
+// serves from a separate service.
+type ListReposRelay struct {
+	peer
+	repos map[string]listedRepo
+}
+
+type listedRepo struct {
+	active bool
+	status string
+}
+
+// NewListReposRelay starts one on loopback; it stops at test cleanup.
+func NewListReposRelay(t testing.TB) *ListReposRelay {
+	r := &ListReposRelay{repos: map[string]listedRepo{}}
+	r.start(t, "com.atproto.sync.listRepos", r.serve)
+	return r
+}
+
+// Add lists dids as active repositories.
+func (r *ListReposRelay) Add(dids ...string) {
+	for _, d := range dids {
+		r.AddStatus(d, true, "")
+	}
+}
+
+// AddStatus lists did with the given active flag and status (e.g. false,
+// "deactivated").
+func (r *ListReposRelay) AddStatus(did string, active bool, status string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.repos[did] = listedRepo{active: active, status: status}
+}
+
+func (r *ListReposRelay) serve(w http.ResponseWriter, req Request) {
+	r.mu.Lock()
+	var dids []string
+	for d := range r.repos {
+		if d > req.Cursor {
+			dids = append(dids, d)
+		}
+	}
+	sort.Strings(dids)
+	limit := pageLimit(req, 500)
+	type entry struct {
+		DID    string `json:"did"`
+		Head   string `json:"head"`
+		Rev    string `json:"rev"`
+		Active bool   `json:"active"`
+		Status string `json:"status,omitempty"`
+	}
+	out := struct {
+		Repos  []entry `json:"repos"`
+		Cursor string  `json:"cursor,omitempty"`
+	}{Repos: []entry{}}
+	for _, d := range dids {
+		if len(out.Repos) == limit {
+			break
+		}
+		st := r.repos[d]
+		out.Repos = append(out.Repos, entry{DID: d, Head: "bafyhead", Rev: "3kaaaaaaaaaaa", Active: st.active, Status: st.status})
+	}
+	r.mu.Unlock()
+	if len(out.Repos) == limit {
+		out.Cursor = out.Repos[limit-1].DID
+	}
+	writeJSON(w, out)
+}
+
 // Record is one record a fake PDS serves.
 type Record struct {
 	// RKey is the record key; records are listed in RKey order.
@@ -185,11 +264,35 @@ type PDS struct {
 	repos map[string]map[string][]Record // did → collection → records
 }
 
-// NewPDS starts a fake PDS on loopback; it stops at test cleanup.
+// NewPDS starts a fake PDS on loopback; it stops at test cleanup. It also
+// serves com.atproto.repo.describeRepo (the collections a repository has
+// records in).
 func NewPDS(t testing.TB) *PDS {
 	p := &PDS{repos: map[string]map[string][]Record{}}
-	p.start(t, "com.atproto.repo.listRecords", p.serve)
+	p.startRoutes(t, map[string]func(w http.ResponseWriter, req Request){
+		"com.atproto.repo.listRecords":  p.serve,
+		"com.atproto.repo.describeRepo": p.describe,
+	})
 	return p
+}
+
+func (p *PDS) describe(w http.ResponseWriter, req Request) {
+	p.mu.Lock()
+	repo, ok := p.repos[req.Repo]
+	cols := []string{}
+	for c, recs := range repo {
+		if len(recs) > 0 {
+			cols = append(cols, c)
+		}
+	}
+	p.mu.Unlock()
+	if !ok {
+		XRPCError(w, http.StatusBadRequest, "RepoNotFound", "Could not find repo: "+req.Repo)
+		return
+	}
+	sort.Strings(cols)
+	writeJSON(w, map[string]any{"did": req.Repo, "handle": "handle.invalid", "handleIsCorrect": false,
+		"didDoc": map[string]any{"id": req.Repo}, "collections": cols})
 }
 
 // Put stores records in did's repository, collection col.
@@ -207,7 +310,7 @@ func (p *PDS) Put(did, col string, records ...Record) {
 func (p *PDS) Count(did, col string) int {
 	n := 0
 	for _, req := range p.Requests() {
-		if req.Repo == did && req.Collection == col {
+		if req.Method == "com.atproto.repo.listRecords" && req.Repo == did && req.Collection == col {
 			n++
 		}
 	}

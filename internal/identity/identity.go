@@ -8,15 +8,10 @@ package identity
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"strings"
-	"sync"
-	"time"
 )
 
 // ErrNotFound means the directory or host has no document for the DID.
@@ -59,7 +54,8 @@ func (d *Document) ServiceEndpoint(fragment string) (string, error) {
 // PDSEndpoint is the base URL of the DID's personal data server.
 func (d *Document) PDSEndpoint() (string, error) { return d.ServiceEndpoint(ServicePDS) }
 
-// Handle is the first at:// alias, without the scheme ("" if none).
+// Handle is the first at:// alias, without the scheme ("" if none): the
+// handle the document declares, not verified (Resolver.Handle verifies it).
 func (d *Document) Handle() string {
 	for _, aka := range d.AlsoKnownAs {
 		if h, ok := strings.CutPrefix(aka, "at://"); ok && h != "" {
@@ -110,115 +106,6 @@ func HoldEndpointFromDID(did, scheme string) (string, bool) {
 		return "", false
 	}
 	return scheme + "://" + host, true
-}
-
-// Resolver resolves DIDs with a small in-memory cache. Safe for concurrent use.
-type Resolver struct {
-	// PLCURL is the PLC directory base URL (identity.plc_url).
-	PLCURL string
-	// WebScheme is "https" (the did:web method); tests on loopback set "http".
-	WebScheme string
-	// HTTP is the client used; nil means a client with a 10 s timeout.
-	HTTP *http.Client
-	// TTL is how long a resolved document is cached; 0 means 10 minutes.
-	// Failures are cached for TTL/10 so one bad DID cannot cause a storm.
-	TTL time.Duration
-
-	mu    sync.Mutex
-	cache map[string]cached
-}
-
-type cached struct {
-	doc     *Document
-	err     error
-	expires time.Time
-}
-
-// maxDocBytes bounds a DID document read (they are a few KB).
-const maxDocBytes = 1 << 20
-
-// Resolve returns the DID document of did:plc or did:web DID. Errors wrap
-// ErrNotFound for unknown DIDs; other errors are transport or format errors.
-func (r *Resolver) Resolve(ctx context.Context, did string) (*Document, error) {
-	now := time.Now()
-	r.mu.Lock()
-	if c, ok := r.cache[did]; ok && now.Before(c.expires) {
-		r.mu.Unlock()
-		return c.doc, c.err
-	}
-	r.mu.Unlock()
-
-	doc, err := r.fetch(ctx, did)
-	if err != nil && ctx.Err() != nil {
-		// Our caller gave up: do not cache its cancellation. (A fetch that
-		// succeeded just before the cancellation is a good answer: it is
-		// returned and cached; returning nil, nil here crashed callers.)
-		return nil, err
-	}
-	ttl := r.TTL
-	if ttl <= 0 {
-		ttl = 10 * time.Minute
-	}
-	if err != nil {
-		ttl /= 10
-	}
-	r.mu.Lock()
-	if r.cache == nil {
-		r.cache = map[string]cached{}
-	}
-	r.cache[did] = cached{doc: doc, err: err, expires: now.Add(ttl)}
-	r.mu.Unlock()
-	return doc, err
-}
-
-func (r *Resolver) fetch(ctx context.Context, did string) (*Document, error) {
-	var u string
-	switch {
-	case strings.HasPrefix(did, "did:plc:"):
-		if r.PLCURL == "" {
-			return nil, errors.New("resolve did:plc: no PLC directory configured")
-		}
-		u = strings.TrimRight(r.PLCURL, "/") + "/" + url.PathEscape(did)
-	case strings.HasPrefix(did, "did:web:"):
-		scheme := r.WebScheme
-		if scheme == "" {
-			scheme = "https"
-		}
-		var err error
-		if u, err = WebDIDURL(did, scheme); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("resolve %q: unsupported DID method", did)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %s: %w", did, err)
-	}
-	req.Header.Set("Accept", "application/did+ld+json, application/json")
-	client := r.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %s: %w", did, err)
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		return nil, fmt.Errorf("resolve %s: HTTP %d: %w", did, resp.StatusCode, ErrNotFound)
-	case resp.StatusCode/100 != 2:
-		return nil, fmt.Errorf("resolve %s: HTTP %d", did, resp.StatusCode)
-	}
-	var doc Document
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDocBytes)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("resolve %s: decode DID document: %w", did, err)
-	}
-	if doc.ID != did {
-		return nil, fmt.Errorf("resolve %s: document is for %q", did, doc.ID)
-	}
-	return &doc, nil
 }
 
 // PDSEndpoint resolves did and returns its PDS base URL.

@@ -17,7 +17,9 @@ type applier struct {
 	ctx   context.Context
 	tx    *sql.Tx
 	fence int64
-	res   Result
+	// handles are the handles PrepareBatch verified (nil without it).
+	handles verifiedHandles
+	res     Result
 	// pending collects the effects of the current event, published to res
 	// only when its savepoint is released.
 	pendingStats     []HoldStat
@@ -269,8 +271,9 @@ func (a *applier) ensureUser(o *op) error {
 	if a.users[o.did] {
 		return nil
 	}
-	_, err := a.exec(`INSERT INTO users (did, identity_us, account_us, updated_at) VALUES (?1, ?2, ?2, ?3)
-ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000)
+	// The handle PrepareBatch verified for a new user, if any.
+	_, err := a.exec(`INSERT INTO users (did, handle, identity_us, account_us, updated_at) VALUES (?1, ?4, ?2, ?2, ?3)
+ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000, a.handles[o.did])
 	if err != nil {
 		return fmt.Errorf("ensure user: %w", err)
 	}
@@ -278,9 +281,15 @@ ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000)
 	return nil
 }
 
+// identity applies an #identity event. The handle is the one PrepareBatch
+// verified from the DID document ("" clears a handle that no longer
+// verifies); without one (no resolver, or the lookup failed) it is the
+// event's own, if it carries one.
 func (a *applier) identity(o *op) (bool, error) {
 	var handle any
-	if o.identity.Handle != "" {
+	if h, ok := a.handles[o.did]; ok {
+		handle = h
+	} else if o.identity.Handle != "" {
 		handle = o.identity.Handle
 	}
 	n, err := a.exec(`UPDATE users SET handle = COALESCE(?1, handle), identity_us = ?2, updated_at = ?3

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -144,15 +145,23 @@ type Options struct {
 	// before the rest are dropped; 0 means 10 per minute.
 	LogBurst  uint32
 	LogPeriod time.Duration
+	// Handles verifies handles for PrepareBatch (the process's shared
+	// *identity.Resolver); nil keeps the handle an #identity event carries.
+	Handles HandleResolver
 }
 
 // Processor turns Jetstream events into registry rows. It holds no state
-// between batches, so one Processor may serve the consumer and the
-// backfill at once.
+// between batches but a bounded set of DIDs known to have a users row
+// (PrepareBatch's shortcut), so one Processor may serve the consumer and
+// the backfill at once.
 type Processor struct {
 	log     zerolog.Logger
 	sampled zerolog.Logger
 	metrics *Metrics
+	handles HandleResolver
+
+	knownMu sync.Mutex
+	known   map[string]bool
 }
 
 // New returns a Processor.
@@ -169,6 +178,7 @@ func New(o Options) *Processor {
 		log:     l,
 		sampled: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
 		metrics: o.Metrics,
+		handles: o.Handles,
 	}
 }
 
@@ -217,7 +227,7 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, ev
 		ops[i], outs[i].reason, err = decode(ev)
 		outs[i].err = err
 	}
-	a := &applier{ctx: ctx, tx: tx, fence: c.Fence}
+	a := &applier{ctx: ctx, tx: tx, fence: c.Fence, handles: handlesFrom(ctx)}
 	// Fast path: the whole batch under one savepoint, no savepoint per event.
 	// If any event fails, roll the batch back to it and redo it with a
 	// savepoint per event, so only the failing events are lost.

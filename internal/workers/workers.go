@@ -64,7 +64,21 @@ func (d Deps) Resolver() *identity.Resolver {
 	if d.Identity != nil {
 		return d.Identity
 	}
-	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL}
+	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL, HandleWellKnownURL: d.Config.Identity.HandleWellKnownURL}
+}
+
+// HandleResolver is the process's resolver for verifying handles (it
+// satisfies processor.HandleResolver), or nil when Deps was built without one:
+// unlike Resolver it builds none, so tests and tools that set no
+// Identity make no handle lookups and keep the handle events carry.
+func (d Deps) HandleResolver() interface {
+	Handle(ctx context.Context, did string) (string, error)
+	RefreshHandle(ctx context.Context, did string) (string, error)
+} {
+	if d.Identity == nil {
+		return nil // a nil *Resolver in the interface would not be nil
+	}
+	return d.Identity
 }
 
 // Spec describes one background worker to the registry. Exactly one of

@@ -1,0 +1,179 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atcr-io/appview/internal/fakepeer"
+)
+
+// referenceLimiter answers like the reference PDS's XRPC rate limiter: a
+// fixed window of `window` allowing `limit` requests; every answer carries
+// RateLimit-Limit, -Remaining, -Reset (Unix seconds) and -Policy; a
+// request over the limit gets 429 RateLimitExceeded and no Retry-After.
+// It also records the most requests it saw in flight at once.
+type referenceLimiter struct {
+	limit  int
+	window time.Duration
+
+	mu          sync.Mutex
+	windowStart time.Time
+	used        int
+	refused     int
+	inflight    atomic.Int32
+	maxInflight atomic.Int32
+	// headersOnSuccess false sends the headers only with the 429s.
+	headersOnSuccess bool
+}
+
+func (l *referenceLimiter) intercept(w http.ResponseWriter, _ *http.Request, _ fakepeer.Request) bool {
+	n := l.inflight.Add(1)
+	defer l.inflight.Add(-1)
+	for {
+		m := l.maxInflight.Load()
+		if n <= m || l.maxInflight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	// Hold the request a moment so concurrent ones overlap visibly.
+	time.Sleep(5 * time.Millisecond)
+	now := time.Now()
+	l.mu.Lock()
+	start := now.Truncate(l.window)
+	if !start.Equal(l.windowStart) {
+		l.windowStart, l.used = start, 0
+	}
+	l.used++
+	over := l.used > l.limit
+	if over {
+		l.refused++
+	}
+	remaining := max(l.limit-l.used, 0)
+	l.mu.Unlock()
+	// The reference floors the reset to the whole second.
+	resetUnix := start.Add(l.window).Unix()
+	if over || l.headersOnSuccess {
+		w.Header().Set("RateLimit-Limit", strconv.Itoa(l.limit))
+		w.Header().Set("RateLimit-Remaining", strconv.Itoa(remaining))
+		w.Header().Set("RateLimit-Reset", strconv.FormatInt(resetUnix, 10))
+		w.Header().Set("RateLimit-Policy", fmt.Sprintf("%d;w=%d", l.limit, int(l.window.Seconds())))
+	}
+	if over {
+		fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "Rate Limit Exceeded")
+		return true
+	}
+	return false
+}
+
+func (l *referenceLimiter) refusals() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
+}
+
+// A PDS whose 429s carry only the RateLimit-* headers: on the old code the
+// backfill retried within its backoff (here 3 tries in a few ms), long
+// before the window reset, and marked the repositories failed.
+func TestA429WithRateLimitResetIsWaitedOutNotCountedAsAFailure(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	dids := []string{"did:plc:r1", "did:plc:r2", "did:plc:r3", "did:plc:r4", "did:plc:r5", "did:plc:r6"}
+	pds := e.pds(1, dids...)
+	relay.Add(colManifest, dids...)
+	lim := &referenceLimiter{limit: 2, window: time.Second}
+	pds.Intercept(lim.intercept)
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	o.Concurrency = 4
+	o.Retry = RetryPolicy{Initial: time.Millisecond, Max: 2 * time.Millisecond, MaxTries: 3, MaxRetryAfter: 5 * time.Second}
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 0 {
+		t.Fatalf("%d repositories failed on a PDS that was only rate limiting", n)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != len(dids) {
+		t.Fatalf("%d records, want %d", got, len(dids))
+	}
+	if lim.refusals() == 0 {
+		t.Fatal("the fake never refused a request: the test did not exercise a 429")
+	}
+	host := pds.URL()[len("http://"):]
+	if got := testutil.ToFloat64(e.metrics.Deferred.WithLabelValues(host)); got != float64(lim.refusals()) {
+		t.Errorf("deferrals = %v, want the %d refusals", got, lim.refusals())
+	}
+	if got := testutil.ToFloat64(e.metrics.RateLimitWait.WithLabelValues(host)); got <= 0 {
+		t.Errorf("rate-limit wait = %v s, want > 0", got)
+	}
+}
+
+// A PDS answering every request with its RateLimit-* headers, as the
+// reference does: the backfill paces itself by RateLimit-Remaining and
+// never runs into the limit by more than its requests already in flight,
+// and never has more than PerHostConcurrency requests in flight to the
+// host, however high Concurrency is.
+func TestBackfillPacesByRemainingAndBoundsRequestsPerHost(t *testing.T) {
+	e := newEnv(t)
+	relay := fakepeer.NewRelay(t)
+	var dids []string
+	for i := range 8 {
+		dids = append(dids, fmt.Sprintf("did:plc:p%d", i))
+	}
+	pds := e.pds(1, dids...)
+	relay.Add(colManifest, dids...)
+	lim := &referenceLimiter{limit: 3, window: time.Second, headersOnSuccess: true}
+	pds.Intercept(lim.intercept)
+	o := e.options(relay.URL())
+	o.Collections = []string{colManifest}
+	o.Concurrency = 8
+	o.RelayPageSize = 100
+	o.Retry = RetryPolicy{Initial: time.Millisecond, Max: 2 * time.Millisecond, MaxTries: 3, MaxRetryAfter: 5 * time.Second, PerHostConcurrency: 2}
+	if err := e.backfiller(o).Run(context.Background(), e.acquire("instance-a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 0 {
+		t.Fatalf("%d repositories failed", n)
+	}
+	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != len(dids) {
+		t.Fatalf("%d records, want %d", got, len(dids))
+	}
+	if m := lim.maxInflight.Load(); m > 2 {
+		t.Errorf("%d requests in flight to one host, want at most 2", m)
+	}
+	// Only requests already in flight when Remaining reached 0 can be
+	// refused; pacing keeps that to at most one per slot per window.
+	if r := lim.refusals(); r > 2*len(dids)/lim.limit {
+		t.Errorf("%d requests refused: the backfill did not pace by RateLimit-Remaining", r)
+	}
+}
+
+func TestRateLimitHeadersTakeUnixOrDeltaResets(t *testing.T) {
+	now := time.Unix(1_767_000_000, 0)
+	h := http.Header{}
+	h.Set("RateLimit-Remaining", "0")
+	h.Set("RateLimit-Reset", "1767000042")
+	// Unix seconds are floored by the reference: one second is added.
+	if rl := parseRateLimit(h, now); rl.remaining != 0 || !rl.reset.Equal(now.Add(43*time.Second)) {
+		t.Errorf("unix reset: %+v", rl)
+	}
+	h.Set("RateLimit-Reset", "7")
+	if rl := parseRateLimit(h, now); !rl.reset.Equal(now.Add(7 * time.Second)) {
+		t.Errorf("delta reset: %+v", rl)
+	}
+	h = http.Header{}
+	h.Set("Retry-After", "3")
+	if rl := parseRateLimit(h, now); rl.remaining != -1 || !rl.reset.Equal(now.Add(3*time.Second)) {
+		t.Errorf("retry-after only: %+v", rl)
+	}
+	if rl := parseRateLimit(http.Header{}, now); rl.remaining != -1 || !rl.reset.IsZero() {
+		t.Errorf("no headers: %+v", rl)
+	}
+}
