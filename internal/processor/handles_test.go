@@ -12,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // fakeHandles is a HandleResolver whose answers a test sets.
@@ -52,7 +53,7 @@ func userHandle(t *testing.T, db *sql.DB, did string) string {
 // handle change. The handle now comes from the DID document, verified,
 // when a user's row is created and on every #identity event.
 func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
 	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
 	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")

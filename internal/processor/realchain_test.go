@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Frames captured from the real chain (reference PDS → indigo relay →
@@ -17,7 +18,7 @@ import (
 // #identity event carries no handle (the relay forwards none), and every
 // event carries the server's sequence number as "cursor".
 func TestFramesCapturedFromTheRealChainAreIndexed(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	events := readJSONL(t, "testdata/realchain-subscribe.jsonl")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
