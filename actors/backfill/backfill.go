@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
 
@@ -670,20 +670,20 @@ func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, i
 	return events, invalid
 }
 
-// rkeyOf returns the record key of at://DID/COLLECTION/RKEY, checking that
-// the URI names this repository and collection.
+// rkeyOf returns the record key of at://DID/COLLECTION/RKEY (AT-URI
+// syntax as syntax.ParseATURI checks it), checking that the URI names
+// this repository and collection.
 func rkeyOf(uri, did, col string) (string, error) {
-	rest, ok := strings.CutPrefix(uri, "at://")
-	parts := strings.Split(rest, "/")
+	u, err := syntax.ParseATURI(uri)
 	switch {
-	case !ok || len(parts) != 3 || parts[2] == "":
+	case err != nil || u.RecordKey() == "":
 		return "", fmt.Errorf("record uri %q is not at://DID/COLLECTION/RKEY", uri)
-	case parts[0] != did:
+	case u.Authority().String() != did:
 		return "", fmt.Errorf("record uri %q is not in repository %s", uri, did)
-	case parts[1] != col:
+	case u.Collection().String() != col:
 		return "", fmt.Errorf("record uri %q is not in collection %s", uri, col)
 	}
-	return parts[2], nil
+	return u.RecordKey().String(), nil
 }
 
 func isObject(v []byte) bool {

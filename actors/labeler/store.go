@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
 
@@ -205,9 +205,11 @@ func skipOutcome(err error) string {
 	}
 }
 
-// parseTime parses an AT Protocol datetime (RFC 3339) into Unix ms.
+// parseTime parses an AT Protocol datetime into Unix ms: the Lexicon
+// datetime syntax (atproto.com/specs/lexicon#datetime), stricter than Go's
+// RFC 3339 parser (no T3:20:50, no -00:00).
 func parseTime(s string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := syntax.ParseDatetimeTime(s)
 	if err != nil {
 		return 0, err
 	}
