@@ -51,7 +51,7 @@ func newServeCommand(flags *cli.ConfigFlags) *cobra.Command {
 			sigs := make(chan os.Signal, 2)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			return serve(cmd.Context(), cfg, sigs)
+			return serve(cmd.Context(), cfg, sigs, flags.Warnings()...)
 		},
 	}
 }
@@ -77,10 +77,15 @@ const sqldStallRelease = 6 * time.Second
 // phases another signal at least secondSignalAfter after the first exits
 // at once with status 1. Once the instance has started, every stderr line
 // is a JSON log line, including the last one of a failure (*loggedError).
-func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error {
+// configWarnings (about APPVIEW_* variables that name no key) are logged
+// first, at warn level.
+func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, configWarnings ...string) error {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	base := system.NewLogger(os.Stderr, level)
 	log := base.With().Str("instance", cfg.InstanceID).Logger()
+	for _, w := range configWarnings {
+		log.Warn().Str("event", "config.unknown_env").Msg(w)
+	}
 	// net/http logs server errors (a failed accept, a panicking handler)
 	// through the standard logger: make those JSON lines too.
 	stdlog.SetFlags(0)
