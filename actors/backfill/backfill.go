@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
@@ -92,7 +93,9 @@ type Options struct {
 	Log      zerolog.Logger
 	Applier  Applier
 	Resolver Resolver
-	// HTTP makes the relay and PDS calls; nil means a client of its own.
+	// HTTP makes the relay and PDS calls; nil means a client of its own
+	// that refuses non-public addresses except for RelayEndpoints' hosts
+	// (netguard): PDS endpoints come from DID documents.
 	// Each attempt is bounded by Retry.RequestTimeout.
 	HTTP *http.Client
 	// RelayEndpoints serve listReposByCollection, tried in order.
@@ -164,7 +167,7 @@ func New(o Options) (*Backfiller, error) {
 		o.Metrics, _ = NewMetrics(nil) // unregistered: cannot fail
 	}
 	if o.HTTP == nil {
-		o.HTTP = &http.Client{}
+		o.HTTP = netguard.Guard{Purpose: "backfill"}.TrustURLs(o.RelayEndpoints...).Client(0)
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -23,7 +23,6 @@ import (
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -111,7 +110,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		mux = srv.Mux
 	}
 	deps := workers.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
-		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL}}
+		Identity: workers.NewResolver(cfg)}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {
 		if srv != nil {

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/atcr-io/appview/internal/netguard"
 )
 
 // ErrNotFound means the directory or host has no document for the DID.
@@ -118,7 +120,9 @@ type Resolver struct {
 	PLCURL string
 	// WebScheme is "https" (the did:web method); tests on loopback set "http".
 	WebScheme string
-	// HTTP is the client used; nil means a client with a 10 s timeout.
+	// HTTP is the client used; nil means a client with a DefaultTimeout
+	// whose dials pass the outbound guard (netguard: no non-public
+	// address, the PLC directory trusted by name).
 	HTTP *http.Client
 	// TTL is how long a resolved document is cached; 0 means 10 minutes.
 	// Failures are cached for TTL/10 so one bad DID cannot cause a storm.
@@ -133,6 +137,10 @@ type cached struct {
 	err     error
 	expires time.Time
 }
+
+// DefaultTimeout bounds one resolution request when the Resolver was
+// given no client.
+const DefaultTimeout = 10 * time.Second
 
 // maxDocBytes bounds a DID document read (they are a few KB).
 const maxDocBytes = 1 << 20
@@ -198,7 +206,7 @@ func (r *Resolver) fetch(ctx context.Context, did string) (*Document, error) {
 	req.Header.Set("Accept", "application/did+ld+json, application/json")
 	client := r.HTTP
 	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+		client = netguard.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL).Client(DefaultTimeout)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
