@@ -142,6 +142,10 @@ func (s *store) applyLabel(ctx context.Context, tx *sql.Tx, seq int64, l Label, 
 		outcomes[outcomeIgnored]++
 		return nil
 	}
+	if _, err := syntax.ParseDID(l.Src); err != nil {
+		// src is the labeler's DID and part of the takedown's key.
+		return fmt.Errorf("%w label src %q: %v", errMalformed, l.Src, err)
+	}
 	cts, err := parseTime(l.Cts)
 	if err != nil {
 		return fmt.Errorf("%w label cts %q: %v", errMalformed, l.Cts, err)

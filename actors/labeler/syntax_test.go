@@ -56,3 +56,15 @@ func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
 		}
 	}
 }
+
+// A label's src (the labeler's DID, part of the takedown's key) is a DID
+// by the specification, or the label is skipped as malformed before
+// anything is written.
+func TestLabelSourcesFollowTheSpecificationsTestVectors(t *testing.T) {
+	for _, src := range append(syntaxvectors.Invalid(syntaxvectors.DID), "", "did:plc:"+strings.Repeat("a", 2041)) {
+		l := Label{Src: src, URI: "did:plc:alice", Val: ValTakedown, Cts: "2024-01-01T00:00:00Z"}
+		if err := new(store).applyLabel(context.Background(), nil, 1, l, 0, map[string]int{}); !errors.Is(err, errMalformed) {
+			t.Errorf("label src %q: %v, want it refused as malformed", src, err)
+		}
+	}
+}
