@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // A pod of a Service named "appview" and a deploy script's own APPVIEW_*
@@ -54,4 +59,32 @@ func TestServeStartsInAKubernetesPodWithDeployScriptVariables(t *testing.T) {
 		t.Fatalf("exit %d, want 0", code)
 	}
 	assertJSONLog(t, p.lines())
+}
+
+// The commands that do not log JSON print the warning as a plain line and
+// still do their work; --json output stays clean on stdout.
+func TestOtherCommandsWarnOnStderrAndRun(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r := runAppview(t, dir, childEnv("APPVIEW_BIN=/usr/local/bin/appview", "APPVIEW_PORT=tcp://10.0.0.1:80"), "leases", "--json")
+	if r.code != cli.ExitOK {
+		t.Fatalf("leases: exit %d, stderr %q", r.code, r.stderr)
+	}
+	want := "appview: warning: environment variable APPVIEW_BIN is not a config key and is ignored (did you mean APPVIEW_"
+	if !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("stderr = %q, want one line starting %q (nothing about the service link)", r.stderr, want)
+	}
+	if strings.Contains(r.stdout, "APPVIEW") {
+		t.Errorf("the warning reached stdout: %q", r.stdout)
+	}
 }
