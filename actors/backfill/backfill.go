@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
 
@@ -100,7 +102,9 @@ type Options struct {
 	Log      zerolog.Logger
 	Applier  Applier
 	Resolver Resolver
-	// HTTP makes the relay and PDS calls; nil means a client of its own.
+	// HTTP makes the relay and PDS calls; nil means a client of its own
+	// that refuses non-public addresses except for RelayEndpoints' hosts
+	// (netguard): PDS endpoints come from DID documents.
 	// Each attempt is bounded by Retry.RequestTimeout.
 	HTTP *http.Client
 	// RelayEndpoints serve listReposByCollection, tried in order.
@@ -176,7 +180,7 @@ func New(o Options) (*Backfiller, error) {
 		o.Metrics, _ = NewMetrics(nil) // unregistered: cannot fail
 	}
 	if o.HTTP == nil {
-		o.HTTP = &http.Client{}
+		o.HTTP = netguard.Guard{Purpose: "backfill"}.TrustURLs(o.RelayEndpoints...).Client(0)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -909,20 +913,20 @@ func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, i
 	return events, invalid
 }
 
-// rkeyOf returns the record key of at://DID/COLLECTION/RKEY, checking that
-// the URI names this repository and collection.
+// rkeyOf returns the record key of at://DID/COLLECTION/RKEY (AT-URI
+// syntax as syntax.ParseATURI checks it), checking that the URI names
+// this repository and collection.
 func rkeyOf(uri, did, col string) (string, error) {
-	rest, ok := strings.CutPrefix(uri, "at://")
-	parts := strings.Split(rest, "/")
+	u, err := syntax.ParseATURI(uri)
 	switch {
-	case !ok || len(parts) != 3 || parts[2] == "":
+	case err != nil || u.RecordKey() == "":
 		return "", fmt.Errorf("record uri %q is not at://DID/COLLECTION/RKEY", uri)
-	case parts[0] != did:
+	case u.Authority().String() != did:
 		return "", fmt.Errorf("record uri %q is not in repository %s", uri, did)
-	case parts[1] != col:
+	case u.Collection().String() != col:
 		return "", fmt.Errorf("record uri %q is not in collection %s", uri, col)
 	}
-	return parts[2], nil
+	return u.RecordKey().String(), nil
 }
 
 func isObject(v []byte) bool {

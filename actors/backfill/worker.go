@@ -49,8 +49,11 @@ func Worker(d workers.Deps, applier Applier) (workers.Spec, error) {
 		Applier:        applier,
 		Resolver:       d.Resolver(),
 		RelayEndpoints: cfg.RelayEndpoints,
-		Concurrency:    cfg.Concurrency,
-		Metrics:        metrics,
+		// Relays are the operator's; PDS endpoints come from DID
+		// documents, which anyone can publish.
+		HTTP:        workers.Outbound(d.Config, "backfill").TrustURLs(cfg.RelayEndpoints...).Client(0),
+		Concurrency: cfg.Concurrency,
+		Metrics:     metrics,
 	}
 	if cfg.Interval == 0 {
 		o.RerunAfter = cfg.RerunAfter

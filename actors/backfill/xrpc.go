@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/cenkalti/backoff/v5"
 )
 
@@ -226,7 +227,13 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		if ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
-		return &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
+		xe := &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
+		if errors.Is(err, netguard.ErrRefused) {
+			// The outbound guard refused the address: asking again
+			// cannot change that.
+			return backoff.Permanent(xe)
+		}
+		return xe
 	}
 	defer resp.Body.Close()
 	now := time.Now()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -292,12 +293,17 @@ func (f *fixture) handOver(t *testing.T, holder string) fence.Custody {
 	return f.acquire(t, holder)
 }
 
+// loopback is a client whose guard lets the fake holds (on 127.0.0.1)
+// through, as network.allow_private does.
+var loopback = netguard.Guard{AllowPrivate: true}.Client(0)
+
 func (f *fixture) refresher(t *testing.T, log zerolog.Logger) *Refresher {
 	t.Helper()
 	r, err := New(Options{
 		DB:        f.db,
 		Source:    &Stripe{BaseURL: f.stripe.URL, SecretKey: secretKey, Log: log},
-		Endpoints: &identity.Resolver{WebScheme: "http"},
+		Endpoints: &identity.Resolver{WebScheme: "http", HTTP: loopback},
+		HTTP:      loopback,
 		Log:       log,
 	})
 	if err != nil {
@@ -726,7 +732,8 @@ func TestStripeFailureEndsTheRoundWithoutPushes(t *testing.T) {
 	r, err := New(Options{
 		DB:        f.db,
 		Source:    &Stripe{BaseURL: f.stripe.URL, SecretKey: "sk_test_wrong_key"},
-		Endpoints: &identity.Resolver{WebScheme: "http"},
+		Endpoints: &identity.Resolver{WebScheme: "http", HTTP: loopback},
+		HTTP:      loopback,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -62,7 +63,8 @@ type Options struct {
 	// Endpoints resolves hold DIDs.
 	Endpoints Endpoints
 	// HTTP sends updateCrewTier; it should carry a timeout (billing.timeout).
-	// nil means http.DefaultClient.
+	// nil means a client without one that refuses non-public addresses
+	// (netguard): hold endpoints come from records anyone can publish.
 	HTTP *http.Client
 	// DefaultRank is pushed to a member without a subscription who was
 	// pushed another rank before (billing.default_tier_rank, >= 0).
@@ -98,7 +100,7 @@ func New(o Options) (*Refresher, error) {
 		return nil, fmt.Errorf("billing: default rank must not be negative, got %d", o.DefaultRank)
 	}
 	if o.HTTP == nil {
-		o.HTTP = http.DefaultClient
+		o.HTTP = netguard.Guard{Purpose: "hold tier update"}.Client(0)
 	}
 	return &Refresher{o: o}, nil
 }

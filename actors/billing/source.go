@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/rs/zerolog"
 )
 
@@ -185,7 +186,7 @@ func subscriptionTier(sub stripeSubscription) (string, Tier, bool) {
 		}
 	}
 	did = strings.TrimSpace(did)
-	if !strings.HasPrefix(did, "did:") {
+	if _, err := syntax.ParseDID(did); err != nil {
 		return "", Tier{}, false
 	}
 	best, found := Tier{}, false

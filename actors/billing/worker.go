@@ -29,10 +29,13 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 	case cfg.StripeSecretKey == "": // config.Validate refuses this; keep a bare Deps honest
 		return workers.Spec{}, &config.Error{Key: "billing.stripe_secret_key", Reason: "required when billing.enabled is true"}
 	}
-	client := &http.Client{Timeout: cfg.Timeout}
+	// Stripe is the operator's endpoint; hold endpoints come from records
+	// anyone can publish, so those requests pass the outbound guard.
+	stripe := &http.Client{Timeout: cfg.Timeout}
+	holds := workers.Outbound(d.Config, "hold tier update").Client(cfg.Timeout)
 	log := d.Log.With().Str("worker", LeaseName).Logger()
-	return worker(d, &Stripe{BaseURL: cfg.StripeAPIURL, SecretKey: cfg.StripeSecretKey, HTTP: client, Log: log},
-		d.Resolver(), client)
+	return worker(d, &Stripe{BaseURL: cfg.StripeAPIURL, SecretKey: cfg.StripeSecretKey, HTTP: stripe, Log: log},
+		d.Resolver(), holds)
 }
 
 func worker(d workers.Deps, src Source, endpoints Endpoints, client *http.Client) (workers.Spec, error) {

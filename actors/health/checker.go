@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/netguard"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -45,7 +46,8 @@ type Options struct {
 	// Endpoints resolves hold DIDs.
 	Endpoints Endpoints
 	// HTTP sends the checks; nil means a client with no timeout of its own
-	// (each check is bounded by Timeout).
+	// (each check is bounded by Timeout) that refuses non-public addresses
+	// (netguard): hold endpoints come from records anyone can publish.
 	HTTP *http.Client
 	// Timeout bounds one check: DID resolution plus GET /xrpc/_health.
 	Timeout time.Duration
@@ -80,7 +82,7 @@ func NewChecker(o Options) (*Checker, error) {
 		return nil, fmt.Errorf("health: concurrency must be at least 1, got %d", o.Concurrency)
 	}
 	if o.HTTP == nil {
-		o.HTTP = &http.Client{}
+		o.HTTP = netguard.Guard{Purpose: "hold health check"}.Client(0)
 	}
 	return &Checker{o: o}, nil
 }

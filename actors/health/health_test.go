@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -82,12 +83,16 @@ func addManifest(t *testing.T, db *sql.DB, digest, holdDID string) {
 	}
 }
 
+// loopback is a client whose guard lets the fake holds (on 127.0.0.1)
+// through, as network.allow_private does.
+var loopback = netguard.Guard{AllowPrivate: true}.Client(0)
+
 // resolver resolves loopback did:web holds over plain HTTP.
-func resolver() *identity.Resolver { return &identity.Resolver{WebScheme: "http"} }
+func resolver() *identity.Resolver { return &identity.Resolver{WebScheme: "http", HTTP: loopback} }
 
 func newChecker(t *testing.T, db *sql.DB, cache *Cache, timeout time.Duration) *Checker {
 	t.Helper()
-	c, err := NewChecker(Options{DB: db, Endpoints: resolver(), Timeout: timeout, Concurrency: 2,
+	c, err := NewChecker(Options{DB: db, Endpoints: resolver(), HTTP: loopback, Timeout: timeout, Concurrency: 2,
 		Cache: cache, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -273,6 +278,7 @@ func TestDebugHoldsAndMetricsServeTheCache(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.Health.CheckInterval, cfg.Health.Timeout = 5*time.Second, 2*time.Second
+	cfg.Network.AllowPrivate = true // the fake holds are on loopback
 	reg, mux := prometheus.NewRegistry(), http.NewServeMux()
 	w, err := worker(workers.Deps{Config: cfg, DB: db, Log: zerolog.Nop(), Metrics: reg, Admin: mux, Instance: "inst-a"}, resolver())
 	if err != nil {

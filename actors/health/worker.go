@@ -36,6 +36,7 @@ func worker(d workers.Deps, endpoints Endpoints) (workers.Spec, error) {
 	c, err := NewChecker(Options{
 		DB:          d.DB,
 		Endpoints:   endpoints,
+		HTTP:        workers.Outbound(d.Config, "hold health check").Client(0),
 		Timeout:     cfg.Timeout,
 		Concurrency: cfg.Concurrency,
 		Cache:       cache,

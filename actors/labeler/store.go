@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
 
@@ -142,6 +142,10 @@ func (s *store) applyLabel(ctx context.Context, tx *sql.Tx, seq int64, l Label, 
 		outcomes[outcomeIgnored]++
 		return nil
 	}
+	if _, err := syntax.ParseDID(l.Src); err != nil {
+		// src is the labeler's DID and part of the takedown's key.
+		return fmt.Errorf("%w label src %q: %v", errMalformed, l.Src, err)
+	}
 	cts, err := parseTime(l.Cts)
 	if err != nil {
 		return fmt.Errorf("%w label cts %q: %v", errMalformed, l.Cts, err)
@@ -205,9 +209,11 @@ func skipOutcome(err error) string {
 	}
 }
 
-// parseTime parses an AT Protocol datetime (RFC 3339) into Unix ms.
+// parseTime parses an AT Protocol datetime into Unix ms: the Lexicon
+// datetime syntax (atproto.com/specs/lexicon#datetime), stricter than Go's
+// RFC 3339 parser (no T3:20:50, no -00:00).
 func parseTime(s string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := syntax.ParseDatetimeTime(s)
 	if err != nil {
 		return 0, err
 	}

@@ -5,10 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // Collections whose records name a repository (docs/lexicons.md).
@@ -28,9 +28,6 @@ var (
 	errUnknownRecord = errors.New("subject record is not indexed")
 )
 
-// did is the DID syntax of the AT Protocol (atproto.com/specs/did).
-var did = regexp.MustCompile(`^did:[a-z]+:[a-zA-Z0-9._:%-]*[a-zA-Z0-9._-]$`)
-
 // subject is what a takedown applies to: an account (repo "") or one of
 // its repositories.
 type subject struct {
@@ -46,29 +43,30 @@ type subject struct {
 // database error.
 func resolveSubject(ctx context.Context, tx *sql.Tx, uri string) (subject, error) {
 	if strings.HasPrefix(uri, "did:") {
-		if !did.MatchString(uri) {
-			return subject{}, fmt.Errorf("%w subject %q: not a DID", errMalformed, uri)
+		if _, err := syntax.ParseDID(uri); err != nil {
+			return subject{}, fmt.Errorf("%w subject %q: not a DID: %v", errMalformed, uri, err)
 		}
 		return subject{did: uri}, nil
 	}
-	rest, ok := strings.CutPrefix(uri, "at://")
-	if !ok || strings.ContainsAny(rest, "?#") {
-		return subject{}, fmt.Errorf("%w subject %q: want a DID or at://DID[/COLLECTION/RKEY]", errMalformed, uri)
+	u, err := syntax.ParseATURI(uri)
+	if err != nil {
+		return subject{}, fmt.Errorf("%w subject %q: want a DID or at://DID[/COLLECTION/RKEY]: %v", errMalformed, uri, err)
 	}
-	parts := strings.Split(strings.TrimSuffix(rest, "/"), "/")
-	if !did.MatchString(parts[0]) {
+	if !u.Authority().IsDID() {
 		// A handle authority would need resolving and could change hands;
 		// labelers address subjects by DID.
 		return subject{}, fmt.Errorf("%w subject %q: authority is not a DID", errMalformed, uri)
 	}
-	s := subject{did: parts[0]}
+	s := subject{did: u.Authority().String()}
 	switch {
-	case len(parts) == 1:
+	case u.Path() == "":
 		return s, nil
-	case len(parts) != 3 || parts[1] == "" || parts[2] == "":
-		return subject{}, fmt.Errorf("%w subject %q: want at://DID/COLLECTION/RKEY", errMalformed, uri)
+	case u.RecordKey() == "":
+		// A whole collection: well-formed, but not an account or a
+		// repository.
+		return subject{}, fmt.Errorf("subject %q: %w", uri, errUnsupportedSubject)
 	}
-	collection, rkey := parts[1], parts[2]
+	collection, rkey := u.Collection().String(), u.RecordKey().String()
 	var query string
 	switch collection {
 	case collectionRepoPage:
@@ -81,7 +79,7 @@ func resolveSubject(ctx context.Context, tx *sql.Tx, uri string) (subject, error
 	default:
 		return subject{}, fmt.Errorf("subject %q: %w", uri, errUnsupportedSubject)
 	}
-	err := tx.QueryRowContext(ctx, query, s.did, rkey).Scan(&s.repo)
+	err = tx.QueryRowContext(ctx, query, s.did, rkey).Scan(&s.repo)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return subject{}, fmt.Errorf("subject %q: %w", uri, errUnknownRecord)

@@ -37,6 +37,7 @@ func newRootCommand() *cobra.Command {
 	flags.Register(root)
 	existing := func(ctx context.Context) (*database.DB, error) {
 		cfg, err := flags.Load()
+		flags.PrintWarnings()
 		if err != nil {
 			return nil, err
 		}

@@ -54,6 +54,7 @@ func newRootCommand() *cobra.Command {
 	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
 		return func(ctx context.Context) (*database.DB, error) {
 			cfg, err := flags.Load()
+			flags.PrintWarnings()
 			if err != nil {
 				return nil, err
 			}

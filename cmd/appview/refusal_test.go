@@ -49,7 +49,6 @@ func refusals() []refusal {
 		{name: "negative count", args: []string{"--set", "backfill.concurrency=-2"}, key: "backfill.concurrency", reason: "at least 1"},
 		{name: "negative chunk size", args: []string{"--set", "cleanup.chunk_rows=-1"}, key: "cleanup.chunk_rows", reason: "at least 1"},
 		{name: "negative retry delay", env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,-30s"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
-		{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASE_TTL=15s"}, key: "APPVIEW_LEASE_TTL", reason: "unknown environment variable"},
 		{name: "bad value from the environment", env: []string{"APPVIEW_LEASES_TTL=15"}, key: "leases.ttl", reason: "(from APPVIEW_LEASES_TTL)"},
 		{name: "unknown key in --set", args: []string{"--set", "leases.tll=15s"}, key: "leases.tll", reason: "unknown key"},
 		{name: "missing config file", args: []string{"--config", "nowhere.yaml"}, key: "--config", reason: "no such file or directory"},

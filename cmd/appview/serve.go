@@ -23,7 +23,6 @@ import (
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -51,7 +50,7 @@ func newServeCommand(flags *cli.ConfigFlags) *cobra.Command {
 			sigs := make(chan os.Signal, 2)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sigs)
-			return serve(cmd.Context(), cfg, sigs)
+			return serve(cmd.Context(), cfg, sigs, flags.Warnings()...)
 		},
 	}
 }
@@ -77,10 +76,15 @@ const sqldStallRelease = 6 * time.Second
 // phases another signal at least secondSignalAfter after the first exits
 // at once with status 1. Once the instance has started, every stderr line
 // is a JSON log line, including the last one of a failure (*loggedError).
-func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error {
+// configWarnings (about APPVIEW_* variables that name no key) are logged
+// first, at warn level.
+func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, configWarnings ...string) error {
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	base := system.NewLogger(os.Stderr, level)
 	log := base.With().Str("instance", cfg.InstanceID).Logger()
+	for _, w := range configWarnings {
+		log.Warn().Str("event", "config.unknown_env").Msg(w)
+	}
 	// net/http logs server errors (a failed accept, a panicking handler)
 	// through the standard logger: make those JSON lines too.
 	stdlog.SetFlags(0)
@@ -106,7 +110,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 		mux = srv.Mux
 	}
 	deps := workers.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
-		Identity: &identity.Resolver{PLCURL: cfg.Identity.PLCURL, HandleWellKnownURL: cfg.Identity.HandleWellKnownURL}}
+		Identity: workers.NewResolver(cfg)}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {
 		if srv != nil {

@@ -55,6 +55,9 @@ func Exit(name string, err error) int {
 type ConfigFlags struct {
 	file string
 	sets []string
+	// warnings are what the last Load said about APPVIEW_* variables that
+	// name no key (Warnings, PrintWarnings).
+	warnings []string
 }
 
 // Register adds --config and --set to cmd and every command under it.
@@ -64,7 +67,24 @@ func (f *ConfigFlags) Register(cmd *cobra.Command) {
 }
 
 // Load reads the configuration: defaults < file < environment < --set.
-// Its error is a *config.Error.
+// Its error is a *config.Error. An APPVIEW_* variable that is not a key is
+// not fatal (the environment is shared with deploy scripts and
+// Kubernetes): its warning is kept for Warnings and PrintWarnings.
 func (f *ConfigFlags) Load() (config.Config, error) {
-	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets})
+	f.warnings = nil
+	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets,
+		Warn: func(msg string) { f.warnings = append(f.warnings, msg) }})
+}
+
+// Warnings returns the warnings of the last Load; serve logs them as JSON
+// lines.
+func (f *ConfigFlags) Warnings() []string { return f.warnings }
+
+// PrintWarnings writes the warnings of the last Load on stderr, one
+// "appview: warning: ..." line each, for the commands that do not log
+// JSON.
+func (f *ConfigFlags) PrintWarnings() {
+	for _, w := range f.warnings {
+		fmt.Fprintln(os.Stderr, "appview: warning:", w)
+	}
 }

@@ -39,6 +39,17 @@ type Config struct {
 	Billing   Billing   `yaml:"billing"`
 	Health    Health    `yaml:"health"`
 	Webhooks  Webhooks  `yaml:"webhooks"`
+	Network   Network   `yaml:"network"`
+}
+
+// Network configures outbound requests to hosts that network data names
+// (hold endpoints, did:web documents, PDS endpoints from DID documents).
+type Network struct {
+	// AllowPrivate lets those requests reach loopback, private, link-local
+	// (cloud metadata) and other non-public addresses, which the outbound
+	// guard (internal/netguard) otherwise refuses at dial time. For a
+	// closed network or a test bed; it also permits them for webhooks.
+	AllowPrivate bool `yaml:"allow_private"`
 }
 
 // Database selects the libSQL database every instance shares.

@@ -136,7 +136,6 @@ var badConfigs = []struct {
 	{name: "backfill enabled without relays", yaml: "backfill:\n  relay_endpoints: []\n", key: "backfill.relay_endpoints", reason: "at least one relay"},
 	{name: "unknown log level", sets: []string{"log_level=verbose"}, key: "log_level", reason: "want debug, info, warn or error"},
 	{name: "billing without a secret", sets: []string{"billing.enabled=true"}, key: "billing.stripe_secret_key", reason: "required"},
-	{name: "unknown APPVIEW_ variable", env: []string{"APPVIEW_LEASES_TLL=15s"}, key: "APPVIEW_LEASES_TLL", reason: "unknown environment variable"},
 	{name: "unparsable duration from the environment", env: []string{"APPVIEW_LEASES_TTL=soon"}, key: "leases.ttl", reason: `unparsable duration "soon" (want e.g. 500ms, 15s, 2m, 24h) (from APPVIEW_LEASES_TTL)`},
 	{name: "bad boolean from the environment", env: []string{"APPVIEW_LEASES_ENABLED=maybe"}, key: "leases.enabled", reason: "cannot unmarshal !!str `maybe` into bool (from APPVIEW_LEASES_ENABLED)"},
 	{name: "unknown key in --set", sets: []string{"leases.tll=15s"}, key: "leases.tll", reason: "unknown key"},

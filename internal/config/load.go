@@ -34,10 +34,20 @@ type Sources struct {
 	Environ []string
 	// Sets are flag overrides as dotted-key=value (from --set), applied last.
 	Sets []string
+	// Warn receives one line for each APPVIEW_* variable that is not a
+	// config key (see Load); nil drops them.
+	Warn func(msg string)
 }
 
 // Load builds the configuration from defaults, then Sources in order, and
 // validates it. Errors are *Error naming the key, except an unreadable file.
+//
+// The file and --set are strict: an unknown key is an error. The
+// environment is shared with other tools, so an APPVIEW_* variable that
+// names no key is not: a Kubernetes service link (APPVIEW_PORT=tcp://...,
+// APPVIEW_SERVICE_HOST, APPVIEW_PORT_80_TCP_ADDR, ... for a Service named
+// "appview") is ignored quietly, and anything else (a deploy script's
+// APPVIEW_BIN) is ignored with a warning naming the closest key.
 func Load(src Sources) (Config, error) {
 	cfg := Default()
 	if src.File != "" {
@@ -61,7 +71,10 @@ func Load(src Sources) (Config, error) {
 		}
 		key, known := byEnv[name]
 		if !known {
-			return cfg, keyErr(name, "unknown environment variable (no such config key)")
+			if !isServiceLink(name, value) && src.Warn != nil {
+				src.Warn(unknownEnvWarning(name, byEnv))
+			}
+			continue
 		}
 		if err := setFromString(leaves[key], key, value); err != nil {
 			return cfg, from(err, name)

@@ -78,4 +78,7 @@ webhooks:
   timeout: 10s                  # per delivery attempt
   concurrency: 4                # deliveries in flight at once
   public_url: "https://atcr.io" # payloads link to <public_url>/r/<namespace>/<repository>
+
+network:
+  allow_private: false          # let requests to hosts named by network data (holds, did:web, PDSes) reach loopback/private/link-local addresses
 `

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/atcr-io/appview/internal/netguard"
 )
 
 func TestWebDIDURLFollowsTheDidWebMethod(t *testing.T) {
@@ -64,7 +66,8 @@ func TestResolverReadsPLCAndWebDocumentsAndCachesThem(t *testing.T) {
 	}))
 	defer web.Close()
 
-	r := &Resolver{PLCURL: plc.URL, WebScheme: "http"}
+	// The did:web hold is on loopback: allowed here as network.allow_private does.
+	r := &Resolver{PLCURL: plc.URL, WebScheme: "http", HTTP: netguard.Guard{AllowPrivate: true}.Client(0)}
 	ctx := context.Background()
 	for range 3 {
 		pds, err := r.PDSEndpoint(ctx, "did:plc:alice")

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -89,8 +90,12 @@ func (r *Resolver) client() *http.Client {
 	if r.HTTP != nil {
 		return r.HTTP
 	}
-	return &http.Client{Timeout: 10 * time.Second}
+	return netguard.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL).Client(DefaultTimeout)
 }
+
+// DefaultTimeout bounds one resolution request when the Resolver was
+// given no client.
+const DefaultTimeout = 10 * time.Second
 
 // Resolve returns the DID document of a did:plc or host-level did:web.
 // Errors wrap ErrNotFound for unknown DIDs; other errors are transport or

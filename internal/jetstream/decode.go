@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -104,13 +104,13 @@ func Decode(data []byte) (Event, error) {
 }
 
 // Validate checks that an event is complete enough for a processor to act on
-// without further nil checks: a known kind, a DID ("did:..."), time_us > 0,
+// without further nil checks: a known kind, a DID (AT Protocol syntax), time_us > 0,
 // the sub-object matching the kind, and for a commit an operation
 // (create/update/delete), a collection, an rkey, and a record (a non-null
 // JSON value) on create and update. It clears the sub-objects that do not
 // match the kind, so exactly one of Commit, Identity and Account is set.
 func Validate(ev *Event) error {
-	if !looksLikeDID(ev.DID) {
+	if !validDID(ev.DID) {
 		return fmt.Errorf("did %q is not a DID", ev.DID)
 	}
 	if ev.TimeUS <= 0 {
@@ -154,16 +154,12 @@ func Validate(ev *Event) error {
 	return nil
 }
 
-// looksLikeDID accepts "did:<method>:<id>" with both parts non-empty; the
-// full DID syntax is the resolver's business, this only keeps empty or
-// obviously foreign values away from the processor.
-func looksLikeDID(s string) bool {
-	rest, ok := strings.CutPrefix(s, "did:")
-	if !ok {
-		return false
-	}
-	method, id, ok := strings.Cut(rest, ":")
-	return ok && method != "" && id != ""
+// validDID reports whether s is a DID by the AT Protocol syntax
+// (atproto.com/specs/did), as syntax.ParseDID checks it: an event whose
+// repo is not one names nothing the processor could store.
+func validDID(s string) bool {
+	_, err := syntax.ParseDID(s)
+	return err == nil
 }
 
 // Decoder decodes websocket frames: text frames are JSON, binary frames are

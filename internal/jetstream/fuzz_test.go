@@ -33,7 +33,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		switch {
-		case !looksLikeDID(ev.DID), ev.TimeUS <= 0:
+		case !validDID(ev.DID), ev.TimeUS <= 0:
 			t.Fatalf("accepted an event without DID or time: %+v", ev)
 		case ev.Kind == KindCommit && (ev.Commit == nil || ev.Identity != nil || ev.Account != nil),
 			ev.Kind == KindIdentity && (ev.Identity == nil || ev.Commit != nil || ev.Account != nil),

@@ -443,7 +443,7 @@ func (c *replayConn) setOptions(u optionsUpdate) error {
 	}
 	dids := map[string]bool{}
 	for _, d := range u.WantedDIDs {
-		if !looksLikeDID(d) {
+		if !validDID(d) {
 			return fmt.Errorf("invalid DID %q", d)
 		}
 		dids[d] = true

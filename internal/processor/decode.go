@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // op is one validated event, ready to apply.
@@ -44,6 +45,9 @@ func decode(ev *jetstream.Event) (*op, string, error) {
 		if o.did == "" {
 			o.did = ev.Identity.DID
 		}
+		if h := ev.Identity.Handle; h != "" && !validHandle(h) {
+			return nil, ReasonBadValue, fmt.Errorf("handle %q is not a handle", h)
+		}
 		o.identity = ev.Identity
 	case jetstream.KindAccount:
 		if ev.Account == nil {
@@ -75,6 +79,14 @@ func checkDID(did string) (string, error) {
 		return ReasonBadValue, fmt.Errorf("did %q is not a DID", did)
 	}
 	return "", nil
+}
+
+// validHandle reports whether s is a handle by the AT Protocol syntax
+// (atproto.com/specs/handle: a DNS name of two labels at least, 253 bytes
+// at most, the last label not starting with a digit).
+func validHandle(s string) bool {
+	_, err := syntax.ParseHandle(s)
+	return err == nil
 }
 
 func decodeCommit(o *op) (*op, string, error) {

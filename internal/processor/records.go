@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // NSIDs of the io.atcr collections the processor indexes (docs/lexicons.md).
@@ -30,9 +31,6 @@ const (
 	maxMediaTypeLen      = 128
 	maxTagLen            = 128
 	maxDescriptionLen    = 100000
-	// maxDIDLen and maxRKeyLen are the AT Protocol syntax limits.
-	maxDIDLen  = 2048
-	maxRKeyLen = 512
 )
 
 // MaxSafeInteger is the largest magnitude an integer in a record may have:
@@ -135,71 +133,37 @@ func validKey(v string) bool {
 	return utf8.ValidString(v) && !strings.ContainsRune(v, 0)
 }
 
-// datetime parses an AT Protocol datetime (RFC 3339) into Unix ms.
+// datetime parses an AT Protocol datetime into Unix ms: the Lexicon
+// datetime syntax (the intersection of RFC 3339 and ISO 8601, with an
+// explicit offset), as syntax.ParseDatetime checks it; Go's RFC 3339
+// parser alone accepts forms the specification refuses (T3:20:50,
+// -00:00).
 func (c *check) datetime(field string, v *string) int64 {
 	if c.err != nil || v == nil {
 		return 0
 	}
-	t, err := time.Parse(time.RFC3339Nano, *v)
+	t, err := syntax.ParseDatetimeTime(*v)
 	if err != nil {
-		c.err = invalid(ReasonBadValue, "%s %q is not an RFC 3339 datetime", field, *v)
+		c.err = invalid(ReasonBadValue, "%s %q is not an AT Protocol datetime", field, *v)
 		return 0
 	}
 	return t.UnixMilli()
 }
 
-// validDID accepts the AT Protocol DID syntax: "did:", a lowercase method,
-// ":", then an identifier of ASCII letters, digits and ._:%- that does not
-// end in ":" or "%"; at most 2048 bytes (atproto.com/specs/did). ASCII only,
-// so no NUL or invalid UTF-8 can reach a key column through a DID.
+// validDID reports whether s is a DID by the AT Protocol syntax
+// (atproto.com/specs/did: ASCII only, at most 2,048 bytes), so no NUL or
+// invalid UTF-8 can reach a key column through a DID.
 func validDID(s string) bool {
-	if len(s) > maxDIDLen {
-		return false
-	}
-	rest, ok := strings.CutPrefix(s, "did:")
-	if !ok {
-		return false
-	}
-	method, id, ok := strings.Cut(rest, ":")
-	if !ok || method == "" || id == "" || strings.HasSuffix(id, ":") || strings.HasSuffix(id, "%") {
-		return false
-	}
-	for _, r := range method {
-		if r < 'a' || r > 'z' {
-			return false
-		}
-	}
-	for i := 0; i < len(id); i++ {
-		if !didIDByte(id[i]) {
-			return false
-		}
-	}
-	return true
+	_, err := syntax.ParseDID(s)
+	return err == nil
 }
 
-func didIDByte(b byte) bool {
-	switch {
-	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		return true
-	}
-	return b == '.' || b == '_' || b == ':' || b == '%' || b == '-'
-}
-
-// validRKey accepts the AT Protocol record key syntax: 1 to 512 ASCII
-// letters, digits and ._:~-, not "." or ".." (atproto.com/specs/record-key).
+// validRKey reports whether s is a record key by the AT Protocol syntax
+// (atproto.com/specs/record-key: 1 to 512 ASCII letters, digits and
+// ._:~-, not "." or "..").
 func validRKey(s string) bool {
-	if s == "" || len(s) > maxRKeyLen || s == "." || s == ".." {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		case b == '.', b == '_', b == ':', b == '~', b == '-':
-		default:
-			return false
-		}
-	}
-	return true
+	_, err := syntax.ParseRecordKey(s)
+	return err == nil
 }
 
 func str(p *string) string {
@@ -340,6 +304,11 @@ func HoldDIDFromEndpoint(endpoint string) (string, error) {
 			did += ":" + seg
 		}
 	}
+	if !validDID(did) {
+		// A host or path with characters the DID syntax refuses (an
+		// IPv6 literal's brackets, a space) names no hold.
+		return "", fmt.Errorf("%q does not make a valid did:web (%q)", endpoint, did)
+	}
 	return did, nil
 }
 
@@ -399,17 +368,19 @@ func decodeTag(raw json.RawMessage) (*tag, error) {
 	return t, c.err
 }
 
-// parseATURI splits at://DID/COLLECTION/RKEY.
+// parseATURI splits an AT-URI naming one record, at://DID/COLLECTION/RKEY
+// (atproto.com/specs/at-uri-scheme, as syntax.ParseATURI checks it, with
+// a DID authority: a handle could change hands).
 func parseATURI(s string) (did, collection, rkey string, ok bool) {
-	rest, ok := strings.CutPrefix(s, "at://")
-	if !ok {
+	u, err := syntax.ParseATURI(s)
+	if err != nil {
 		return "", "", "", false
 	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || !validDID(parts[0]) || parts[1] == "" || !validRKey(parts[2]) {
+	auth, coll, key := u.Authority(), u.Collection(), u.RecordKey()
+	if !auth.IsDID() || coll == "" || key == "" {
 		return "", "", "", false
 	}
-	return parts[0], parts[1], parts[2], true
+	return auth.String(), coll.String(), key.String(), true
 }
 
 type starSubject struct {

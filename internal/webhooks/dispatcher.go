@@ -104,7 +104,7 @@ func NewDispatcherOptions(d workers.Deps) (DispatcherOptions, error) {
 	return DispatcherOptions{
 		DB:      d.DB,
 		Config:  d.Config.Webhooks,
-		Client:  NewClient(Guard{AllowPrivate: d.Config.Webhooks.AllowPrivate}),
+		Client:  NewClient(Guard{AllowPrivate: d.Config.Webhooks.AllowPrivate || d.Config.Network.AllowPrivate}),
 		Metrics: m,
 		Log:     d.Log.With().Str("component", "webhooks").Logger(),
 	}, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // TriggerPush is the trigger fired when a manifest is newly stored.
@@ -205,14 +206,10 @@ func normalizeTriggers(in []string) ([]string, error) {
 	return out, nil
 }
 
-// checkDID accepts did:<method>:<method-specific id> (W3C DID syntax, loosely:
-// a lowercase method and a non-empty id without whitespace).
+// checkDID accepts a DID by the AT Protocol syntax (atproto.com/specs/did),
+// as syntax.ParseDID checks it.
 func checkDID(did string) error {
-	rest, ok := strings.CutPrefix(did, "did:")
-	method, id, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 || method == "" || id == "" || len(did) > 2048 ||
-		strings.Trim(method, "abcdefghijklmnopqrstuvwxyz0123456789") != "" ||
-		strings.ContainsAny(id, " \t\r\n/?#") {
+	if _, err := syntax.ParseDID(did); err != nil {
 		return invalid("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", did)
 	}
 	return nil

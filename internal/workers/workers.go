@@ -20,6 +20,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/identity"
+	"github.com/atcr-io/appview/internal/netguard"
 )
 
 // ErrDisabled is wrapped by a worker constructor whose worker is turned off
@@ -59,12 +60,13 @@ type Deps struct {
 }
 
 // Resolver is the process's DID resolver (Deps.Identity, or a new one for
-// identity.plc_url when Deps was built without it, as in tests).
+// identity.plc_url when Deps was built without it, as in tests), its
+// requests through the outbound guard (NewResolver).
 func (d Deps) Resolver() *identity.Resolver {
 	if d.Identity != nil {
 		return d.Identity
 	}
-	return &identity.Resolver{PLCURL: d.Config.Identity.PLCURL, HandleWellKnownURL: d.Config.Identity.HandleWellKnownURL}
+	return NewResolver(d.Config)
 }
 
 // HandleResolver is the process's resolver for verifying handles (it
@@ -79,6 +81,22 @@ func (d Deps) HandleResolver() interface {
 		return nil // a nil *Resolver in the interface would not be nil
 	}
 	return d.Identity
+}
+
+// NewResolver builds a DID resolver for cfg whose requests pass the
+// outbound guard: the PLC directory (identity.plc_url) is the operator's
+// choice and trusted by name; a did:web host is network data and may not
+// be a non-public address unless network.allow_private.
+func NewResolver(cfg config.Config) *identity.Resolver {
+	g := Outbound(cfg, "DID resolution").TrustURLs(cfg.Identity.PLCURL)
+	return &identity.Resolver{PLCURL: cfg.Identity.PLCURL, HandleWellKnownURL: cfg.Identity.HandleWellKnownURL, HTTP: g.Client(identity.DefaultTimeout)}
+}
+
+// Outbound is the guard for requests to hosts that network data names
+// (holds, did:web, PDSes), as network.allow_private sets it; purpose
+// names the requests in refusals.
+func Outbound(cfg config.Config, purpose string) netguard.Guard {
+	return netguard.Guard{AllowPrivate: cfg.Network.AllowPrivate, Purpose: purpose}
 }
 
 // Spec describes one background worker to the registry. Exactly one of

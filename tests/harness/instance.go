@@ -77,6 +77,9 @@ func (s Spec) config() ([]byte, error) {
 		"backfill.relay_endpoints": []string{"http://" + unreachable},
 		"identity.plc_url":         "http://" + unreachable,
 		"billing.stripe_api_url":   "http://" + unreachable,
+		// The fake holds, PDSes and did:web documents listen on loopback,
+		// which the outbound guard refuses by default.
+		"network.allow_private": true,
 	}
 	for k, v := range s.Set {
 		flat[k] = v

@@ -1,0 +1,71 @@
+package labeler
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/atcr-io/appview/internal/syntaxvectors"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// A label's subject is a DID or an AT-URI, and its cts/exp are datetimes:
+// each check agrees with the AT Protocol interop test vectors.
+func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ctx := context.Background()
+	malformed := func(uri string) bool {
+		_, err := resolveSubject(ctx, tx, uri)
+		return errors.Is(err, errMalformed)
+	}
+
+	for _, did := range syntaxvectors.Valid(syntaxvectors.DID) {
+		if got, err := resolveSubject(ctx, tx, did); err != nil || got.did != did {
+			t.Errorf("subject DID %q: %+v %v, the specification says valid", did, got, err)
+		}
+	}
+	for _, did := range append(syntaxvectors.Invalid(syntaxvectors.DID), "did:plc:"+strings.Repeat("a", 2041)) {
+		if strings.HasPrefix(did, "did:") && !malformed(did) {
+			t.Errorf("subject DID %q (%d bytes) accepted, the specification says invalid", did, len(did))
+		}
+	}
+	for _, uri := range syntaxvectors.Valid(syntaxvectors.ATURI) {
+		if malformed(uri) && strings.HasPrefix(uri, "at://did:") {
+			t.Errorf("subject %q refused as malformed, the specification says valid", uri)
+		}
+	}
+	for _, uri := range syntaxvectors.Invalid(syntaxvectors.ATURI) {
+		if !malformed(uri) {
+			t.Errorf("subject %q not refused as malformed, the specification says invalid", uri)
+		}
+	}
+
+	for _, s := range syntaxvectors.Valid(syntaxvectors.Datetime) {
+		if _, err := parseTime(s); err != nil {
+			t.Errorf("datetime %q refused, the specification says valid: %v", s, err)
+		}
+	}
+	for _, s := range syntaxvectors.Invalid(syntaxvectors.Datetime) {
+		if _, err := parseTime(s); err == nil {
+			t.Errorf("datetime %q accepted, the specification says invalid", s)
+		}
+	}
+}
+
+// A label's src (the labeler's DID, part of the takedown's key) is a DID
+// by the specification, or the label is skipped as malformed before
+// anything is written.
+func TestLabelSourcesFollowTheSpecificationsTestVectors(t *testing.T) {
+	for _, src := range append(syntaxvectors.Invalid(syntaxvectors.DID), "", "did:plc:"+strings.Repeat("a", 2041)) {
+		l := Label{Src: src, URI: "did:plc:alice", Val: ValTakedown, Cts: "2024-01-01T00:00:00Z"}
+		if err := new(store).applyLabel(context.Background(), nil, 1, l, 0, map[string]int{}); !errors.Is(err, errMalformed) {
+			t.Errorf("label src %q: %v, want it refused as malformed", src, err)
+		}
+	}
+}

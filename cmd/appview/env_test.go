@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/database"
+)
+
+// A pod of a Service named "appview" and a deploy script's own APPVIEW_*
+// variables: serve starts, warns (one JSON line each) about the
+// variables that are no key, names the closest key, says nothing about
+// the service links, and stops cleanly.
+func TestServeStartsInAKubernetesPodWithDeployScriptVariables(t *testing.T) {
+	p := startServe(t, t.TempDir(), childEnv(
+		"APPVIEW_ADMIN_ADDR=127.0.0.1:0",
+		"APPVIEW_PORT=tcp://10.0.0.1:80",
+		"APPVIEW_SERVICE_HOST=10.0.0.1",
+		"APPVIEW_SERVICE_PORT=80",
+		"APPVIEW_PORT_80_TCP=tcp://10.0.0.1:80",
+		"APPVIEW_PORT_80_TCP_PROTO=tcp",
+		"APPVIEW_PORT_80_TCP_PORT=80",
+		"APPVIEW_PORT_80_TCP_ADDR=10.0.0.1",
+		"APPVIEW_BIN=/usr/local/bin/appview",
+		"APPVIEW_VERSION=1.2.3",
+		"APPVIEW_LEASES_TLL=20s",
+	))
+	p.started()
+	for name, closest := range map[string]string{
+		"APPVIEW_BIN":        "",
+		"APPVIEW_VERSION":    "",
+		"APPVIEW_LEASES_TLL": "did you mean APPVIEW_LEASES_TTL",
+	} {
+		found := false
+		for _, m := range p.logLines() {
+			msg, _ := m["msg"].(string)
+			if m["level"] == "warn" && m["event"] == "config.unknown_env" &&
+				strings.Contains(msg, name+" is not a config key") && strings.Contains(msg, closest) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no warning naming %s (and %q)", name, closest)
+		}
+	}
+	for _, m := range p.logLines() {
+		if msg, _ := m["msg"].(string); strings.Contains(msg, "APPVIEW_PORT") || strings.Contains(msg, "APPVIEW_SERVICE") {
+			t.Errorf("a service link was logged: %v", m)
+		}
+	}
+	p.signal(syscall.SIGINT)
+	if code, _ := p.wait(runTimeout); code != cli.ExitOK {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	assertJSONLog(t, p.lines())
+}
+
+// The commands that do not log JSON print the warning as a plain line and
+// still do their work; --json output stays clean on stdout.
+func TestOtherCommandsWarnOnStderrAndRun(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r := runAppview(t, dir, childEnv("APPVIEW_BIN=/usr/local/bin/appview", "APPVIEW_PORT=tcp://10.0.0.1:80"), "leases", "--json")
+	if r.code != cli.ExitOK {
+		t.Fatalf("leases: exit %d, stderr %q", r.code, r.stderr)
+	}
+	want := "appview: warning: environment variable APPVIEW_BIN is not a config key and is ignored (did you mean APPVIEW_"
+	if !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("stderr = %q, want one line starting %q (nothing about the service link)", r.stderr, want)
+	}
+	if strings.Contains(r.stdout, "APPVIEW") {
+		t.Errorf("the warning reached stdout: %q", r.stdout)
+	}
+}

@@ -1,0 +1,21 @@
+package webhooks
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/atcr-io/appview/internal/syntaxvectors"
+)
+
+func TestSubscriptionDIDsFollowTheSpecificationsTestVectors(t *testing.T) {
+	for _, did := range syntaxvectors.Valid(syntaxvectors.DID) {
+		if err := checkDID(did); err != nil {
+			t.Errorf("checkDID(%q) = %v, the specification says valid", did, err)
+		}
+	}
+	for _, did := range append(syntaxvectors.Invalid(syntaxvectors.DID), "did:plc:"+strings.Repeat("a", 2041)) {
+		if checkDID(did) == nil {
+			t.Errorf("checkDID(%q) accepted, the specification says invalid", did)
+		}
+	}
+}
