@@ -35,9 +35,18 @@ func TestMain(m *testing.M) {
 // waitFor bounds every wait on the subscriber or the fake labeler.
 const waitFor = 10 * time.Second
 
+// stores keeps one lease store per test database: a store is one process
+// start (its nonce), and only the process that acquired a grant releases it.
+var stores sync.Map
+
+func storeFor(db *sql.DB) *leasestore.Store {
+	s, _ := stores.LoadOrStore(db, leasestore.NewStore(db, time.Minute))
+	return s.(*leasestore.Store)
+}
+
 func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
+	g, err := storeFor(db).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
 	}
@@ -390,7 +399,7 @@ func TestReconnectResumesFromTheLastAppliedSeq(t *testing.T) {
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := leasestore.NewStore(h.db, time.Minute).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
+	if err := storeFor(h.db).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
 		t.Fatal(err)
 	}
 	next := acquire(t, h.db, "instance-b")
