@@ -12,7 +12,8 @@ import (
 )
 
 // TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev bench
-// --quick`: the real scenarios with a few rounds each. It checks the
+// --quick`: the real scenarios with a few rounds each, each figure with
+// its _min and _max lines. It checks the
 // output's shape, not the figures (performance targets belong to the
 // benchmark itself, never to a timed test).
 func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
@@ -52,8 +53,11 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
 		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
 	} {
-		if got[name] != unit {
-			t.Errorf("figure %s: unit %q, want %q (output:\n%s)", name, got[name], unit, stdout.String())
+		// The median, then the spread over the runs on lines of their own.
+		for _, line := range []string{name, name + "_min", name + "_max"} {
+			if got[line] != unit {
+				t.Errorf("figure %s: unit %q, want %q (output:\n%s)", line, got[line], unit, stdout.String())
+			}
 		}
 	}
 	t.Logf("quick figures (few rounds: not a measurement):\n%s", stdout.String())

@@ -28,9 +28,13 @@ type Options struct {
 	Quick bool
 	// Out receives the figures, one "name value unit" a line.
 	Out io.Writer
-	// Only, when not empty, names the steps to run (see Steps); the others
-	// are skipped.
+	// Only, when not empty, names the steps (see Steps) or the figures
+	// (see the package doc) to run and print; the other steps are skipped.
 	Only []string
+	// Repeat is how many times each selected step runs (0: DefaultRepeat;
+	// Quick: 1). Each figure printed is the median over the runs, with
+	// its minimum and maximum on lines of their own.
+	Repeat int
 	// Progress receives notes on what is running (stderr); nil discards them.
 	Progress io.Writer
 }
@@ -62,6 +66,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if o.Repeat < 0 {
+		return fmt.Errorf("bench: Repeat %d: must be at least 1", o.Repeat)
+	}
+	if o.Repeat == 0 {
+		o.Repeat = DefaultRepeat
+		if o.Quick {
+			o.Repeat = 1
+		}
+	}
+	sel, err := selectSteps(o.Only)
+	if err != nil {
+		return err
+	}
 	if o.Dir == "" {
 		dir, err := os.MkdirTemp("", "appview-bench-")
 		if err != nil {
@@ -70,7 +87,7 @@ func Run(ctx context.Context, o Options) error {
 		defer os.RemoveAll(dir)
 		o.Dir = dir
 	}
-	r := &runner{o: o, n: fullRounds}
+	r := &runner{o: o, n: fullRounds, figures: newFigureSet()}
 	if o.Quick {
 		r.n = quickRounds
 	}
@@ -90,15 +107,19 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r.noteHost()
 	for _, s := range steps {
-		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
+		if !slices.Contains(sel.steps, s.name) {
 			continue
 		}
-		start := time.Now()
-		r.note("%s ...", s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("bench: %s: %w", s.name, err)
+		r.figures = newFigureSet()
+		for k := range o.Repeat {
+			start := time.Now()
+			r.note("%s (run %d of %d) ...", s.name, k+1, o.Repeat)
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("bench: %s: %w", s.name, err)
+			}
+			r.note("%s (run %d of %d) done in %v", s.name, k+1, o.Repeat, time.Since(start).Round(time.Millisecond))
 		}
-		r.note("%s done in %v", s.name, time.Since(start).Round(time.Millisecond))
+		r.figures.write(o.Out, sel.figures[s.name])
 	}
 	return nil
 }
@@ -108,6 +129,8 @@ type runner struct {
 	n    rounds
 	seq  int
 	dirs int
+	// figures collects the current step's figures over its runs.
+	figures *figureSet
 }
 
 func (r *runner) note(format string, args ...any) {
@@ -126,9 +149,11 @@ func (r *runner) noteHost() {
 	r.note("host: %d CPUs, load average %s (1, 5, 15 min)", runtime.NumCPU(), load)
 }
 
-// figure writes one result line.
+// figure records one run's value of a figure; Run prints the median and
+// the spread once the step's runs are done.
 func (r *runner) figure(name string, value float64, unit string) {
-	fmt.Fprintf(r.o.Out, "%s %.3f %s\n", name, value, unit)
+	r.note("%s %.3f %s", name, value, unit)
+	r.figures.add(name, value, unit)
 }
 
 // scratch returns a new directory under Dir.

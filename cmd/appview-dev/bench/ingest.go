@@ -104,42 +104,11 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 	if o.Note == nil {
 		o.Note = func(string, ...any) {}
 	}
-	var events []jetstream.Event
-	stream := filepath.Join(dir, "stream.jsonl")
-	if _, err := writeStream(ctx, stream, synth.Options{Seed: o.Seed, Events: o.Events}, atcrCommit,
-		func(e *jetstream.Event) { events = append(events, *e) }); err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: write stream: %w", err)
-	}
-	if len(events) == 0 {
-		return IngestResult{}, errors.New("ingest: the synthetic stream has no io.atcr commits")
-	}
-	batch := jetstream.DefaultBatchSize
-	capture, err := rowcapture.RecordProcessor(ctx, filepath.Join(dir, "capture.db"), events, batch)
+	rig, capture, res, closeRig, err := prepareIngest(ctx, dir, o)
 	if err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: record rows: %w", err)
+		return IngestResult{}, err
 	}
-	res := IngestResult{Events: len(events), Batches: len(capture.Batches), Rows: capture.Rows()}
-	o.Note("ingest: %d io.atcr events, %d batches of %d, %d row images (%.2f a event)",
-		res.Events, res.Batches, batch, res.Rows, float64(res.Rows)/float64(res.Events))
-
-	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: stream, Listen: "127.0.0.1:0"}, zerolog.Nop())
-	if err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: %w", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe(context.Background()) }()
-	defer func() { srv.Close(); <-served }()
-	select {
-	case <-srv.Listening():
-	case err := <-served:
-		return IngestResult{}, fmt.Errorf("ingest: replay server: %w", err)
-	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	defer sys.Shutdown()
-	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS}
-
+	defer closeRig()
 	// Untimed: the replay server compresses every frame on its first
 	// compressed subscription, and the process's heap and the file
 	// system's caches warm up.
@@ -191,6 +160,52 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 		o.Note("ingest: no pair ran on a quiet host (other processes under %.1f CPU): the figures are a busy host's", contendedShare)
 	}
 	return res, nil
+}
+
+// prepareIngest writes the stream of o into dir, records the processor's
+// row images for it, and starts a loopback replay server of it and an
+// actor system for the consumers: a rig ready for consumer and bare runs.
+// The returned func stops the server and the system.
+func prepareIngest(ctx context.Context, dir string, o IngestOptions) (*ingestRig, *rowcapture.Capture, IngestResult, func(), error) {
+	if o.Note == nil {
+		o.Note = func(string, ...any) {}
+	}
+	var events []jetstream.Event
+	stream := filepath.Join(dir, "stream.jsonl")
+	if _, err := writeStream(ctx, stream, synth.Options{Seed: o.Seed, Events: o.Events}, atcrCommit,
+		func(e *jetstream.Event) { events = append(events, *e) }); err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: write stream: %w", err)
+	}
+	if len(events) == 0 {
+		return nil, nil, IngestResult{}, nil, errors.New("ingest: the synthetic stream has no io.atcr commits")
+	}
+	batch := jetstream.DefaultBatchSize
+	capture, err := rowcapture.RecordProcessor(ctx, filepath.Join(dir, "capture.db"), events, batch)
+	if err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: record rows: %w", err)
+	}
+	res := IngestResult{Events: len(events), Batches: len(capture.Batches), Rows: capture.Rows()}
+	o.Note("ingest: %d io.atcr events, %d batches of %d, %d row images (%.2f a event)",
+		res.Events, res.Batches, batch, res.Rows, float64(res.Rows)/float64(res.Events))
+
+	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: stream, Listen: "127.0.0.1:0"}, zerolog.Nop())
+	if err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe(context.Background()) }()
+	stopServer := func() { srv.Close(); <-served }
+	select {
+	case <-srv.Listening():
+	case err := <-served:
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: replay server: %w", err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS}
+
+	return rig, capture, res, func() { sys.Shutdown(); stopServer() }, nil
 }
 
 // contendedShare is the CPU share (of one CPU) other processes may use

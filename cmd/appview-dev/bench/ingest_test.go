@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -109,4 +110,31 @@ func TestOnlyIOATCRCommitsAndCollectionlessEventsAreDelivered(t *testing.T) {
 			t.Errorf("delivered(%s %s) = %v, want %v", c.e.Kind, c.e.Collection(), got, c.want)
 		}
 	}
+}
+
+// BenchmarkConsumerIngest runs the consumer side of ingest_ratio alone
+// (the real consumer actor fed by a loopback replay server, 20k synthetic
+// events, a new file database each run), for profiling the ingest path:
+//
+//	go test -run '^$' -bench ConsumerIngest -cpuprofile cpu.prof ./internal/bench
+//	go tool pprof -top cpu.prof
+func BenchmarkConsumerIngest(b *testing.B) {
+	ctx := context.Background()
+	rig, _, res, closeRig, err := prepareIngest(ctx, b.TempDir(), IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeRig()
+	if _, err := rig.consumerRun(ctx); err != nil { // compresses the frames
+		b.Fatal(err)
+	}
+	var took time.Duration
+	for b.Loop() {
+		d, err := rig.consumerRun(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took += d
+	}
+	b.ReportMetric(float64(res.Events)*float64(b.N)/took.Seconds(), "events/s")
 }
