@@ -40,7 +40,7 @@ type Options struct {
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m", "jetstream-close"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m", "replay-serve", "jetstream-close"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
@@ -103,6 +103,7 @@ func Run(ctx context.Context, o Options) error {
 		{"rss", r.idleRSS},
 		{"ingest", r.ingest},
 		{"replay-1m", r.replayRSS},
+		{"replay-serve", r.replayServe},
 		{"jetstream-close", r.closeLatency},
 	}
 	r.noteHost()

@@ -24,6 +24,7 @@ var stepFigures = map[string][]string{
 	"rss":             {"idle_rss_mb"},
 	"ingest":          {"ingest_ratio", "ingest_events_per_s", "bare_rows_per_s"},
 	"replay-1m":       {"replay_1m_rss_mb_at_10pct", "replay_1m_rss_mb_at_50pct", "replay_1m_rss_mb_at_100pct", "replay_1m_rss_growth_ratio", "replay_1m_events_per_s"},
+	"replay-serve":    {"replay_serve_events_per_s"},
 	"jetstream-close": {"jetstream_close_p50_ms_silent", "jetstream_close_p99_ms_silent", "jetstream_close_p50_ms_blocked", "jetstream_close_p99_ms_blocked"},
 }
 

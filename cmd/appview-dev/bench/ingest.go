@@ -109,9 +109,7 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 		return IngestResult{}, err
 	}
 	defer closeRig()
-	// Untimed: the replay server compresses every frame on its first
-	// compressed subscription, and the process's heap and the file
-	// system's caches warm up.
+	// Untimed: the process's heap and the file system's caches warm up.
 	if _, err := rig.consumerRun(ctx); err != nil {
 		return IngestResult{}, fmt.Errorf("ingest: warm-up consumer run: %w", err)
 	}
@@ -199,6 +197,13 @@ func prepareIngest(ctx context.Context, dir string, o IngestOptions) (*ingestRig
 	case <-srv.Listening():
 	case err := <-served:
 		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: replay server: %w", err)
+	}
+	// The first compressed subscription compresses every frame before it
+	// sends one: do it here, under its own bound, so a busy host's slow
+	// compression is not taken for a consumer whose cursor is stuck.
+	if _, err := readFrames(ctx, srv.URL(), 1, replayPrepare); err != nil {
+		stopServer()
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: prime replay server: %w", err)
 	}
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
