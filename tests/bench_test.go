@@ -27,7 +27,8 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 	// Figures that are zero only when nothing was measured.
 	positive := map[string]bool{"ingest_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
 		"replay_1m_rss_mb_at_10pct": true, "replay_1m_rss_mb_at_50pct": true, "replay_1m_rss_mb_at_100pct": true, "replay_1m_rss_growth_ratio": true,
-		"replay_1m_events_per_s": true}
+		"replay_1m_events_per_s": true, "replay_serve_events_per_s": true,
+		"ingest_ratio_sqld": true, "ingest_events_per_s_sqld": true, "bare_rows_per_s_sqld": true}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		f := strings.Fields(line)
@@ -52,6 +53,8 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"ingest_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
 		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
 		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
+		"replay_serve_events_per_s": "events/s",
+		"ingest_ratio_sqld": "ratio", "ingest_events_per_s_sqld": "events/s", "bare_rows_per_s_sqld": "rows/s",
 	} {
 		// The median, then the spread over the runs on lines of their own.
 		for _, line := range []string{name, name + "_min", name + "_max"} {

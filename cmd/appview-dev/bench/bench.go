@@ -40,7 +40,7 @@ type Options struct {
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m", "replay-serve", "jetstream-close"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "ingest-sqld", "replay-1m", "replay-serve", "jetstream-close"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
@@ -101,7 +101,8 @@ func Run(ctx context.Context, o Options) error {
 		{"crash", r.crash},
 		{"renew-cost", r.renewCost},
 		{"rss", r.idleRSS},
-		{"ingest", r.ingest},
+		{"ingest", func(ctx context.Context) error { return r.ingest(ctx, "file") }},
+		{"ingest-sqld", func(ctx context.Context) error { return r.ingest(ctx, "sqld") }},
 		{"replay-1m", r.replayRSS},
 		{"replay-serve", r.replayServe},
 		{"jetstream-close", r.closeLatency},
@@ -176,21 +177,34 @@ func (r *runner) spec(db string) harness.Spec {
 	return harness.Spec{ID: r.instanceID(), DatabaseURL: db, Timing: Timing}
 }
 
-func (r *runner) ingest(ctx context.Context) error {
-	dir, err := r.scratch("ingest")
+func (r *runner) ingest(ctx context.Context, kind string) error {
+	suffix := ""
+	o := IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: ingestPairsFull, Note: r.note}
+	if kind == "sqld" {
+		if r.o.Sqld == "" {
+			r.note("ingest_ratio_sqld not measured: no sqld binary (--sqld)")
+			return nil
+		}
+		// Every statement is a round trip to the server: a smaller stream
+		// keeps a run within minutes.
+		suffix, o.Sqld, o.Events, o.Pairs = "_sqld", r.o.Sqld, ingestEventsSqld, ingestPairsSqld
+	}
+	dir, err := r.scratch("ingest-" + kind)
 	if err != nil {
 		return err
 	}
-	o := IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: ingestPairsFull, Note: r.note}
 	if r.o.Quick {
 		o.Events, o.Pairs = ingestEventsQuick, ingestPairsQuick
+		if kind == "sqld" {
+			o.Events, o.Pairs = ingestEventsQuick/4, 1
+		}
 	}
 	res, err := MeasureIngest(ctx, dir, o)
 	if err != nil {
 		return err
 	}
-	r.figure("ingest_ratio", res.Ratio, "ratio")
-	r.figure("ingest_events_per_s", res.EventsPerS, "events/s")
-	r.figure("bare_rows_per_s", res.BareRowsPerS, "rows/s")
+	r.figure("ingest_ratio"+suffix, res.Ratio, "ratio")
+	r.figure("ingest_events_per_s"+suffix, res.EventsPerS, "events/s")
+	r.figure("bare_rows_per_s"+suffix, res.BareRowsPerS, "rows/s")
 	return nil
 }

@@ -23,6 +23,7 @@ var stepFigures = map[string][]string{
 	"renew-cost":      {"renew_cost_ratio"},
 	"rss":             {"idle_rss_mb"},
 	"ingest":          {"ingest_ratio", "ingest_events_per_s", "bare_rows_per_s"},
+	"ingest-sqld":     {"ingest_ratio_sqld", "ingest_events_per_s_sqld", "bare_rows_per_s_sqld"},
 	"replay-1m":       {"replay_1m_rss_mb_at_10pct", "replay_1m_rss_mb_at_50pct", "replay_1m_rss_mb_at_100pct", "replay_1m_rss_growth_ratio", "replay_1m_events_per_s"},
 	"replay-serve":    {"replay_serve_events_per_s"},
 	"jetstream-close": {"jetstream_close_p50_ms_silent", "jetstream_close_p99_ms_silent", "jetstream_close_p50_ms_blocked", "jetstream_close_p99_ms_blocked"},
@@ -80,10 +81,17 @@ func selectSteps(only []string) (selection, error) {
 }
 
 // stepOf returns the step that writes figure name, "" for none.
+// An exact name wins over a prefix: ingest_ratio_sqld is the ingest-sqld
+// step's, not a variant of ingest_ratio.
 func stepOf(name string) string {
 	for _, s := range Steps {
+		if slices.Contains(stepFigures[s], name) {
+			return s
+		}
+	}
+	for _, s := range Steps {
 		for _, f := range stepFigures[s] {
-			if name == f || strings.HasPrefix(name, f+"_") {
+			if strings.HasPrefix(name, f+"_") {
 				return s
 			}
 		}

@@ -28,6 +28,7 @@ func TestOnlySelectsStepsAndFigures(t *testing.T) {
 		{[]string{"ingest", "graceful"}, []string{"graceful", "ingest"}, map[string][]string{}},
 		{[]string{"ingest_ratio"}, []string{"ingest"}, map[string][]string{"ingest": {"ingest_ratio"}}},
 		{[]string{"ingest_ratio_max", "bare_rows_per_s"}, []string{"ingest"}, map[string][]string{"ingest": {"ingest_ratio", "bare_rows_per_s"}}},
+		{[]string{"ingest_ratio_sqld"}, []string{"ingest-sqld"}, map[string][]string{"ingest-sqld": {"ingest_ratio_sqld"}}},
 		{[]string{"renew_cost_ratio_100"}, []string{"renew-cost"}, map[string][]string{"renew-cost": {"renew_cost_ratio_100"}}},
 		// A whole step wins over one of its figures.
 		{[]string{"ingest_ratio", "ingest"}, []string{"ingest"}, map[string][]string{}},

@@ -27,6 +27,7 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/synth"
+	"github.com/atcr-io/appview/tests/harness"
 )
 
 // Ingest sizes and bounds.
@@ -39,6 +40,8 @@ const (
 	// ingestPairsFull and ingestPairsQuick are the timed (consumer, bare)
 	// pairs.
 	ingestPairsFull, ingestPairsQuick = 7, 3
+	// ingestEventsSqld and ingestPairsSqld size the sqld runs.
+	ingestEventsSqld, ingestPairsSqld = 5000, 3
 	// ingestPoll is how often a consumer run reads jetstream_cursor: the
 	// resolution of the run's end (0.25% of a 2 s run).
 	ingestPoll = 5 * time.Millisecond
@@ -62,6 +65,10 @@ type IngestOptions struct {
 	Pairs int
 	// Note receives progress notes; nil discards them.
 	Note func(format string, args ...any)
+	// Sqld, when not empty, is a sqld binary: every run's database is
+	// then a new sqld server (started in the scratch directory, stopped
+	// after the run) instead of a new file.
+	Sqld string
 }
 
 // IngestResult is what MeasureIngest measured.
@@ -208,7 +215,7 @@ func prepareIngest(ctx context.Context, dir string, o IngestOptions) (*ingestRig
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
-	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS}
+	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS, sqld: o.Sqld}
 
 	return rig, capture, res, func() { sys.Shutdown(); stopServer() }, nil
 }
@@ -234,32 +241,45 @@ type ingestRig struct {
 	url    string
 	lastUS int64
 	dbs    int
+	// sqld is the sqld binary of sqld runs; "" for file databases.
+	sqld string
 }
 
-// newDB opens and migrates a new file database in the rig's directory,
-// with the options `appview serve` opens it with.
-func (g *ingestRig) newDB(ctx context.Context, kind string) (*database.DB, string, error) {
+// newDB opens and migrates a new database with the options `appview
+// serve` opens it with: a file in the rig's directory, or a new sqld
+// server there. done closes it (and stops the server).
+func (g *ingestRig) newDB(ctx context.Context, kind string) (db *database.DB, url string, done func(), err error) {
 	g.dbs++
-	url := "file:" + filepath.Join(g.dir, fmt.Sprintf("%s-%02d.db", kind, g.dbs))
-	db, err := database.Open(ctx, database.Options{URL: url, BusyTimeout: config.Default().Database.BusyTimeout})
+	name := fmt.Sprintf("%s-%02d", kind, g.dbs)
+	url, stop := "file:"+filepath.Join(g.dir, name+".db"), func() {}
+	if g.sqld != "" {
+		q, err := harness.StartSqld(ctx, harness.SqldSpec{Bin: g.sqld, Dir: filepath.Join(g.dir, name)})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		url, stop = q.URL, q.Stop
+	}
+	db, err = database.Open(ctx, database.Options{URL: url, BusyTimeout: config.Default().Database.BusyTimeout})
 	if err != nil {
-		return nil, "", err
+		stop()
+		return nil, "", nil, err
 	}
 	if _, err := db.Migrate(ctx); err != nil {
 		db.Close()
-		return nil, "", err
+		stop()
+		return nil, "", nil, err
 	}
-	return db, url, nil
+	return db, url, func() { db.Close(); stop() }, nil
 }
 
 // consumerRun ingests the stream through a new consumer and returns the
 // time from its spawn until jetstream_cursor holds the last event.
 func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
-	db, url, err := g.newDB(ctx, "consumer")
+	db, url, done, err := g.newDB(ctx, "consumer")
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
+	defer done()
 	grant, err := leasestore.NewStore(db.DB, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
 	if err != nil {
 		return 0, err
@@ -296,11 +316,11 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 
 // bareRun writes the recorded row images into a new database.
 func (g *ingestRig) bareRun(ctx context.Context, c *rowcapture.Capture) (time.Duration, error) {
-	db, _, err := g.newDB(ctx, "bare")
+	db, _, done, err := g.newDB(ctx, "bare")
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
+	defer done()
 	start := time.Now()
 	if err := c.Insert(ctx, db.DB); err != nil {
 		return 0, fmt.Errorf("bare run: %w", err)
