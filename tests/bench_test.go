@@ -54,7 +54,7 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
 		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
 		"replay_serve_events_per_s": "events/s",
-		"ingest_ratio_sqld": "ratio", "ingest_events_per_s_sqld": "events/s", "bare_rows_per_s_sqld": "rows/s",
+		"ingest_ratio_sqld":         "ratio", "ingest_events_per_s_sqld": "events/s", "bare_rows_per_s_sqld": "rows/s",
 	} {
 		// The median, then the spread over the runs on lines of their own.
 		for _, line := range []string{name, name + "_min", name + "_max"} {
