@@ -25,7 +25,7 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		t.Fatalf("appview-dev bench --quick: %v\n%s", err, stderr.String())
 	}
 	// Figures that are zero only when nothing was measured.
-	positive := map[string]bool{"ingest_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
+	positive := map[string]bool{"ingest_ratio": true, "ingest_cpu_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
 		"replay_1m_rss_mb_at_10pct": true, "replay_1m_rss_mb_at_50pct": true, "replay_1m_rss_mb_at_100pct": true, "replay_1m_rss_growth_ratio": true,
 		"replay_1m_events_per_s": true, "replay_serve_events_per_s": true,
 		"ingest_ratio_sqld": true, "ingest_events_per_s_sqld": true, "bare_rows_per_s_sqld": true}
@@ -50,7 +50,7 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"acquire_rtt_p50_ms_file": "ms", "acquire_rtt_p50_ms_sqld": "ms",
 		"renew_rtt_p50_ms_file": "ms", "renew_rtt_p50_ms_sqld": "ms",
 		"crash_handover_minus_ttl_p50_ms": "ms", "renew_cost_ratio": "ratio", "idle_rss_mb": "MB",
-		"ingest_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
+		"ingest_ratio": "ratio", "ingest_cpu_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
 		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
 		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
 		"replay_serve_events_per_s": "events/s",

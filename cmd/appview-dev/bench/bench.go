@@ -204,6 +204,7 @@ func (r *runner) ingest(ctx context.Context, kind string) error {
 		return err
 	}
 	r.figure("ingest_ratio"+suffix, res.Ratio, "ratio")
+	r.figure("ingest_cpu_ratio"+suffix, res.CPURatio, "ratio")
 	r.figure("ingest_events_per_s"+suffix, res.EventsPerS, "events/s")
 	r.figure("bare_rows_per_s"+suffix, res.BareRowsPerS, "rows/s")
 	return nil

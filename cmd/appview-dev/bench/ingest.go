@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -83,6 +84,13 @@ type IngestResult struct {
 	// EventsPerS is the median consumer rate (events/s); BareRowsPerS the
 	// median bare rate (rows/s).
 	EventsPerS, BareRowsPerS float64
+	// CPURatio is the median over the pairs of the CPU time this process
+	// used for the bare run / for the consumer run (the consumer's reader,
+	// committer and the loopback replay server's sends; on sqld, the
+	// client side only). Other processes on the host change it much less
+	// than the wall-time Ratio, so it is what decides an optimisation on
+	// a shared host; 0 where /proc cannot be read.
+	CPURatio float64
 }
 
 // MeasureIngest measures ingest_ratio in dir (a scratch directory it
@@ -120,19 +128,20 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 	if _, err := rig.consumerRun(ctx); err != nil {
 		return IngestResult{}, fmt.Errorf("ingest: warm-up consumer run: %w", err)
 	}
-	var ratios, eventRates, rowRates, quiet []float64
+	var ratios, cpuRatios, eventRates, rowRates, quiet []float64
 	for k := range o.Pairs {
 		var (
 			cons, bare             time.Duration
 			consOthers, bareOthers float64
+			consCPU, bareCPU       time.Duration
 		)
 		runs := []func() error{
 			func() (err error) {
-				cons, consOthers, err = beside(func() (time.Duration, error) { return rig.consumerRun(ctx) })
+				cons, consOthers, consCPU, err = beside(func() (time.Duration, error) { return rig.consumerRun(ctx) })
 				return err
 			},
 			func() (err error) {
-				bare, bareOthers, err = beside(func() (time.Duration, error) { return rig.bareRun(ctx, capture) })
+				bare, bareOthers, bareCPU, err = beside(func() (time.Duration, error) { return rig.bareRun(ctx, capture) })
 				return err
 			},
 		}
@@ -145,6 +154,9 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 			}
 		}
 		ratios = append(ratios, bare.Seconds()/cons.Seconds())
+		if consCPU > 0 {
+			cpuRatios = append(cpuRatios, bareCPU.Seconds()/consCPU.Seconds())
+		}
 		eventRates = append(eventRates, float64(res.Events)/cons.Seconds())
 		rowRates = append(rowRates, float64(res.Rows)/bare.Seconds())
 		if consOthers < contendedShare && bareOthers < contendedShare {
@@ -154,6 +166,7 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 			k, cons.Round(time.Millisecond), eventRates[k], bare.Round(time.Millisecond), rowRates[k], ratios[k], consOthers, bareOthers)
 	}
 	res.Ratio, res.EventsPerS, res.BareRowsPerS = median(ratios), median(eventRates), median(rowRates)
+	res.CPURatio = median(cpuRatios)
 	// Other work on the host slows the consumer (reader, replay server and
 	// committer: a little over one CPU) more than the bare inserts (one),
 	// so a busy host lowers the ratio; the quiet pairs show what an idle
@@ -224,14 +237,27 @@ func prepareIngest(ctx context.Context, dir string, o IngestOptions) (*ingestRig
 // during a run before the run counts as sharing the host.
 const contendedShare = 0.2
 
-// beside runs run and returns its duration and the share of a CPU other
-// processes used meanwhile (0 where /proc cannot be read).
-func beside(run func() (time.Duration, error)) (time.Duration, float64, error) {
-	before := sampleCPU()
+// beside runs run and returns its duration, the share of a CPU other
+// processes used meanwhile (0 where /proc cannot be read) and the CPU
+// time this process used (getrusage: microseconds, where /proc counts
+// 10 ms ticks).
+func beside(run func() (time.Duration, error)) (time.Duration, float64, time.Duration, error) {
+	before, self := sampleCPU(), processCPU()
 	start := time.Now()
 	d, err := run()
+	self = processCPU() - self
 	others, _ := before.others(sampleCPU(), time.Since(start))
-	return d, others, err
+	return d, others, self, err
+}
+
+// processCPU is the user and system time this process has used; 0 when
+// getrusage fails.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ingestRig runs consumers against one replay server.

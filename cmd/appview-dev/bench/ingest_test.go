@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ func TestMeasureIngestRunsTheConsumerAndTheBareInsertsAndLeavesNothingRunning(t 
 	if res.Events == 0 || res.Events > 600 || res.Rows == 0 || res.Batches != (res.Events+jetstream.DefaultBatchSize-1)/jetstream.DefaultBatchSize {
 		t.Errorf("sizes %+v: want the stream's io.atcr events in batches of %d, and their rows", res, jetstream.DefaultBatchSize)
 	}
-	if res.Ratio <= 0 || res.EventsPerS <= 0 || res.BareRowsPerS <= 0 {
+	if res.Ratio <= 0 || res.CPURatio <= 0 || res.EventsPerS <= 0 || res.BareRowsPerS <= 0 {
 		t.Errorf("figures %+v: want positive ratio and rates", res)
 	}
 	if notes != 1+2+1 {
@@ -142,13 +141,4 @@ func BenchmarkConsumerIngest(b *testing.B) {
 	// this process (consumer, reader, replay server) spent per run.
 	b.ReportMetric((processCPU()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(res.Events)*float64(b.N)/took.Seconds(), "events/s")
-}
-
-// processCPU is the user and system time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
