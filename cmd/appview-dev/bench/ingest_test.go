@@ -116,7 +116,7 @@ func TestOnlyIOATCRCommitsAndCollectionlessEventsAreDelivered(t *testing.T) {
 // (the real consumer actor fed by a loopback replay server, 20k synthetic
 // events, a new file database each run), for profiling the ingest path:
 //
-//	go test -run '^$' -bench ConsumerIngest -cpuprofile cpu.prof ./internal/bench
+//	go test -run '^$' -bench ConsumerIngest -cpuprofile cpu.prof ./cmd/appview-dev/bench
 //	go tool pprof -top cpu.prof
 func BenchmarkConsumerIngest(b *testing.B) {
 	ctx := context.Background()
