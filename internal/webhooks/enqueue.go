@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -37,8 +39,9 @@ func PushEventKey(ownerDID, repository, digest string) string {
 	return TriggerPush + ":" + ownerDID + "/" + repository + "@" + digest
 }
 
-// subscribersSQL reads the webhooks of a DID and their triggers.
-var subscribersSQL = `SELECT id, ` + database.Text("triggers") + ` FROM webhooks WHERE did = ?1 ORDER BY id`
+// subscribersSQL reads the webhooks of a list of DIDs (%s: one ?
+// each) and their triggers.
+var subscribersSQL = `SELECT ` + database.Text("did") + `, id, ` + database.Text("triggers") + ` FROM webhooks WHERE did IN (%s) ORDER BY id`
 
 const (
 	// enqueueSQL leaves next_attempt_at at the enqueue time: the first delay
@@ -67,17 +70,19 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, pushes []Push) (int, error) {
 				i, p.OwnerDID, p.Repository, p.Digest)
 		}
 	}
-	subscribers := map[string][]int64{}
+	owners := make([]string, 0, len(pushes))
+	for i := range pushes {
+		if !slices.Contains(owners, pushes[i].OwnerDID) {
+			owners = append(owners, pushes[i].OwnerDID)
+		}
+	}
+	subscribers, err := pushSubscribers(ctx, tx, owners)
+	if err != nil {
+		return 0, err
+	}
 	added := 0
 	for _, p := range pushes {
-		ids, seen := subscribers[p.OwnerDID]
-		if !seen {
-			var err error
-			if ids, err = pushSubscribers(ctx, tx, p.OwnerDID); err != nil {
-				return added, err
-			}
-			subscribers[p.OwnerDID] = ids
-		}
+		ids := subscribers[p.OwnerDID]
 		if len(ids) == 0 {
 			continue
 		}
@@ -103,34 +108,58 @@ func EnqueueTx(ctx context.Context, tx *sql.Tx, pushes []Push) (int, error) {
 	return added, nil
 }
 
-// pushSubscribers returns the ids of did's webhooks subscribed to "push".
-// A webhook whose triggers column cannot be read is skipped (and cannot be
-// fixed from here); the others still get their deliveries.
-func pushSubscribers(ctx context.Context, tx *sql.Tx, did string) ([]int64, error) {
-	rows, err := tx.QueryContext(ctx, subscribersSQL, did)
+// subscribersChunk bounds the DIDs per subscribers query (one parameter
+// each, far below SQLite's 32,766).
+const subscribersChunk = 500
+
+// pushSubscribers returns, for each of dids that has any, the ids of its
+// webhooks subscribed to "push", in id order: one query per
+// subscribersChunk DIDs, not one per DID, since it runs in every batch
+// that stores a manifest (the consumer's hot path). A webhook whose
+// triggers column cannot be read is skipped (and cannot be fixed from
+// here); the others still get their deliveries.
+func pushSubscribers(ctx context.Context, tx *sql.Tx, dids []string) (map[string][]int64, error) {
+	out := map[string][]int64{}
+	for len(dids) > 0 {
+		chunk := dids[:min(len(dids), subscribersChunk)]
+		dids = dids[len(chunk):]
+		if err := pushSubscribersChunk(ctx, tx, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func pushSubscribersChunk(ctx context.Context, tx *sql.Tx, dids []string, out map[string][]int64) error {
+	args := make([]any, len(dids))
+	for i, d := range dids {
+		args[i] = d
+	}
+	q := fmt.Sprintf(subscribersSQL, strings.TrimSuffix(strings.Repeat("?, ", len(dids)), ", "))
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("find webhooks of %s: %w", did, err)
+		return fmt.Errorf("find webhooks of %d DIDs: %w", len(dids), err)
 	}
 	defer rows.Close()
-	var ids []int64
 	for rows.Next() {
 		var (
+			did      string
 			id       int64
 			triggers string
 		)
-		if err := rows.Scan(&id, &triggers); err != nil {
-			return nil, fmt.Errorf("find webhooks of %s: %w", did, err)
+		if err := rows.Scan(&did, &id, &triggers); err != nil {
+			return fmt.Errorf("find webhooks of %d DIDs: %w", len(dids), err)
 		}
 		names, err := ParseTriggers(triggers)
 		if err != nil {
 			continue
 		}
-		for _, n := range names {
-			if n == TriggerPush {
-				ids = append(ids, id)
-				break
-			}
+		if slices.Contains(names, TriggerPush) {
+			out[did] = append(out[did], id)
 		}
 	}
-	return ids, rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find webhooks of %d DIDs: %w", len(dids), err)
+	}
+	return nil
 }

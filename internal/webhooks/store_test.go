@@ -3,6 +3,8 @@ package webhooks
 import (
 	"database/sql"
 	"errors"
+	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -132,6 +134,52 @@ func TestEnqueueRecordsOneDeliveryPerPushSubscriber(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("delivery keys = %q, want %q (webhooks %d, %d)", got, want, mine1, mine2)
+	}
+}
+
+// One batch can carry the pushes of many owners (the subscribers are
+// looked up for all of them at once, a chunk of DIDs per query): each
+// delivery still goes to the pushing owner's own webhooks only.
+func TestEnqueueOfManyOwnersDeliversToEachOwnersWebhooksOnly(t *testing.T) {
+	e := newEnv(t)
+	lax := Guard{AllowPrivate: true}
+	owner := func(i int) string { return fmt.Sprintf("did:plc:owner%04d", i) }
+	subscribed := []int{0, subscribersChunk - 1, subscribersChunk, 2*subscribersChunk + 3}
+	want := map[int64]string{}
+	for _, i := range subscribed {
+		id, err := Add(e.ctx, e.db.DB, Webhook{DID: owner(i), URL: fmt.Sprintf("http://127.0.0.1/%d", i)}, lax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = PushEventKey(owner(i), "app", "sha256:aaa")
+	}
+	var pushes []Push
+	for i := range 2*subscribersChunk + 10 {
+		p := push("app", "sha256:aaa")
+		p.OwnerDID, p.EventKey = owner(i), ""
+		pushes = append(pushes, p)
+	}
+	if n := e.enqueue(e.custody, pushes...); n != len(subscribed) {
+		t.Fatalf("enqueue recorded %d deliveries, want %d (one per subscribed owner)", n, len(subscribed))
+	}
+	rows, err := e.db.Query(`SELECT webhook_id, event_key FROM webhook_deliveries`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[int64]string{}
+	for rows.Next() {
+		var (
+			id  int64
+			key string
+		)
+		if err := rows.Scan(&id, &key); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = key
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("deliveries %v, want %v", got, want)
 	}
 }
 

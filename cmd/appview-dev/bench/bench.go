@@ -28,15 +28,19 @@ type Options struct {
 	Quick bool
 	// Out receives the figures, one "name value unit" a line.
 	Out io.Writer
-	// Only, when not empty, names the steps to run (see Steps); the others
-	// are skipped.
+	// Only, when not empty, names the steps (see Steps) or the figures
+	// (see the package doc) to run and print; the other steps are skipped.
 	Only []string
+	// Repeat is how many times each selected step runs (0: DefaultRepeat;
+	// Quick: 1). Each figure printed is the median over the runs, with
+	// its minimum and maximum on lines of their own.
+	Repeat int
 	// Progress receives notes on what is running (stderr); nil discards them.
 	Progress io.Writer
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "replay-1m", "jetstream-close"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "ingest-sqld", "replay-1m", "replay-serve", "jetstream-close"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
@@ -62,6 +66,19 @@ func Run(ctx context.Context, o Options) error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if o.Repeat < 0 {
+		return fmt.Errorf("bench: Repeat %d: must be at least 1", o.Repeat)
+	}
+	if o.Repeat == 0 {
+		o.Repeat = DefaultRepeat
+		if o.Quick {
+			o.Repeat = 1
+		}
+	}
+	sel, err := selectSteps(o.Only)
+	if err != nil {
+		return err
+	}
 	if o.Dir == "" {
 		dir, err := os.MkdirTemp("", "appview-bench-")
 		if err != nil {
@@ -70,7 +87,7 @@ func Run(ctx context.Context, o Options) error {
 		defer os.RemoveAll(dir)
 		o.Dir = dir
 	}
-	r := &runner{o: o, n: fullRounds}
+	r := &runner{o: o, n: fullRounds, figures: newFigureSet()}
 	if o.Quick {
 		r.n = quickRounds
 	}
@@ -84,21 +101,27 @@ func Run(ctx context.Context, o Options) error {
 		{"crash", r.crash},
 		{"renew-cost", r.renewCost},
 		{"rss", r.idleRSS},
-		{"ingest", r.ingest},
+		{"ingest", func(ctx context.Context) error { return r.ingest(ctx, "file") }},
+		{"ingest-sqld", func(ctx context.Context) error { return r.ingest(ctx, "sqld") }},
 		{"replay-1m", r.replayRSS},
+		{"replay-serve", r.replayServe},
 		{"jetstream-close", r.closeLatency},
 	}
 	r.noteHost()
 	for _, s := range steps {
-		if len(o.Only) > 0 && !slices.Contains(o.Only, s.name) {
+		if !slices.Contains(sel.steps, s.name) {
 			continue
 		}
-		start := time.Now()
-		r.note("%s ...", s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("bench: %s: %w", s.name, err)
+		r.figures = newFigureSet()
+		for k := range o.Repeat {
+			start := time.Now()
+			r.note("%s (run %d of %d) ...", s.name, k+1, o.Repeat)
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("bench: %s: %w", s.name, err)
+			}
+			r.note("%s (run %d of %d) done in %v", s.name, k+1, o.Repeat, time.Since(start).Round(time.Millisecond))
 		}
-		r.note("%s done in %v", s.name, time.Since(start).Round(time.Millisecond))
+		r.figures.write(o.Out, sel.figures[s.name])
 	}
 	return nil
 }
@@ -108,6 +131,8 @@ type runner struct {
 	n    rounds
 	seq  int
 	dirs int
+	// figures collects the current step's figures over its runs.
+	figures *figureSet
 }
 
 func (r *runner) note(format string, args ...any) {
@@ -126,9 +151,11 @@ func (r *runner) noteHost() {
 	r.note("host: %d CPUs, load average %s (1, 5, 15 min)", runtime.NumCPU(), load)
 }
 
-// figure writes one result line.
+// figure records one run's value of a figure; Run prints the median and
+// the spread once the step's runs are done.
 func (r *runner) figure(name string, value float64, unit string) {
-	fmt.Fprintf(r.o.Out, "%s %.3f %s\n", name, value, unit)
+	r.note("%s %.3f %s", name, value, unit)
+	r.figures.add(name, value, unit)
 }
 
 // scratch returns a new directory under Dir.
@@ -150,21 +177,35 @@ func (r *runner) spec(db string) harness.Spec {
 	return harness.Spec{ID: r.instanceID(), DatabaseURL: db, Timing: Timing}
 }
 
-func (r *runner) ingest(ctx context.Context) error {
-	dir, err := r.scratch("ingest")
+func (r *runner) ingest(ctx context.Context, kind string) error {
+	suffix := ""
+	o := IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: ingestPairsFull, Note: r.note}
+	if kind == "sqld" {
+		if r.o.Sqld == "" {
+			r.note("ingest_ratio_sqld not measured: no sqld binary (--sqld)")
+			return nil
+		}
+		// Every statement is a round trip to the server: a smaller stream
+		// keeps a run within minutes.
+		suffix, o.Sqld, o.Events, o.Pairs = "_sqld", r.o.Sqld, ingestEventsSqld, ingestPairsSqld
+	}
+	dir, err := r.scratch("ingest-" + kind)
 	if err != nil {
 		return err
 	}
-	o := IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: ingestPairsFull, Note: r.note}
 	if r.o.Quick {
 		o.Events, o.Pairs = ingestEventsQuick, ingestPairsQuick
+		if kind == "sqld" {
+			o.Events, o.Pairs = ingestEventsQuick/4, 1
+		}
 	}
 	res, err := MeasureIngest(ctx, dir, o)
 	if err != nil {
 		return err
 	}
-	r.figure("ingest_ratio", res.Ratio, "ratio")
-	r.figure("ingest_events_per_s", res.EventsPerS, "events/s")
-	r.figure("bare_rows_per_s", res.BareRowsPerS, "rows/s")
+	r.figure("ingest_ratio"+suffix, res.Ratio, "ratio")
+	r.figure("ingest_cpu_ratio"+suffix, res.CPURatio, "ratio")
+	r.figure("ingest_events_per_s"+suffix, res.EventsPerS, "events/s")
+	r.figure("bare_rows_per_s"+suffix, res.BareRowsPerS, "rows/s")
 	return nil
 }

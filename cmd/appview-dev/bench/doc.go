@@ -2,6 +2,14 @@
 // host with real processes and prints one figure a line, "name value
 // unit", so two runs (or two commits) can be compared with diff or awk.
 //
+// Repetition: every step runs Options.Repeat times (--repeat, default
+// DefaultRepeat = 5; 1 with --quick). The "name value unit" line of a
+// figure carries the median over those runs, and two more lines its
+// spread, "name_min value unit" and "name_max value unit", so one noisy
+// run on a shared host cannot decide a target. Each run's own value is
+// noted on stderr as it is measured. --only takes step names (Steps) and
+// figure names (a figure selects its step and prints only itself).
+//
 // Figures and how each is taken:
 //
 //   - graceful_handover_p50_ms, graceful_handover_p99_ms: two instances on
@@ -45,7 +53,7 @@
 //     "silent" once connected to a loopback server that never sends,
 //     "blocked" while the handler holds a batch until its context ends.
 //
-// --quick runs every step small under the same names (3 ingest pairs of 2k
+// --quick runs every step small, once, under the same names (3 ingest pairs of 2k
 // events, a 20k-event replay): a smoke run, not a measurement.
 //
 // Targets: graceful p50 <= 13 ms, p99 <= 50 ms; crash - TTL <=

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -27,6 +28,7 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/rowcapture"
 	"github.com/atcr-io/appview/internal/synth"
+	"github.com/atcr-io/appview/tests/harness"
 )
 
 // Ingest sizes and bounds.
@@ -39,6 +41,8 @@ const (
 	// ingestPairsFull and ingestPairsQuick are the timed (consumer, bare)
 	// pairs.
 	ingestPairsFull, ingestPairsQuick = 7, 3
+	// ingestEventsSqld and ingestPairsSqld size the sqld runs.
+	ingestEventsSqld, ingestPairsSqld = 5000, 3
 	// ingestPoll is how often a consumer run reads jetstream_cursor: the
 	// resolution of the run's end (0.25% of a 2 s run).
 	ingestPoll = 5 * time.Millisecond
@@ -62,6 +66,10 @@ type IngestOptions struct {
 	Pairs int
 	// Note receives progress notes; nil discards them.
 	Note func(format string, args ...any)
+	// Sqld, when not empty, is a sqld binary: every run's database is
+	// then a new sqld server (started in the scratch directory, stopped
+	// after the run) instead of a new file.
+	Sqld string
 }
 
 // IngestResult is what MeasureIngest measured.
@@ -76,6 +84,13 @@ type IngestResult struct {
 	// EventsPerS is the median consumer rate (events/s); BareRowsPerS the
 	// median bare rate (rows/s).
 	EventsPerS, BareRowsPerS float64
+	// CPURatio is the median over the pairs of the CPU time this process
+	// used for the bare run / for the consumer run (the consumer's reader,
+	// committer and the loopback replay server's sends; on sqld, the
+	// client side only). Other processes on the host change it much less
+	// than the wall-time Ratio, so it is what decides an optimisation on
+	// a shared host; 0 where /proc cannot be read.
+	CPURatio float64
 }
 
 // MeasureIngest measures ingest_ratio in dir (a scratch directory it
@@ -104,61 +119,29 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 	if o.Note == nil {
 		o.Note = func(string, ...any) {}
 	}
-	var events []jetstream.Event
-	stream := filepath.Join(dir, "stream.jsonl")
-	if _, err := writeStream(ctx, stream, synth.Options{Seed: o.Seed, Events: o.Events}, atcrCommit,
-		func(e *jetstream.Event) { events = append(events, *e) }); err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: write stream: %w", err)
-	}
-	if len(events) == 0 {
-		return IngestResult{}, errors.New("ingest: the synthetic stream has no io.atcr commits")
-	}
-	batch := jetstream.DefaultBatchSize
-	capture, err := rowcapture.RecordProcessor(ctx, filepath.Join(dir, "capture.db"), events, batch)
+	rig, capture, res, closeRig, err := prepareIngest(ctx, dir, o)
 	if err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: record rows: %w", err)
+		return IngestResult{}, err
 	}
-	res := IngestResult{Events: len(events), Batches: len(capture.Batches), Rows: capture.Rows()}
-	o.Note("ingest: %d io.atcr events, %d batches of %d, %d row images (%.2f a event)",
-		res.Events, res.Batches, batch, res.Rows, float64(res.Rows)/float64(res.Events))
-
-	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: stream, Listen: "127.0.0.1:0"}, zerolog.Nop())
-	if err != nil {
-		return IngestResult{}, fmt.Errorf("ingest: %w", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe(context.Background()) }()
-	defer func() { srv.Close(); <-served }()
-	select {
-	case <-srv.Listening():
-	case err := <-served:
-		return IngestResult{}, fmt.Errorf("ingest: replay server: %w", err)
-	}
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	defer sys.Shutdown()
-	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS}
-
-	// Untimed: the replay server compresses every frame on its first
-	// compressed subscription, and the process's heap and the file
-	// system's caches warm up.
+	defer closeRig()
+	// Untimed: the process's heap and the file system's caches warm up.
 	if _, err := rig.consumerRun(ctx); err != nil {
 		return IngestResult{}, fmt.Errorf("ingest: warm-up consumer run: %w", err)
 	}
-	var ratios, eventRates, rowRates, quiet []float64
+	var ratios, cpuRatios, eventRates, rowRates, quiet []float64
 	for k := range o.Pairs {
 		var (
 			cons, bare             time.Duration
 			consOthers, bareOthers float64
+			consCPU, bareCPU       time.Duration
 		)
 		runs := []func() error{
 			func() (err error) {
-				cons, consOthers, err = beside(func() (time.Duration, error) { return rig.consumerRun(ctx) })
+				cons, consOthers, consCPU, err = beside(func() (time.Duration, error) { return rig.consumerRun(ctx) })
 				return err
 			},
 			func() (err error) {
-				bare, bareOthers, err = beside(func() (time.Duration, error) { return rig.bareRun(ctx, capture) })
+				bare, bareOthers, bareCPU, err = beside(func() (time.Duration, error) { return rig.bareRun(ctx, capture) })
 				return err
 			},
 		}
@@ -171,6 +154,9 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 			}
 		}
 		ratios = append(ratios, bare.Seconds()/cons.Seconds())
+		if consCPU > 0 {
+			cpuRatios = append(cpuRatios, bareCPU.Seconds()/consCPU.Seconds())
+		}
 		eventRates = append(eventRates, float64(res.Events)/cons.Seconds())
 		rowRates = append(rowRates, float64(res.Rows)/bare.Seconds())
 		if consOthers < contendedShare && bareOthers < contendedShare {
@@ -180,6 +166,7 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 			k, cons.Round(time.Millisecond), eventRates[k], bare.Round(time.Millisecond), rowRates[k], ratios[k], consOthers, bareOthers)
 	}
 	res.Ratio, res.EventsPerS, res.BareRowsPerS = median(ratios), median(eventRates), median(rowRates)
+	res.CPURatio = median(cpuRatios)
 	// Other work on the host slows the consumer (reader, replay server and
 	// committer: a little over one CPU) more than the bare inserts (one),
 	// so a busy host lowers the ratio; the quiet pairs show what an idle
@@ -193,18 +180,84 @@ func MeasureIngest(ctx context.Context, dir string, o IngestOptions) (IngestResu
 	return res, nil
 }
 
+// prepareIngest writes the stream of o into dir, records the processor's
+// row images for it, and starts a loopback replay server of it and an
+// actor system for the consumers: a rig ready for consumer and bare runs.
+// The returned func stops the server and the system.
+func prepareIngest(ctx context.Context, dir string, o IngestOptions) (*ingestRig, *rowcapture.Capture, IngestResult, func(), error) {
+	if o.Note == nil {
+		o.Note = func(string, ...any) {}
+	}
+	var events []jetstream.Event
+	stream := filepath.Join(dir, "stream.jsonl")
+	if _, err := writeStream(ctx, stream, synth.Options{Seed: o.Seed, Events: o.Events}, atcrCommit,
+		func(e *jetstream.Event) { events = append(events, *e) }); err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: write stream: %w", err)
+	}
+	if len(events) == 0 {
+		return nil, nil, IngestResult{}, nil, errors.New("ingest: the synthetic stream has no io.atcr commits")
+	}
+	batch := jetstream.DefaultBatchSize
+	capture, err := rowcapture.RecordProcessor(ctx, filepath.Join(dir, "capture.db"), events, batch)
+	if err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: record rows: %w", err)
+	}
+	res := IngestResult{Events: len(events), Batches: len(capture.Batches), Rows: capture.Rows()}
+	o.Note("ingest: %d io.atcr events, %d batches of %d, %d row images (%.2f a event)",
+		res.Events, res.Batches, batch, res.Rows, float64(res.Rows)/float64(res.Events))
+
+	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: stream, Listen: "127.0.0.1:0"}, zerolog.Nop())
+	if err != nil {
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe(context.Background()) }()
+	stopServer := func() { srv.Close(); <-served }
+	select {
+	case <-srv.Listening():
+	case err := <-served:
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: replay server: %w", err)
+	}
+	// The first compressed subscription compresses every frame before it
+	// sends one: do it here, under its own bound, so a busy host's slow
+	// compression is not taken for a consumer whose cursor is stuck.
+	if _, err := readFrames(ctx, srv.URL(), 1, replayPrepare); err != nil {
+		stopServer()
+		return nil, nil, IngestResult{}, nil, fmt.Errorf("ingest: prime replay server: %w", err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	rig := &ingestRig{dir: dir, sys: sys, url: srv.URL(), lastUS: events[len(events)-1].TimeUS, sqld: o.Sqld}
+
+	return rig, capture, res, func() { sys.Shutdown(); stopServer() }, nil
+}
+
 // contendedShare is the CPU share (of one CPU) other processes may use
 // during a run before the run counts as sharing the host.
 const contendedShare = 0.2
 
-// beside runs run and returns its duration and the share of a CPU other
-// processes used meanwhile (0 where /proc cannot be read).
-func beside(run func() (time.Duration, error)) (time.Duration, float64, error) {
-	before := sampleCPU()
+// beside runs run and returns its duration, the share of a CPU other
+// processes used meanwhile (0 where /proc cannot be read) and the CPU
+// time this process used (getrusage: microseconds, where /proc counts
+// 10 ms ticks).
+func beside(run func() (time.Duration, error)) (time.Duration, float64, time.Duration, error) {
+	before, self := sampleCPU(), processCPU()
 	start := time.Now()
 	d, err := run()
+	self = processCPU() - self
 	others, _ := before.others(sampleCPU(), time.Since(start))
-	return d, others, err
+	return d, others, self, err
+}
+
+// processCPU is the user and system time this process has used; 0 when
+// getrusage fails.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ingestRig runs consumers against one replay server.
@@ -214,32 +267,45 @@ type ingestRig struct {
 	url    string
 	lastUS int64
 	dbs    int
+	// sqld is the sqld binary of sqld runs; "" for file databases.
+	sqld string
 }
 
-// newDB opens and migrates a new file database in the rig's directory,
-// with the options `appview serve` opens it with.
-func (g *ingestRig) newDB(ctx context.Context, kind string) (*database.DB, string, error) {
+// newDB opens and migrates a new database with the options `appview
+// serve` opens it with: a file in the rig's directory, or a new sqld
+// server there. done closes it (and stops the server).
+func (g *ingestRig) newDB(ctx context.Context, kind string) (db *database.DB, url string, done func(), err error) {
 	g.dbs++
-	url := "file:" + filepath.Join(g.dir, fmt.Sprintf("%s-%02d.db", kind, g.dbs))
-	db, err := database.Open(ctx, database.Options{URL: url, BusyTimeout: config.Default().Database.BusyTimeout})
+	name := fmt.Sprintf("%s-%02d", kind, g.dbs)
+	url, stop := "file:"+filepath.Join(g.dir, name+".db"), func() {}
+	if g.sqld != "" {
+		q, err := harness.StartSqld(ctx, harness.SqldSpec{Bin: g.sqld, Dir: filepath.Join(g.dir, name)})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		url, stop = q.URL, q.Stop
+	}
+	db, err = database.Open(ctx, database.Options{URL: url, BusyTimeout: config.Default().Database.BusyTimeout})
 	if err != nil {
-		return nil, "", err
+		stop()
+		return nil, "", nil, err
 	}
 	if _, err := db.Migrate(ctx); err != nil {
 		db.Close()
-		return nil, "", err
+		stop()
+		return nil, "", nil, err
 	}
-	return db, url, nil
+	return db, url, func() { db.Close(); stop() }, nil
 }
 
 // consumerRun ingests the stream through a new consumer and returns the
 // time from its spawn until jetstream_cursor holds the last event.
 func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
-	db, url, err := g.newDB(ctx, "consumer")
+	db, url, done, err := g.newDB(ctx, "consumer")
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
+	defer done()
 	grant, err := leasestore.NewStore(db.DB, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
 	if err != nil {
 		return 0, err
@@ -276,11 +342,11 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 
 // bareRun writes the recorded row images into a new database.
 func (g *ingestRig) bareRun(ctx context.Context, c *rowcapture.Capture) (time.Duration, error) {
-	db, _, err := g.newDB(ctx, "bare")
+	db, _, done, err := g.newDB(ctx, "bare")
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
+	defer done()
 	start := time.Now()
 	if err := c.Insert(ctx, db.DB); err != nil {
 		return 0, fmt.Errorf("bare run: %w", err)

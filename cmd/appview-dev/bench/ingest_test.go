@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/leakcheck"
@@ -35,7 +36,7 @@ func TestMeasureIngestRunsTheConsumerAndTheBareInsertsAndLeavesNothingRunning(t 
 	if res.Events == 0 || res.Events > 600 || res.Rows == 0 || res.Batches != (res.Events+jetstream.DefaultBatchSize-1)/jetstream.DefaultBatchSize {
 		t.Errorf("sizes %+v: want the stream's io.atcr events in batches of %d, and their rows", res, jetstream.DefaultBatchSize)
 	}
-	if res.Ratio <= 0 || res.EventsPerS <= 0 || res.BareRowsPerS <= 0 {
+	if res.Ratio <= 0 || res.CPURatio <= 0 || res.EventsPerS <= 0 || res.BareRowsPerS <= 0 {
 		t.Errorf("figures %+v: want positive ratio and rates", res)
 	}
 	if notes != 1+2+1 {
@@ -109,4 +110,35 @@ func TestOnlyIOATCRCommitsAndCollectionlessEventsAreDelivered(t *testing.T) {
 			t.Errorf("delivered(%s %s) = %v, want %v", c.e.Kind, c.e.Collection(), got, c.want)
 		}
 	}
+}
+
+// BenchmarkConsumerIngest runs the consumer side of ingest_ratio alone
+// (the real consumer actor fed by a loopback replay server, 20k synthetic
+// events, a new file database each run), for profiling the ingest path:
+//
+//	go test -run '^$' -bench ConsumerIngest -cpuprofile cpu.prof ./cmd/appview-dev/bench
+//	go tool pprof -top cpu.prof
+func BenchmarkConsumerIngest(b *testing.B) {
+	ctx := context.Background()
+	rig, _, res, closeRig, err := prepareIngest(ctx, b.TempDir(), IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeRig()
+	if _, err := rig.consumerRun(ctx); err != nil { // compresses the frames
+		b.Fatal(err)
+	}
+	var took time.Duration
+	cpu := processCPU()
+	for b.Loop() {
+		d, err := rig.consumerRun(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took += d
+	}
+	// CPU time is steadier than wall time on a shared host: it is what
+	// this process (consumer, reader, replay server) spent per run.
+	b.ReportMetric((processCPU()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(res.Events)*float64(b.N)/took.Seconds(), "events/s")
 }
