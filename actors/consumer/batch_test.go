@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/rs/zerolog"
@@ -22,7 +21,7 @@ import (
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
+	g, err := testsupport.LeaseStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v %v", g, err)
 	}
@@ -125,7 +124,7 @@ func TestASupersededConsumerCommitsNothing(t *testing.T) {
 	events, exp := generate(33, 800)
 	subscribeAll(t, db.DB, exp)
 	old := acquire(t, db.DB, "a")
-	if err := leasestore.NewStore(db.DB, time.Minute).Release(context.Background(), old); err != nil {
+	if err := testsupport.LeaseStore(db.DB, time.Minute).Release(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "b")

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -350,7 +349,7 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
 	defer stop(t, sys, pid)
 	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
-	if err := leasestore.NewStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
+	if err := testsupport.LeaseStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "new")

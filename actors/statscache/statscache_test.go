@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -34,7 +33,7 @@ const ttl = time.Minute
 
 func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := leasestore.NewStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
+	g, err := testsupport.LeaseStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire for %s: %+v %v", holder, g, err)
 	}
@@ -75,7 +74,7 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := acquire(t, db.DB, "a")
-	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), old); err != nil {
+	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
 	cur := acquire(t, db.DB, "b")
@@ -224,7 +223,7 @@ func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing
 	}
 	// Instance A loses custody (here: its lease is taken over after a
 	// release); B starts cold, from the persisted rows only.
-	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	b := acquire(t, db.DB, "instance-b")
@@ -271,7 +270,7 @@ WHERE (SELECT COUNT(*) FROM repository_hold_stats h WHERE h.did = repository_sta
 	if broken == 0 {
 		t.Fatal("no repository has two holds: the test proves nothing")
 	}
-	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	b := acquire(t, db.DB, "instance-b")
@@ -308,7 +307,7 @@ func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	a := acquire(t, db.DB, "instance-a")
-	if err := leasestore.NewStore(db.DB, ttl).Release(context.Background(), a); err != nil {
+	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	acquire(t, db.DB, "instance-b")

@@ -9,15 +9,18 @@ package testsupport
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // BusyTimeout is the busy_timeout of every test connection: long enough
@@ -88,4 +91,22 @@ func NewActorSystem(t testing.TB) *actor.ActorSystem {
 	}))
 	t.Cleanup(sys.Shutdown)
 	return sys
+}
+
+// leaseStores holds one lease store per test database and TTL: a store is
+// one process start (its nonce, see leasestore.Store.Nonce), and a grant is
+// released only by the process start that took it.
+var leaseStores sync.Map
+
+type storeKey struct {
+	db  *sql.DB
+	ttl time.Duration
+}
+
+// LeaseStore returns the test's lease store for db and ttl, the same one
+// on every call, so a test that acquires and later releases (a handover)
+// does both as one process.
+func LeaseStore(db *sql.DB, ttl time.Duration) *leasestore.Store {
+	s, _ := leaseStores.LoadOrStore(storeKey{db, ttl}, leasestore.NewStore(db, ttl))
+	return s.(*leasestore.Store)
 }
