@@ -12,8 +12,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/rs/zerolog"
-
-	"github.com/atcr-io/appview/actors/lease"
 )
 
 // jobRetryMax caps the retry backoff of a once-only job (Interval 0) that failed.
@@ -55,7 +53,7 @@ func (j *jobActor) Receive(ctx actor.Context) {
 		j.cancel, j.done = cancel, make(chan struct{})
 		sys, self := ctx.ActorSystem(), ctx.Self()
 		go j.loop(run, func(v any) { sys.Root.Send(self, &jobPanicked{value: v}) })
-	case *lease.Drain:
+	case *workers.Drain:
 		// Poison follows at once; cancelling here is what tells the job
 		// (through the cause) that the stop is graceful.
 		if j.cancel != nil {

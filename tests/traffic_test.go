@@ -27,7 +27,7 @@ const leaseConsumer = "jetstream-consumer"
 
 // resendAcrossHandoverAllowed would tolerate, in a rolling restart
 // (graceful handovers only), a push sent again by the next holder. It is
-// false: before a graceful stop the LeaseActor sends lease.Drain, the
+// false: before a graceful stop the LeaseActor sends workers.Drain, the
 // consumer stops reading and the webhook dispatcher finishes the requests
 // it has in flight and records their outcomes under the custody it still
 // holds, so every push reaches the receiver exactly once.

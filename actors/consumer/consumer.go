@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -134,7 +134,7 @@ func (c *consumer) Receive(ctx actor.Context) {
 				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
-	case *lease.Drain:
+	case *workers.Drain:
 		c.drain()
 	case *runEnded:
 		if msg.err != nil {

@@ -69,14 +69,6 @@ type Options struct {
 	Seed uint64
 }
 
-// Drain is sent to a worker just before a graceful stop (it is then
-// poisoned). Custody is still held and renewed while the worker handles
-// it, so a worker with work in flight (a request whose outcome must be
-// recorded) should finish that work, bounded, before returning: its fenced
-// writes still land. On a loss of custody no Drain is sent: the worker is
-// stopped at once.
-type Drain struct{}
-
 // StatusRequest asks a LeaseActor for its Status: send a *StatusRequest
 // with RequestFuture; the answer is a Status.
 type StatusRequest struct{}
@@ -413,7 +405,7 @@ func (a *leaseActor) exec(ctx actor.Context, c machine.Command) {
 	case machine.StopWorkerCmd:
 		if pid := a.workers[c.Gen]; pid != nil {
 			if c.Graceful {
-				ctx.Send(pid, &Drain{})
+				ctx.Send(pid, &workers.Drain{})
 				ctx.Poison(pid)
 			} else {
 				ctx.Stop(pid)

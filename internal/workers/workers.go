@@ -28,8 +28,17 @@ import (
 // leaves that worker out instead of refusing to start.
 var ErrDisabled = errors.New("worker disabled by configuration")
 
+// Drain is the message a LeaseActor sends its worker actor just before a
+// graceful stop (it is then
+// poisoned). Custody is still held and renewed while the worker handles
+// it, so a worker with work in flight (a request whose outcome must be
+// recorded) should finish that work, bounded, before returning: its fenced
+// writes still land. On a loss of custody no Drain is sent: the worker is
+// stopped at once.
+type Drain struct{}
+
 // ErrDrain is the cause (context.Cause) of a job's context when its
-// worker is stopped gracefully: the LeaseActor sent lease.Drain, and
+// worker is stopped gracefully: the LeaseActor sent Drain, and
 // custody stays held and renewed until the job returns. A job must start
 // nothing new, but it may let the one request it has in flight finish and
 // record its outcome under that custody (within jobStopTimeout), when the
