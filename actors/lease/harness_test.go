@@ -19,6 +19,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 // waitFor bounds every wait on an event or a state; a test that needs
@@ -342,7 +343,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 		}
 	case *actor.Restarting:
 		w.p.restarting.Add(1)
-	case *Drain:
+	case *workers.Drain:
 		w.p.drains.Add(1)
 		if w.p.stopping.Load() == 0 {
 			w.p.drainedBeforeStop.Store(true)
