@@ -100,7 +100,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	mux := http.NewServeMux()
 	var srv *admin.Server
 	if cfg.Admin.Addr != "" {
-		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg); err != nil {
+		opts := admin.Options{Token: cfg.Admin.Token, ProtectMetrics: cfg.Admin.ProtectMetrics, Pprof: cfg.Admin.Pprof}
+		if srv, err = admin.ListenOptions(cfg.Admin.Addr, db, reg, opts); err != nil {
 			return cli.Refuse("admin.addr", "%v", err)
 		}
 		mux = srv.Mux
@@ -122,7 +123,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	if srv != nil {
 		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + "/lease/nudge"
 	}
-	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL})
+	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL,
+		AdminToken: cfg.Admin.Token})
 	if err != nil {
 		return err
 	}
