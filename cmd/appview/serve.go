@@ -97,6 +97,9 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	defer db.Close()
 
 	reg := prometheus.NewRegistry()
+	if err := registerBuildInfo(reg); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	var srv *admin.Server
 	if cfg.Admin.Addr != "" {
