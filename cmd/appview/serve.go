@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
@@ -136,6 +137,10 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	}
 	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
+	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
+	if err := reg.Register(backfill.NewProgressCollector(db.DB)); err != nil {
+		return err
+	}
 	if sig := pendingSignal(sigs); sig != nil {
 		// Still nothing acquired: the workers have not been spawned.
 		if srv != nil {
