@@ -51,6 +51,11 @@ func TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo(t *testing.T)
 		{"/debug/leases", token, 200},
 		{"/debug/pprof/", "", 401},
 		{"/debug/pprof/", token, 200},
+		{"/", "", 401}, // the status page
+		{"/", token, 200},
+		{"/debug/backfill", "", 401},
+		{"/debug/backfill", token, 200},
+		{"/no-such-page", token, 404},
 	} {
 		if code, body := getAuth(base+tc.path, tc.token); code != tc.want {
 			t.Errorf("GET %s (token %q) = %d %.100q, want %d", tc.path, tc.token, code, body, tc.want)
@@ -60,7 +65,7 @@ func TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo(t *testing.T)
 	if !strings.Contains(metrics, `goversion="`+runtime.Version()+`"`) || !strings.Contains(metrics, "appview_build_info{") {
 		t.Errorf("/metrics has no appview_build_info with goversion %s", runtime.Version())
 	}
-	if !strings.Contains(metrics, `appview_admin_auth_failures_total{reason="missing"} 2`) ||
+	if !strings.Contains(metrics, `appview_admin_auth_failures_total{reason="missing"} 4`) ||
 		!strings.Contains(metrics, `appview_admin_auth_failures_total{reason="wrong"} 1`) {
 		t.Errorf("/metrics does not count the refusals:\n%s", grepLines(metrics, "appview_admin_auth_failures_total"))
 	}

@@ -78,16 +78,9 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 	if p.CompletedAt != nil {
 		state = "completed"
 	}
-	eta := "unknown"
-	switch {
-	case p.CompletedAt != nil:
-		eta = "0s"
-	case p.ETASeconds >= 0:
-		eta = (time.Duration(p.ETASeconds) * time.Second).String()
-		if !p.ListingDone {
-			eta = "at least " + eta
-		}
-	}
+	var etaText strings.Builder
+	writeETA(&etaText, p)
+	eta := etaText.String()
 	known := fmt.Sprint(p.ReposKnown)
 	if !p.ListingDone && p.CompletedAt == nil {
 		known += "+" // still listing: more repositories may come
@@ -117,5 +110,21 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 	}
 	for _, l := range lines {
 		fmt.Fprintf(w, "%s: %s\n", l[0], l[1])
+	}
+}
+
+// writeETA writes p's estimated time left: "unknown" before a repository
+// finished, "at least ..." while the listing is incomplete.
+func writeETA(w io.Writer, p backfill.Progress) {
+	switch {
+	case p.CompletedAt != nil:
+		fmt.Fprint(w, "0s")
+	case p.ETASeconds >= 0:
+		if !p.ListingDone {
+			fmt.Fprint(w, "at least ")
+		}
+		fmt.Fprint(w, time.Duration(p.ETASeconds)*time.Second)
+	default:
+		fmt.Fprint(w, "unknown")
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/identity"
+	"github.com/atcr-io/appview/internal/statuspage"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -138,6 +139,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
 	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
+	hist := statuspage.NewHistory()
+	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist))
 	if err := reg.Register(backfill.NewProgressCollector(db.DB)); err != nil {
 		return err
 	}
@@ -152,6 +155,13 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	serveErr := make(chan error, 1)
 	if srv != nil {
 		go func() { serveErr <- srv.Serve() }()
+	}
+	if srv != nil {
+		// The status page's sampler reads only; it stops with the admin server.
+		sampleCtx, stopSampling := context.WithCancel(context.Background())
+		sampled := make(chan struct{})
+		go func() { defer close(sampled); sampleStatus(sampleCtx, db.DB, hist, log) }()
+		defer func() { stopSampling(); <-sampled }()
 	}
 	if err := sys.Start(); err != nil {
 		log.Error().Err(err).Msg("cannot start the workers")
