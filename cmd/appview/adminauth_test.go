@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/cli"
 )
 
 // getAuth is get with "Authorization: Bearer token" ("" sends none).
@@ -68,6 +70,16 @@ func TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo(t *testing.T)
 	if !strings.Contains(metrics, `appview_admin_auth_failures_total{reason="missing"} 4`) ||
 		!strings.Contains(metrics, `appview_admin_auth_failures_total{reason="wrong"} 1`) {
 		t.Errorf("/metrics does not count the refusals:\n%s", grepLines(metrics, "appview_admin_auth_failures_total"))
+	}
+	// The container HEALTHCHECK: the same configuration, probed from the
+	// admin address the instance logged.
+	addr := strings.TrimPrefix(base, "http://")
+	if r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="+addr, "APPVIEW_ADMIN_TOKEN_FILE=token"), "healthcheck"); r.code != 0 || !strings.HasSuffix(r.stdout, "/readyz: ok\n") {
+		t.Errorf("healthcheck: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r := runAppview(t, dir, childEnv(), "healthcheck", "--url", "http://127.0.0.1:1/readyz")
+	if r.code != cli.ExitFailure || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("healthcheck of a closed port: exit %d, stderr %q; want 1 and one line", r.code, r.stderr)
 	}
 	for _, line := range p.logLines() {
 		if line["level"] == "error" {

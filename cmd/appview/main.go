@@ -65,7 +65,7 @@ func newRootCommand() *cobra.Command {
 	migrated, existing := opener(cli.OpenDatabase), opener(cli.OpenExisting)
 	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
 		newWebhooksCommand(migrated, existing), newReplayCommand(),
-		newVersionCommand(), newBackfillCommand(existing))
+		newVersionCommand(), newBackfillCommand(existing), newHealthcheckCommand(flags))
 	cli.StrictUsage(root)
 	return root
 }
