@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -201,5 +203,79 @@ func TestSystemdUnitPassesSystemdAnalyzeVerify(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, "appview.service").CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) != 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// dashboardMetric matches a metric name in a PromQL expression of the
+// dashboard (label names and functions have no such prefix).
+var dashboardMetric = regexp.MustCompile(`\b((?:appview|process|go)_[a-zA-Z0-9_]+)`)
+
+// TestGrafanaDashboardQueriesOnlyMetricsARunningInstanceExports loads
+// deploy/grafana-dashboard.json and checks that every metric its panels
+// query appears in /metrics of a running instance (issue 11.8): a renamed
+// metric breaks this test rather than a dashboard in production.
+// Histograms are queried by their _bucket series, which is what is
+// looked for. A series that exists only once something happened (a lease
+// renewal, a webhook attempt) is waited for, up to a bound.
+func TestGrafanaDashboardQueriesOnlyMetricsARunningInstanceExports(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(deployDir, "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	want := map[string]string{} // metric → panel
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range dashboardMetric.FindAllStringSubmatch(tg.Expr, -1) {
+				want[m[1]] = p.Title
+			}
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("the dashboard queries %d metrics; the extraction is broken", len(want))
+	}
+	dir := t.TempDir()
+	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_JETSTREAM_URLS=ws://127.0.0.1:1/subscribe",
+		"APPVIEW_BACKFILL_RELAY_ENDPOINTS=http://127.0.0.1:1", "APPVIEW_IDENTITY_PLC_URL=http://127.0.0.1:1",
+		"APPVIEW_LEASES_TTL=2s", "APPVIEW_LEASES_RENEW_INTERVAL=200ms", "APPVIEW_LEASES_RENEW_DEADLINE=1s", "APPVIEW_LEASES_RETRY_INTERVAL=200ms"))
+	base := p.started()
+	var missing []string
+	exported := func() bool {
+		_, body := get(base + "/metrics")
+		names := map[string]bool{}
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			name, _, _ := strings.Cut(line, " ")
+			name, _, _ = strings.Cut(name, "{")
+			names[name] = true
+		}
+		missing = missing[:0]
+		for m := range want {
+			if !names[m] {
+				missing = append(missing, m)
+			}
+		}
+		return len(missing) == 0
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * pollEvery)
+	defer tick.Stop()
+	for !exported() && time.Now().Before(deadline) && !p.exited() {
+		<-tick.C
+	}
+	for _, m := range missing {
+		t.Errorf("panel %q queries %s, which /metrics of a running instance does not export", want[m], m)
 	}
 }
