@@ -50,6 +50,7 @@ type History struct {
 	MaxHandovers int
 
 	mu        sync.Mutex
+	viewed    time.Time
 	last      map[string]LeaseSnap
 	handovers []Handover
 	points    []Point
@@ -112,4 +113,18 @@ func (h *History) Points() []Point {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]Point(nil), h.points...)
+}
+
+// Viewed records that the page was served at t.
+func (h *History) Viewed(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.viewed = t
+}
+
+// ViewedWithin reports whether the page was served within d before now.
+func (h *History) ViewedWithin(now time.Time, d time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.viewed.IsZero() && now.Sub(h.viewed) <= d
 }

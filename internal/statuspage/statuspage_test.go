@@ -76,3 +76,15 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 		}
 	}
 }
+
+func TestViewedWithin(t *testing.T) {
+	h := NewHistory()
+	now := time.Unix(1_800_000_000, 0)
+	if h.ViewedWithin(now, time.Minute) {
+		t.Fatal("never viewed, yet ViewedWithin")
+	}
+	h.Viewed(now)
+	if !h.ViewedWithin(now.Add(time.Minute), time.Minute) || h.ViewedWithin(now.Add(61*time.Second), time.Minute) {
+		t.Fatal("ViewedWithin does not follow the last view")
+	}
+}
