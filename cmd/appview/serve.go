@@ -106,7 +106,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal) error 
 	var srv *admin.Server
 	if cfg.Admin.Addr != "" {
 		opts := admin.Options{Token: cfg.Admin.Token, ProtectMetrics: cfg.Admin.ProtectMetrics, Pprof: cfg.Admin.Pprof}
-		if srv, err = admin.ListenOptions(cfg.Admin.Addr, db, reg, opts); err != nil {
+		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg, opts); err != nil {
 			return cli.Refuse("admin.addr", "%v", err)
 		}
 		mux = srv.Mux

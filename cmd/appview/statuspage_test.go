@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // browserOptOut is the environment variable that lets a developer without
@@ -77,7 +79,7 @@ func TestStatusPageInHeadlessChromiumShowsTheFleetAndTheHolder(t *testing.T) {
 	// A backfill run half-way and a committed Jetstream position, as a
 	// running fleet would have them (backfill is disabled here and the
 	// Jetstream URL refuses, so neither moves).
-	db := openTestDB(t, filepath.Join(dir, "shared.db"))
+	db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "shared.db"))
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}

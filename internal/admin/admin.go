@@ -60,15 +60,10 @@ func (s *Server) ready(ctx context.Context, db *database.DB) error {
 }
 
 // Listen binds addr now (so a port in use is a start-up error, before any
-// worker runs) and registers /healthz, /readyz and /metrics. Go runtime and
-// process collectors are added to reg. It serves without a token; see
-// ListenOptions.
-func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, error) {
-	return ListenOptions(addr, db, reg, Options{})
-}
-
-// ListenOptions is Listen with the access rules of opts (issue 11).
-func ListenOptions(addr string, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
+// worker runs) and registers /healthz, /readyz and /metrics, with the
+// access rules of opts (issue 11; Options{} serves everything without a
+// token). Go runtime and process collectors are added to reg.
+func Listen(addr string, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)

@@ -133,6 +133,3 @@ func mountPprof(mux *http.ServeMux) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
-
-// AuthHeader is the Authorization value for token, for clients and tests.
-func AuthHeader(token string) string { return "Bearer " + token }

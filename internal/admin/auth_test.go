@@ -6,10 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -21,7 +23,7 @@ const testToken = "0123456789abcdef-test"
 func serveGuarded(t *testing.T, opts Options) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	srv, err := ListenOptions("127.0.0.1:0", openDB(t), reg, opts)
+	srv, err := Listen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func TestOversizedBodiesAndHeadersAreRefusedWith4xx(t *testing.T) {
 // bounded by MaxBytesReader when a handler reads it.
 func TestChunkedOversizedBodyIsCutOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, err := ListenOptions("127.0.0.1:0", openDB(t), reg, Options{})
+	srv, err := Listen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
