@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease"
+	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
@@ -44,6 +45,9 @@ type Options struct {
 	Metrics *prometheus.Registry
 	// NudgeURL is this instance's nudge endpoint ("" disables nudges).
 	NudgeURL string
+	// AdminToken is admin.token: nudges to other instances carry it as a
+	// bearer token (issue 11). Empty sends none.
+	AdminToken string
 }
 
 // System is the embedded actor system of one instance: a root actor with
@@ -109,7 +113,8 @@ func New(o Options) (*System, error) {
 	s.store = store
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
 		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log,
+			HTTP: &http.Client{Timeout: leasestore.NudgeTimeout, Transport: admin.BearerTransport(o.AdminToken, nil)}}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec

@@ -50,7 +50,9 @@ func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSupersed
 	const stripe = "http://127.0.0.1:1"
 
 	specA := leasedSpec("a", dbA, stripe)
-	specA.Wrap, specA.AdminAddr = wrap(n.a), n.addrA+":0"
+	// Admin ports on non-loopback addresses need a token (issue 11); the
+	// nudges between the two instances carry it.
+	specA.Wrap, specA.AdminAddr, specA.Set["admin.token"] = wrap(n.a), n.addrA+":0", partitionToken
 	a, err := c.Start(ctx, specA)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSupersed
 		fences[l] = e.Fence
 	}
 	specB := leasedSpec("b", dbB, stripe)
-	specB.Wrap, specB.AdminAddr = wrap(n.b), n.addrB+":0"
+	specB.Wrap, specB.AdminAddr, specB.Set["admin.token"] = wrap(n.b), n.addrB+":0", partitionToken
 	b, err := c.Start(ctx, specB)
 	if err != nil {
 		t.Fatal(err)
@@ -157,3 +159,6 @@ func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSupersed
 		t.Error(err)
 	}
 }
+
+// partitionToken is admin.token of both instances of the partition test.
+const partitionToken = "partition-test-admin-token"

@@ -48,7 +48,9 @@ func newRootCommand() *cobra.Command {
 		Short:         "Background worker runtime of an AT Protocol container registry AppView",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       readBuildIdentity().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	flags := &cli.ConfigFlags{}
 	flags.Register(root)
 	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
@@ -63,7 +65,8 @@ func newRootCommand() *cobra.Command {
 	}
 	migrated, existing := opener(cli.OpenDatabase), opener(cli.OpenExisting)
 	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
-		newWebhooksCommand(migrated, existing), newReplayCommand())
+		newWebhooksCommand(migrated, existing), newReplayCommand(),
+		newVersionCommand(), newBackfillCommand(existing), newHealthcheckCommand(flags))
 	cli.StrictUsage(root)
 	return root
 }

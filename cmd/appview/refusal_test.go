@@ -100,6 +100,15 @@ func refusals() []refusal {
 				return []string{"--set", "admin.addr=" + ln.Addr().String()}
 			},
 		},
+		{
+			// Issue 11: an admin port others can reach needs a token.
+			name: "non-loopback admin address without a token", key: "admin.token", reason: "not a loopback address",
+			args: []string{"--set", "admin.addr=0.0.0.0:0"},
+		},
+		{
+			name: "admin token file missing", key: "admin.token_file", reason: "no such file",
+			args: []string{"--set", "admin.token_file=/nonexistent/appview-token"},
+		},
 	}
 }
 

@@ -19,10 +19,12 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/statuspage"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -101,10 +103,14 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	defer db.Close()
 
 	reg := prometheus.NewRegistry()
+	if err := registerBuildInfo(reg); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	var srv *admin.Server
 	if cfg.Admin.Addr != "" {
-		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg); err != nil {
+		opts := admin.Options{Token: cfg.Admin.Token, ProtectMetrics: cfg.Admin.ProtectMetrics, Pprof: cfg.Admin.Pprof}
+		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg, opts); err != nil {
 			return cli.Refuse("admin.addr", "%v", err)
 		}
 		mux = srv.Mux
@@ -126,7 +132,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if srv != nil {
 		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + "/lease/nudge"
 	}
-	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL})
+	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL,
+		AdminToken: cfg.Admin.Token})
 	if err != nil {
 		return err
 	}
@@ -135,6 +142,12 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
+	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
+	hist := statuspage.NewHistory()
+	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist))
+	if err := reg.Register(backfill.NewProgressCollector(db.DB)); err != nil {
+		return err
+	}
 	if sig := pendingSignal(sigs); sig != nil {
 		// Still nothing acquired: the workers have not been spawned.
 		if srv != nil {
@@ -146,6 +159,13 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	serveErr := make(chan error, 1)
 	if srv != nil {
 		go func() { serveErr <- srv.Serve() }()
+	}
+	if srv != nil {
+		// The status page's sampler reads only; it stops with the admin server.
+		sampleCtx, stopSampling := context.WithCancel(context.Background())
+		sampled := make(chan struct{})
+		go func() { defer close(sampled); sampleStatus(sampleCtx, db.DB, hist, log) }()
+		defer func() { stopSampling(); <-sampled }()
 	}
 	if err := sys.Start(); err != nil {
 		log.Error().Err(err).Msg("cannot start the workers")

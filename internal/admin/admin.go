@@ -60,9 +60,10 @@ func (s *Server) ready(ctx context.Context, db *database.DB) error {
 }
 
 // Listen binds addr now (so a port in use is a start-up error, before any
-// worker runs) and registers /healthz, /readyz and /metrics. Go runtime and
-// process collectors are added to reg.
-func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, error) {
+// worker runs) and registers /healthz, /readyz and /metrics, with the
+// access rules of opts (issue 11; Options{} serves everything without a
+// token). Go runtime and process collectors are added to reg.
+func Listen(addr string, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -96,7 +97,22 @@ func Listen(addr string, db *database.DB, reg *prometheus.Registry) (*Server, er
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	s.Mux, s.srv = mux, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if opts.Pprof {
+		mountPprof(mux)
+	}
+	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "appview_admin_auth_failures_total",
+		Help: "Admin requests refused with 401, by reason: missing (no Authorization header), malformed (not \"Bearer <token>\"), wrong (another token).",
+	}, []string{"reason"})
+	for _, r := range []string{reasonMissing, reasonMalformed, reasonWrong} {
+		failures.WithLabelValues(r)
+	}
+	if err := reg.Register(failures); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	handler := guard(mux, opts, failures)
+	s.Mux, s.srv = mux, &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 	return s, nil
 }
 

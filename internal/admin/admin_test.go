@@ -26,7 +26,7 @@ func serve(t *testing.T, db *database.DB) *Server {
 
 func serveOn(t *testing.T, addr string, db *database.DB) *Server {
 	t.Helper()
-	srv, err := Listen(addr, db, prometheus.NewRegistry())
+	srv, err := Listen(addr, db, prometheus.NewRegistry(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestListenRefusesAnAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen(ln.Addr().String(), testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), "address already in use") {
+	if _, err := Listen(ln.Addr().String(), testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), prometheus.NewRegistry(), Options{}); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Listen on a taken port = %v, want address already in use", err)
 	}
 }

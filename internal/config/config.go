@@ -75,7 +75,28 @@ type Admin struct {
 	// AdvertiseURL is how other instances reach this endpoint (for lease
 	// nudges), e.g. http://10.0.0.5:5001. Empty: derived from Addr.
 	AdvertiseURL string `yaml:"advertise_url"`
+	// Token is the shared secret of the admin endpoint: /lease/nudge,
+	// /debug/* and the status page answer 401 to a request without
+	// "Authorization: Bearer <Token>", and nudges between instances carry
+	// it (every instance of a fleet needs the same one). Empty: no token.
+	Token string `yaml:"token"`
+	// TokenFile reads Token from a file (a secrets mount); surrounding
+	// whitespace is trimmed. Set Token or TokenFile, not both.
+	TokenFile string `yaml:"token_file"`
+	// ProtectMetrics puts /metrics behind the token too (default open, so
+	// a scraper needs no secret). /healthz and /readyz are always open.
+	ProtectMetrics bool `yaml:"protect_metrics"`
+	// AllowUnauthenticated lets Addr be a non-loopback address without a
+	// token. Without it such a configuration is refused at start: anyone
+	// who reaches the port could trigger acquires and read /debug/*.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+	// Pprof mounts net/http/pprof under /debug/pprof/ (behind the token).
+	Pprof bool `yaml:"pprof"`
 }
+
+// MaxTokenFileBytes bounds admin.token_file: a token is a line, not a file
+// of megabytes (a wrong path, e.g. a log file, is refused rather than read).
+const MaxTokenFileBytes = 4 << 10
 
 // Bounds on the lease timings, enforced by Validate (exit 2 at start).
 //

@@ -338,9 +338,15 @@ func TestEveryKeyHasItsOwnEnvironmentVariable(t *testing.T) {
 }
 
 func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A value each kind of key accepts, chosen to pass validation.
 	values := map[string]string{
-		"instance_id": "x", "log_level": "debug", "database.url": "file:./x.db", "database.auth_token": "t",
+		"admin.token": "0123456789abcdef", "admin.token_file": tokenFile,
+		"admin.protect_metrics": "false", // true needs a token too
+		"instance_id":           "x", "log_level": "debug", "database.url": "file:./x.db", "database.auth_token": "t",
 		"admin.addr": "127.0.0.1:0", "admin.advertise_url": "http://10.0.0.5:5001",
 		"jetstream.urls": "wss://j.example/subscribe", "jetstream.collections": "io.atcr.*",
 		"backfill.relay_endpoints": "https://r.example", "identity.plc_url": "https://plc.example", "identity.handle_well_known_url": "http://127.0.0.1:2583",

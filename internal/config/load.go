@@ -96,7 +96,59 @@ func Load(src Sources) (Config, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = NewInstanceID()
 	}
+	if err := cfg.readTokenFile(); err != nil {
+		return cfg, err
+	}
 	return cfg, cfg.Validate()
+}
+
+// readTokenFile fills Admin.Token from Admin.TokenFile (issue 11: a
+// secrets mount). It refuses both set, an unreadable or oversized file
+// and an empty token.
+func (c *Config) readTokenFile() error {
+	a := &c.Admin
+	if a.TokenFile == "" {
+		return nil
+	}
+	if a.Token != "" {
+		return keyErr("admin.token_file", "set admin.token or admin.token_file, not both")
+	}
+	f, err := os.Open(a.TokenFile)
+	if err != nil {
+		return keyErr("admin.token_file", "%v", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+	if err != nil {
+		return keyErr("admin.token_file", "read %s: %v", a.TokenFile, err)
+	}
+	if len(data) > MaxTokenFileBytes {
+		return keyErr("admin.token_file", "%s is larger than %d bytes; it should hold only the token", a.TokenFile, MaxTokenFileBytes)
+	}
+	a.Token = strings.TrimSpace(string(data))
+	if a.Token == "" {
+		return keyErr("admin.token_file", "%s is empty", a.TokenFile)
+	}
+	return nil
+}
+
+// MinTokenLength is the shortest admin.token accepted: shorter secrets are
+// guessable by anyone who can reach the port.
+const MinTokenLength = 16
+
+// loopbackOnly reports whether the host of addr (host:port) only ever
+// reaches this machine: a loopback IP or "localhost". An empty host or an
+// unspecified address (0.0.0.0, ::) binds every interface.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // from says where a bad value came from (an environment variable or
@@ -359,6 +411,19 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
 			return keyErr("admin.addr", "want host:port: %v", err)
 		}
+	}
+	if c.Admin.Token != "" && len(c.Admin.Token) < MinTokenLength {
+		return keyErr("admin.token", "must be at least %d characters (got %d)", MinTokenLength, len(c.Admin.Token))
+	}
+	if c.Admin.Token != "" && strings.ContainsAny(c.Admin.Token, " \t\r\n") {
+		return keyErr("admin.token", "must not contain whitespace (it is sent in an Authorization header)")
+	}
+	if c.Admin.Addr != "" && c.Admin.Token == "" && !c.Admin.AllowUnauthenticated && !loopbackOnly(c.Admin.Addr) {
+		return keyErr("admin.token", "required when admin.addr (%s) is not a loopback address: set admin.token or admin.token_file, "+
+			"or admin.allow_unauthenticated: true to serve the admin endpoint to anyone who reaches it", c.Admin.Addr)
+	}
+	if c.Admin.ProtectMetrics && c.Admin.Token == "" {
+		return keyErr("admin.protect_metrics", "needs admin.token or admin.token_file")
 	}
 	if c.Admin.AdvertiseURL != "" {
 		if err := checkURL("admin.advertise_url", c.Admin.AdvertiseURL, "http", "https"); err != nil {

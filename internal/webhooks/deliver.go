@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -83,8 +84,9 @@ type response struct {
 }
 
 // send POSTs the attempt's stored body once. ctx is the dispatcher's life;
-// timeout bounds this attempt (webhooks.timeout).
-func send(ctx context.Context, client *http.Client, custody fence.Custody, a attempt, timeout time.Duration) response {
+// timeout bounds this attempt (webhooks.timeout); clock stamps
+// webhook-timestamp (nil: time.Now).
+func send(ctx context.Context, client *http.Client, custody fence.Custody, a attempt, timeout time.Duration, clock func() time.Time) response {
 	if _, err := parseTarget(a.url); err != nil {
 		return response{result: resultRefused, message: err.Error()}
 	}
@@ -99,8 +101,15 @@ func send(ctx context.Context, client *http.Client, custody fence.Custody, a att
 	req.Header.Set(HeaderEvent, a.trigger)
 	req.Header.Set(HeaderDelivery, a.eventKey)
 	req.Header.Set(HeaderFence, custody.String())
+	if clock == nil {
+		clock = time.Now
+	}
+	now := clock()
+	req.Header.Set(HeaderWebhookID, a.eventKey)
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
 	if a.secret != "" {
 		req.Header.Set(HeaderSignature, Signature(a.secret, a.body))
+		req.Header.Set(HeaderWebhookSignature, StandardSignature(a.secret, a.eventKey, now, a.body))
 	}
 
 	start := time.Now()

@@ -88,6 +88,10 @@ type DispatcherOptions struct {
 	Metrics *Metrics
 	// Log receives the dispatcher's log lines.
 	Log zerolog.Logger
+	// Now is the clock of the webhook-timestamp header (the attempt's
+	// time, signed); nil means time.Now. Tests set it to stand for a
+	// delivery captured earlier and replayed now.
+	Now func() time.Time
 }
 
 // NewDispatcherOptions builds what every dispatcher of this process shares,
@@ -308,7 +312,7 @@ func (d *dispatcher) start(a attempt) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		resp := send(d.ctx, d.o.Client, d.o.Custody, a, d.o.Config.Timeout)
+		resp := send(d.ctx, d.o.Client, d.o.Custody, a, d.o.Config.Timeout, d.o.Now)
 		err := d.record(d.ctx, a, resp)
 		d.root.Send(d.self, &attempted{a: a, err: err})
 	}()

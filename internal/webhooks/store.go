@@ -71,6 +71,9 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if _, err := g.CheckURL(ctx, w.URL); err != nil {
 		return w, err
 	}
+	if err := checkSecret(w.Secret); err != nil {
+		return w, err
+	}
 	triggers, err := normalizeTriggers(w.Triggers)
 	if err != nil {
 		return w, err

@@ -1,0 +1,200 @@
+package backfill
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atcr-io/appview/internal/admin"
+	"github.com/atcr-io/appview/internal/database"
+)
+
+// Progress is how far the latest backfill run has got (issue 11.6), read
+// from the checkpoint tables alone, so that any instance (and the
+// read-only `appview backfill status`) sees the holder's progress.
+//
+// The relays list repositories page by page, so the total is not known
+// up front: ReposKnown counts the (collection, DID) pairs the run has
+// reached so far, and it only stops growing once every collection's
+// listing is done (ListingDone). Until then ETA is a lower bound.
+type Progress struct {
+	// Run is false when no backfill run was ever recorded; every other
+	// field is then zero.
+	Run   bool  `json:"run"`
+	RunID int64 `json:"run_id,omitempty"`
+	// Holder and Fence name the custody that last worked on the run.
+	Holder string `json:"holder,omitempty"`
+	Fence  int64  `json:"fence,omitempty"`
+	// StartedAt, CompletedAt (nil while running) and UpdatedAt are from
+	// the database's clock.
+	StartedAt   time.Time  `json:"started_at"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	// ReposDone and ReposFailed are finished (collection, DID) pairs;
+	// ReposKnown adds the ones in progress.
+	ReposDone   int64 `json:"repos_done"`
+	ReposFailed int64 `json:"repos_failed"`
+	ReposKnown  int64 `json:"repos_known"`
+	// Records is how many records the run has handed to the processor.
+	Records int64 `json:"records_applied"`
+	// Collections counts the collections the run has started listing;
+	// CollectionsListed those whose listing is complete.
+	Collections       int64 `json:"collections"`
+	CollectionsListed int64 `json:"collections_listed"`
+	// ListingDone is true once every started collection is fully listed
+	// (ReposKnown is then the run's total).
+	ListingDone bool `json:"listing_done"`
+	// ReposPerSecond and RecordsPerSecond are averages over the run so far
+	// (up to completion for a completed run).
+	ReposPerSecond   float64 `json:"repos_per_second"`
+	RecordsPerSecond float64 `json:"records_per_second"`
+	// ETASeconds estimates the time left at the current repository rate;
+	// -1 when unknown (no repository finished yet), 0 when completed. A
+	// lower bound while ListingDone is false.
+	ETASeconds float64 `json:"eta_seconds"`
+	// Fraction is finished / known repositories, 0..1 (1 when completed).
+	Fraction float64 `json:"fraction"`
+}
+
+// Finished is ReposDone + ReposFailed.
+func (p Progress) Finished() int64 { return p.ReposDone + p.ReposFailed }
+
+var progressSQL = `SELECT r.id, ` + database.Text("r.holder") + `, r.fence, r.started_at, r.completed_at, r.updated_at,
+  r.repos_done, r.repos_failed, r.records,
+  (SELECT COUNT(*) FROM backfill_repos b WHERE b.run_id = r.id),
+  (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id),
+  (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id AND c.done = 1),
+  ` + database.NowMS + `
+FROM backfill_runs r ORDER BY r.id DESC LIMIT 1`
+
+// ReadProgress reads the latest run's Progress. It only reads.
+func ReadProgress(ctx context.Context, db *sql.DB) (Progress, error) {
+	var (
+		p                       Progress
+		started, updated, nowMS int64
+		completed               sql.NullInt64
+	)
+	err := db.QueryRowContext(ctx, progressSQL).Scan(&p.RunID, &p.Holder, &p.Fence, &started, &completed, &updated,
+		&p.ReposDone, &p.ReposFailed, &p.Records, &p.ReposKnown, &p.Collections, &p.CollectionsListed, &nowMS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Progress{ETASeconds: -1}, nil
+	}
+	if err != nil {
+		return Progress{}, fmt.Errorf("read backfill progress: %w", err)
+	}
+	p.Run = true
+	p.StartedAt, p.UpdatedAt = time.UnixMilli(started).UTC(), time.UnixMilli(updated).UTC()
+	// A repository counted done may have no row of its own in an older
+	// database; the known total is never below the finished count.
+	p.ReposKnown = max(p.ReposKnown, p.Finished())
+	p.ListingDone = p.Collections > 0 && p.CollectionsListed == p.Collections
+	end := nowMS
+	if completed.Valid {
+		c := time.UnixMilli(completed.Int64).UTC()
+		p.CompletedAt, end = &c, completed.Int64
+	}
+	if secs := float64(end-started) / 1000; secs > 0 {
+		p.ReposPerSecond = float64(p.Finished()) / secs
+		p.RecordsPerSecond = float64(p.Records) / secs
+	}
+	switch {
+	case completed.Valid:
+		p.ETASeconds, p.Fraction = 0, 1
+	case p.ReposPerSecond > 0:
+		p.ETASeconds = float64(p.ReposKnown-p.Finished()) / p.ReposPerSecond
+	default:
+		p.ETASeconds = -1
+	}
+	if !completed.Valid && p.ReposKnown > 0 {
+		p.Fraction = float64(p.Finished()) / float64(p.ReposKnown)
+	}
+	return p, nil
+}
+
+// progressTimeout bounds the read behind a scrape or /debug/backfill.
+const progressTimeout = 2 * time.Second
+
+// progressCollector exports Progress as gauges, read at scrape time (so
+// every instance shows the holder's progress, and nothing is kept in
+// memory between scrapes).
+type progressCollector struct {
+	db                                            *sql.DB
+	repos, records, rate, recordRate, eta, active *prometheus.Desc
+}
+
+// NewProgressCollector returns the collector of the backfill progress
+// gauges (issue 11.6): appview_backfill_progress_repos{state="done|failed|known"},
+// appview_backfill_progress_records, appview_backfill_progress_repos_per_second,
+// appview_backfill_progress_records_per_second,
+// appview_backfill_progress_eta_seconds (-1: unknown) and
+// appview_backfill_progress_running (1 while a run is unfinished). When
+// the database cannot be read the scrape carries none of them.
+func NewProgressCollector(db *sql.DB) prometheus.Collector {
+	return &progressCollector{
+		db: db,
+		repos: prometheus.NewDesc("appview_backfill_progress_repos",
+			"Latest backfill run: (collection, DID) pairs by state: done, failed, known (reached so far; the total once listing is done).", []string{"state"}, nil),
+		records: prometheus.NewDesc("appview_backfill_progress_records",
+			"Latest backfill run: records applied so far.", nil, nil),
+		rate: prometheus.NewDesc("appview_backfill_progress_repos_per_second",
+			"Latest backfill run: repositories finished per second, averaged over the run.", nil, nil),
+		recordRate: prometheus.NewDesc("appview_backfill_progress_records_per_second",
+			"Latest backfill run: records applied per second, averaged over the run.", nil, nil),
+		eta: prometheus.NewDesc("appview_backfill_progress_eta_seconds",
+			"Latest backfill run: estimated seconds left at the current rate (-1 unknown, 0 completed; a lower bound while listing).", nil, nil),
+		active: prometheus.NewDesc("appview_backfill_progress_running",
+			"1 while the latest backfill run is unfinished, else 0.", nil, nil),
+	}
+}
+
+func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.repos, c.records, c.rate, c.recordRate, c.eta, c.active} {
+		ch <- d
+	}
+}
+
+func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), progressTimeout)
+	defer cancel()
+	p, err := ReadProgress(ctx, c.db)
+	if err != nil {
+		return
+	}
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	g(c.repos, float64(p.ReposDone), "done")
+	g(c.repos, float64(p.ReposFailed), "failed")
+	g(c.repos, float64(p.ReposKnown), "known")
+	g(c.records, float64(p.Records))
+	g(c.rate, p.ReposPerSecond)
+	g(c.recordRate, p.RecordsPerSecond)
+	g(c.eta, p.ETASeconds)
+	running := 0.0
+	if p.Run && p.CompletedAt == nil {
+		running = 1
+	}
+	g(c.active, running)
+}
+
+// ProgressHandler serves GET /debug/backfill: the latest run's Progress
+// as JSON, or 503 with {"error": "..."} when the database cannot be read.
+func ProgressHandler(db *sql.DB) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), progressTimeout)
+		defer cancel()
+		p, err := ReadProgress(ctx, db)
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			admin.JSON(w, map[string]string{"error": admin.OneLine(err.Error())})
+			return
+		}
+		admin.JSON(w, p)
+	})
+}

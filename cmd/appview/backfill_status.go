@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/actors/backfill"
+	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/database"
+)
+
+// newBackfillCommand is `appview backfill status` (issue 11.6): the latest
+// run's progress from the checkpoint tables. Like `appview leases` it only
+// reads (open must be openExisting), so it is safe beside running instances.
+func newBackfillCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
+	cmd := &cobra.Command{Use: "backfill", Short: "Backfill helpers"}
+	var asJSON bool
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Print the latest backfill run's progress (a bar on a terminal, plain lines otherwise)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			if err := cli.RequireTable(ctx, db, "backfill_runs"); err != nil {
+				return err
+			}
+			p, err := backfill.ReadProgress(ctx, db.DB)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(p)
+			}
+			writeProgress(out, p, isTerminal(out), time.Now())
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print JSON (the /debug/backfill view)")
+	cmd.AddCommand(status)
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal (a bar is drawn only there;
+// a pipe or file gets plain key: value lines a script can read).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// barWidth is the width of the progress bar in cells.
+const barWidth = 30
+
+// writeProgress prints p: on a terminal a bar and a summary line, else
+// one "key: value" line per figure.
+func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
+	if !p.Run {
+		fmt.Fprintln(w, "no backfill run recorded")
+		return
+	}
+	state := "running"
+	if p.CompletedAt != nil {
+		state = "completed"
+	}
+	var etaText strings.Builder
+	writeETA(&etaText, p)
+	eta := etaText.String()
+	known := fmt.Sprint(p.ReposKnown)
+	if !p.ListingDone && p.CompletedAt == nil {
+		known += "+" // still listing: more repositories may come
+	}
+	if tty {
+		filled := int(p.Fraction * barWidth)
+		bar := strings.Repeat("█", filled) + strings.Repeat("░", barWidth-filled)
+		fmt.Fprintf(w, "backfill run %d (%s, holder %s, fence %d)\n", p.RunID, state, p.Holder, p.Fence)
+		fmt.Fprintf(w, "%s %5.1f%%  %d/%s repos  %d failed  %d records  %.1f repos/s  ETA %s\n",
+			bar, p.Fraction*100, p.Finished(), known, p.ReposFailed, p.Records, p.ReposPerSecond, eta)
+		return
+	}
+	lines := [][2]string{
+		{"run", fmt.Sprint(p.RunID)},
+		{"state", state},
+		{"holder", p.Holder},
+		{"fence", fmt.Sprint(p.Fence)},
+		{"started_at", p.StartedAt.Format(time.RFC3339)},
+		{"repos_done", fmt.Sprint(p.ReposDone)},
+		{"repos_failed", fmt.Sprint(p.ReposFailed)},
+		{"repos_known", known},
+		{"records_applied", fmt.Sprint(p.Records)},
+		{"percent", fmt.Sprintf("%.1f", p.Fraction*100)},
+		{"repos_per_second", fmt.Sprintf("%.2f", p.ReposPerSecond)},
+		{"records_per_second", fmt.Sprintf("%.2f", p.RecordsPerSecond)},
+		{"eta", eta},
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "%s: %s\n", l[0], l[1])
+	}
+}
+
+// writeETA writes p's estimated time left: "unknown" before a repository
+// finished, "at least ..." while the listing is incomplete.
+func writeETA(w io.Writer, p backfill.Progress) {
+	switch {
+	case p.CompletedAt != nil:
+		fmt.Fprint(w, "0s")
+	case p.ETASeconds >= 0:
+		if !p.ListingDone {
+			fmt.Fprint(w, "at least ")
+		}
+		fmt.Fprint(w, time.Duration(p.ETASeconds)*time.Second)
+	default:
+		fmt.Fprint(w, "unknown")
+	}
+}

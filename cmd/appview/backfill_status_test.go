@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/actors/backfill"
+	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+func TestWriteProgressDrawsABarOnATerminalAndPlainLinesOtherwise(t *testing.T) {
+	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p := backfill.Progress{Run: true, RunID: 3, Holder: "appview-1", Fence: 7, StartedAt: started,
+		ReposDone: 45, ReposFailed: 5, ReposKnown: 100, Records: 900, Fraction: 0.5,
+		ReposPerSecond: 2.5, RecordsPerSecond: 45, ETASeconds: 20, ListingDone: true}
+	var tty, plain bytes.Buffer
+	writeProgress(&tty, p, true, started)
+	writeProgress(&plain, p, false, started)
+	if !strings.Contains(tty.String(), strings.Repeat("█", barWidth/2)+strings.Repeat("░", barWidth/2)) ||
+		!strings.Contains(tty.String(), " 50.0%") || !strings.Contains(tty.String(), "50/100 repos") || !strings.Contains(tty.String(), "ETA 20s") {
+		t.Errorf("terminal output:\n%s", tty.String())
+	}
+	for _, want := range []string{"run: 3\n", "state: running\n", "holder: appview-1\n", "repos_done: 45\n", "repos_failed: 5\n",
+		"repos_known: 100\n", "records_applied: 900\n", "percent: 50.0\n", "repos_per_second: 2.50\n", "eta: 20s\n"} {
+		if !strings.Contains(plain.String(), want) {
+			t.Errorf("plain output lacks %q:\n%s", want, plain.String())
+		}
+	}
+	if strings.ContainsAny(plain.String(), "█░") {
+		t.Errorf("plain output draws a bar:\n%s", plain.String())
+	}
+	p.ListingDone = false
+	plain.Reset()
+	writeProgress(&plain, p, false, started)
+	if !strings.Contains(plain.String(), "repos_known: 100+\n") || !strings.Contains(plain.String(), "eta: at least 20s\n") {
+		t.Errorf("while listing, the total and ETA are lower bounds:\n%s", plain.String())
+	}
+}
+
+// TestBackfillStatusReadsTheDatabaseWithoutWriting runs the command on a
+// database holding one unfinished run (a pipe: plain lines).
+func TestBackfillStatusReadsTheDatabaseWithoutWriting(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "appview.db")
+	db := testsupport.OpenUnmigrated(t, path)
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	env := childEnv("APPVIEW_DATABASE_URL=file:" + path)
+	if r := runAppview(t, dir, env, "backfill", "status"); r.code != 0 || r.stdout != "no backfill run recorded\n" {
+		t.Fatalf("on an empty database: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := db.Exec(`INSERT INTO backfill_runs (id, started_at, fence, holder, updated_at, repos_done, repos_failed, records)
+VALUES (1, 1000, 4, 'appview-2', 2000, 3, 1, 42)`); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	_ = db.QueryRow(`SELECT updated_at FROM backfill_runs`).Scan(&before)
+	r := runAppview(t, dir, env, "backfill", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "holder: appview-2\n") || !strings.Contains(r.stdout, "repos_done: 3\n") ||
+		!strings.Contains(r.stdout, "records_applied: 42\n") || !strings.Contains(r.stdout, "state: running\n") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	var after int64
+	_ = db.QueryRow(`SELECT updated_at FROM backfill_runs`).Scan(&after)
+	if after != before {
+		t.Fatal("backfill status wrote to the run")
+	}
+	if r := runAppview(t, t.TempDir(), childEnv("APPVIEW_DATABASE_URL=file:missing.db"), "backfill", "status"); r.code != cli.ExitConfig {
+		t.Fatalf("on a missing database: exit %d, want %d (like appview leases)", r.code, cli.ExitConfig)
+	}
+}

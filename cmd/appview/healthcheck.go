@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/atcr-io/appview/internal/admin"
+	"github.com/atcr-io/appview/internal/cli"
+)
+
+// healthcheckTimeout bounds the probe (a container HEALTHCHECK has its
+// own, longer timeout).
+const healthcheckTimeout = 3 * time.Second
+
+// newHealthcheckCommand is `appview healthcheck`: GET /readyz of the
+// instance the configuration describes and exit 0 when it answers 200,
+// 1 otherwise, with one line. It exists for container images without
+// curl or a shell (deploy/Dockerfile HEALTHCHECK, issue 11.5).
+func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
+	var url string
+	cmd := &cobra.Command{
+		Use:   "healthcheck [--url URL]",
+		Short: "Probe this instance's /readyz; exit 0 when ready (for container health checks)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if url == "" {
+				cfg, err := flags.Load()
+				if err != nil {
+					return err
+				}
+				if cfg.Admin.Addr == "" {
+					return cli.Refuse("admin.addr", "empty: the admin endpoint is disabled, there is nothing to probe")
+				}
+				url = "http://" + probeAddr(cfg.Admin.Addr) + "/readyz"
+			}
+			client := &http.Client{Timeout: healthcheckTimeout}
+			resp, err := client.Get(url)
+			if err != nil {
+				return fmt.Errorf("%s: %w", url, err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			line := admin.OneLine(string(body))
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, line)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", url, line)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&url, "url", "", "readiness URL (default: /readyz on admin.addr, an unspecified host probed on loopback)")
+	return cmd
+}
+
+// probeAddr turns a listen address into one to connect to: an empty or
+// unspecified host (":5001", "0.0.0.0:5001", "[::]:5001") is reached on
+// loopback.
+func probeAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}

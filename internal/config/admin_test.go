@@ -1,0 +1,74 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAdminAuthRules covers issue 11.1's start-up rules: a non-loopback
+// admin.addr needs a token unless explicitly opted out; the token comes
+// from admin.token or admin.token_file, never both; weak or unusable
+// tokens are refused naming the key.
+func TestAdminAuthRules(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "  s3cret-token-0123456789\n")
+	empty := write("empty", " \n")
+	big := write("big", strings.Repeat("x", MaxTokenFileBytes+1))
+
+	for _, tc := range []struct {
+		name   string
+		sets   []string
+		key    string // "" means accepted
+		reason string
+	}{
+		{name: "loopback without token", sets: []string{"admin.addr=127.0.0.1:0"}},
+		{name: "localhost without token", sets: []string{"admin.addr=localhost:5001"}},
+		{name: "ipv6 loopback without token", sets: []string{"admin.addr=[::1]:5001"}},
+		{name: "admin disabled", sets: []string{"admin.addr="}},
+		{name: "all interfaces without token", sets: []string{"admin.addr=0.0.0.0:5001"}, key: "admin.token", reason: "not a loopback address"},
+		{name: "empty host without token", sets: []string{"admin.addr=:5001"}, key: "admin.token", reason: "not a loopback address"},
+		{name: "lan address without token", sets: []string{"admin.addr=10.0.0.5:5001"}, key: "admin.token", reason: "admin.allow_unauthenticated"},
+		{name: "hostname without token", sets: []string{"admin.addr=appview-1:5001"}, key: "admin.token"},
+		{name: "explicit opt-out", sets: []string{"admin.addr=0.0.0.0:5001", "admin.allow_unauthenticated=true"}},
+		{name: "all interfaces with token", sets: []string{"admin.addr=0.0.0.0:5001", "admin.token=0123456789abcdef"}},
+		{name: "all interfaces with token file", sets: []string{"admin.addr=0.0.0.0:5001", "admin.token_file=" + good}},
+		{name: "short token", sets: []string{"admin.token=short"}, key: "admin.token", reason: "at least 16"},
+		{name: "token with space", sets: []string{"admin.token=0123456789 abcdef"}, key: "admin.token", reason: "whitespace"},
+		{name: "both token and file", sets: []string{"admin.token=0123456789abcdef", "admin.token_file=" + good}, key: "admin.token_file", reason: "not both"},
+		{name: "missing token file", sets: []string{"admin.token_file=" + filepath.Join(dir, "nope")}, key: "admin.token_file", reason: "no such file"},
+		{name: "empty token file", sets: []string{"admin.token_file=" + empty}, key: "admin.token_file", reason: "empty"},
+		{name: "oversized token file", sets: []string{"admin.token_file=" + big}, key: "admin.token_file", reason: "larger than"},
+		{name: "protect metrics without token", sets: []string{"admin.protect_metrics=true"}, key: "admin.protect_metrics", reason: "needs admin.token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, "", nil, tc.sets)
+			if tc.key == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a *config.Error for %s", err, tc.key)
+			}
+			if ce.Key != tc.key || !strings.Contains(ce.Error(), tc.reason) {
+				t.Fatalf("err = %v, want key %s with %q", err, tc.key, tc.reason)
+			}
+		})
+	}
+	cfg := mustLoad(t, "", nil, []string{"admin.token_file=" + good})
+	if cfg.Admin.Token != "s3cret-token-0123456789" {
+		t.Fatalf("token from file = %q, want it trimmed", cfg.Admin.Token)
+	}
+}
