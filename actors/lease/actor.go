@@ -29,7 +29,7 @@ type StoreAPI interface {
 
 // Options configures one LeaseActor.
 type Options struct {
-	// Name is the lease name (SPEC §4), also the worker's name.
+	// Name is the lease name (docs/spec.md §4), also the worker's name.
 	Name string
 	// Instance is this process's instance_id (the holder).
 	Instance string
@@ -287,7 +287,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, *msg)
 	case *staleReleased:
 		// A hand-back answered: the custody it ended (and, for a late
-		// acquire, began) is published like any other (SPEC §5), once per
+		// acquire, began) is published like any other (docs/spec.md §5), once per
 		// grant (several late renewals of one grant each hand it back).
 		if msg.Custody.Fence <= a.handedBack {
 			return

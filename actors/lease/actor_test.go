@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leakcheck"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
@@ -27,7 +28,7 @@ import (
 // that did not hold up the actor's termination would still be in flight
 // when the row is read.
 func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	store.releaseLag = 200 * time.Millisecond
@@ -60,7 +61,7 @@ func TestStoppingALeaseActorReturnsOnlyAfterTheLeaseIsReleased(t *testing.T) {
 // A contender that never held must leave no trace when it stops: no
 // worker events and not a byte of the holder's row changed.
 func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	holder := mustAcquire(t, leasestore.NewStore(db, time.Minute), "cleanup", "instance-a")
 	before := rowBytes(t, db, "cleanup")
@@ -89,7 +90,7 @@ func TestStoppingAnInstanceThatNeverHeldChangesNothing(t *testing.T) {
 // land after the release and revive the grant for a whole TTL: that would
 // hold up the handover exactly as a lost release does.
 func TestARenewalInFlightAtShutdownCannotReviveTheReleasedLease(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	t.Cleanup(store.resume)
@@ -131,7 +132,7 @@ func TestRenewalBlackoutStopsTheWorkerBeforeTheTTL(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t).DB
 			h := newHarness(t)
 			store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 			t.Cleanup(store.resume)
@@ -180,7 +181,7 @@ const blackoutStopSlack = 400 * time.Millisecond
 // nothing it does under its old custody lands.
 func TestAHolderPausedPastItsTTLIsReplacedAndCannotWriteWhenResumed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := openDBFile(t, path), openDBFile(t, path)
+	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
 	createProbeTable(t, dbA)
 	h := newHarness(t)
 	storeA := newFaultyStore(leasestore.NewStore(dbA, fastTiming.TTL))
@@ -231,7 +232,7 @@ func TestAHolderPausedPastItsTTLIsReplacedAndCannotWriteWhenResumed(t *testing.T
 // clock ran slow) learns it on its next renewal and stops its worker at
 // once, without releasing anything.
 func TestAHolderSupersededOnItsNextRenewalStopsItsWorkerAtOnce(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	p := &probe{}
 	h.start(Options{Name: "backfill", Instance: "instance-a", Timing: fastTiming, Store: leasestore.NewStore(db, fastTiming.TTL), Worker: p.props})
@@ -266,7 +267,7 @@ var quickTiming = leasestore.Timing{TTL: time.Second, RenewInterval: 20 * time.M
 // either order and every interleaving the scheduler produces, stop the
 // worker exactly once and never panic the LeaseActor.
 func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	shared := leasestore.NewStore(db, quickTiming.TTL)
 	const rounds = 100
@@ -315,7 +316,7 @@ func TestShutdownAndLossAtTheSameInstantStopTheWorkerOnce(t *testing.T) {
 // behind: not the renew loop's calls, not the timers, not the workers.
 func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	db, thiefDB := openDBFile(t, path), openDBFile(t, path)
+	db, thiefDB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
 	thief := leasestore.NewStore(thiefDB, quickTiming.TTL)
 	baseline := goleak.IgnoreCurrent()
 	h := newHarness(t)
@@ -339,7 +340,7 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 			t.Fatalf("cycle %d: re-acquired with fence %d, want %d", cycle, acq.Fence, c.Fence+1)
 		}
 	}
-	eventually(t, "21 workers started, 20 stopped", func() bool { return p.started.Load() == 21 && p.stopping.Load() == 20 })
+	testsupport.Eventually(t, "21 workers started, 20 stopped", func() bool { return p.started.Load() == 21 && p.stopping.Load() == 20 })
 	h.stopAndWait(r)
 	h.shutdown()
 	// protoactor's dead-letter log throttle (started when a message reaches
@@ -358,7 +359,7 @@ var zombieTiming = leasestore.Timing{TTL: 4 * time.Second, RenewInterval: 100 * 
 // then contends against its own dead grant. Such a late success must be
 // handed back at once, as a late grant is.
 func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newFaultyStore(leasestore.NewStore(db, zombieTiming.TTL))
 	t.Cleanup(store.resume)
@@ -400,7 +401,7 @@ func TestARenewalThatLandsAfterTheHolderGaveUpIsHandedBack(t *testing.T) {
 // skips the graceful path; its worker is stopped first by the actor
 // system, and the release still lands before the LeaseActor terminates.
 func TestALeaseActorStoppedOutrightStillReleasesBeforeItTerminates(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newFaultyStore(leasestore.NewStore(db, fastTiming.TTL))
 	store.releaseLag = 100 * time.Millisecond
@@ -467,10 +468,10 @@ func (s *lateFirstAcquire) Acquire(ctx context.Context, name, holder string) (le
 
 // An acquire the LeaseActor stopped waiting for may still land and grant
 // the lease; it is handed back at once, and both changes of custody are
-// published (SPEC §5: every custody change), so the fences in the log run
+// published (docs/spec.md §5: every custody change), so the fences in the log run
 // without a gap.
 func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
 	p := &probe{}
@@ -504,7 +505,7 @@ func TestAGrantThatLandsAfterTheAcquireWasAbandonedIsHandedBackAndPublished(t *t
 func TestAGrantObtainedAsTheLeaseActorStopsIsReleasedBeforeItTerminates(t *testing.T) {
 	for _, landing := range []string{"during the stop", "after the abandon"} {
 		t.Run(landing, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t).DB
 			h := newHarness(t)
 			store := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
 			p := &probe{}

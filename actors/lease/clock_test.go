@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // recordingConnector wraps the libSQL connector and records every argument
@@ -132,7 +133,7 @@ func looksLikeNow(v driver.Value) bool {
 // database's (database.NowMS). So skew cannot make it take over.
 func TestAStoreNeverJudgesExpiryByItsLocalClock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	admin := openDBFile(t, path)
+	admin := testsupport.OpenDBAt(t, path).DB
 	recDB, rec := openRecording(t, path)
 	s := leasestore.NewStore(recDB, 15*time.Second)
 	ctx := context.Background()

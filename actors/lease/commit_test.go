@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // A grant exists only once its statement has committed. The RETURNING row
@@ -14,7 +15,7 @@ import (
 // that a test trigger breaks), Acquire must report the error, not a grant
 // the table does not hold.
 func TestAnAcquireWhoseCommitFailsIsNotAGrant(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	for _, stmt := range []string{
 		`CREATE TABLE fk_parent (id INTEGER PRIMARY KEY)`,
 		`CREATE TABLE fk_child (pid INTEGER REFERENCES fk_parent (id) DEFERRABLE INITIALLY DEFERRED)`,

@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // slowRetry makes a contender's own retries slow (8-12 s, and the grant it
@@ -60,7 +61,7 @@ func newContenders(t *testing.T, db *sql.DB, instance, url string, ttl time.Dura
 
 func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := openDBFile(t, path), openDBFile(t, path)
+	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
 	h := newHarness(t)
 	const name = "jetstream-consumer"
 	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
@@ -73,7 +74,7 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 		Worker: pb.props, Contenders: newContenders(t, dbB, "instance-b", epB.url(), slowRetry.TTL)})
 	epB.pid.Store(rb.pid)
 	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
-	eventually(t, "b recorded as a contender", func() bool {
+	testsupport.Eventually(t, "b recorded as a contender", func() bool {
 		var n int
 		err := dbA.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = 'instance-b' AND nudge_url = ?2`,
 			name, epB.url()).Scan(&n)
@@ -96,14 +97,14 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	if epB.got.Load() != 1 || epA.got.Load() != 0 {
 		t.Fatalf("nudges received: a %d, b %d; want only b, once", epA.got.Load(), epB.got.Load())
 	}
-	eventually(t, "b's worker running", func() bool { return pb.started.Load() == 1 })
+	testsupport.Eventually(t, "b's worker running", func() bool { return pb.started.Load() == 1 })
 }
 
 // Nudges are advisory and cheap to send, so a misbehaving peer may send
 // many: however many arrive, the contender makes at most one acquire
 // attempt per machine.NudgeSpacing.
 func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	const name = "cleanup"
 	mustAcquire(t, leasestore.NewStore(db, time.Minute), name, "instance-a")

@@ -1,5 +1,5 @@
 // Package lease runs a worker on exactly one instance at a time through a
-// named lease in the shared database (SPEC §4), with fencing.
+// named lease in the shared database (docs/spec.md §4), with fencing.
 //
 // # Guarantee
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // gatedErrorStore holds its first acquire until released, then fails it
@@ -36,7 +37,7 @@ func (s *gatedErrorStore) Acquire(ctx context.Context, name, holder string) (lea
 // holder string, made since its errored call started: it must not take
 // it for its own and release it (B's worker would then run beside A's).
 func TestAProcessSharingOurInstanceIDKeepsItsGrant(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	a := &gatedErrorStore{StoreAPI: leasestore.NewStore(db, timing.TTL), entered: make(chan struct{}), release: make(chan struct{})}
@@ -44,11 +45,11 @@ func TestAProcessSharingOurInstanceIDKeepsItsGrant(t *testing.T) {
 	h.start(Options{Name: "cleanup", Instance: "same", Timing: timing, Store: a, Worker: pa.props})
 	<-a.entered
 	h.start(Options{Name: "cleanup", Instance: "same", Timing: timing, Store: leasestore.NewStore(db, timing.TTL), Worker: pb.props})
-	eventually(t, "process B's worker running", func() bool { return pb.started.Load() > 0 })
+	testsupport.Eventually(t, "process B's worker running", func() bool { return pb.started.Load() > 0 })
 	held := readRow(t, db, "cleanup")
 	close(a.release)
 	contended := is(events.LeaseContended, "same")
-	eventually(t, "process A contending twice (or, wrongly, running)", func() bool {
+	testsupport.Eventually(t, "process A contending twice (or, wrongly, running)", func() bool {
 		return h.events.count(contended) >= 2 || pa.started.Load() > 0
 	})
 	if n := pa.started.Load(); n > 0 {
@@ -63,7 +64,7 @@ func TestAProcessSharingOurInstanceIDKeepsItsGrant(t *testing.T) {
 // instance_id's grants and recent contender records made by another
 // process start, and never this process's own.
 func TestLiveElsewhereFindsAnotherProcessWithOurInstanceID(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	ctx := context.Background()
 	ttl := 20 * time.Second
 	a, b := leasestore.NewStore(db, ttl), leasestore.NewStore(db, ttl)

@@ -10,11 +10,12 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Fence must never go backwards, even if a row is deleted.
 func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
@@ -35,7 +36,7 @@ func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
 }
 
 func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
@@ -78,7 +79,7 @@ func readRowHolder(t *testing.T, s *leasestore.Store) string {
 }
 
 func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	names := []string{"", " ", "a'b", `a"b`, strings.Repeat("n", 100000), "ünï", "1234", "2024-01-01", "NULL", "a\nb"}
 	for _, n := range names {

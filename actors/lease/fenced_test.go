@@ -11,6 +11,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 func writeProbe(tx *sql.Tx, fence int64) error {
@@ -28,7 +29,7 @@ func probeWrites(t testing.TB, db *sql.DB) int {
 }
 
 func TestFencedWriteUnderTheCurrentCustodyCommits(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	createProbeTable(t, db)
 	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "jetstream-consumer", "instance-a")
 	before := rowBytes(t, db, "jetstream-consumer")
@@ -78,7 +79,7 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t).DB
 			createProbeTable(t, db)
 			s := leasestore.NewStore(db, longTTL)
 			c := tc.lose(t, db, s, mustAcquire(t, s, "cleanup", "instance-a"))
@@ -102,7 +103,7 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 }
 
 func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	createProbeTable(t, db)
 	// No lease row at all: fence 0 means leases are off for this worker.
 	c := fence.Custody{Lease: "health", Holder: "instance-a"}
@@ -118,7 +119,7 @@ func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
 }
 
 func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	createProbeTable(t, db)
 	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	for _, custody := range []fence.Custody{c, {Lease: "cleanup", Holder: "instance-a"}} {
@@ -146,7 +147,7 @@ func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 }
 
 func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	createProbeTable(t, db)
 	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	boom := errors.New("boom")
@@ -169,7 +170,7 @@ func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
 // so it can never slip in between the fence check and the commit.
 func TestTakeoverCannotCommitInsideAFencedTransaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	db, other := openDBFile(t, path), openDBFile(t, path)
+	db, other := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
 	createProbeTable(t, db)
 	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
 	inside, proceed := make(chan struct{}), make(chan struct{})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -30,27 +28,6 @@ const waitFor = 15 * time.Second
 // invariants (RenewInterval < TTL/2, RenewInterval < RenewDeadline < TTL).
 var fastTiming = leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
 	RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-
-// openDBFile opens (and migrates) the database file at path: one pool, as
-// one process would have. Call it twice on one path for two "processes".
-func openDBFile(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{URL: "file:" + path, BusyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("open database: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return db.DB
-}
-
-func openDB(t testing.TB) *sql.DB {
-	t.Helper()
-	return openDBFile(t, filepath.Join(t.TempDir(), "appview.db"))
-}
 
 // rowBytes is the row of lease name rendered by SQLite's quote(): the exact
 // stored values and their storage classes, for "unchanged" assertions.
@@ -506,18 +483,4 @@ func (f *faultyStore) Release(ctx context.Context, c fence.Custody) error {
 		<-t.C
 	}
 	return f.inner.Release(ctx, c)
-}
-
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, waitFor)
-		}
-		<-tick.C
-	}
 }

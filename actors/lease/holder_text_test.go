@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // An instance_id is the operator's to choose, and go-libsql hands a plain
@@ -14,7 +15,7 @@ import (
 func TestADateLikeHolderIsReportedExactlyAsStored(t *testing.T) {
 	const holder = "2024-06-01"
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
+	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
 	held := mustAcquire(t, a, "cleanup", holder)
 	g, err := b.Acquire(context.Background(), "cleanup", "instance-b")
 	if err != nil || g.Granted {
@@ -23,7 +24,7 @@ func TestADateLikeHolderIsReportedExactlyAsStored(t *testing.T) {
 	if g.Holder != holder {
 		t.Fatalf("contender was told the holder is %q, want %q", g.Holder, holder)
 	}
-	if row := readRow(t, openDBFile(t, path), "cleanup"); row.Holder != holder {
+	if row := readRow(t, testsupport.OpenDBAt(t, path).DB, "cleanup"); row.Holder != holder {
 		t.Fatalf("List reports holder %q, want %q", row.Holder, holder)
 	}
 	if err := a.Renew(context.Background(), held); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // A LeaseActor that fails itself (here: a worker constructor that panics
@@ -17,7 +18,7 @@ import (
 // grant the old one held, not contend against it until the TTL runs out.
 func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	h := newHarness(t)
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	const ttl = 30 * time.Second // far beyond waitFor: only the hand-back can make this pass
 	p := &probe{}
 	var built atomic.Int32

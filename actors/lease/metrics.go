@@ -12,7 +12,7 @@ import (
 	"github.com/atcr-io/appview/internal/leasestore"
 )
 
-// Metrics are the per-lease Prometheus collectors (SPEC §7): whether this
+// Metrics are the per-lease Prometheus collectors (docs/spec.md §7): whether this
 // instance holds each lease, the fence it holds, custody transitions, and
 // the round trip of acquire and renew calls.
 type Metrics struct {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,17 +42,17 @@ func TestAnUnleasedLeaseActorRecordsNoLeaseMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	leased, unleased := &probe{}, &probe{}
 	rl := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming,
 		Store: leasestore.NewStore(db, quickTiming.TTL), Worker: leased.props, Metrics: m})
 	ru := h.start(Options{Name: "health", Instance: "instance-a", Timing: quickTiming,
 		Unleased: true, Worker: unleased.props, Metrics: m})
-	eventually(t, "both workers started", func() bool { return leased.started.Load() == 1 && unleased.started.Load() == 1 })
+	testsupport.Eventually(t, "both workers started", func() bool { return leased.started.Load() == 1 && unleased.started.Load() == 1 })
 	// A renewal is due every 20 ms for both actors: once the leased one has
 	// recorded several, the unleased one has had as many chances to.
-	eventually(t, "five renewals of the leased lease recorded", func() bool {
+	testsupport.Eventually(t, "five renewals of the leased lease recorded", func() bool {
 		_, n := leaseSeries(t, reg, "cleanup")
 		return n >= 5
 	})

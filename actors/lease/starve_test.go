@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // busyWorker commits fenced transactions back to back, each holding the
@@ -67,7 +68,7 @@ func TestRenewalsAreNotStarvedByTheHoldersOwnWrites(t *testing.T) {
 	if s, err := strconv.Atoi(os.Getenv("APPVIEW_STARVE_SECONDS")); err == nil && s > 0 {
 		run = time.Duration(s) * time.Second
 	}
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	if _, err := db.Exec(`CREATE TABLE busy_rows (id INTEGER PRIMARY KEY, fence INTEGER NOT NULL, body BLOB)`); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 const longTTL = time.Minute
@@ -40,9 +41,9 @@ func mustAcquire(t testing.TB, s *leasestore.Store, name, holder string) fence.C
 
 func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	stores := []*leasestore.Store{leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)}
+	stores := []*leasestore.Store{leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)}
 	holders := []string{"instance-a", "instance-b"}
-	check := openDBFile(t, path)
+	check := testsupport.OpenDBAt(t, path).DB
 	ctx := context.Background()
 	const races = 1000
 	var lastFence int64
@@ -110,8 +111,8 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 
 func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
-	check := openDBFile(t, path)
+	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
+	check := testsupport.OpenDBAt(t, path).DB
 	ctx := context.Background()
 	held := mustAcquire(t, a, "cleanup", "instance-a")
 	before := rowBytes(t, check, "cleanup")
@@ -140,8 +141,8 @@ func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) 
 
 func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
-	check := openDBFile(t, path)
+	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
+	check := testsupport.OpenDBAt(t, path).DB
 	ctx := context.Background()
 	old := mustAcquire(t, a, "jetstream-consumer", "instance-a")
 	expireNow(t, check, "jetstream-consumer") // a stalled past its TTL
@@ -175,8 +176,8 @@ func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 
 func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(openDBFile(t, path), longTTL), leasestore.NewStore(openDBFile(t, path), longTTL)
-	check := openDBFile(t, path)
+	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
+	check := testsupport.OpenDBAt(t, path).DB
 	ctx := context.Background()
 	held := mustAcquire(t, a, "billing-tier-refresh", "instance-a")
 	if g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b"); err != nil || g.Granted {
@@ -217,7 +218,7 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 }
 
 func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	held := mustAcquire(t, s, "cleanup", "instance-a")
 	if _, err := db.Exec(`UPDATE leases SET expires_at = ` + database.NowMS + ` - 5000 WHERE name = 'cleanup'`); err != nil {
@@ -240,7 +241,7 @@ func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
 func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 	for _, end := range []string{"released", "expired and taken"} {
 		t.Run(end, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t).DB
 			s := leasestore.NewStore(db, longTTL)
 			c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 			if end == "released" {
@@ -267,7 +268,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 		})
 	}
 	t.Run("expired and untaken", func(t *testing.T) {
-		db := openDB(t)
+		db := testsupport.OpenDB(t).DB
 		s := leasestore.NewStore(db, longTTL)
 		c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 		if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` - 1000 WHERE name = ?1`, c.Lease); err != nil {
@@ -286,7 +287,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 // Healthy reports the store's latest lease write: a failure of the
 // database (not a contention, not a supersession) until a write succeeds.
 func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("a new store: %v", err)
@@ -319,7 +320,7 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 // A worker's fenced write that the database fails counts too, and only
 // the database's errors do.
 func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	s := leasestore.NewStore(db, longTTL)
 	c := mustAcquire(t, s, "cleanup", "instance-a")
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // supervisionTiming has a short TTL so the give-up cooldown (one TTL) is
@@ -16,18 +17,18 @@ var supervisionTiming = leasestore.Timing{TTL: time.Second, RenewInterval: 100 *
 	RenewDeadline: 600 * time.Millisecond, RetryInterval: 200 * time.Millisecond}
 
 func TestAPanickingWorkerIsRestartedInPlaceUnderTheSameCustody(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	p := &probe{}
 	h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: p.props})
 	started, _ := h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
-	eventually(t, "worker running", func() bool { return p.pid() != nil })
+	testsupport.Eventually(t, "worker running", func() bool { return p.pid() != nil })
 	h.sys.Root.Send(p.pid(), panicWith{reason: "injected: nil map write"})
 	restarted, _ := h.events.wait(t, 0, "worker.restarted", is(events.WorkerRestarted, "instance-a"))
 	if restarted.Fence != started.Fence || restarted.Attempt != 1 {
 		t.Fatalf("worker.restarted %+v, want fence %d attempt 1", restarted, started.Fence)
 	}
-	eventually(t, "worker restarted", func() bool { return p.restarting.Load() == 1 && p.started.Load() == 2 })
+	testsupport.Eventually(t, "worker restarted", func() bool { return p.restarting.Load() == 1 && p.started.Load() == 2 })
 	if n := len(p.custodies()); n != 1 {
 		t.Fatalf("the worker was built %d times; a restart reuses its props and custody", n)
 	}
@@ -48,7 +49,7 @@ func TestAPanickingWorkerIsRestartedInPlaceUnderTheSameCustody(t *testing.T) {
 // gives the lease up so another instance can try, and this one waits a
 // TTL before contending again.
 func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := newFaultyStore(leasestore.NewStore(db, supervisionTiming.TTL))
 	p := &probe{}
@@ -106,7 +107,7 @@ func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 	}
 	h.events.wait(t, releasedAt, "a fresh worker", is(events.WorkerStarted, "instance-a"))
 	// Six starts failed (the first and five restarts); the seventh runs.
-	eventually(t, "the fresh worker running", func() bool { return p.started.Load() == 7 })
+	testsupport.Eventually(t, "the fresh worker running", func() bool { return p.started.Load() == 7 })
 	if n := p.restarting.Load(); n != machine.MaxFailures {
 		t.Fatalf("%d restarts, want %d", n, machine.MaxFailures)
 	}
@@ -114,7 +115,7 @@ func TestAWorkerFailingMoreThanFiveTimesAMinuteGivesTheLeaseUp(t *testing.T) {
 
 // Another instance may use the cooldown: it takes the lease at once.
 func TestAnotherInstanceTakesTheLeaseAFailingWorkerGaveUp(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	pa, pb := &probe{}, &probe{}
 	pa.panicOnStart.Store("injected: bad local disk")
@@ -126,19 +127,19 @@ func TestAnotherInstanceTakesTheLeaseAFailingWorkerGaveUp(t *testing.T) {
 	if acq.Fence != 2 {
 		t.Fatalf("b's fence %d, want 2", acq.Fence)
 	}
-	eventually(t, "b's worker running", func() bool { return pb.started.Load() == 1 })
+	testsupport.Eventually(t, "b's worker running", func() bool { return pb.started.Load() == 1 })
 }
 
 // A worker whose fenced write found another holder must not be restarted:
 // its custody is gone. The LeaseActor reports the loss and stops it.
 func TestAWorkerFailingWithErrSupersededIsStoppedNotRestarted(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	createProbeTable(t, db)
 	h := newHarness(t)
 	p := &probe{}
 	h.start(Options{Name: "billing-tier-refresh", Instance: "instance-a", Timing: supervisionTiming, Store: leasestore.NewStore(db, supervisionTiming.TTL), Worker: p.props})
 	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
-	eventually(t, "worker running", func() bool { return p.pid() != nil })
+	testsupport.Eventually(t, "worker running", func() bool { return p.pid() != nil })
 	// Another instance took the lease between two renewals.
 	if _, err := db.Exec(`UPDATE leases SET holder = 'instance-b', fence = fence + 1, expires_at = ` +
 		database.NowMS + ` + 60000 WHERE name = 'billing-tier-refresh'`); err != nil {
@@ -161,7 +162,7 @@ func TestAWorkerFailingWithErrSupersededIsStoppedNotRestarted(t *testing.T) {
 	if n := probeWrites(t, db); n != 0 {
 		t.Fatalf("%d writes landed under the lost custody", n)
 	}
-	eventually(t, "worker stopped", func() bool { return p.stopping.Load() == 1 })
+	testsupport.Eventually(t, "worker stopped", func() bool { return p.stopping.Load() == 1 })
 	if n := h.events.count(is(events.WorkerStarted, "instance-a")); n != 1 {
 		t.Fatalf("%d worker.started events", n)
 	}

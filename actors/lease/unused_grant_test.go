@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // lostAnswerStore commits the first acquire in the database but reports an
@@ -32,7 +33,7 @@ func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (lea
 }
 
 func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
@@ -48,19 +49,19 @@ func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
 }
 
 func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	// Well inside the 20 s TTL the unanswered grant would otherwise hold.
-	eventually(t, "a worker running, not the lease idle under instance-a's own unanswered grant",
+	testsupport.Eventually(t, "a worker running, not the lease idle under instance-a's own unanswered grant",
 		func() bool { return p.started.Load() > 0 })
 }
 
 func TestShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 	store := newFaultyStore(leasestore.NewStore(db, timing.TTL))
@@ -93,7 +94,7 @@ func (s *slowAnswerRelease) Release(ctx context.Context, c fence.Custody) error 
 }
 
 func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
 	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
@@ -105,7 +106,7 @@ func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 
 // The same through the pre-existing hand-back of an abandoned acquire.
 func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
 	inner := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
@@ -118,7 +119,7 @@ func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T
 }
 
 func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h := newHarness(t)
 	store := leasestore.NewStore(db, fastTiming.TTL)
 	p := &probe{}
@@ -175,7 +176,7 @@ func checkHeldAfterHandBack(t *testing.T, h *harness, metrics *Metrics) {
 // did not do) to the gauges shows.
 func waitObserved(t *testing.T, metrics *Metrics, lease string, kind events.Kind) {
 	t.Helper()
-	eventually(t, string(kind)+" observed by the metrics", func() bool {
+	testsupport.Eventually(t, string(kind)+" observed by the metrics", func() bool {
 		ch := make(chan prometheus.Metric, 64)
 		metrics.Transitions.Collect(ch)
 		close(ch)

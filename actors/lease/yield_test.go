@@ -6,6 +6,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -13,7 +14,7 @@ import (
 // instance-b contending for it, each with its own worker health report,
 // nudge endpoint and contender record.
 func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb *workers.Health, pa, pb *probe) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t).DB
 	h = newHarness(t)
 	ha, hb = &workers.Health{}, &workers.Health{}
 	pa, pb = &probe{}, &probe{}
@@ -46,7 +47,7 @@ func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 	if rel.Reason != events.ReasonYielded {
 		t.Fatalf("release reason %q, want %q", rel.Reason, events.ReasonYielded)
 	}
-	eventually(t, "instance-b's worker running", func() bool { return pb.started.Load() > 0 })
+	testsupport.Eventually(t, "instance-b's worker running", func() bool { return pb.started.Load() > 0 })
 	if n := pa.started.Load(); n != 1 {
 		t.Fatalf("instance-a started %d workers, want only its first (it stays out for a TTL after yielding)", n)
 	}
@@ -65,7 +66,7 @@ func TestAnUnhealthyHolderKeepsTheLeaseWhenNoContenderIsHealthier(t *testing.T) 
 	ha.Set(false, "no upstream reachable")
 	renewed := is(events.LeaseRenewed, "instance-a")
 	base := h.events.count(renewed)
-	eventually(t, "instance-a renewing well past the grace and the minimum hold", func() bool {
+	testsupport.Eventually(t, "instance-a renewing well past the grace and the minimum hold", func() bool {
 		return h.events.count(renewed) >= base+20 // 20 renewals of 100 ms: 2 s, grace and hold 100 ms each
 	})
 	if n := h.events.count(is(events.LeaseYielded, "instance-a")); n != 0 || pb.started.Load() != 0 {

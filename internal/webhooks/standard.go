@@ -10,7 +10,7 @@ import (
 )
 
 // Standard Webhooks headers (https://www.standardwebhooks.com, issue 11.2),
-// sent with every delivery beside the X-Appview-* headers of SPEC §9.
+// sent with every delivery beside the X-Appview-* headers of docs/spec.md §9.
 const (
 	// HeaderWebhookID is the message id: the event key, the same on every
 	// attempt, so a receiver can drop a delivery it already processed.

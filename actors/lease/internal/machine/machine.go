@@ -580,7 +580,7 @@ func (m *Machine) finish() {
 // clock) was made after the first errored acquire since the last clean
 // answer started: only then can it be that acquire's. The slack covers
 // the database's millisecond timestamps and a clock rate a little off the
-// database's (SPEC: NTP-disciplined hosts).
+// database's (docs/spec.md and docs/lease.md: NTP-disciplined hosts).
 func (m *Machine) grantedSinceUnsure(now, age time.Duration) bool {
 	window := now - m.contend.unsureSince
 	return age <= window+unsureSlack+window/100
