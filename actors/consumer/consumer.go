@@ -463,6 +463,14 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
 	c.o.Metrics.screened(out.stale, out.syncs, pos.seq)
+	if e := c.log.Debug(); e.Enabled() {
+		var first int64
+		if len(b.Events) > 0 {
+			first = b.Events[0].Seq
+		}
+		e.Str("host", host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(b.Events)).
+			Int("failures", len(b.Failures)).Int("stale", out.stale).Msg("jetstream batch committed")
+	}
 	if out.syncs > 0 && c.o.Resync != nil {
 		c.o.Resync.Kick()
 	}

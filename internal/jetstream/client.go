@@ -859,6 +859,8 @@ func (c *Client) read(cs *connState, base string, items chan<- item, stop <-chan
 		healthy.Store(true)
 		if it.fail == nil {
 			c.check(&it, n, cs, progressed)
+		} else if it.fail.Seq > cs.seen {
+			cs.seen = it.fail.Seq // delivered, if undecodable: later seqs must be above it
 		}
 		if it.fail == nil && it.ev.Kind == "" {
 			continue // a replay of an event already delivered

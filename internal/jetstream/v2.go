@@ -167,6 +167,12 @@ func decodeV2(data []byte) (decodedV2, error) {
 	if kind == "info" {
 		return decodedV2{info: &Info{Name: p.Name, Message: p.Message}}, nil
 	}
+	switch kind {
+	case KindCommit, KindIdentity, KindAccount, KindSync:
+	default:
+		return decodedV2{}, &DecodeError{Class: ClassUnknownType, Size: size, Seq: max(p.Seq, 0),
+			Err: fmt.Errorf("payload $type %q", bounded(p.Type))}
+	}
 	ev := Event{DID: p.DID, Seq: p.Seq, Kind: kind}
 	if p.Seq <= 0 {
 		return decodedV2{}, &DecodeError{Class: ClassInvalidEvent, Size: size,
@@ -187,9 +193,6 @@ func decodeV2(data []byte) (decodedV2, error) {
 		ev.Account = p.Account
 	case KindSync:
 		ev.Sync = p.Sync
-	default:
-		return decodedV2{}, &DecodeError{Class: ClassUnknownType, Size: size, Seq: p.Seq,
-			Err: fmt.Errorf("payload $type %q", bounded(p.Type))}
 	}
 	if err := Validate(&ev); err != nil {
 		return decodedV2{}, &DecodeError{Class: ClassInvalidEvent, Size: size, TimeUS: ev.TimeUS, Seq: p.Seq, Err: err}
