@@ -111,7 +111,7 @@ func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 }
 
 // A position stored before per-host positions (migration 7 keeps its
-// time_us, host ”) resumes by time, as it did.
+// time_us, with an empty host) resumes by time, as it did.
 func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 	db := openDB(t)
 	c := acquire(t, db.DB, "me")
