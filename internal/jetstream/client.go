@@ -527,14 +527,7 @@ type item struct {
 	fail *DecodeError
 }
 
-func (it *item) seq() int64 {
-	if it.fail != nil {
-		return it.fail.Seq
-	}
-	return it.ev.Seq
-}
-
-// conn is one connection's reading state.
+// connState is one connection's reading state.
 type connState struct {
 	conn *websocket.Conn
 	v2   bool
