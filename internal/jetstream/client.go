@@ -84,8 +84,8 @@ const MaxFutureSkew = 24 * time.Hour
 
 // ClientOptions configures a Client. Zero values take the defaults above.
 type ClientOptions struct {
-	// URLs are Jetstream /subscribe endpoints (ws:// or wss://), tried in
-	// order: a failed dial, or a connection that dies before its first
+	// URLs are Jetstream endpoints (ws:// or wss://; the path picks the
+	// wire, see WireOf), tried in order: a failed dial, or a connection that dies before its first
 	// frame, moves to the next; a healthy connection that drops is retried
 	// on the same URL first. Required.
 	URLs []string
@@ -97,13 +97,13 @@ type ClientOptions struct {
 	// tail. nil means always live tail. Ignored when CursorFor is set.
 	Cursor func() int64
 	// CursorFor is Cursor told which endpoint (one of URLs, as given) is
-	// about to be dialled. Jetstream instances stamp time_us
-	// independently, so a cursor read from one instance needs a rewind of
-	// a few seconds on another (and on a first connect, when the instance
-	// it came from is unknown); on the instance the cursor was read from,
-	// the cursor itself resumes exactly (inclusive: the last event is
-	// delivered again, so process idempotently). Batch.URL says which
-	// endpoint each batch came from.
+	// about to be dialled; it returns a sequence number of that host (below
+	// CursorSeqMax: only ever one read from that host, see HostOf) or a
+	// Unix-microsecond time. A seq resumes exactly: the event at the
+	// cursor, replayed by Jetstream, is dropped. A time replays from that
+	// time inclusive (process idempotently); each Jetstream instance stamps
+	// its own times, so a time from another instance needs a margin.
+	// Batch.URL says which endpoint each batch came from.
 	CursorFor func(url string) int64
 	// Compress asks for zstd binary frames (compress=true): about half the
 	// bytes on the wire for a little CPU.
@@ -113,7 +113,8 @@ type ClientOptions struct {
 	// Larger frames are skipped and reported, not fatal (see the package
 	// documentation). 0 means DefaultMaxEventBytes.
 	MaxMessageBytes int64
-	// StaleTimeout: no frame, ping or pong for this long reconnects.
+	// StaleTimeout: no event for this long (pings and pongs do not count)
+	// leaves the URL for the next one.
 	StaleTimeout time.Duration
 	// BatchSize and BatchLinger shape deliveries: a Batch is delivered when
 	// it holds BatchSize entries, or BatchLinger after its first entry.
