@@ -199,6 +199,7 @@ func (c *consumer) start(ctx actor.Context) {
 		Metrics:         c.o.ClientMetrics,
 		Log:             c.o.Log.With().Str("component", "jetstream").Logger(),
 		OnCursorTooOld:  c.cursorTooOld,
+		OnSeqReset:      c.seqReset,
 	}, c.handle)
 	if err != nil {
 		panic(fmt.Errorf("jetstream client: %w", err))
@@ -409,6 +410,28 @@ func (c *consumer) cursorTooOld(url string, cursor, floor int64) {
 	})
 	if err != nil {
 		c.log.Error().Err(err).Msg("Jetstream gap not recorded; no backfill requested")
+	}
+}
+
+// seqReset is told (on the client's Run goroutine) that url's host
+// numbers its events below the stored seq: it forgot them. The stored
+// position drops its seq (fenced), so the host is resumed by time (its
+// time_us less jetstream.rewind) and the next batch from it writes its new
+// numbering; events the host sent while it was behind our number are not
+// lost, they are replayed by time.
+func (c *consumer) seqReset(url string) {
+	host := jetstream.HostOf(url)
+	if c.pos.Host != host {
+		return
+	}
+	c.pos.Seq = 0
+	c.resumeURL, c.resumeUS = "", 0
+	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0 WHERE id = 1 AND host = ?1`, host)
+		return err
+	})
+	if err != nil {
+		c.log.Error().Err(err).Msg("Jetstream sequence reset not recorded")
 	}
 }
 

@@ -252,3 +252,28 @@ func TestTheConsumerReportsUnhealthyWhenNoUpstreamSendsEvents(t *testing.T) {
 	waitFor(t, "a healthy report", func() bool { ok, _, _ := h.Status(); return ok })
 	stop(t, sys, pid)
 }
+
+// A host whose numbering restarted below the stored seq is resumed by
+// time, and the stored seq is dropped so its new numbering is recorded.
+func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
+	db := openDB(t)
+	c := acquire(t, db.DB, "me")
+	events := numbered(generateEvents(64, 40), 5000)
+	const a = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents"
+	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	ctx := context.Background()
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:20], MaxSeq: 5019}); err != nil {
+		t.Fatal(err)
+	}
+	cons.seqReset(a)
+	if got := cons.resumeAt(a); got < jetstream.CursorSeqMax {
+		t.Fatalf("after a reset: cursor %d, want a time", got)
+	}
+	fresh := numbered(events[20:], 1)
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: fresh, MaxSeq: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 20 {
+		t.Fatalf("stored position %+v, want a.example seq 20 (the new numbering)", p)
+	}
+}

@@ -141,6 +141,12 @@ type ClientOptions struct {
 	// that host from floor (its oldest event) on the next dial. nil: only
 	// logged and counted.
 	OnCursorTooOld func(url string, cursor, floor int64)
+	// OnSeqReset is told (on the Run goroutine, before the next dial) that
+	// url's host numbers its events below the seq cursor it was given
+	// (ErrSeqReset): CursorFor must not give that host a seq again before
+	// it has delivered new ones. nil: the client would redial with the
+	// same cursor.
+	OnSeqReset func(url string)
 }
 
 // Batch is a run of consecutive frames, in stream order.
@@ -537,7 +543,18 @@ type connState struct {
 	// for: an event at or below it is a replay of one already delivered
 	// (dropped; below it, counted as ClassSeqRegression).
 	seen int64
+	// resumed: the connection was dialled with a seq cursor and has not
+	// yet delivered a numbered frame (see ErrSeqReset).
+	resumed bool
 }
+
+// ErrSeqReset ends a connection resumed from a sequence number whose first
+// event is numbered below it: the host no longer knows that number (its
+// store was reset, or another instance answers under the same name), and
+// a future cursor only makes Jetstream live-tail. The client tells
+// OnSeqReset and dials again at once; the consumer then resumes that host
+// by time.
+var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
 
 // session runs one connection: dial, read on its own goroutine, deliver on
 // this one, and tear down. It returns when the connection fails, ctx ends
@@ -556,7 +573,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	if cursor > 0 && cursor < CursorSeqMax {
 		// Inclusive replay: the cursor's own event was delivered before
 		// (a floor's was not).
-		cs.seen = cursor
+		cs.seen, cs.resumed = cursor, true
 		if fromFloor {
 			cs.seen = cursor - 1
 		}
@@ -630,6 +647,12 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	var ce *websocket.CloseError
 	var se *ServerError
 	switch {
+	case errors.Is(readErr, ErrSeqReset):
+		end.reason, end.retryNow = ReasonSeqReset, true
+		c.opts.Log.Error().Err(readErr).Str("url", base).Msg("jetstream: the host's sequence numbers restarted; resuming it by time")
+		if c.opts.OnSeqReset != nil {
+			c.opts.OnSeqReset(base)
+		}
 	case errors.As(readErr, &se):
 		end.reason = ReasonErrorFrame
 		c.opts.Metrics.serverError(se.Name)
@@ -851,6 +874,12 @@ func (c *Client) read(cs *connState, base string, items chan<- item, stop <-chan
 		}
 		lastEvent = time.Now()
 		healthy.Store(true)
+		if seq := max(it.ev.Seq, failSeq(it.fail)); cs.resumed && seq > 0 {
+			cs.resumed = false
+			if seq < cs.seen {
+				return fmt.Errorf("%w: first seq %d, cursor %d", ErrSeqReset, seq, cs.seen)
+			}
+		}
 		if it.fail == nil {
 			c.check(&it, n, cs, progressed)
 		} else if it.fail.Seq > cs.seen {
@@ -980,4 +1009,11 @@ func (c *Client) deliver(ctx context.Context, endpoint string, items <-chan item
 			}
 		}
 	}
+}
+
+func failSeq(f *DecodeError) int64 {
+	if f == nil {
+		return 0
+	}
+	return f.Seq
 }

@@ -27,9 +27,12 @@ const (
 	// ReasonRefused: the upgrade was refused with an XRPC error
 	// (CursorTooOld, UnknownZstdDictionary, InvalidRequest, ...).
 	ReasonRefused = "refused"
+	// ReasonSeqReset: the host's sequence numbers restarted below the
+	// resume cursor (ErrSeqReset).
+	ReasonSeqReset = "seq_reset"
 )
 
-var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError, ReasonErrorFrame, ReasonRefused}
+var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError, ReasonErrorFrame, ReasonRefused, ReasonSeqReset}
 
 // Connection states: the state label of appview_jetstream_connection_state.
 const (

@@ -96,6 +96,11 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 				return
 			}
 		}
+		if from > int64(len(s.script)) {
+			// A cursor beyond the store: a live tail, here the whole
+			// script (a server whose numbering restarted below it).
+			from = 1
+		}
 		for i := max(from, 1) - 1; i < int64(len(s.script)); i++ {
 			if send(s.script[i]) != nil {
 				return
@@ -282,5 +287,33 @@ func TestAHostThatOnlyPingsIsLeftForTheNextAfterTheStaleTimeout(t *testing.T) {
 	k.waitEvents(t, 3)
 	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonStale)); v < 1 {
 		t.Fatalf("stale reconnects %v, want >= 1: pings kept a silent host", v)
+	}
+}
+
+func TestAHostWhoseSeqsRestartedBelowTheCursorIsReportedAndRedialled(t *testing.T) {
+	s := startV2(t, &v2Server{script: script(3)})
+	m := testMetrics(t)
+	k := newSink()
+	var mu sync.Mutex
+	reset := false
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m,
+		CursorFor: func(string) int64 {
+			mu.Lock()
+			defer mu.Unlock()
+			if reset {
+				return 0
+			}
+			return 500
+		},
+		OnSeqReset: func(string) { mu.Lock(); reset = true; mu.Unlock() }}, k.handle)
+	evs := k.waitEvents(t, 3)
+	if evs[0].Seq != 1 {
+		t.Fatalf("first event seq %d, want 1 from the redial", evs[0].Seq)
+	}
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonSeqReset)); v != 1 {
+		t.Fatalf("seq_reset reconnects %v, want 1", v)
+	}
+	if v := metricValue(t, m.decodeErrors.WithLabelValues(string(ClassSeqRegression))); v != 0 {
+		t.Fatalf("%v events skipped as regressions: the reset host's stream was thrown away", v)
 	}
 }
