@@ -56,12 +56,6 @@ func isolable(ctx context.Context, err error) bool {
 // skipFunc is told about an event commitEach skipped and why.
 type skipFunc func(ev *jetstream.Event, err error)
 
-// commitEach is commitEachAt for a batch from an unnamed host.
-func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	events []jetstream.Event, skip skipFunc) (committed, error) {
-	return commitEachAt(ctx, db, c, p, enqueue, "", events, 0, skip)
-}
-
 // commitEachAt is the fallback for a batch whose single commit failed with
 // an isolable error (one outside the processor's per-event savepoints: the
 // repository_stats refresh, the webhook enqueue, the commit itself). It
@@ -109,13 +103,6 @@ func commitEachAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor
 		out.skipped++
 	}
 	return out, nil
-}
-
-// commitBatch is commitBatchAt for a batch from an unnamed host, its
-// position the events' own.
-func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	events []jetstream.Event) (committed, error) {
-	return commitBatchAt(ctx, db, c, p, enqueue, "", events, 0)
 }
 
 // positionOf is where a batch from host moves the position: maxSeq (or
@@ -217,16 +204,3 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 // little ahead of ours. A host clock slower than that only stops the
 // cursor until the clock catches up, which costs an idempotent replay.
 const cursorLead = time.Minute
-
-// LoadCursor returns the stored cursor (Jetstream time_us of the last fully
-// processed event); ok is false when none is stored yet.
-func LoadCursor(ctx context.Context, db *sql.DB) (timeUS int64, ok bool, err error) {
-	err = db.QueryRowContext(ctx, `SELECT time_us FROM jetstream_cursor WHERE id = 1`).Scan(&timeUS)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("load jetstream cursor: %w", err)
-	}
-	return timeUS, true, nil
-}

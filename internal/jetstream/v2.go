@@ -127,21 +127,9 @@ type decodedV2 struct {
 	err  *ServerError
 }
 
-// DecodeV2 decodes the JSON of one v2 frame into an Event. An #info
-// advisory or an error frame is not an event: DecodeV2 returns a
-// *DecodeError of class ClassUnknownType for them; a Client handles them
-// itself (see decodeV2).
-func DecodeV2(data []byte) (Event, error) {
-	d, err := decodeV2(data)
-	if err != nil {
-		return Event{}, err
-	}
-	if d.info != nil || d.err != nil {
-		return Event{}, &DecodeError{Class: ClassUnknownType, Size: int64(len(data)), Err: errors.New("not an event frame")}
-	}
-	return d.ev, nil
-}
-
+// decodeV2 decodes the JSON of one v2 frame: an event (validated like a
+// legacy one), an #info advisory or a terminal error frame. Errors are
+// *DecodeError.
 func decodeV2(data []byte) (decodedV2, error) {
 	size := int64(len(data))
 	var f v2Frame

@@ -87,7 +87,7 @@ func TestMain(m *testing.M) {
 			}
 		}
 		bin = filepath.Join(scratch, "appview")
-		if err := harness.Build(ctx, root, bin, false); err != nil {
+		if err := harness.Build(ctx, root, "./cmd/appview", bin, false); err != nil {
 			fmt.Fprintln(os.Stderr, "interop:", err)
 			return 1
 		}
