@@ -18,6 +18,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/webhooks"
 	"github.com/atcr-io/appview/internal/workers"
 )
@@ -26,7 +27,7 @@ import (
 // directly (no client, no actor).
 func bareConsumer(t *testing.T, db *sql.DB, c fence.Custody, rewind time.Duration) *consumer {
 	t.Helper()
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	pos, _, err := LoadPosition(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func numbered(events []jetstream.Event, first int64) []jetstream.Event {
 // seq exactly, whatever the time_us did; a seq is never sent elsewhere,
 // and a restart (a new incarnation reading the stored row) does the same.
 func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	c := acquire(t, db.DB, "me")
 	events := numbered(generateEvents(61, 200), 1)
 	// time_us jumps back by far more than any rewind in the middle.
@@ -113,7 +114,7 @@ func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 // A position stored before per-host positions (migration 7 keeps its
 // time_us, with an empty host) resumes by time, as it did.
 func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	c := acquire(t, db.DB, "me")
 	stored := time.Now().Add(-time.Hour).UnixMicro()
 	if _, err := db.Exec(`INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?, 0, ?)`, stored, c.Fence); err != nil {
@@ -129,7 +130,7 @@ func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 // is skipped and counted, an equal one (one commit, several operations)
 // applied; a #sync queues a re-read.
 func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
@@ -166,7 +167,7 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 // A re-read lists the repository on its PDS, applies what is there and
 // removes what vanished, records the rev and dequeues the repository.
 func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
@@ -234,29 +235,29 @@ func (s staticPDS) PDSEndpoint(context.Context, string) (string, error) { return
 // The consumer reports itself unhealthy once no upstream has delivered an
 // event for jetstream.unhealthy_after, and healthy again on the next one.
 func TestTheConsumerReportsUnhealthyWhenNoUpstreamSendsEvents(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	f := newFixture(t, 63, 50, jetstream.ReplayOptions{})
 	h := &workers.Health{}
 	c := acquire(t, db.DB, "me")
 	o := optionsFor(db.DB, c, "ws://127.0.0.1:1/subscribe")
 	o.Jetstream.UnhealthyAfter = 50 * time.Millisecond
 	o.Health = h
-	sys := newSystem(t)
+	sys := testsupport.NewActorSystem(t)
 	pid := sys.Root.Spawn(NewProps(o))
-	waitFor(t, "an unhealthy report", func() bool { ok, _, _ := h.Status(); return !ok })
+	testsupport.Eventually(t, "an unhealthy report", func() bool { ok, _, _ := h.Status(); return !ok })
 	stop(t, sys, pid)
 	o = f.options(db.DB, c)
 	o.Jetstream.UnhealthyAfter = time.Minute
 	o.Health = h
 	pid = sys.Root.Spawn(NewProps(o))
-	waitFor(t, "a healthy report", func() bool { ok, _, _ := h.Status(); return ok })
+	testsupport.Eventually(t, "a healthy report", func() bool { ok, _, _ := h.Status(); return ok })
 	stop(t, sys, pid)
 }
 
 // A host whose numbering restarted below the stored seq is resumed by
 // time, and the stored seq is dropped so its new numbering is recorded.
 func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	c := acquire(t, db.DB, "me")
 	events := numbered(generateEvents(64, 40), 5000)
 	const a = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents"
