@@ -104,7 +104,13 @@ func TestMain(m *testing.M) {
 func findTools(root, scratch string) (string, error) {
 	dir := os.Getenv("JETSTREAM_V2_DIR")
 	if dir == "" {
+		// shared/ sits beside the clone (CI) or two levels up (a worktree).
 		dir = filepath.Join(root, "..", "shared", "tools", "jetstream-v2")
+		if _, err := os.Stat(dir); err != nil {
+			if up := filepath.Join(root, "..", "..", "shared", "tools", "jetstream-v2"); exists(up) {
+				dir = up
+			}
+		}
 	}
 	var copyTo string
 	for _, name := range []string{"jetstream", "simulator"} {
@@ -132,6 +138,11 @@ func findTools(root, scratch string) (string, error) {
 		}
 	}
 	return copyTo, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // freeAddr returns a free 127.0.0.1 port.
