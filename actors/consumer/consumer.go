@@ -21,7 +21,6 @@ import (
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
-	"github.com/atcr-io/appview/internal/workers"
 )
 
 // UpdateCollections replaces the collection filter on the live
