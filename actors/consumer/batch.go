@@ -9,7 +9,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/webhooks"
@@ -30,6 +29,10 @@ type committed struct {
 	// skipped counts events whose own transaction could not commit (see
 	// commitEach); the cursor moved past them.
 	skipped int
+	// stale counts commits skipped as older than their repository's rev.
+	stale int
+	// syncs counts #sync events queued for a re-read.
+	syncs int
 }
 
 // add merges the effects of a later commit into out.
@@ -38,6 +41,8 @@ func (out *committed) add(more committed) {
 	out.res.NewManifests = append(out.res.NewManifests, more.res.NewManifests...)
 	out.enqueued += more.enqueued
 	out.skipped += more.skipped
+	out.stale += more.stale
+	out.syncs += more.syncs
 }
 
 // isolable reports whether a failed commit is about the events, so that
@@ -51,23 +56,30 @@ func isolable(ctx context.Context, err error) bool {
 // skipFunc is told about an event commitEach skipped and why.
 type skipFunc func(ev *jetstream.Event, err error)
 
-// commitEach is the fallback for a batch whose single commit failed with
+// commitEachAt is the fallback for a batch whose single commit failed with
 // an isolable error (one outside the processor's per-event savepoints: the
 // repository_stats refresh, the webhook enqueue, the commit itself). It
-// commits the events one by one, each with its deliveries and the cursor
-// in its own fenced transaction (commitBatch of one), so one bad row cannot
-// stall the stream. An event whose own commit still fails is reported to
-// skip and the cursor is moved past it in a fenced transaction of its own.
+// commits the events one by one, each with its deliveries and the
+// position in its own fenced transaction (commitBatchAt of one), so one
+// bad row cannot stall the stream. An event whose own commit still fails
+// is reported to skip and the position is moved past it in a fenced
+// transaction of its own. maxSeq is the batch's Batch.MaxSeq (the last
+// event carries it, so frames skipped after it are passed too).
 //
 // It returns an error, with the events before it committed, when custody
 // is lost (wrapping fence.ErrSuperseded), ctx ends, an event fails with a
-// processor.DatabaseFailure, or the cursor cannot be moved past a skipped
-// event: the database itself is then broken and the worker must fail.
-func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	events []jetstream.Event, skip skipFunc) (committed, error) {
+// processor.DatabaseFailure, or the position cannot be moved past a
+// skipped event: the database itself is then broken and the worker must
+// fail.
+func commitEachAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
+	host string, events []jetstream.Event, maxSeq int64, skip skipFunc) (committed, error) {
 	var out committed
 	for i := range events {
-		one, err := commitBatch(ctx, db, c, p, enqueue, events[i:i+1])
+		seq := events[i].Seq
+		if i == len(events)-1 {
+			seq = max(seq, maxSeq)
+		}
+		one, err := commitBatchAt(ctx, db, c, p, enqueue, host, events[i:i+1], seq)
 		if err == nil {
 			out.add(one)
 			continue
@@ -77,34 +89,58 @@ func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.P
 		}
 		ev := &events[i]
 		skip(ev, err)
-		last, _ := batchCursor(events[i : i+1])
-		if last == 0 {
+		pos := positionOf(host, events[i:i+1], seq)
+		if pos.last == 0 && pos.seq == 0 {
 			out.skipped++
-			continue // stamped ahead of the clock: it does not move the cursor
+			continue // stamped ahead of the clock: it does not move the position
 		}
 		err = fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-			return saveCursorTx(ctx, tx, last, last, c.Fence)
+			return savePositionTx(ctx, tx, pos, c.Fence)
 		})
 		if err != nil {
-			return out, fmt.Errorf("move the cursor past skipped event time_us=%d: %w", ev.TimeUS, err)
+			return out, fmt.Errorf("move the position past skipped event time_us=%d seq=%d: %w", ev.TimeUS, ev.Seq, err)
 		}
 		out.skipped++
 	}
 	return out, nil
 }
 
-// commitBatch applies events, enqueues their webhook deliveries and
-// advances the cursor (see batchCursor), in one transaction that commits
-// only under c. Errors wrap fence.ErrSuperseded when custody is lost.
-func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	events []jetstream.Event) (committed, error) {
+// positionOf is where a batch from host moves the position: maxSeq (or
+// the events' highest seq), batchCursor's times and the shared time.
+func positionOf(host string, events []jetstream.Event, maxSeq int64) batchPosition {
+	pos := batchPosition{host: host, seq: maxSeq, shared: sharedTime(events)}
+	for i := range events {
+		pos.seq = max(pos.seq, events[i].Seq)
+	}
+	pos.last, pos.newest = batchCursor(events)
+	return pos
+}
+
+// commitBatchAt applies events read from host, enqueues their webhook
+// deliveries, records each repository's newest commit rev, queues a
+// re-read of every repository a #sync names, and advances the position
+// (positionOf), in one transaction that commits only under c. Commits
+// older than their repository's recorded rev are skipped (stale). Errors
+// wrap fence.ErrSuperseded when custody is lost.
+func commitBatchAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
+	host string, events []jetstream.Event, maxSeq int64) (committed, error) {
 	var out committed
 	// Handle lookups are network requests: made before the fenced
 	// transaction takes the write lock.
 	ctx = p.PrepareBatch(ctx, db, events)
 	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-		res, err := p.ApplyTx(ctx, tx, c, events)
+		apply, syncs, stale, err := screen(ctx, tx, events)
 		if err != nil {
+			return err
+		}
+		res, err := p.ApplyTx(ctx, tx, c, apply)
+		if err != nil {
+			return err
+		}
+		if err := recordRevs(ctx, tx, apply); err != nil {
+			return err
+		}
+		if err := requestResyncs(ctx, tx, syncs, reasonSync); err != nil {
 			return err
 		}
 		if len(res.NewManifests) > 0 {
@@ -121,12 +157,10 @@ func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.
 			}
 			out.enqueued = n
 		}
-		if last, newest := batchCursor(events); last > 0 {
-			if err := saveCursorTx(ctx, tx, last, newest, c.Fence); err != nil {
-				return err
-			}
+		if err := savePositionTx(ctx, tx, positionOf(host, events, maxSeq), c.Fence); err != nil {
+			return err
 		}
-		out.res = res
+		out.res, out.stale, out.syncs = res, stale, len(syncs)
 		return nil
 	})
 	if err != nil {
@@ -163,19 +197,6 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 	return last, newest
 }
 
-// saveCursorSQL stores the last event's time_us (?1), but only when the
-// batch reached past the stored cursor (?2 is the batch's newest time_us):
-// a rewound replay of events already processed never moves the cursor
-// back, so a crash loop cannot walk the resume point backwards one rewind
-// at a time. batchCursor leaves out events stamped ahead of the clock;
-// as a second guard the stored value is never more than cursorLead ahead
-// of the database's clock (?4 is cursorLead in µs), and a stored cursor
-// already beyond that (written before these guards) is overwritten by the
-// next batch, whatever its times.
-const saveCursorSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3)
-ON CONFLICT (id) DO UPDATE SET time_us = excluded.time_us, updated_at = excluded.updated_at, fence = excluded.fence
-WHERE ?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4`
-
 // cursorLead is how far ahead of this host's clock an event may be
 // stamped and still move the cursor, and how far ahead a stored or
 // resumed cursor may be (see batchCursor, saveCursorSQL and
@@ -183,23 +204,3 @@ WHERE ?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.N
 // little ahead of ours. A host clock slower than that only stops the
 // cursor until the clock catches up, which costs an idempotent replay.
 const cursorLead = time.Minute
-
-func saveCursorTx(ctx context.Context, tx *sql.Tx, last, newest, fence int64) error {
-	if _, err := tx.ExecContext(ctx, saveCursorSQL, last, newest, fence, cursorLead.Microseconds()); err != nil {
-		return fmt.Errorf("save jetstream cursor: %w", err)
-	}
-	return nil
-}
-
-// LoadCursor returns the stored cursor (Jetstream time_us of the last fully
-// processed event); ok is false when none is stored yet.
-func LoadCursor(ctx context.Context, db *sql.DB) (timeUS int64, ok bool, err error) {
-	err = db.QueryRowContext(ctx, `SELECT time_us FROM jetstream_cursor WHERE id = 1`).Scan(&timeUS)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("load jetstream cursor: %w", err)
-	}
-	return timeUS, true, nil
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/statsview"
@@ -52,6 +54,13 @@ type Options struct {
 	BatchSize              int
 	BatchLinger            time.Duration
 	MinBackoff, MaxBackoff time.Duration
+	// Health is the worker's self-report (workers.Spec.Health): unhealthy
+	// while no upstream delivered an event for jetstream.unhealthy_after.
+	// nil: not reported.
+	Health *workers.Health
+	// Resync re-reads repositories a #sync names; nil disables re-reads
+	// (they stay queued in repo_resyncs).
+	Resync *Resyncer
 
 	// enqueue replaces webhooks.EnqueueTx in tests.
 	enqueue enqueueFunc
@@ -106,9 +115,16 @@ type consumer struct {
 	disp     *actor.PID
 
 	client *jetstream.Client
-	// cursor is the time_us of the last committed batch (read by the
-	// client's CursorFor callback on its goroutine).
+	// cursor is the time_us of the last committed batch (for metrics).
 	cursor atomic.Int64
+	// pos is the stored position as this incarnation last wrote it
+	// (loaded at start). Only the client's Run goroutine touches it after
+	// start (the handler and CursorFor both run there).
+	pos Position
+	// bg is closed to stop the health and resync goroutines; bgDone
+	// counts them.
+	bg     chan struct{}
+	bgDone sync.WaitGroup
 	// resumeURL and resumeUS are where this incarnation left off: the
 	// endpoint its last committed batch was read from and that batch's
 	// last time_us (see resumeAt). Only the client's Run goroutine touches
@@ -156,10 +172,12 @@ func (c *consumer) Receive(ctx actor.Context) {
 
 func (c *consumer) start(ctx actor.Context) {
 	c.root, c.self = ctx.ActorSystem().Root, ctx.Self()
-	stored, _, err := LoadCursor(context.Background(), c.o.DB)
+	pos, _, err := LoadPosition(context.Background(), c.o.DB)
 	if err != nil {
 		panic(err)
 	}
+	c.pos = pos
+	stored := pos.TimeUS
 	c.cursor.Store(stored)
 	if c.o.Stats != nil {
 		c.stats = ctx.Spawn(c.o.Stats(c.o.Custody))
@@ -179,21 +197,79 @@ func (c *consumer) start(ctx actor.Context) {
 		MaxBackoff:      c.o.MaxBackoff,
 		Metrics:         c.o.ClientMetrics,
 		Log:             c.o.Log.With().Str("component", "jetstream").Logger(),
+		OnCursorTooOld:  c.cursorTooOld,
+		OnSeqReset:      c.seqReset,
 	}, c.handle)
 	if err != nil {
 		panic(fmt.Errorf("jetstream client: %w", err))
 	}
 	c.client = client
+	c.bg = make(chan struct{})
+	c.bgDone.Add(1)
+	go func() {
+		defer c.bgDone.Done()
+		c.reportHealth(client)
+	}()
+	if c.o.Resync != nil {
+		c.bgDone.Add(1)
+		go func() {
+			defer c.bgDone.Done()
+			c.o.Resync.Run(c.bg, c.o.Custody)
+		}()
+	}
 	c.runDone = make(chan struct{})
 	go func() {
 		defer close(c.runDone)
 		err := client.Run(context.Background())
 		c.root.Send(c.self, &runEnded{err: err})
 	}()
-	c.log.Info().Int64("cursor", stored).Msg("consumer started")
+	c.log.Info().Int64("cursor", stored).Str("host", pos.Host).Int64("seq", pos.Seq).Int64("shared_us", pos.SharedUS).Msg("consumer started")
 }
 
-// resumeAt is the cursor to (re)connect to url with.
+// resumeAt is the cursor to (re)connect to url with: a sequence number
+// (below jetstream.CursorSeqMax) or a Unix-microsecond time.
+//
+// By sequence number, only on the host the position came from: its seq
+// there, exactly (Jetstream replays inclusively; the client drops that
+// one event), with no rewind and no reordering window. A sequence number
+// is never sent to another host: it means nothing there.
+//
+// By time everywhere else. On a host without sequence numbers (Jetstream
+// v1) the position's own time_us is that host's clock: a reconnect of
+// this incarnation resumes at the last event it delivered (see
+// resumeAtTime), a first connect rewinds by jetstream.rewind. On another
+// host (failover), or for a position stored before per-host positions,
+// time_us is a foreign clock (a host that lagged stamps old events with
+// late times), so the resume time is the position's shared time (commit
+// rev / relay time, sharedTime) less jetstream.rewind, relying on
+// idempotent apply for the overlap. Nothing stored means the live tail.
+//
+// A time is capped at cursorLead ahead of this host's clock: a cursor
+// from the future makes Jetstream live-tail and skip everything since.
+func (c *consumer) resumeAt(url string) int64 {
+	host := jetstream.HostOf(url)
+	p := c.pos
+	if p.Host == host && p.Seq > 0 {
+		c.dialHighUS = c.highUS
+		return p.Seq
+	}
+	if p.Host == host || (p.Host == "" && p.SharedUS == 0) {
+		return c.resumeAtTime(url)
+	}
+	c.dialHighUS = c.highUS
+	t := p.SharedUS
+	if t == 0 {
+		t = p.TimeUS
+	}
+	if t == 0 {
+		return 0
+	}
+	limit := time.Now().Add(cursorLead).UnixMicro()
+	return max(jetstream.CursorSeqMax, min(t, limit)-c.o.Jetstream.Rewind.Microseconds())
+}
+
+// resumeAtTime is the time cursor for url on a host whose position is in
+// time space (Jetstream v1).
 //
 // On the instance this incarnation last committed a batch from, it resumes
 // at that batch's last time_us (inclusive, so that event comes again;
@@ -204,16 +280,9 @@ func (c *consumer) start(ctx actor.Context) {
 // more often than it can deliver a rewind's worth of events would then
 // never get past the cursor.
 //
-// Everywhere else it rewinds the committed cursor by jetstream.rewind: on
-// the first connect of an incarnation (after a restart or a handover we do
-// not know which instance the cursor came from) and on a different URL
-// (failover), because each Jetstream instance stamps time_us on its own
-// clock. Nothing committed yet means the live tail.
-//
-// Either is capped at cursorLead ahead of this host's clock: a cursor from
-// the future (stored by an older version from a mis-stamped event) would
-// make Jetstream live-tail and skip everything since the last commit.
-func (c *consumer) resumeAt(url string) int64 {
+// Otherwise (the first connect of an incarnation) it rewinds the
+// committed cursor by jetstream.rewind.
+func (c *consumer) resumeAtTime(url string) int64 {
 	limit := time.Now().Add(cursorLead).UnixMicro()
 	defer func() { c.dialHighUS = c.highUS }()
 	if url == c.resumeURL && c.resumeUS > 0 {
@@ -233,13 +302,13 @@ func (c *consumer) resumeAt(url string) int64 {
 			window := min(reorderWindow, c.o.Jetstream.Rewind).Microseconds()
 			at = min(at, max(c.highUS-window, c.dialHighUS))
 		}
-		return max(1, min(at, limit))
+		return max(jetstream.CursorSeqMax, min(at, limit))
 	}
 	cur := c.cursor.Load()
 	if cur == 0 {
 		return 0
 	}
-	return max(1, min(cur, limit)-c.o.Jetstream.Rewind.Microseconds())
+	return max(jetstream.CursorSeqMax, min(cur, limit)-c.o.Jetstream.Rewind.Microseconds())
 }
 
 // reorderWindow bounds how far out of time_us order Jetstream sends events
@@ -270,29 +339,121 @@ func (c *consumer) drain() {
 	}
 }
 
-// stop closes the socket and waits for the Run goroutine: after it
-// returns, no batch is in flight and nothing more is written.
+// stop closes the socket and waits for the Run goroutine and the
+// background goroutines: after it returns, no batch or re-read is in
+// flight and nothing more is written.
 func (c *consumer) stop() {
 	if c.client == nil {
 		return
 	}
+	close(c.bg)
 	_ = c.client.Close()
 	<-c.runDone
+	c.bgDone.Wait()
 	c.client = nil
 }
+
+// healthTick is how often the consumer re-evaluates its health report.
+const healthTick = time.Second
+
+// reportHealth keeps Options.Health current until bg closes: unhealthy
+// while no event arrived from any upstream for jetstream.unhealthy_after
+// (counted from the start of this incarnation before the first event).
+func (c *consumer) reportHealth(client *jetstream.Client) {
+	if c.o.Health == nil {
+		return
+	}
+	started := time.Now()
+	bound := c.o.Jetstream.UnhealthyAfter
+	t := time.NewTicker(min(healthTick, max(bound/4, time.Millisecond)))
+	defer t.Stop()
+	for {
+		last := client.LastEvent()
+		if last.IsZero() {
+			last = started
+		}
+		if silent := time.Since(last); bound > 0 && silent > bound {
+			c.o.Health.Set(false, fmt.Sprintf("no Jetstream event from any upstream for %v (unreachable or silent)", silent.Truncate(time.Second)))
+		} else {
+			c.o.Health.Set(true, "")
+		}
+		select {
+		case <-c.bg:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// cursorTooOld is told (on the client's Run goroutine) that host url
+// refused cursor as older than its lookback, whose oldest event is floor:
+// the events in between are gone from that host. The client resumes from
+// floor. Here the gap is recorded (jetstream_gaps) and, in the same fenced
+// transaction, a backfill run is requested: an unfinished backfill_runs
+// row that the backfill worker resumes at its next run (the next
+// backfill.interval tick, or the next grant of its lease with interval 0),
+// re-reading every io.atcr.* record the gap may have hidden.
+func (c *consumer) cursorTooOld(url string, cursor, floor int64) {
+	c.log.Error().Str("url", url).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
+		Msg("Jetstream gap: events between the stored position and the host's oldest event are lost; resuming from the oldest and requesting a backfill run")
+	c.o.Metrics.gap()
+	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO jetstream_gaps (host, from_seq, to_seq, detected_at, fence) VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4)`,
+			jetstream.HostOf(url), cursor, floor, c.o.Custody.Fence); err != nil {
+			return fmt.Errorf("record gap: %w", err)
+		}
+		if _, err := tx.Exec(requestBackfillSQL, c.o.Custody.Fence, "jetstream-gap"); err != nil {
+			return fmt.Errorf("request backfill run: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.Error().Err(err).Msg("Jetstream gap not recorded; no backfill requested")
+	}
+}
+
+// seqReset is told (on the client's Run goroutine) that url's host
+// numbers its events below the stored seq: it forgot them. The stored
+// position drops its seq (fenced), so the host is resumed by time (its
+// time_us less jetstream.rewind) and the next batch from it writes its new
+// numbering; events the host sent while it was behind our number are not
+// lost, they are replayed by time.
+func (c *consumer) seqReset(url string) {
+	host := jetstream.HostOf(url)
+	if c.pos.Host != host {
+		return
+	}
+	c.pos.Seq = 0
+	c.resumeURL, c.resumeUS = "", 0
+	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0 WHERE id = 1 AND host = ?1`, host)
+		return err
+	})
+	if err != nil {
+		c.log.Error().Err(err).Msg("Jetstream sequence reset not recorded")
+	}
+}
+
+// requestBackfillSQL adds an unfinished backfill run unless one is
+// already pending: the backfill worker resumes the latest unfinished run
+// before anything else (actors/backfill claimRun).
+const requestBackfillSQL = `INSERT INTO backfill_runs (started_at, fence, holder, updated_at)
+SELECT ` + database.NowMS + `, ?1, ?2, ` + database.NowMS + `
+WHERE NOT EXISTS (SELECT 1 FROM backfill_runs WHERE completed_at IS NULL)`
 
 // handle commits one batch (the jetstream Handler, on the client's Run
 // goroutine; the client reads no further until it returns).
 func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	c.logFailures(&b)
-	if len(b.Events) == 0 {
-		return nil // only undecodable frames: the next event moves the cursor past them
+	host := jetstream.HostOf(b.URL)
+	if len(b.Events) == 0 && (b.MaxSeq == 0 || (host == c.pos.Host && b.MaxSeq <= c.pos.Seq)) {
+		return nil // only undecodable frames without a position: the next event moves it past them
 	}
 	start := time.Now()
-	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
+	out, err := commitBatchAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq)
 	if err != nil && isolable(ctx, err) {
 		c.sampled.Warn().Err(err).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
-		out, err = commitEach(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events, func(ev *jetstream.Event, err error) {
+		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, func(ev *jetstream.Event, err error) {
 			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
 		})
 	}
@@ -302,15 +463,39 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
 	}
-	last, newest := batchCursor(b.Events)
-	if newest > c.cursor.Load() {
-		c.cursor.Store(last)
+	pos := positionOf(host, b.Events, b.MaxSeq)
+	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.newest > c.pos.TimeUS) {
+		c.pos.Host, c.pos.Seq = pos.host, pos.seq
+		if pos.last > 0 {
+			c.pos.TimeUS = pos.last
+		}
+		if pos.shared > 0 {
+			c.pos.SharedUS = pos.shared
+		}
+	}
+	last, newest := pos.last, pos.newest
+	if newest > c.cursor.Load() || pos.seq > 0 {
+		if last > 0 {
+			c.cursor.Store(last)
+		}
 	}
 	if last > 0 {
 		c.resumeURL, c.resumeUS = b.URL, last
 		c.highUS = max(c.highUS, newest)
 	}
 	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
+	c.o.Metrics.screened(out.stale, out.syncs, pos.seq)
+	if e := c.log.Debug(); e.Enabled() {
+		var first int64
+		if len(b.Events) > 0 {
+			first = b.Events[0].Seq
+		}
+		e.Str("host", host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(b.Events)).
+			Int("failures", len(b.Failures)).Int("stale", out.stale).Msg("jetstream batch committed")
+	}
+	if out.syncs > 0 && c.o.Resync != nil {
+		c.o.Resync.Kick()
+	}
 	if len(out.res.HoldStats) > 0 && c.stats != nil {
 		c.root.Send(c.stats, &statsview.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
 	}
@@ -344,15 +529,24 @@ type Metrics struct {
 	commit    prometheus.Histogram
 	cursorLag prometheus.Gauge
 	cursorTS  prometheus.Gauge
+	seq       prometheus.Gauge
+	stale     prometheus.Counter
+	syncs     prometheus.Counter
+	gaps      prometheus.Counter
 }
 
 // NewMetrics registers on reg: appview_consumer_batches_total,
 // appview_consumer_events_total (committed), appview_consumer_commit_seconds
 // (one batch: apply, enqueue, cursor, commit), appview_jetstream_cursor_lag_seconds
-// (wall clock minus the committed cursor) and
+// (wall clock minus the committed cursor),
 // appview_jetstream_cursor_timestamp_seconds (the committed cursor as a
 // Unix time in seconds; it replaces appview_jetstream_cursor_time_us,
-// whose unit promlint refuses).
+// whose unit promlint refuses), appview_jetstream_position_seq (the stored
+// sequence number on its host, 0 in time space),
+// appview_consumer_stale_commits_total (commits older than their
+// repository's rev, skipped), appview_consumer_sync_events_total (#sync
+// events queued for a re-read) and appview_jetstream_gaps_total
+// (CursorTooOld refusals that requested a backfill).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
@@ -371,8 +565,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		cursorTS: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appview_jetstream_cursor_timestamp_seconds", Help: "The committed Jetstream cursor (time_us) as a Unix time in seconds.",
 		}),
+		seq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appview_jetstream_position_seq", Help: "The committed position's sequence number on its Jetstream host (0: a host without sequence numbers).",
+		}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_consumer_stale_commits_total", Help: "Commits skipped because their rev is older than the repository's newest applied rev.",
+		}),
+		syncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_consumer_sync_events_total", Help: "Jetstream #sync events, each queuing a re-read of its repository.",
+		}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld); each requests a backfill run.",
+		}),
 	}
-	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS} {
+	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.syncs, m.gaps} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register consumer metrics: %w", err)
 		}
@@ -389,4 +595,21 @@ func (m *Metrics) committed(events int, took time.Duration, cursorUS int64) {
 	m.commit.Observe(took.Seconds())
 	m.cursorTS.Set(float64(cursorUS) / 1e6)
 	m.cursorLag.Set(time.Since(time.UnixMicro(cursorUS)).Seconds())
+}
+
+func (m *Metrics) screened(stale, syncs int, seq int64) {
+	if m == nil {
+		return
+	}
+	m.stale.Add(float64(stale))
+	m.syncs.Add(float64(syncs))
+	if seq > 0 {
+		m.seq.Set(float64(seq))
+	}
+}
+
+func (m *Metrics) gap() {
+	if m != nil {
+		m.gaps.Inc()
+	}
 }

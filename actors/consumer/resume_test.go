@@ -68,7 +68,16 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	}
 	cons.cursor.Store(stored)
 	const a, b = "ws://a.example/subscribe", "ws://b.example/subscribe"
-	rewound := func() int64 { return cons.cursor.Load() - rewind.Microseconds() }
+	// Another host resumes from the shared time (commit rev / relay time)
+	// of the last committed batch, less the rewind: time_us is the last
+	// host's own clock.
+	switchTo := func(batch []jetstream.Event) int64 {
+		t := sharedTime(batch)
+		if t == 0 {
+			t = cons.cursor.Load()
+		}
+		return t - rewind.Microseconds()
+	}
 
 	if got := cons.resumeAt(a); got != stored-rewind.Microseconds() {
 		t.Fatalf("first connect: cursor %d, want the stored cursor minus the rewind (%d)", got, stored-rewind.Microseconds())
@@ -82,8 +91,8 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	if got := cons.resumeAt(a); got != events[149].TimeUS {
 		t.Fatalf("reconnect to the same instance: cursor %d, want the last committed event's %d", got, events[149].TimeUS)
 	}
-	if got := cons.resumeAt(b); got != rewound() {
-		t.Fatalf("failover to another instance: cursor %d, want the committed cursor minus the rewind (%d)", got, rewound())
+	if got, want := cons.resumeAt(b), switchTo(events[90:150]); got != want {
+		t.Fatalf("failover to another instance: cursor %d, want the batch's shared time minus the rewind (%d)", got, want)
 	}
 	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: events[140:200]}); err != nil {
 		t.Fatal(err)
@@ -91,8 +100,8 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 	if got := cons.resumeAt(b); got != events[199].TimeUS {
 		t.Fatalf("reconnect to the new instance: cursor %d, want %d", got, events[199].TimeUS)
 	}
-	if got := cons.resumeAt(a); got != rewound() {
-		t.Fatalf("back to the first instance: cursor %d, want a rewind (%d)", got, rewound())
+	if got, want := cons.resumeAt(a), switchTo(events[140:200]); got != want {
+		t.Fatalf("back to the first instance: cursor %d, want a rewind from the shared time (%d)", got, want)
 	}
 	// A replay behind the stored cursor (after a rewind) resumes where the
 	// replay got to on that instance, not at the stored cursor.

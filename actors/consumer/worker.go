@@ -43,23 +43,32 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 	if err != nil {
 		return workers.Spec{}, err
 	}
+	rm, err := NewResyncMetrics(d.Metrics)
+	if err != nil {
+		return workers.Spec{}, err
+	}
 	disp, err := webhooks.NewDispatcherOptions(d)
 	if err != nil {
 		return workers.Spec{}, fmt.Errorf("consumer: %w", err)
 	}
+	proc := processor.New(processor.Options{Log: d.Log, Metrics: pm, Handles: d.HandleResolver()})
+	health := &workers.Health{}
 	o := Options{
 		DB:            d.DB,
 		Log:           d.Log,
 		Jetstream:     d.Config.Jetstream,
-		Processor:     processor.New(processor.Options{Log: d.Log, Metrics: pm, Handles: d.HandleResolver()}),
+		Processor:     proc,
 		Dispatcher:    disp,
 		ClientMetrics: jm,
 		Stats:         sp,
 		Metrics:       cm,
+		Health:        health,
+		Resync:        NewResyncer(d.DB, d.Resolver(), proc, d.Config.Jetstream.ResyncInterval, d.Log, rm),
 	}
 	return workers.Spec{
 		Name:   LeaseName,
 		Leased: true,
+		Health: health,
 		Actor: func(c fence.Custody) *actor.Props {
 			oc := o
 			oc.Custody = c

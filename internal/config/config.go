@@ -160,23 +160,47 @@ const (
 	MaxMaxMessageBytes = 64 << 20
 )
 
+// DefaultJetstreamURLs are Bluesky's public Jetstream v2 hosts on the v2
+// wire (launched August 2026), then one frozen v1 host on the legacy wire
+// as a last resort (it resumes by time only).
+func DefaultJetstreamURLs() []string {
+	return []string{
+		"wss://jetstream.us-east.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents",
+		"wss://jetstream.us-west.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents",
+		"wss://jetstream2.us-east.bsky.network/subscribe",
+	}
+}
+
 // Jetstream configures the consumer (docs/spec.md §6).
 type Jetstream struct {
-	// URLs are Jetstream /subscribe endpoints, tried in order.
+	// URLs are Jetstream endpoints, tried in order. The path selects the
+	// wire: /xrpc/network.bsky.jetstream.subscribeEvents the v2 wire,
+	// anything else (/subscribe) the legacy one; both may be mixed.
 	URLs []string `yaml:"urls"`
-	// Collections are NSIDs or "prefix.*" wildcards sent as wantedCollections.
+	// Collections are NSIDs or "prefix.*" wildcards (wantedCollections on
+	// the legacy wire, collections on v2).
 	Collections []string `yaml:"collections"`
-	// Compress asks for zstd-compressed binary frames (compress=true).
+	// Compress asks for zstd-compressed binary frames (compress=true on the
+	// legacy wire; the host's getZstdDictionary on v2).
 	Compress bool `yaml:"compress"`
-	// Rewind is subtracted from the stored cursor when the consumer
-	// connects for the first time after starting and when it connects to
-	// another URL than the one it last read from (Jetstream instances
-	// stamp time_us independently); a reconnect to the same URL resumes at
-	// the last event it delivered, less the live tail's reorder window
-	// (1 s, or this if smaller) when it was on the live tail.
+	// Rewind is the margin of a resume by time: on a host other than the
+	// one the stored position came from (or a position stored before
+	// per-host positions), the consumer resumes from the position's shared
+	// time (commit rev / relay time) less this; on a host without sequence
+	// numbers (Jetstream v1), from that host's time_us less this after a
+	// restart. A resume by sequence number on the same host never rewinds.
 	Rewind time.Duration `yaml:"rewind"`
-	// StaleTimeout reconnects when no frame arrives for this long.
+	// StaleTimeout leaves a host that sent no event for this long (pings
+	// and pongs do not count) for the next configured one.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`
+	// UnhealthyAfter: the consumer reports itself unhealthy (workers.Health,
+	// read by the lease runtime) when no upstream delivered an event for
+	// this long: none reachable, or every one silent.
+	UnhealthyAfter time.Duration `yaml:"unhealthy_after"`
+	// ResyncInterval spaces the re-reads of repositories from their PDS
+	// (a #sync event queues one): at most one per interval, so a burst of
+	// syncs cannot flood PDSes or hold the database.
+	ResyncInterval time.Duration `yaml:"resync_interval"`
 	// MaxMessageBytes is the websocket read limit per frame, in bytes,
 	// MinMaxMessageBytes..MaxMaxMessageBytes.
 	MaxMessageBytes int64 `yaml:"max_message_bytes"`
@@ -286,14 +310,13 @@ func Default() Config {
 			MinHold:       time.Minute,
 		},
 		Jetstream: Jetstream{
-			URLs: []string{
-				"wss://jetstream2.us-east.bsky.network/subscribe",
-				"wss://jetstream1.us-east.bsky.network/subscribe",
-			},
+			URLs:            DefaultJetstreamURLs(),
 			Collections:     []string{"io.atcr.*"},
 			Compress:        true,
-			Rewind:          5 * time.Second,
-			StaleTimeout:    60 * time.Second,
+			Rewind:          30 * time.Second,
+			StaleTimeout:    30 * time.Second,
+			UnhealthyAfter:  90 * time.Second,
+			ResyncInterval:  time.Second,
 			MaxMessageBytes: 2 << 20,
 		},
 		Backfill: Backfill{

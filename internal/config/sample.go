@@ -37,11 +37,14 @@ leases:
   min_hold: 1m                  # a holder keeps a lease at least this long before it may yield it
 
 jetstream:
-  urls: ["wss://jetstream2.us-east.bsky.network/subscribe", "wss://jetstream1.us-east.bsky.network/subscribe"]
-  collections: ["io.atcr.*"]    # sent as repeated wantedCollections; at least one (none would mean the whole firehose)
-  compress: true                # zstd binary frames with the Jetstream dictionary
-  rewind: 5s                    # resume from the stored cursor minus this (replay is idempotent)
-  stale_timeout: 60s            # reconnect when no frame arrives for this long
+  # tried in order; the path picks the wire: /xrpc/network.bsky.jetstream.subscribeEvents (v2) or /subscribe (legacy)
+  urls: ["wss://jetstream.us-east.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents", "wss://jetstream.us-west.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents", "wss://jetstream2.us-east.bsky.network/subscribe"]
+  collections: ["io.atcr.*"]    # at least one (none would mean the whole firehose)
+  compress: true                # zstd binary frames (legacy dictionary, or the v2 host's getZstdDictionary)
+  rewind: 30s                   # margin of a resume by time (another host, or a v1 host); same-host seq resumes never rewind
+  stale_timeout: 30s            # leave a host that sent no event for this long (pings do not count) for the next
+  unhealthy_after: 1m30s        # report the consumer unhealthy after this long without any event from any host
+  resync_interval: 1s           # at most one repository re-read (#sync) per interval
   max_message_bytes: 2097152    # websocket read limit per frame, 1024 (1 KiB)..67108864 (64 MiB)
 
 backfill:

@@ -3,12 +3,14 @@ package jetstream
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -82,8 +84,8 @@ const MaxFutureSkew = 24 * time.Hour
 
 // ClientOptions configures a Client. Zero values take the defaults above.
 type ClientOptions struct {
-	// URLs are Jetstream /subscribe endpoints (ws:// or wss://), tried in
-	// order: a failed dial, or a connection that dies before its first
+	// URLs are Jetstream endpoints (ws:// or wss://; the path picks the
+	// wire, see WireOf), tried in order: a failed dial, or a connection that dies before its first
 	// frame, moves to the next; a healthy connection that drops is retried
 	// on the same URL first. Required.
 	URLs []string
@@ -95,13 +97,13 @@ type ClientOptions struct {
 	// tail. nil means always live tail. Ignored when CursorFor is set.
 	Cursor func() int64
 	// CursorFor is Cursor told which endpoint (one of URLs, as given) is
-	// about to be dialled. Jetstream instances stamp time_us
-	// independently, so a cursor read from one instance needs a rewind of
-	// a few seconds on another (and on a first connect, when the instance
-	// it came from is unknown); on the instance the cursor was read from,
-	// the cursor itself resumes exactly (inclusive: the last event is
-	// delivered again, so process idempotently). Batch.URL says which
-	// endpoint each batch came from.
+	// about to be dialled; it returns a sequence number of that host (below
+	// CursorSeqMax: only ever one read from that host, see HostOf) or a
+	// Unix-microsecond time. A seq resumes exactly: the event at the
+	// cursor, replayed by Jetstream, is dropped. A time replays from that
+	// time inclusive (process idempotently); each Jetstream instance stamps
+	// its own times, so a time from another instance needs a margin.
+	// Batch.URL says which endpoint each batch came from.
 	CursorFor func(url string) int64
 	// Compress asks for zstd binary frames (compress=true): about half the
 	// bytes on the wire for a little CPU.
@@ -111,7 +113,8 @@ type ClientOptions struct {
 	// Larger frames are skipped and reported, not fatal (see the package
 	// documentation). 0 means DefaultMaxEventBytes.
 	MaxMessageBytes int64
-	// StaleTimeout: no frame, ping or pong for this long reconnects.
+	// StaleTimeout: no event for this long (pings and pongs do not count)
+	// leaves the URL for the next one.
 	StaleTimeout time.Duration
 	// BatchSize and BatchLinger shape deliveries: a Batch is delivered when
 	// it holds BatchSize entries, or BatchLinger after its first entry.
@@ -129,6 +132,21 @@ type ClientOptions struct {
 	// Dialer overrides the websocket dialer (proxies, TLS); nil uses a
 	// dialer with a 10 s handshake timeout and the environment's proxy.
 	Dialer *websocket.Dialer
+	// HTTPClient fetches the v2 wire's zstd dictionary; nil uses a client
+	// with a 10 s timeout.
+	HTTPClient *http.Client
+	// OnCursorTooOld is told when a host refused a sequence cursor below
+	// its lookback floor (v2 wire, CursorTooOld): the events between
+	// cursor and floor are gone from that host. The client then resumes
+	// that host from floor (its oldest event) on the next dial. nil: only
+	// logged and counted.
+	OnCursorTooOld func(url string, cursor, floor int64)
+	// OnSeqReset is told (on the Run goroutine, before the next dial) that
+	// url's host numbers its events below the seq cursor it was given
+	// (ErrSeqReset): CursorFor must not give that host a seq again before
+	// it has delivered new ones. nil: the client would redial with the
+	// same cursor.
+	OnSeqReset func(url string)
 }
 
 // Batch is a run of consecutive frames, in stream order.
@@ -136,6 +154,10 @@ type Batch struct {
 	// URL is the endpoint (one of ClientOptions.URLs, as given) the frames
 	// were read from.
 	URL string
+	// MaxSeq is the largest sequence number among the batch's frames,
+	// failures included (0 when the server sends none): everything up to
+	// it on this host has been delivered, so a position may move there.
+	MaxSeq int64
 	// Events are the frames that decoded, in stream order.
 	Events []Event
 	// Failures are the frames in this run that did not decode, in stream
@@ -175,11 +197,22 @@ type Client struct {
 	newestUS int64
 	// filter is collections, parsed, for the reader: a commit outside it
 	// is skipped (ClassUnwantedCollection). Set with collections.
-	filter  atomic.Pointer[collectionFilter]
-	conn    *websocket.Conn // the live connection, nil between connections
-	cancel  context.CancelFunc
-	running bool
-	closed  bool
+	filter atomic.Pointer[collectionFilter]
+	conn   *websocket.Conn // the live connection, nil between connections
+	connV2 bool            // conn speaks the v2 wire (no options_update)
+	// resumeFloor: a host that refused a cursor as too old is dialled
+	// from its floor next (URL → seq), once.
+	resumeFloor map[string]int64
+	// dicts caches the v2 decoders by host (each host serves its own
+	// dictionary); noDict marks hosts whose dictionary could not be had,
+	// which are then read uncompressed. Run goroutine only.
+	dicts  map[string]*Decoder
+	noDict map[string]bool
+	// lastEvent is when any connection last delivered an event (Unix ns).
+	lastEvent atomic.Int64
+	cancel    context.CancelFunc
+	running   bool
+	closed    bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -239,6 +272,9 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 	if opts.Dialer == nil {
 		opts.Dialer = &websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment}
 	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: handshakeTimeout}
+	}
 	dec, err := NewDecoder(opts.MaxMessageBytes)
 	if err != nil {
 		return nil, err
@@ -249,6 +285,9 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 		dec:         dec,
 		collections: slices.Clone(opts.Collections),
 		done:        make(chan struct{}),
+		resumeFloor: map[string]int64{},
+		dicts:       map[string]*Decoder{},
+		noDict:      map[string]bool{},
 	}
 	c.filter.Store(&filter)
 	return c, nil
@@ -270,36 +309,74 @@ func (c *Client) Run(ctx context.Context) error {
 	defer close(c.done)
 	defer cancel()
 
-	bo := &backoff.ExponentialBackOff{
-		InitialInterval:     c.opts.MinBackoff,
-		RandomizationFactor: backoffJitter,
-		Multiplier:          backoffMultiplier,
-		MaxInterval:         c.opts.MaxBackoff,
+	// Each URL has its own backoff, so a host that keeps failing is paced
+	// without holding back the next one.
+	hosts := make([]upstream, len(c.opts.URLs))
+	for i := range hosts {
+		hosts[i].bo = &backoff.ExponentialBackOff{
+			InitialInterval:     c.opts.MinBackoff,
+			RandomizationFactor: backoffJitter,
+			Multiplier:          backoffMultiplier,
+			MaxInterval:         c.opts.MaxBackoff,
+		}
+		hosts[i].bo.Reset()
 	}
-	bo.Reset()
+	c.opts.Metrics.state(c.opts.URLs, "", "")
 	at := 0
 	for {
 		endpoint := c.opts.URLs[at]
+		if wait := time.Until(hosts[at].notBefore); wait > 0 {
+			c.opts.Metrics.state(c.opts.URLs, endpoint, StateBackoff)
+			if !sleepCtx(ctx, wait) {
+				return nil
+			}
+		}
+		c.opts.Metrics.state(c.opts.URLs, endpoint, StateConnecting)
 		end := c.session(ctx, endpoint)
+		c.opts.Metrics.state(c.opts.URLs, endpoint, "")
 		if ctx.Err() != nil {
 			return nil
 		}
 		if end.handlerErr != nil {
 			return fmt.Errorf("jetstream handler: %w", end.handlerErr)
 		}
+		h := &hosts[at]
 		if end.progressed || (end.healthy && end.lasted >= min(c.opts.MaxBackoff, minHealthyLife)) {
-			bo.Reset()
-		} else if !end.healthy {
+			h.bo.Reset()
+		}
+		wait := h.bo.NextBackOff()
+		if end.retryNow {
+			wait = 0
+		}
+		h.notBefore = time.Now().Add(wait)
+		// A host that sent no event (refused, silent, or dead before its
+		// first event) is left for the next; one that was delivering is
+		// retried first.
+		if (!end.healthy || end.reason == ReasonStale) && !end.retryNow {
 			at = (at + 1) % len(c.opts.URLs)
 		}
-		wait := bo.NextBackOff()
+		next := c.opts.URLs[at]
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(end.err).Str("url", endpoint).Str("reason", end.reason).
-			Str("next_url", c.opts.URLs[at]).Int64("retry_in_ms", wait.Milliseconds()).Msg("jetstream connection lost")
-		if !sleepCtx(ctx, wait) {
-			return nil
-		}
+			Str("next_url", next).Int64("retry_in_ms", max(0, time.Until(hosts[at].notBefore).Milliseconds())).Msg("jetstream connection lost")
 	}
+}
+
+// upstream is the Run loop's view of one configured URL.
+type upstream struct {
+	bo *backoff.ExponentialBackOff
+	// notBefore is when the URL may be dialled again.
+	notBefore time.Time
+}
+
+// LastEvent is when a connection last delivered an event (zero before the
+// first); safe from any goroutine. The consumer's health report uses it.
+func (c *Client) LastEvent() time.Time {
+	ns := c.lastEvent.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Close stops the client: it ends the context the handler sees, closes the
@@ -337,10 +414,15 @@ func (c *Client) UpdateOptions(collections []string) error {
 	c.mu.Lock()
 	c.collections = slices.Clone(collections)
 	c.filter.Store(&filter)
-	conn := c.conn
+	conn, v2 := c.conn, c.connV2
 	c.mu.Unlock()
 	if conn == nil {
 		return nil
+	}
+	if v2 {
+		// The v2 wire takes no client frames: the new filter needs a new
+		// connection (resumed from the position, so nothing is lost).
+		return conn.Close()
 	}
 	return writeOptionsUpdate(conn, collections)
 }
@@ -361,17 +443,46 @@ func writeOptionsUpdate(conn *websocket.Conn, collections []string) error {
 // attach publishes conn as the live connection. If UpdateOptions changed
 // the filter after the subscribe URL was built from sent, the server is
 // told now, so no update is lost between dial and attach.
-func (c *Client) attach(conn *websocket.Conn, sent []string, hello bool) error {
+func (c *Client) attach(conn *websocket.Conn, sent []string, hello, v2 bool) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
-	c.conn = conn
+	c.conn, c.connV2 = conn, v2
 	now := slices.Clone(c.collections)
 	c.mu.Unlock()
 	if slices.Equal(now, sent) && !hello {
 		return nil
 	}
+	if v2 {
+		return errors.New("filter changed while connecting (v2 wire: reconnecting)")
+	}
 	return writeOptionsUpdate(conn, now)
+}
+
+// subscribeURLV2 adds the subscription to a configured v2 endpoint URL:
+// repeated collections (they constrain commits only, so identity, account
+// and sync events arrive whatever the filter), cursor (a sequence number
+// below CursorSeqMax, else a time) and zstdDictionary=<id> when dict > 0.
+func subscribeURLV2(base string, collections []string, cursor int64, dict uint32) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	for _, k := range []string{"collections", "cursor", "zstdDictionary", "wantedCollections", "compress"} {
+		q.Del(k)
+	}
+	for _, col := range collections {
+		q.Add("collections", col)
+	}
+	if cursor > 0 {
+		q.Set("cursor", strconv.FormatInt(cursor, 10))
+	}
+	if dict > 0 {
+		q.Set("zstdDictionary", strconv.FormatUint(uint64(dict), 10))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // subscribeURL adds the subscription to a configured endpoint URL.
@@ -412,6 +523,9 @@ type sessionEnd struct {
 	progressed bool   // it sent an event newer than any the client had seen
 	lasted     time.Duration
 	handlerErr error
+	// retryNow: dial the same URL again at once (a refusal the client
+	// answered by changing the request: a cursor floor, a new dictionary).
+	retryNow bool
 }
 
 // item is one frame as read: an event or the reason it was skipped.
@@ -420,26 +534,75 @@ type item struct {
 	fail *DecodeError
 }
 
+// connState is one connection's reading state.
+type connState struct {
+	conn *websocket.Conn
+	v2   bool
+	dec  *Decoder
+	// seen is the highest sequence number this connection has accounted
+	// for: an event at or below it is a replay of one already delivered
+	// (dropped; below it, counted as ClassSeqRegression).
+	seen int64
+	// resumed: the connection was dialled with a seq cursor and has not
+	// yet delivered a numbered frame (see ErrSeqReset).
+	resumed bool
+}
+
+// ErrSeqReset ends a connection resumed from a sequence number whose first
+// event is numbered below it: the host no longer knows that number (its
+// store was reset, or another instance answers under the same name), and
+// a future cursor only makes Jetstream live-tail. The client tells
+// OnSeqReset and dials again at once; the consumer then resumes that host
+// by time.
+var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
+
 // session runs one connection: dial, read on its own goroutine, deliver on
 // this one, and tear down. It returns when the connection fails, ctx ends
 // or the handler fails, after every goroutine it started has finished.
 func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	c.mu.Lock()
 	sent := slices.Clone(c.collections)
+	floor, fromFloor := c.resumeFloor[base]
+	delete(c.resumeFloor, base)
 	c.mu.Unlock()
+	cs := connState{v2: WireOf(base) == WireV2, dec: c.dec}
 	cursor := c.opts.CursorFor(base)
-	target, err := subscribeURL(base, sent, cursor, c.opts.Compress)
+	if fromFloor {
+		cursor = floor
+	}
+	if cursor > 0 && cursor < CursorSeqMax {
+		// Inclusive replay: the cursor's own event was delivered before
+		// (a floor's was not).
+		cs.seen, cs.resumed = cursor, true
+		if fromFloor {
+			cs.seen = cursor - 1
+		}
+	}
+	var target string
+	var err error
+	var dictID uint32
+	freshDict := false
+	if cs.v2 {
+		if c.opts.Compress {
+			cs.dec, dictID, freshDict = c.v2Decoder(ctx, base)
+		}
+		target, err = subscribeURLV2(base, sent, cursor, dictID)
+	} else {
+		target, err = subscribeURL(base, sent, cursor, c.opts.Compress)
+	}
 	if err != nil {
 		return sessionEnd{err: err, reason: ReasonDial}
 	}
-	conn, _, err := c.opts.Dialer.DialContext(ctx, target, nil)
+	conn, resp, err := c.opts.Dialer.DialContext(ctx, target, nil)
 	if err != nil {
-		return sessionEnd{err: fmt.Errorf("dial %s: %w", base, err), reason: ReasonDial}
+		return c.refused(base, cursor, dictID, freshDict, resp, err)
 	}
+	cs.conn = conn
 	connected := time.Now()
 	c.opts.Metrics.setConnected(true)
-	c.opts.Log.Info().Str("url", base).Int64("cursor", cursor).Strs("collections", sent).
-		Bool("compress", c.opts.Compress).Msg("jetstream connected")
+	c.opts.Metrics.state(c.opts.URLs, base, StateConnected)
+	c.opts.Log.Info().Str("url", base).Str("wire", string(WireOf(base))).Int64("cursor", cursor).Strs("collections", sent).
+		Bool("compress", c.opts.Compress && (!cs.v2 || dictID > 0)).Msg("jetstream connected")
 
 	items := make(chan item, c.opts.BatchSize)
 	stop := make(chan struct{})
@@ -450,7 +613,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	go func() {
 		defer wg.Done()
 		defer close(items)
-		readErr = c.read(conn, items, stop, &healthy, &progressed)
+		readErr = c.read(&cs, base, items, stop, &healthy, &progressed)
 	}()
 	go func() {
 		defer wg.Done()
@@ -458,7 +621,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	}()
 
 	var handlerErr error
-	if err := c.attach(conn, sent, requiresHello(base)); err != nil {
+	if err := c.attach(conn, sent, !cs.v2 && requiresHello(base), cs.v2); err != nil {
 		c.opts.Log.Warn().Err(err).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
 		conn.Close()
 	}
@@ -482,10 +645,20 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	end := sessionEnd{err: readErr, healthy: healthy.Load(), progressed: progressed.Load(), handlerErr: handlerErr, lasted: time.Since(connected)}
 	var ne net.Error
 	var ce *websocket.CloseError
+	var se *ServerError
 	switch {
+	case errors.Is(readErr, ErrSeqReset):
+		end.reason, end.retryNow = ReasonSeqReset, true
+		c.opts.Log.Error().Err(readErr).Str("url", base).Msg("jetstream: the host's sequence numbers restarted; resuming it by time")
+		if c.opts.OnSeqReset != nil {
+			c.opts.OnSeqReset(base)
+		}
+	case errors.As(readErr, &se):
+		end.reason = ReasonErrorFrame
+		c.opts.Metrics.serverError(se.Name)
 	case errors.As(readErr, &ne) && ne.Timeout():
 		end.reason = ReasonStale
-		end.err = fmt.Errorf("no frame, ping or pong for %v: %w", c.opts.StaleTimeout, readErr)
+		end.err = fmt.Errorf("no event for %v (pings and pongs do not count): %w", c.opts.StaleTimeout, readErr)
 	case errors.As(readErr, &ce) && ce.Code != websocket.CloseAbnormalClosure:
 		end.reason = ReasonServerClose
 	default:
@@ -494,46 +667,166 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	return end
 }
 
+// maxRefusalBody bounds the XRPC error body of a refused upgrade we read.
+const maxRefusalBody = 16 << 10
+
+// floorInMessage finds the floor sequence number in a CursorTooOld
+// message ("... below lookback floor N; ...").
+var floorInMessage = regexp.MustCompile(`floor (\d+)`)
+
+// refused turns a failed dial into a sessionEnd, acting on the XRPC
+// refusals it can answer: CursorTooOld (resume from the floor, after
+// telling OnCursorTooOld) and UnknownZstdDictionary (fetch the dictionary
+// again, or read uncompressed if the fresh one was refused too).
+func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict bool, resp *http.Response, err error) sessionEnd {
+	end := sessionEnd{err: fmt.Errorf("dial %s: %w", base, err), reason: ReasonDial}
+	if resp == nil || resp.StatusCode < 400 {
+		return end
+	}
+	var body struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
+	if json.Unmarshal(raw, &body) != nil || body.Error == "" {
+		return end
+	}
+	se := &ServerError{Name: bounded(body.Error), Message: bounded(body.Message), Status: resp.StatusCode}
+	end.err, end.reason = se, ReasonRefused
+	c.opts.Metrics.serverError(se.Name)
+	host := HostOf(base)
+	switch body.Error {
+	case ErrNameCursorTooOld:
+		m := floorInMessage.FindStringSubmatch(body.Message)
+		if m == nil || cursor <= 0 || cursor >= CursorSeqMax {
+			return end
+		}
+		floor, perr := strconv.ParseInt(m[1], 10, 64)
+		if perr != nil || floor <= cursor {
+			return end
+		}
+		c.opts.Metrics.cursorTooOld(floor - cursor)
+		c.opts.Log.Error().Str("url", base).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
+			Msg("jetstream: cursor too old; the events between cursor and floor are gone from this host: resuming from its oldest event")
+		if c.opts.OnCursorTooOld != nil {
+			c.opts.OnCursorTooOld(base, cursor, floor)
+		}
+		c.mu.Lock()
+		c.resumeFloor[base] = floor
+		c.mu.Unlock()
+		end.retryNow = true
+	case ErrNameUnknownZstdDictionary:
+		if dictID == 0 {
+			return end
+		}
+		if d := c.dicts[host]; d != nil {
+			d.Close()
+			delete(c.dicts, host)
+		}
+		if freshDict {
+			// The dictionary it just served is refused: compression is an
+			// optimisation, carry on without it.
+			c.noDict[host] = true
+			c.opts.Log.Warn().Str("url", base).Msg("jetstream: the host refuses its own zstd dictionary; reading uncompressed")
+		}
+		end.retryNow = true
+	}
+	return end
+}
+
+// maxDictBytes bounds a fetched zstd dictionary (Jetstream's is 64 KiB).
+const maxDictBytes = 4 << 20
+
+// v2Decoder returns the decoder for base's v2 compressed frames and the
+// dictionary ID to ask for, fetching the host's dictionary on first use
+// (fresh is then true). Any failure degrades to uncompressed frames
+// (c.dec, 0), logged: compression must never stop the stream.
+func (c *Client) v2Decoder(ctx context.Context, base string) (dec *Decoder, id uint32, fresh bool) {
+	host := HostOf(base)
+	if c.noDict[host] {
+		return c.dec, 0, false
+	}
+	if d := c.dicts[host]; d != nil {
+		return d, d.dictID, false
+	}
+	d, err := c.fetchDictionary(ctx, base)
+	if err != nil {
+		c.noDict[host] = true
+		c.opts.Log.Warn().Err(err).Str("url", base).Msg("jetstream: no zstd dictionary; reading this host uncompressed")
+		return c.dec, 0, false
+	}
+	c.dicts[host] = d
+	return d, d.dictID, true
+}
+
+func (c *Client) fetchDictionary(ctx context.Context, base string) (*Decoder, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
+	u.Path, u.RawQuery = PathZstdDictionary, ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.opts.HTTPClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch zstd dictionary: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch zstd dictionary: HTTP %d", resp.StatusCode)
+	}
+	dict, err := io.ReadAll(io.LimitReader(resp.Body, maxDictBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch zstd dictionary: %w", err)
+	}
+	if len(dict) > maxDictBytes {
+		return nil, fmt.Errorf("zstd dictionary larger than %d bytes", maxDictBytes)
+	}
+	id, err := DictionaryIDOf(dict)
+	if err != nil {
+		return nil, err
+	}
+	d, err := NewDecoderDict(c.dec.max, dict)
+	if err != nil {
+		return nil, err
+	}
+	d.dictID = id
+	return d, nil
+}
+
 // read is the connection's reader goroutine: it reads frames, decodes them
 // and queues them in order until the connection fails or stop closes.
 //
-// Deadlines: the read deadline is StaleTimeout from the start of every
-// wait for a frame, and pings and pongs received while waiting push it
-// back. Once a frame has started, only its own arrival counts: a frame
-// (say an endless oversized one) must complete within StaleTimeout.
+// Deadlines: a connection must bring an event (any data frame but a v2
+// #info) within StaleTimeout of the previous one (or of connecting);
+// pings and pongs prove the socket, not the stream, and do not count. A
+// frame that has started must complete within StaleTimeout.
 //
 // Oversized frames are read to io.Discard without being buffered, counted,
 // and queued as a ClassOversized failure; the connection carries on with
 // the next frame. See the package documentation for why this is not
 // websocket.Conn.SetReadLimit.
-func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struct{}, healthy, progressed *atomic.Bool) error {
+func (c *Client) read(cs *connState, base string, items chan<- item, stop <-chan struct{}, healthy, progressed *atomic.Bool) error {
+	conn := cs.conn
 	stale := c.opts.StaleTimeout
 	limit := c.opts.MaxMessageBytes
-	inFrame := false // only touched on this goroutine (handlers run inside reads)
-	alive := func() {
-		healthy.Store(true)
-		if !inFrame {
-			conn.SetReadDeadline(time.Now().Add(stale))
-		}
-	}
-	conn.SetPongHandler(func(string) error { alive(); return nil })
 	conn.SetPingHandler(func(data string) error {
-		alive()
 		// A failed pong is not a read error; if the connection is really
 		// gone the next read says so.
 		_ = conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait))
 		return nil
 	})
+	lastEvent := time.Now()
 	var buf bytes.Buffer
 	for {
-		inFrame = false
-		conn.SetReadDeadline(time.Now().Add(stale))
+		conn.SetReadDeadline(lastEvent.Add(stale))
 		typ, r, err := conn.NextReader()
 		if err != nil {
 			return err
 		}
-		inFrame = true
-		healthy.Store(true)
 		conn.SetReadDeadline(time.Now().Add(stale))
 		buf.Reset()
 		n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
@@ -541,6 +834,7 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 			return err
 		}
 		var it item
+		info := false
 		if n > limit {
 			rest, err := io.Copy(io.Discard, r)
 			if err != nil {
@@ -549,27 +843,55 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 			n += rest
 			it.fail = &DecodeError{Class: ClassOversized, Size: n,
 				Err: fmt.Errorf("frame exceeds the %d-byte limit; skipped", limit)}
-		} else if ev, err := c.dec.Decode(buf.Bytes(), typ == websocket.BinaryMessage); err != nil {
+		} else if cs.v2 {
+			d, err := cs.dec.decodeV2(buf.Bytes(), typ == websocket.BinaryMessage)
+			switch {
+			case err != nil:
+				if !errors.As(err, &it.fail) {
+					it.fail = &DecodeError{Class: ClassMalformedJSON, Size: n, Err: err}
+				}
+			case d.err != nil:
+				c.opts.Metrics.frame(n)
+				return d.err
+			case d.info != nil:
+				info = true
+				c.opts.Metrics.info(d.info.Name)
+				c.opts.Log.Warn().Str("url", base).Str("name", bounded(d.info.Name)).Str("message", bounded(d.info.Message)).
+					Msg("jetstream #info advisory")
+			default:
+				it.ev = d.ev
+			}
+		} else if ev, err := cs.dec.Decode(buf.Bytes(), typ == websocket.BinaryMessage); err != nil {
 			if !errors.As(err, &it.fail) {
 				it.fail = &DecodeError{Class: ClassMalformedJSON, Size: n, Err: err}
 			}
-		} else if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
-			it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS,
-				Err: fmt.Errorf("time_us %d is more than %s ahead of this host's clock", ev.TimeUS, MaxFutureSkew)}
-		} else if ev.Commit != nil && !c.filter.Load().wants(ev.Commit.Collection) {
-			it.fail = &DecodeError{Class: ClassUnwantedCollection, Size: n, TimeUS: ev.TimeUS,
-				Err: fmt.Errorf("collection %q is not in wantedCollections", ev.Commit.Collection)}
 		} else {
 			it.ev = ev
-			if ev.TimeUS > c.newestUS {
-				c.newestUS = ev.TimeUS
-				progressed.Store(true)
-			}
 		}
 		c.opts.Metrics.frame(n)
+		if info {
+			continue
+		}
+		lastEvent = time.Now()
+		healthy.Store(true)
+		if seq := max(it.ev.Seq, failSeq(it.fail)); cs.resumed && seq > 0 {
+			cs.resumed = false
+			if seq < cs.seen {
+				return fmt.Errorf("%w: first seq %d, cursor %d", ErrSeqReset, seq, cs.seen)
+			}
+		}
+		if it.fail == nil {
+			c.check(&it, n, cs, progressed)
+		} else if it.fail.Seq > cs.seen {
+			cs.seen = it.fail.Seq // delivered, if undecodable: later seqs must be above it
+		}
+		if it.fail == nil && it.ev.Kind == "" {
+			continue // a replay of an event already delivered
+		}
 		if it.fail != nil {
 			c.opts.Metrics.decoded(nil, it.fail)
 		} else {
+			c.lastEvent.Store(lastEvent.UnixNano())
 			c.opts.Metrics.decoded(&it.ev, nil)
 		}
 		select {
@@ -577,6 +899,40 @@ func (c *Client) read(conn *websocket.Conn, items chan<- item, stop <-chan struc
 		case <-stop:
 			return nil
 		}
+	}
+}
+
+// check applies the client's rules to a decoded event: not stamped far
+// in the future, in a wanted collection, and in sequence. A replay of the
+// event the cursor named (inclusive replay) is blanked (Kind "") for the
+// caller to drop.
+func (c *Client) check(it *item, n int64, cs *connState, progressed *atomic.Bool) {
+	ev := &it.ev
+	if ev.Seq > 0 {
+		switch {
+		case ev.Seq == cs.seen:
+			*ev = Event{}
+			return
+		case ev.Seq < cs.seen:
+			it.fail = &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: ev.TimeUS,
+				Err: fmt.Errorf("seq %d after seq %d on the same connection", ev.Seq, cs.seen)}
+			return
+		}
+		cs.seen = ev.Seq
+	}
+	if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
+		it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS, Seq: ev.Seq,
+			Err: fmt.Errorf("time_us %d is more than %s ahead of this host's clock", ev.TimeUS, MaxFutureSkew)}
+		return
+	}
+	if ev.Commit != nil && !c.filter.Load().wants(ev.Commit.Collection) {
+		it.fail = &DecodeError{Class: ClassUnwantedCollection, Size: n, TimeUS: ev.TimeUS, Seq: ev.Seq,
+			Err: fmt.Errorf("collection %q is not in wantedCollections", ev.Commit.Collection)}
+		return
+	}
+	if ev.TimeUS > c.newestUS || ev.Seq > 0 {
+		c.newestUS = max(c.newestUS, ev.TimeUS)
+		progressed.Store(true)
 	}
 }
 
@@ -617,6 +973,12 @@ func (c *Client) deliver(ctx context.Context, endpoint string, items <-chan item
 		}
 		out := b
 		out.URL = endpoint
+		for i := range out.Events {
+			out.MaxSeq = max(out.MaxSeq, out.Events[i].Seq)
+		}
+		for _, f := range out.Failures {
+			out.MaxSeq = max(out.MaxSeq, f.Seq)
+		}
 		b = Batch{}
 		return c.handler(ctx, out)
 	}
@@ -647,4 +1009,11 @@ func (c *Client) deliver(ctx context.Context, endpoint string, items <-chan item
 			}
 		}
 	}
+}
+
+func failSeq(f *DecodeError) int64 {
+	if f == nil {
+		return 0
+	}
+	return f.Seq
 }

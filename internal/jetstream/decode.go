@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/klauspost/compress/zstd"
@@ -52,10 +53,18 @@ const (
 	// when an options_update narrowed the filter). Only a Client reports
 	// it; Decode does not know the filter.
 	ClassUnwantedCollection ErrorClass = "unwanted_collection"
+	// ClassUnknownType: a v2 frame or payload whose $type this client does
+	// not know (skipped for forward compatibility, counted).
+	ClassUnknownType ErrorClass = "unknown_type"
+	// ClassSeqRegression: an event whose sequence number is below one the
+	// same connection already delivered (a broken server); only a Client
+	// reports it.
+	ClassSeqRegression ErrorClass = "seq_regression"
 )
 
 // ErrorClasses lists every ErrorClass, for pre-creating metric series.
-var ErrorClasses = []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent, ClassOversized, ClassUnwantedCollection}
+var ErrorClasses = []ErrorClass{ClassMalformedJSON, ClassBadZstd, ClassInvalidEvent, ClassOversized,
+	ClassUnwantedCollection, ClassUnknownType, ClassSeqRegression}
 
 // DecodeError is the error returned by Decode and Decoder.Decode (always as
 // *DecodeError). It is also what a Client delivers for a frame it skipped.
@@ -68,6 +77,9 @@ type DecodeError struct {
 	// TimeUS is the event's time_us in Unix microseconds when the JSON got
 	// far enough to tell (ClassInvalidEvent), else 0.
 	TimeUS int64
+	// Seq is the frame's sequence number when it got far enough to tell,
+	// else 0: a consumer's position may move past it.
+	Seq int64
 	// Err is the underlying cause.
 	Err error
 }
@@ -98,10 +110,16 @@ func Decode(data []byte) (Event, error) {
 		return Event{}, &DecodeError{Class: ClassMalformedJSON, Size: int64(len(data)), Err: err}
 	}
 	if err := Validate(&ev); err != nil {
-		return Event{}, &DecodeError{Class: ClassInvalidEvent, Size: int64(len(data)), TimeUS: ev.TimeUS, Err: err}
+		return Event{}, &DecodeError{Class: ClassInvalidEvent, Size: int64(len(data)), TimeUS: ev.TimeUS, Seq: max(ev.Seq, 0), Err: err}
 	}
 	return ev, nil
 }
+
+// MinEventTimeUS is the earliest time an event may carry (2023-01-01 UTC,
+// before any Jetstream ran, in Unix microseconds): an earlier time_us is
+// a broken server or a unit mistake (milliseconds read as microseconds),
+// and is refused rather than used as a version or a cursor.
+const MinEventTimeUS int64 = 1672531200_000000
 
 // Validate checks that an event is complete enough for a processor to act on
 // without further nil checks: a known kind, a DID (AT Protocol syntax), time_us > 0,
@@ -113,8 +131,11 @@ func Validate(ev *Event) error {
 	if !validDID(ev.DID) {
 		return fmt.Errorf("did %q is not a DID", ev.DID)
 	}
-	if ev.TimeUS <= 0 {
-		return fmt.Errorf("time_us %d is not a positive Unix-microsecond time", ev.TimeUS)
+	if ev.TimeUS < MinEventTimeUS {
+		return fmt.Errorf("time_us %d is not a Unix-microsecond time after %s", ev.TimeUS, time.UnixMicro(MinEventTimeUS).UTC().Format(time.DateOnly))
+	}
+	if ev.Seq < 0 {
+		return fmt.Errorf("sequence number %d is negative", ev.Seq)
 	}
 	switch ev.Kind {
 	case KindCommit:
@@ -137,17 +158,22 @@ func Validate(ev *Event) error {
 		if c.RKey == "" {
 			return errors.New("commit without an rkey")
 		}
-		ev.Identity, ev.Account = nil, nil
+		ev.Identity, ev.Account, ev.Sync = nil, nil, nil
 	case KindIdentity:
 		if ev.Identity == nil {
 			return errors.New("identity event without an identity")
 		}
-		ev.Commit, ev.Account = nil, nil
+		ev.Commit, ev.Account, ev.Sync = nil, nil, nil
 	case KindAccount:
 		if ev.Account == nil {
 			return errors.New("account event without an account")
 		}
-		ev.Commit, ev.Identity = nil, nil
+		ev.Commit, ev.Identity, ev.Sync = nil, nil, nil
+	case KindSync:
+		if ev.Sync == nil {
+			return errors.New("sync event without a sync")
+		}
+		ev.Commit, ev.Identity, ev.Account = nil, nil, nil
 	default:
 		return fmt.Errorf("unknown kind %q", ev.Kind)
 	}
@@ -169,17 +195,26 @@ func validDID(s string) bool {
 type Decoder struct {
 	zd  *zstd.Decoder
 	max int64
+	// dictID is the dictionary's ID for a v2 decoder (0: the legacy one).
+	dictID uint32
 }
 
 // NewDecoder returns a Decoder that rejects (ClassOversized) frames, and
 // decompressed events, larger than maxEventBytes bytes; <= 0 means
-// DefaultMaxEventBytes. The error is only about building the zstd decoder.
+// DefaultMaxEventBytes. Binary frames use the legacy wire's dictionary.
+// The error is only about building the zstd decoder.
 func NewDecoder(maxEventBytes int64) (*Decoder, error) {
+	return NewDecoderDict(maxEventBytes, dictionary)
+}
+
+// NewDecoderDict is NewDecoder for binary frames compressed with dict (the
+// v2 wire's dictionary, from getZstdDictionary).
+func NewDecoderDict(maxEventBytes int64, dict []byte) (*Decoder, error) {
 	if maxEventBytes <= 0 {
 		maxEventBytes = DefaultMaxEventBytes
 	}
 	zd, err := zstd.NewReader(nil,
-		zstd.WithDecoderDicts(dictionary),
+		zstd.WithDecoderDicts(dict),
 		// Bounds DecodeAll's output, so a small frame cannot inflate into
 		// gigabytes before the size check below.
 		zstd.WithDecoderMaxMemory(uint64(maxEventBytes)),
@@ -193,22 +228,47 @@ func NewDecoder(maxEventBytes int64) (*Decoder, error) {
 // MaxEventBytes is the limit the Decoder enforces, in bytes.
 func (d *Decoder) MaxEventBytes() int64 { return d.max }
 
-// Decode decodes one frame. compressed is true for a binary websocket frame
-// (zstd with the Jetstream dictionary), false for a text frame (JSON). The
-// error is always a *DecodeError; the Event is only valid when err is nil.
+// Decode decodes one legacy-wire frame. compressed is true for a binary
+// websocket frame (zstd with the dictionary), false for a text frame
+// (JSON). The error is always a *DecodeError; the Event is only valid when
+// err is nil.
 func (d *Decoder) Decode(frame []byte, compressed bool) (Event, error) {
+	var ev Event
+	err := d.open(frame, compressed, func(js []byte) error {
+		var err error
+		ev, err = Decode(js)
+		return err
+	})
+	return ev, err
+}
+
+// decodeV2 decodes one v2-wire frame (see decodeV2).
+func (d *Decoder) decodeV2(frame []byte, compressed bool) (decodedV2, error) {
+	var out decodedV2
+	err := d.open(frame, compressed, func(js []byte) error {
+		var err error
+		out, err = decodeV2(js)
+		return err
+	})
+	return out, err
+}
+
+// open bounds a frame, decompresses it when compressed, and hands the JSON
+// to fn (valid only during the call). Errors are *DecodeError, sized as
+// received.
+func (d *Decoder) open(frame []byte, compressed bool, fn func(js []byte) error) error {
 	size := int64(len(frame))
 	if size > d.max {
-		return Event{}, &DecodeError{Class: ClassOversized, Size: size,
+		return &DecodeError{Class: ClassOversized, Size: size,
 			Err: fmt.Errorf("frame exceeds the %d-byte limit", d.max)}
 	}
 	if !compressed {
-		return Decode(frame)
+		return fn(frame)
 	}
 	if size == 0 {
 		// DecodeAll accepts empty input as zero frames; a binary message
 		// must hold exactly one.
-		return Event{}, &DecodeError{Class: ClassBadZstd, Err: errors.New("empty binary frame")}
+		return &DecodeError{Class: ClassBadZstd, Err: errors.New("empty binary frame")}
 	}
 	// A pooled scratch buffer keeps the steady state allocation-free apart
 	// from the Event itself (json.Unmarshal copies what it keeps).
@@ -220,20 +280,21 @@ func (d *Decoder) Decode(frame []byte, compressed bool) (Event, error) {
 		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 			class = ClassOversized
 		}
-		return Event{}, &DecodeError{Class: class, Size: size, Err: err}
+		return &DecodeError{Class: class, Size: size, Err: err}
 	}
 	if int64(len(js)) > d.max {
-		return Event{}, &DecodeError{Class: ClassOversized, Size: size,
+		return &DecodeError{Class: ClassOversized, Size: size,
 			Err: fmt.Errorf("decompressed event of %d bytes exceeds the %d-byte limit", len(js), d.max)}
 	}
 	if cap(js) <= maxPooledScratch {
 		*bp = js
 	}
-	ev, err := Decode(js)
-	if err != nil {
-		err.(*DecodeError).Size = size
+	err = fn(js)
+	var de *DecodeError
+	if errors.As(err, &de) {
+		de.Size = size
 	}
-	return ev, err
+	return err
 }
 
 // Close releases the zstd decoder's buffers. The Decoder must not be used

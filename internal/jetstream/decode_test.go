@@ -199,7 +199,7 @@ func TestInvalidEventErrorCarriesItsTimeUS(t *testing.T) {
 }
 
 func TestDecodeIgnoresUnknownFieldsAndClearsSubObjectsOfOtherKinds(t *testing.T) {
-	ev, err := Decode([]byte(`{"did":"did:plc:abc","time_us":7,"kind":"identity","future":{"x":[1]},` +
+	ev, err := Decode([]byte(`{"did":"did:plc:abc","time_us":1783175888085434,"kind":"identity","future":{"x":[1]},` +
 		`"identity":{"did":"did:plc:abc","seq":3,"time":"t","newField":true},"account":{"active":true}}`))
 	if err != nil {
 		t.Fatal(err)

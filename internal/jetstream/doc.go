@@ -1,10 +1,29 @@
-// Package jetstream speaks Jetstream v1 (github.com/bluesky-social/jetstream),
-// the JSON projection of the AT Protocol firehose: the event model, frame
-// decoding, a websocket client and a replay server.
+// Package jetstream speaks Jetstream (github.com/bluesky-social/jetstream),
+// the JSON projection of the AT Protocol firehose, on both of its wires:
+// the event model, frame decoding, a websocket client and a replay server.
 //
-// # Wire format
+// # The v2 wire
 //
-// A subscriber opens a websocket on /subscribe. Query parameters:
+// A URL whose path is /xrpc/network.bsky.jetstream.subscribeEvents (PathV2)
+// speaks the v2 wire (docs/README.md §5.2 upstream): every frame is one
+// JSON object, {"$type":"message","payload":{...}} with the payload's
+// $type network.bsky.jetstream.subscribeEvents#commit|#identity|#account|
+// #sync|#info, or a terminal {"$type":"error","error":NAME,...}. Events
+// carry seq (the server's sequence number) and time (RFC 3339, µs).
+// Filters: repeated collections (commits only; identity, account and sync
+// always arrive). cursor is a seq below CursorSeqMax, else a time. A seq
+// cursor below the server's lookback is refused before the upgrade
+// (XRPC error CursorTooOld, naming the floor): the client tells
+// ClientOptions.OnCursorTooOld and resumes from the floor. Compression:
+// the host's dictionary from getZstdDictionary, zstdDictionary=<id>. No
+// client frames (a filter change reconnects). Every event is decoded into
+// the same Event as the legacy wire's, with Seq set.
+//
+// # The legacy wire
+//
+// Any other URL (normally /subscribe) speaks the v1 wire. A Jetstream v2
+// server adds "cursor" (its sequence number, Event.Seq) to every event
+// there and accepts a seq cursor too. Query parameters:
 // wantedCollections (repeated; an NSID or an NSID prefix ending in ".*"),
 // wantedDids (repeated), cursor (Unix microseconds; replay every event with
 // time_us >= cursor, then live tail; absent = live tail only), compress=true
@@ -53,11 +72,24 @@
 //	  ▼              ▼
 //	backoff       stopped (Run returns)
 //
-// Liveness: Jetstream servers can go silent without closing. Every wait for
-// a frame has a deadline of StaleTimeout; pings and pongs received while
-// waiting extend it, and the client pings StaleTimeout/3 so a quiet but
-// healthy server (a narrow filter can mean minutes without an event) keeps
-// answering. Missing the deadline reconnects (reason "stale").
+// Liveness: Jetstream servers can go silent without closing, and some keep
+// answering pings while they send nothing. A connection must bring an
+// event (any data frame but a v2 #info) within StaleTimeout of the last
+// one; pings and pongs do not count. Missing the deadline ends the
+// connection (reason "stale") and the client moves to the next URL: on
+// the real network identity and account events arrive every few seconds
+// whatever the filter, so a silent host is a stuck one. The client still
+// pings (StaleTimeout/3) and answers pings, to keep proxies from closing
+// an idle socket. Each URL has its own backoff; a URL that refused, went
+// stale or died before its first event is left for the next, one that
+// was delivering is retried first.
+//
+// Sequence numbers: on a connection resumed from a seq cursor the event
+// at the cursor (Jetstream replays inclusively) is dropped; an event whose
+// seq is below one the connection already delivered is a
+// ClassSeqRegression failure. Batch.MaxSeq is the highest seq a batch
+// covers, failures included, so a consumer's position moves past frames
+// it could not use.
 //
 // Oversized frames: websocket.Conn.SetReadLimit is deliberately not used.
 // gorilla/websocket treats the limit as fatal to the connection (it sends

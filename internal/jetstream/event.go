@@ -7,6 +7,9 @@ const (
 	KindCommit   = "commit"
 	KindIdentity = "identity"
 	KindAccount  = "account"
+	// KindSync says a repository was resynchronised upstream: records may
+	// have vanished without delete events (Jetstream v2 wire only).
+	KindSync = "sync"
 )
 
 // Commit operations (the "commit.operation" field).
@@ -16,17 +19,35 @@ const (
 	OpDelete = "delete"
 )
 
-// Event is one Jetstream v1 event. Exactly one of Commit, Identity and
-// Account is set, matching Kind.
+// Event is one Jetstream event, from either wire. Exactly one of Commit,
+// Identity, Account and Sync is set, matching Kind.
 type Event struct {
 	// DID is the repository the event is about.
 	DID string `json:"did"`
-	// TimeUS is the Jetstream timestamp in Unix microseconds; it is the cursor.
-	TimeUS   int64     `json:"time_us"`
+	// TimeUS is the server's own timestamp in Unix microseconds (when that
+	// Jetstream instance witnessed the event; the v2 wire's "time"): a
+	// time cursor on that server, and only a rough one on another.
+	TimeUS int64 `json:"time_us"`
+	// Seq is the server's sequence number (the "cursor" field of the
+	// legacy wire as a Jetstream v2 server sends it, "seq" on the v2
+	// wire): monotonic and 1-based per server instance, 0 when the server
+	// (Jetstream v1) sends none. It means nothing to another instance.
+	Seq      int64     `json:"cursor,omitempty"`
 	Kind     string    `json:"kind"`
 	Commit   *Commit   `json:"commit,omitempty"`
 	Identity *Identity `json:"identity,omitempty"`
 	Account  *Account  `json:"account,omitempty"`
+	Sync     *Sync     `json:"sync,omitempty"`
+}
+
+// Sync is the upstream #sync event: the repository's state was replaced
+// (rev is its new revision); a consumer re-reads the repository.
+type Sync struct {
+	DID string `json:"did"`
+	Rev string `json:"rev"`
+	Seq int64  `json:"seq"`
+	// Time is the upstream relay's time (RFC 3339).
+	Time string `json:"time"`
 }
 
 // Commit is a record operation in a repository.

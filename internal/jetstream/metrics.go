@@ -22,9 +22,26 @@ const (
 	// ReasonReadError: the connection failed (reset, EOF without a close
 	// frame, protocol error).
 	ReasonReadError = "read_error"
+	// ReasonErrorFrame: a v2 error frame (ConsumerTooSlow, ...), terminal.
+	ReasonErrorFrame = "error_frame"
+	// ReasonRefused: the upgrade was refused with an XRPC error
+	// (CursorTooOld, UnknownZstdDictionary, InvalidRequest, ...).
+	ReasonRefused = "refused"
+	// ReasonSeqReset: the host's sequence numbers restarted below the
+	// resume cursor (ErrSeqReset).
+	ReasonSeqReset = "seq_reset"
 )
 
-var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError}
+var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError, ReasonErrorFrame, ReasonRefused, ReasonSeqReset}
+
+// Connection states: the state label of appview_jetstream_connection_state.
+const (
+	StateConnecting = "connecting"
+	StateConnected  = "connected"
+	StateBackoff    = "backoff"
+)
+
+var connectionStates = []string{StateConnecting, StateConnected, StateBackoff}
 
 // Metrics are the Client's Prometheus collectors. Build them once per
 // process (at worker registration) and share them across the clients built
@@ -36,6 +53,11 @@ type Metrics struct {
 	decodeErrors *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
 	connected    prometheus.Gauge
+	connState    *prometheus.GaugeVec
+	infos        *prometheus.CounterVec
+	serverErrors *prometheus.CounterVec
+	tooOld       prometheus.Counter
+	tooOldGap    prometheus.Counter
 }
 
 // NewMetrics builds the collectors and registers them on reg (nil: not
@@ -47,6 +69,11 @@ type Metrics struct {
 //	appview_jetstream_decode_errors_total{class}   frames skipped, by ErrorClass
 //	appview_jetstream_reconnects_total{reason}     connections lost and retried, by Reason*
 //	appview_jetstream_connected                    1 while a connection is up
+//	appview_jetstream_connection_state{url,state}  1 for the URL and state the client is in (connecting, connected, backoff)
+//	appview_jetstream_info_total{name}             v2 #info advisories (OutdatedCursor, ...)
+//	appview_jetstream_server_errors_total{error}   v2 error frames and XRPC refusals, by error name
+//	appview_jetstream_cursor_too_old_total         sequence cursors refused below a host's lookback floor
+//	appview_jetstream_gap_events_total             sequence numbers lost to those refusals (floor - cursor)
 //
 // Collectors already registered on reg (a second NewMetrics on the same
 // registry) are reused rather than refused. Other registration errors are
@@ -77,10 +104,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_jetstream_connected",
 			Help: "1 while the Jetstream client has a live connection.",
 		}),
+		connState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "appview_jetstream_connection_state",
+			Help: "1 for the configured Jetstream URL the client is on and its state (connecting, connected, backoff); 0 otherwise.",
+		}, []string{"url", "state"}),
+		infos: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_jetstream_info_total",
+			Help: "Jetstream v2 #info advisories received, by name.",
+		}, []string{"name"}),
+		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_jetstream_server_errors_total",
+			Help: "Jetstream v2 error frames and refused upgrades, by XRPC error name.",
+		}, []string{"error"}),
+		tooOld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_jetstream_cursor_too_old_total",
+			Help: "Sequence cursors a Jetstream host refused as older than its lookback.",
+		}),
+		tooOldGap: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_jetstream_gap_events_total",
+			Help: "Sequence numbers skipped because a host no longer had them (floor minus cursor of each CursorTooOld).",
+		}),
 	}
 	// Every series exists from the start, so a rate() over a class that
 	// has never happened is 0 rather than absent.
-	for _, k := range []string{KindCommit, KindIdentity, KindAccount} {
+	for _, k := range []string{KindCommit, KindIdentity, KindAccount, KindSync} {
 		m.events.WithLabelValues(k)
 	}
 	for _, c := range ErrorClasses {
@@ -95,6 +142,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if err := errors.Join(
 		register(reg, &m.frames), register(reg, &m.bytes), register(reg, &m.events),
 		register(reg, &m.decodeErrors), register(reg, &m.reconnects), register(reg, &m.connected),
+		register(reg, &m.connState), register(reg, &m.infos), register(reg, &m.serverErrors),
+		register(reg, &m.tooOld), register(reg, &m.tooOldGap),
 	); err != nil {
 		return nil, fmt.Errorf("jetstream metrics: %w", err)
 	}
@@ -140,5 +189,56 @@ func (m *Metrics) setConnected(up bool) {
 		m.connected.Set(1)
 	} else {
 		m.connected.Set(0)
+	}
+}
+
+// state sets the connection-state series of urls: 1 for (at, st), 0 for
+// every other (at "" : all 0).
+func (m *Metrics) state(urls []string, at, st string) {
+	if m == nil {
+		return
+	}
+	for _, u := range urls {
+		for _, s := range connectionStates {
+			v := 0.0
+			if u == at && s == st {
+				v = 1
+			}
+			m.connState.WithLabelValues(u, s).Set(v)
+		}
+	}
+}
+
+// knownNames are the #info and error names counted under their own
+// label; any other name a server sends is "other", so a hostile server
+// cannot grow the series without bound.
+var knownNames = map[string]bool{
+	"OutdatedCursor": true, ErrNameConsumerTooSlow: true, ErrNameCursorTooOld: true,
+	ErrNameUnknownZstdDictionary: true, "InvalidRequest": true,
+}
+
+func label(s string) string {
+	if knownNames[s] {
+		return s
+	}
+	return "other"
+}
+
+func (m *Metrics) info(name string) {
+	if m != nil {
+		m.infos.WithLabelValues(label(name)).Inc()
+	}
+}
+
+func (m *Metrics) serverError(name string) {
+	if m != nil {
+		m.serverErrors.WithLabelValues(label(name)).Inc()
+	}
+}
+
+func (m *Metrics) cursorTooOld(gap int64) {
+	if m != nil {
+		m.tooOld.Inc()
+		m.tooOldGap.Add(float64(gap))
 	}
 }

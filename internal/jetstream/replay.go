@@ -102,8 +102,7 @@ type ReplayServer struct {
 	listening chan struct{}
 	handlers  sync.WaitGroup
 
-	accepted     atomic.Int64
-	compressOnce sync.Once
+	accepted atomic.Int64
 }
 
 // replayEvent is one line of the capture, ready to send.
@@ -112,8 +111,12 @@ type replayEvent struct {
 	did        string
 	collection string
 	// raw is the line as captured; compressed is raw as a binary frame,
-	// built on the first compressed subscription (compressOnce).
+	// built the first time a compressed subscription sends it (once).
+	// Lazily, event by event: compressing a large capture up front
+	// (seconds to minutes) would keep the first subscriber waiting with
+	// nothing on the wire, and a client counts that as a silent host.
 	raw, compressed []byte
+	once            sync.Once
 	// prefix and suffix surround the digits of the top-level time_us in
 	// raw, so a looped copy is the same bytes with another number.
 	prefix, suffix []byte
@@ -154,9 +157,9 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 		// acting for a user.
 		upgrader: websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }},
 	}
-	for _, e := range events {
-		s.minT = min(s.minT, e.timeUS)
-		s.maxT = max(s.maxT, e.timeUS)
+	for i := range events {
+		s.minT = min(s.minT, events[i].timeUS)
+		s.maxT = max(s.maxT, events[i].timeUS)
 	}
 	s.span = s.maxT - s.minT + 1
 	s.mux = http.NewServeMux()
@@ -237,20 +240,12 @@ func splitAtTimeUS(obj []byte) (prefix, suffix []byte, err error) {
 	return append([]byte(nil), obj[:start]...), append([]byte(nil), obj[end:]...), nil
 }
 
-// compressAll builds every event's loop-0 binary frame, once.
-func (s *ReplayServer) compressAll() {
-	s.compressOnce.Do(func() {
-		for i := range s.events {
-			s.events[i].compressed = Compress(nil, s.events[i].raw)
-		}
-	})
-}
-
 // frame is event e with time_us shifted by shift, as a text or binary frame
-// payload. Binary frames of loop 0 need compressAll first.
+// payload.
 func (e *replayEvent) frame(shift int64, compress bool) []byte {
 	if shift == 0 {
 		if compress {
+			e.once.Do(func() { e.compressed = Compress(nil, e.raw) })
 			return e.compressed
 		}
 		return e.raw
@@ -591,7 +586,6 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 	msgType := websocket.TextMessage
 	if compress {
 		msgType = websocket.BinaryMessage
-		s.compressAll()
 	}
 	var loop int64
 	if s.opts.Loop && cursor > s.maxT {

@@ -13,7 +13,7 @@ import (
 // server) agrees with the AT Protocol interop test vectors.
 func TestIdentifierChecksFollowTheSpecificationsTestVectors(t *testing.T) {
 	event := func(did string) []byte {
-		b, _ := json.Marshal(map[string]any{"did": did, "time_us": 1, "kind": "identity",
+		b, _ := json.Marshal(map[string]any{"did": did, "time_us": MinEventTimeUS, "kind": "identity",
 			"identity": map[string]any{"did": did, "seq": 1, "time": "2024-01-01T00:00:00Z"}})
 		return b
 	}

@@ -1,0 +1,144 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+)
+
+// Position is the stored resume position (jetstream_cursor, migration 7):
+// the highest contiguous processed position, and the host it belongs to.
+//
+// Every batch is applied in stream order in one transaction with its
+// position, so the position of a committed batch's last event is
+// contiguous: every event before it on that host was applied.
+type Position struct {
+	// Host is jetstream.HostOf of the endpoint the position was read from;
+	// "" for a position stored before this version (time only).
+	Host string
+	// Seq is Host's sequence number of the last processed event, 0 when
+	// Host sends none (a Jetstream v1 server): then TimeUS is the position.
+	Seq int64
+	// TimeUS is Host's own time of the last processed event (SPEC §8
+	// jetstream_cursor.time_us), in Unix microseconds.
+	TimeUS int64
+	// SharedUS is a time every host agrees on for the last processed
+	// batch (see sharedTime), in Unix microseconds; 0 when unknown.
+	SharedUS int64
+}
+
+// LoadPosition returns the stored position; ok is false when none is stored.
+func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err error) {
+	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us FROM jetstream_cursor WHERE id = 1`).
+		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, fmt.Errorf("load jetstream position: %w", err)
+	}
+	return p, true, nil
+}
+
+// batchPosition is what one batch moves the position to.
+type batchPosition struct {
+	host string
+	// seq is the batch's highest sequence number (Batch.MaxSeq), 0 on a
+	// server without them.
+	seq int64
+	// last and newest are batchCursor's figures (time_us).
+	last, newest int64
+	// shared is the batch's shared time (sharedTime), 0 when unknown.
+	shared int64
+}
+
+// savePositionSQL stores a batch's position. ?1 last time_us (0: keep),
+// ?2 newest time_us, ?3 fence, ?4 cursorLead in µs, ?5 host, ?6 seq,
+// ?7 shared time (0: keep).
+//
+// It moves the position only forward within one position space: on the
+// same host, to a higher sequence number (seq space) or a newer time
+// (time space, as before: a rewound replay never moves it back); on
+// another host unconditionally, since the consumer is now reading there
+// (and resumed there by time, behind the old position). A stored time_us
+// beyond cursorLead of the database's clock (written before the guards)
+// is overwritten by the next batch.
+const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us)
+VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7)
+ON CONFLICT (id) DO UPDATE SET
+  time_us    = CASE WHEN ?1 > 0 THEN excluded.time_us ELSE jetstream_cursor.time_us END,
+  updated_at = excluded.updated_at,
+  fence      = excluded.fence,
+  host       = excluded.host,
+  seq        = excluded.seq,
+  shared_us  = CASE WHEN ?7 > 0 THEN ?7 ELSE jetstream_cursor.shared_us END
+WHERE jetstream_cursor.host <> excluded.host
+   OR (?6 > 0 AND ?6 > jetstream_cursor.seq)
+   OR (?6 = 0 AND (?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4))`
+
+func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int64) error {
+	if p.seq == 0 && p.last == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.newest, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared); err != nil {
+		return fmt.Errorf("save jetstream position: %w", err)
+	}
+	return nil
+}
+
+// sharedTime is a time for events that every Jetstream host agrees on,
+// so a position can move from one host to another: for a commit the
+// time in its rev (a TID: the PDS's clock at the commit), for identity,
+// account and sync events the upstream relay's time. Each is capped at
+// the event's own time_us (a PDS clock running ahead must not carry the
+// position past what was witnessed). The batch's value is the minimum
+// over its events, 0 when none has one. A host that lagged and caught up
+// stamps old events with late time_us; their revs still carry the old
+// time, which is why a switch resumes from this and not from time_us.
+func sharedTime(events []jetstream.Event) int64 {
+	var out int64
+	for i := range events {
+		t := eventSharedTime(&events[i])
+		if t > 0 && (out == 0 || t < out) {
+			out = t
+		}
+	}
+	return out
+}
+
+func eventSharedTime(ev *jetstream.Event) int64 {
+	var t int64
+	switch {
+	case ev.Commit != nil:
+		tid, err := syntax.ParseTID(ev.Commit.Rev)
+		if err != nil {
+			return 0
+		}
+		t = tid.Time().UnixMicro()
+	case ev.Identity != nil:
+		t = rfc3339US(ev.Identity.Time)
+	case ev.Account != nil:
+		t = rfc3339US(ev.Account.Time)
+	case ev.Sync != nil:
+		t = rfc3339US(ev.Sync.Time)
+	}
+	if t <= 0 {
+		return 0
+	}
+	return min(t, ev.TimeUS)
+}
+
+func rfc3339US(s string) int64 {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0
+	}
+	return t.UnixMicro()
+}

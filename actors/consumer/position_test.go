@@ -1,0 +1,280 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
+	"github.com/atcr-io/appview/internal/webhooks"
+	"github.com/atcr-io/appview/internal/workers"
+)
+
+// bareConsumer is a consumer whose handle and resumeAt tests call
+// directly (no client, no actor).
+func bareConsumer(t *testing.T, db *sql.DB, c fence.Custody, rewind time.Duration) *consumer {
+	t.Helper()
+	sys := testsupport.NewActorSystem(t)
+	pos, _, err := LoadPosition(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := &consumer{
+		o: Options{DB: db, Custody: c, Jetstream: config.Jetstream{Rewind: rewind},
+			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
+		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root, pos: pos,
+		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
+	}
+	cons.cursor.Store(pos.TimeUS)
+	return cons
+}
+
+func generateEvents(seed uint64, n int) []jetstream.Event {
+	evs, _ := generate(seed, n)
+	return evs
+}
+
+// numbered gives events sequence numbers from first on.
+func numbered(events []jetstream.Event, first int64) []jetstream.Event {
+	out := append([]jetstream.Event(nil), events...)
+	for i := range out {
+		out[i].Seq = first + int64(i)
+	}
+	return out
+}
+
+// On the host a position came from the consumer resumes by that host's
+// seq exactly, whatever the time_us did; a seq is never sent elsewhere,
+// and a restart (a new incarnation reading the stored row) does the same.
+func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	events := numbered(generateEvents(61, 200), 1)
+	// time_us jumps back by far more than any rewind in the middle.
+	for i := 100; i < 200; i++ {
+		events[i].TimeUS -= (30 * time.Second).Microseconds()
+	}
+	const a, b = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents", "ws://b.example/subscribe"
+	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	ctx := context.Background()
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:120], MaxSeq: 120}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.resumeAt(a); got != 120 {
+		t.Fatalf("same host: cursor %d, want seq 120", got)
+	}
+	if got := cons.resumeAt(b); got < jetstream.CursorSeqMax {
+		t.Fatalf("another host got cursor %d: a sequence number from host a", got)
+	}
+	// A new incarnation reads the stored row.
+	again := bareConsumer(t, db.DB, c, 5*time.Second)
+	if got := again.resumeAt(a); got != 120 {
+		t.Fatalf("after a restart: cursor %d, want seq 120 (no rewind)", got)
+	}
+	if got, want := again.resumeAt(b), sharedTime(events[:120])-(5*time.Second).Microseconds(); got != want {
+		t.Fatalf("after a restart, another host: cursor %d, want the shared time minus the rewind %d", got, want)
+	}
+	// A replay of older seqs never moves the position back.
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[50:60], MaxSeq: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 120 {
+		t.Fatalf("stored position %+v after a replay, want a.example seq 120", p)
+	}
+	// Frames that failed to decode still move the position (MaxSeq).
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, MaxSeq: 125, Failures: []*jetstream.DecodeError{{Class: jetstream.ClassUnknownType, Seq: 125}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Seq != 125 {
+		t.Fatalf("stored seq %d, want 125: the position did not move past skipped frames", p.Seq)
+	}
+	// Moving to host b (no seqs there) rewrites the position's host.
+	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: generateEvents(62, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "b.example" || p.Seq != 0 {
+		t.Fatalf("stored position %+v, want host b.example in time space", p)
+	}
+}
+
+// A position stored before per-host positions (migration 7 keeps its
+// time_us, with an empty host) resumes by time, as it did.
+func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	stored := time.Now().Add(-time.Hour).UnixMicro()
+	if _, err := db.Exec(`INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?, 0, ?)`, stored, c.Fence); err != nil {
+		t.Fatal(err)
+	}
+	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	if got, want := cons.resumeAt("ws://x.example/xrpc/network.bsky.jetstream.subscribeEvents"), stored-(5*time.Second).Microseconds(); got != want {
+		t.Fatalf("cursor %d, want the stored time_us minus the rewind %d", got, want)
+	}
+}
+
+// The rev a commit carries is recorded per repository; an older commit
+// is skipped and counted, an equal one (one commit, several operations)
+// applied; a #sync queues a re-read.
+func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	ctx := context.Background()
+	tag := func(rkey, rev, tagName string, us int64) jetstream.Event {
+		return jetstream.Event{DID: "did:plc:u1", TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+			Rev: rev, Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey,
+			Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":%q,"manifestDigest":"sha256:%064d","createdAt":"2026-01-01T00:00:00Z"}`, tagName, 1))}}
+	}
+	now := time.Now().UnixMicro()
+	first := []jetstream.Event{tag("t1", "3l3qo2vutsw2c", "v1", now), tag("t2", "3l3qo2vutsw2c", "v2", now+1)}
+	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", first, 0)
+	if err != nil || out.stale != 0 {
+		t.Fatalf("first batch: %v, stale %d", err, out.stale)
+	}
+	older := []jetstream.Event{tag("t3", "3l3qo2vutsw2a", "old", now+2),
+		{DID: "did:plc:u1", TimeUS: now + 3, Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw2d"}}}
+	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", older, 0)
+	if err != nil || out.stale != 1 || out.syncs != 1 {
+		t.Fatalf("second batch: %v, stale %d syncs %d, want 1 and 1", err, out.stale, out.syncs)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM tags WHERE did = 'did:plc:u1'`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d tags (%v), want 2: the stale commit was applied", n, err)
+	}
+	var rev string
+	if err := db.QueryRow(`SELECT CAST(rev AS BLOB) FROM repo_revs WHERE did = 'did:plc:u1'`).Scan(&rev); err != nil || rev != "3l3qo2vutsw2c" {
+		t.Fatalf("recorded rev %q (%v)", rev, err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM repo_resyncs WHERE did = 'did:plc:u1' AND reason = 'sync'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d queued re-reads (%v), want 1", n, err)
+	}
+}
+
+// A re-read lists the repository on its PDS, applies what is there and
+// removes what vanished, records the rev and dequeues the repository.
+func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	ctx := context.Background()
+	const did = "did:plc:u2"
+	digest := "sha256:" + strings.Repeat("a", 64)
+	rec := func(tagName string) string {
+		return fmt.Sprintf(`{"repository":"r","tag":%q,"manifestDigest":%q,"createdAt":"2026-01-01T00:00:00Z"}`, tagName, digest)
+	}
+	ev := func(rkey string) jetstream.Event {
+		return jetstream.Event{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+			Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey, Record: json.RawMessage(rec(rkey))}}
+	}
+	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{ev("gone"), ev("kept"),
+		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/xrpc/com.atproto.sync.getLatestCommit":
+			fmt.Fprint(w, `{"cid":"bafy","rev":"3l3qo2vutsw44"}`)
+		case "/xrpc/com.atproto.repo.listRecords":
+			if r.URL.Query().Get("collection") != processor.CollectionTag {
+				fmt.Fprint(w, `{"records":[]}`)
+				return
+			}
+			fmt.Fprintf(w, `{"records":[{"uri":"at://%s/%s/kept","cid":"c1","value":%s},{"uri":"at://%s/%s/new","cid":"c2","value":%s}]}`,
+				did, processor.CollectionTag, rec("kept"), did, processor.CollectionTag, rec("new"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer pds.Close()
+	r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
+	did2, found, err := r.next(ctx)
+	if err != nil || !found || did2 != did {
+		t.Fatalf("next: %q %v %v", did2, found, err)
+	}
+	if err := r.one(ctx, c, did); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query(`SELECT CAST(rkey AS BLOB) FROM tags WHERE did = ?1 ORDER BY rkey`, did)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		got = append(got, s)
+	}
+	rows.Close()
+	if strings.Join(got, ",") != "kept,new" {
+		t.Fatalf("tags after the re-read: %v, want kept,new", got)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM repo_resyncs`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d re-reads still queued (%v)", n, err)
+	}
+}
+
+type staticPDS string
+
+func (s staticPDS) PDSEndpoint(context.Context, string) (string, error) { return string(s), nil }
+
+// The consumer reports itself unhealthy once no upstream has delivered an
+// event for jetstream.unhealthy_after, and healthy again on the next one.
+func TestTheConsumerReportsUnhealthyWhenNoUpstreamSendsEvents(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	f := newFixture(t, 63, 50, jetstream.ReplayOptions{})
+	h := &workers.Health{}
+	c := acquire(t, db.DB, "me")
+	o := optionsFor(db.DB, c, "ws://127.0.0.1:1/subscribe")
+	o.Jetstream.UnhealthyAfter = 50 * time.Millisecond
+	o.Health = h
+	sys := testsupport.NewActorSystem(t)
+	pid := sys.Root.Spawn(NewProps(o))
+	testsupport.Eventually(t, "an unhealthy report", func() bool { ok, _, _ := h.Status(); return !ok })
+	stop(t, sys, pid)
+	o = f.options(db.DB, c)
+	o.Jetstream.UnhealthyAfter = time.Minute
+	o.Health = h
+	pid = sys.Root.Spawn(NewProps(o))
+	testsupport.Eventually(t, "a healthy report", func() bool { ok, _, _ := h.Status(); return ok })
+	stop(t, sys, pid)
+}
+
+// A host whose numbering restarted below the stored seq is resumed by
+// time, and the stored seq is dropped so its new numbering is recorded.
+func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	events := numbered(generateEvents(64, 40), 5000)
+	const a = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents"
+	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	ctx := context.Background()
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:20], MaxSeq: 5019}); err != nil {
+		t.Fatal(err)
+	}
+	cons.seqReset(a)
+	if got := cons.resumeAt(a); got < jetstream.CursorSeqMax {
+		t.Fatalf("after a reset: cursor %d, want a time", got)
+	}
+	fresh := numbered(events[20:], 1)
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: fresh, MaxSeq: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 20 {
+		t.Fatalf("stored position %+v, want a.example seq 20 (the new numbering)", p)
+	}
+}

@@ -1,0 +1,423 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+)
+
+// Re-read limits.
+const (
+	// resyncTimeout bounds one repository's re-read (every request).
+	resyncTimeout = 2 * time.Minute
+	// resyncPageLimit is listRecords' page size (its maximum).
+	resyncPageLimit = 100
+	// resyncMaxPages bounds the pages read per collection, so a hostile
+	// PDS cannot page forever (10,000 records of one collection).
+	resyncMaxPages = 100
+	// resyncMaxAttempts: a repository that failed this many re-reads is
+	// dropped from the queue (logged, counted as dropped).
+	resyncMaxAttempts = 8
+	// resyncRetryMin and resyncRetryMax bound the delay before a failed
+	// re-read is tried again (doubling per attempt).
+	resyncRetryMin = 30 * time.Second
+	resyncRetryMax = time.Hour
+	// maxResponseBytes bounds one XRPC response body.
+	maxResponseBytes = 16 << 20
+)
+
+// Re-read outcomes: the outcome label of appview_consumer_resyncs_total.
+const (
+	resyncOK      = "ok"
+	resyncFailed  = "failed"  // retried later
+	resyncDropped = "dropped" // gave up after resyncMaxAttempts
+)
+
+// resyncCollections are the collections a re-read lists: every one the
+// processor indexes (LEXICONS.md), with the query that lists the rkeys the
+// database holds for a repository, so a record that vanished upstream is
+// removed.
+var resyncCollections = []struct {
+	nsid  string
+	rkeys string
+}{
+	{processor.CollectionManifest, `SELECT ` + database.Text("rkey") + ` FROM manifests WHERE did = ?1`},
+	{processor.CollectionTag, `SELECT ` + database.Text("rkey") + ` FROM tags WHERE did = ?1`},
+	{processor.CollectionStar, `SELECT ` + database.Text("rkey") + ` FROM stars WHERE did = ?1`},
+	{processor.CollectionRepoPage, `SELECT ` + database.Text("rkey") + ` FROM repo_pages WHERE did = ?1`},
+	{processor.CollectionCaptain, `SELECT 'self' FROM hold_captains WHERE hold_did = ?1`},
+	{processor.CollectionCrew, `SELECT ` + database.Text("rkey") + ` FROM hold_crew WHERE hold_did = ?1`},
+	{processor.CollectionStats, `SELECT ` + database.Text("rkey") + ` FROM repository_hold_stats WHERE hold_did = ?1`},
+	// A profile is a single "self" record in users; a vanished one is
+	// left as it is (the account's row is not the record's to remove).
+	{processor.CollectionProfile, ``},
+}
+
+// PDSResolver finds a DID's PDS (identity.Resolver).
+type PDSResolver interface {
+	PDSEndpoint(ctx context.Context, did string) (string, error)
+}
+
+// Resyncer drains repo_resyncs: for each queued repository, at most one
+// per interval, it resolves the DID to its PDS, reads the repository's
+// latest rev (com.atproto.sync.getLatestCommit) and every io.atcr.* record
+// (com.atproto.repo.listRecords), and in ONE fenced transaction applies
+// them as creates, deletes the records the database holds that the PDS no
+// longer lists, records the rev, and removes the queue row. A failure is
+// retried later with backoff. Build one per process; it runs while the
+// consumer holds custody.
+type Resyncer struct {
+	DB        *sql.DB
+	Resolver  PDSResolver
+	Processor *processor.Processor
+	HTTP      *http.Client
+	Interval  time.Duration
+	Log       zerolog.Logger
+	Metrics   *ResyncMetrics
+
+	kick chan struct{}
+}
+
+// NewResyncer builds a Resyncer; interval spaces re-reads.
+func NewResyncer(db *sql.DB, r PDSResolver, p *processor.Processor, interval time.Duration, log zerolog.Logger, m *ResyncMetrics) *Resyncer {
+	return &Resyncer{DB: db, Resolver: r, Processor: p, HTTP: &http.Client{Timeout: resyncTimeout}, Interval: interval,
+		Log: log.With().Str("component", "resync").Logger(), Metrics: m, kick: make(chan struct{}, 1)}
+}
+
+// Kick wakes the loop (a #sync was just queued).
+func (r *Resyncer) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run re-reads queued repositories under custody c until stop closes,
+// one per Interval at most.
+func (r *Resyncer) Run(stop <-chan struct{}, c fence.Custody) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	idle := max(r.Interval, 5*time.Second)
+	for {
+		did, found, err := r.next(ctx)
+		wait := r.Interval
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.Log.Warn().Err(err).Msg("re-read queue not readable")
+			wait = idle
+		case !found:
+			wait = idle
+		default:
+			if err := r.one(ctx, c, did); errors.Is(err, fence.ErrSuperseded) {
+				return
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.kick:
+			t.Stop()
+			if wait != idle {
+				// Keep the pace: a kick only ends an idle wait.
+				t = time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// next is the queued repository due first, if any is due.
+func (r *Resyncer) next(ctx context.Context) (string, bool, error) {
+	var did string
+	var queued int64
+	err := r.DB.QueryRowContext(ctx, `SELECT `+database.Text("did")+`, (SELECT COUNT(*) FROM repo_resyncs) FROM repo_resyncs
+WHERE next_at <= `+database.NowMS+` ORDER BY next_at LIMIT 1`).Scan(&did, &queued)
+	if errors.Is(err, sql.ErrNoRows) {
+		r.Metrics.queued(0)
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read re-read queue: %w", err)
+	}
+	r.Metrics.queued(queued)
+	return did, true, nil
+}
+
+// one re-reads did and records the outcome.
+func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
+	ctx, cancel := context.WithTimeout(ctx, resyncTimeout)
+	defer cancel()
+	applied, removed, lag, err := r.reread(ctx, c, did)
+	if err == nil {
+		r.Metrics.done(resyncOK, lag)
+		r.Log.Info().Str("did", did).Int("records", applied).Int("removed", removed).Msg("repository re-read")
+		return nil
+	}
+	if errors.Is(err, fence.ErrSuperseded) || ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return err
+	}
+	msg := err.Error()
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	var attempts int64
+	ferr := fence.Fenced(context.Background(), r.DB, c, func(tx *sql.Tx) error {
+		if err := tx.QueryRow(`SELECT attempts + 1 FROM repo_resyncs WHERE did = ?1`, did).Scan(&attempts); err != nil {
+			return err
+		}
+		if attempts >= resyncMaxAttempts {
+			_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1`, did)
+			return err
+		}
+		delay := min(resyncRetryMax, resyncRetryMin<<(attempts-1))
+		_, err := tx.Exec(`UPDATE repo_resyncs SET attempts = ?2, last_error = ?3, next_at = `+database.NowMS+` + ?4 WHERE did = ?1`,
+			did, attempts, msg, delay.Milliseconds())
+		return err
+	})
+	if ferr != nil {
+		r.Log.Warn().Err(ferr).Str("did", did).Msg("re-read failure not recorded")
+		return ferr
+	}
+	outcome := resyncFailed
+	if attempts >= resyncMaxAttempts {
+		outcome = resyncDropped
+	}
+	r.Metrics.done(outcome, 0)
+	r.Log.Warn().Str("did", did).Int64("attempt", attempts).Str("outcome", outcome).Str("error", msg).Msg("repository re-read failed")
+	return nil
+}
+
+// reread fetches did's records and applies them; it returns the records
+// applied and removed and the lag since the re-read was requested.
+func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (applied, removed int, lag time.Duration, err error) {
+	pds, err := r.Resolver.PDSEndpoint(ctx, did)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("resolve %s: %w", did, err)
+	}
+	var latest struct {
+		Rev string `json:"rev"`
+	}
+	if err := r.get(ctx, pds, "com.atproto.sync.getLatestCommit", url.Values{"did": {did}}, &latest); err != nil {
+		return 0, 0, 0, err
+	}
+	if !validTID(latest.Rev) {
+		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q is not a TID", did, bounded(latest.Rev))
+	}
+	now := time.Now().UnixMicro()
+	listed := map[string]map[string]bool{}
+	var events []jetstream.Event
+	for _, col := range resyncCollections {
+		listed[col.nsid] = map[string]bool{}
+		cursor := ""
+		for page := 0; ; page++ {
+			if page == resyncMaxPages {
+				return 0, 0, 0, fmt.Errorf("listRecords %s %s: more than %d pages", did, col.nsid, resyncMaxPages)
+			}
+			var out struct {
+				Cursor  string `json:"cursor"`
+				Records []struct {
+					URI   string          `json:"uri"`
+					CID   string          `json:"cid"`
+					Value json.RawMessage `json:"value"`
+				} `json:"records"`
+			}
+			q := url.Values{"repo": {did}, "collection": {col.nsid}, "limit": {fmt.Sprint(resyncPageLimit)}}
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			if err := r.get(ctx, pds, "com.atproto.repo.listRecords", q, &out); err != nil {
+				return 0, 0, 0, err
+			}
+			for _, rec := range out.Records {
+				prefix := "at://" + did + "/" + col.nsid + "/"
+				rkey, ok := strings.CutPrefix(rec.URI, prefix)
+				if !ok || rkey == "" || strings.Contains(rkey, "/") {
+					continue // not a record of this repository and collection
+				}
+				listed[col.nsid][rkey] = true
+				events = append(events, jetstream.Event{DID: did, TimeUS: now, Kind: jetstream.KindCommit,
+					Commit: &jetstream.Commit{Rev: latest.Rev, Operation: jetstream.OpCreate, Collection: col.nsid, RKey: rkey, CID: rec.CID, Record: rec.Value}})
+			}
+			if out.Cursor == "" || len(out.Records) == 0 || out.Cursor == cursor {
+				break
+			}
+			cursor = out.Cursor
+		}
+	}
+	err = fence.Fenced(ctx, r.DB, c, func(tx *sql.Tx) error {
+		applied, removed = 0, 0
+		var requested int64
+		if err := tx.QueryRowContext(ctx, `SELECT requested_at FROM repo_resyncs WHERE did = ?1`, did).Scan(&requested); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read re-read request: %w", err)
+		}
+		if requested > 0 {
+			lag = time.Since(time.UnixMilli(requested))
+		}
+		var deletes []jetstream.Event
+		for _, col := range resyncCollections {
+			if col.rkeys == "" {
+				continue
+			}
+			have, err := queryStrings(ctx, tx, col.rkeys, did)
+			if err != nil {
+				return fmt.Errorf("list stored %s of %s: %w", col.nsid, did, err)
+			}
+			for _, rkey := range have {
+				if !listed[col.nsid][rkey] {
+					deletes = append(deletes, jetstream.Event{DID: did, TimeUS: now, Kind: jetstream.KindCommit,
+						Commit: &jetstream.Commit{Rev: latest.Rev, Operation: jetstream.OpDelete, Collection: col.nsid, RKey: rkey}})
+				}
+			}
+		}
+		all := append(events, deletes...)
+		if _, err := r.Processor.ApplyTx(ctx, tx, c, all); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, recordRevsSQL, did, latest.Rev); err != nil {
+			return fmt.Errorf("record rev of %s: %w", did, err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM repo_resyncs WHERE did = ?1 AND requested_at = ?2`, did, requested); err != nil {
+			return fmt.Errorf("dequeue re-read of %s: %w", did, err)
+		}
+		applied, removed = len(events), len(deletes)
+		return nil
+	})
+	return applied, removed, lag, err
+}
+
+func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// get calls an XRPC query on base and decodes its JSON answer into out.
+func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, out any) error {
+	target := strings.TrimRight(base, "/") + "/xrpc/" + method + "?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	resp, err := r.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %s", method, resp.StatusCode, bounded(string(body)))
+	}
+	if len(body) > maxResponseBytes {
+		return fmt.Errorf("%s: answer larger than %d bytes", method, maxResponseBytes)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return nil
+}
+
+// bounded cuts a value quoted in a log or error (a peer chooses it).
+func bounded(s string) string {
+	const n = 200
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ResyncMetrics are the re-read collectors.
+type ResyncMetrics struct {
+	outcomes *prometheus.CounterVec
+	lag      prometheus.Histogram
+	queue    prometheus.Gauge
+}
+
+// NewResyncMetrics registers appview_consumer_resyncs_total{outcome}
+// (ok, failed, dropped), appview_consumer_resync_lag_seconds (request to
+// completion of a successful re-read) and appview_consumer_resync_queue
+// (repositories queued).
+func NewResyncMetrics(reg prometheus.Registerer) (*ResyncMetrics, error) {
+	m := &ResyncMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_consumer_resyncs_total", Help: "Repository re-reads from their PDS (after #sync), by outcome (ok, failed, dropped).",
+		}, []string{"outcome"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "appview_consumer_resync_lag_seconds", Help: "Time from a re-read's request to its completion, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 16),
+		}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appview_consumer_resync_queue", Help: "Repositories queued for a re-read.",
+		}),
+	}
+	for _, o := range []string{resyncOK, resyncFailed, resyncDropped} {
+		m.outcomes.WithLabelValues(o)
+	}
+	for _, col := range []prometheus.Collector{m.outcomes, m.lag, m.queue} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register resync metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *ResyncMetrics) done(outcome string, lag time.Duration) {
+	if m == nil {
+		return
+	}
+	m.outcomes.WithLabelValues(outcome).Inc()
+	if outcome == resyncOK {
+		m.lag.Observe(lag.Seconds())
+	}
+}
+
+func (m *ResyncMetrics) queued(n int64) {
+	if m != nil {
+		m.queue.Set(float64(n))
+	}
+}

@@ -1,0 +1,150 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+)
+
+// Why a repository is queued for a re-read (repo_resyncs.reason).
+const (
+	// reasonSync: a #sync event said the repository was replaced upstream.
+	reasonSync = "sync"
+)
+
+// maxRevLookup bounds the DIDs looked up in one statement (SQLite caps a
+// statement at 32,766 variables; a batch holds far fewer DIDs).
+const maxRevLookup = 500
+
+// screen splits a batch before it is applied: the events to apply, the
+// DIDs of #sync events (not for the processor: they queue a re-read), and
+// the number of stale commits dropped. A commit is stale when its rev is
+// older than the newest rev recorded for its repository (repo_revs, or an
+// earlier commit of this batch): Jetstream delivers at-least-once and in
+// order per repository, so an older rev is a replay (after a resume by
+// time on another host) or a broken upstream, and applying it could only
+// roll the repository back. An equal rev is applied (one commit carries
+// several operations, all with its rev; applying again is idempotent).
+// A rev that is not a TID is never judged stale.
+func screen(ctx context.Context, tx *sql.Tx, events []jetstream.Event) (apply []jetstream.Event, syncs []string, stale int, err error) {
+	var dids []string
+	seen := map[string]bool{}
+	for i := range events {
+		ev := &events[i]
+		if ev.Commit != nil && !seen[ev.DID] && validTID(ev.Commit.Rev) {
+			seen[ev.DID] = true
+			dids = append(dids, ev.DID)
+		}
+	}
+	newest, err := loadRevs(ctx, tx, dids)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	apply = make([]jetstream.Event, 0, len(events))
+	for i := range events {
+		ev := &events[i]
+		switch {
+		case ev.Kind == jetstream.KindSync:
+			syncs = append(syncs, ev.DID)
+			continue
+		case ev.Commit != nil && validTID(ev.Commit.Rev):
+			rev := ev.Commit.Rev
+			if have, ok := newest[ev.DID]; ok && rev < have {
+				stale++
+				continue
+			}
+			newest[ev.DID] = rev
+		}
+		apply = append(apply, *ev)
+	}
+	return apply, syncs, stale, nil
+}
+
+// validTID reports whether rev is a TID, so that two revs compare by
+// time as strings (TIDs are fixed-length, sortable base32).
+func validTID(rev string) bool {
+	_, err := syntax.ParseTID(rev)
+	return err == nil
+}
+
+func loadRevs(ctx context.Context, tx *sql.Tx, dids []string) (map[string]string, error) {
+	out := make(map[string]string, len(dids))
+	for start := 0; start < len(dids); start += maxRevLookup {
+		chunk := dids[start:min(start+maxRevLookup, len(dids))]
+		args := make([]any, len(chunk))
+		for i, d := range chunk {
+			args[i] = d
+		}
+		q := `SELECT ` + database.Text("did") + `, ` + database.Text("rev") + ` FROM repo_revs WHERE did IN (?` +
+			strings.Repeat(", ?", len(chunk)-1) + `)`
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("load repository revs: %w", err)
+		}
+		for rows.Next() {
+			var did, rev string
+			if err := rows.Scan(&did, &rev); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("load repository revs: %w", err)
+			}
+			out[did] = rev
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("load repository revs: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("load repository revs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// recordRevsSQL keeps the newest rev per repository (never moves back).
+const recordRevsSQL = `INSERT INTO repo_revs (did, rev, updated_at) VALUES (?1, ?2, ` + database.NowMS + `)
+ON CONFLICT (did) DO UPDATE SET rev = excluded.rev, updated_at = excluded.updated_at
+WHERE excluded.rev > repo_revs.rev`
+
+// recordRevs stores the newest commit rev of each repository in applied.
+func recordRevs(ctx context.Context, tx *sql.Tx, applied []jetstream.Event) error {
+	newest := map[string]string{}
+	var order []string
+	for i := range applied {
+		ev := &applied[i]
+		if ev.Commit == nil || !validTID(ev.Commit.Rev) {
+			continue
+		}
+		if have, ok := newest[ev.DID]; !ok {
+			order = append(order, ev.DID)
+			newest[ev.DID] = ev.Commit.Rev
+		} else if ev.Commit.Rev > have {
+			newest[ev.DID] = ev.Commit.Rev
+		}
+	}
+	for _, did := range order {
+		if _, err := tx.ExecContext(ctx, recordRevsSQL, did, newest[did]); err != nil {
+			return fmt.Errorf("record rev of %s: %w", did, err)
+		}
+	}
+	return nil
+}
+
+// requestResyncSQL queues a repository for a re-read, at once; a repository
+// already queued keeps its attempts and is due now.
+const requestResyncSQL = `INSERT INTO repo_resyncs (did, reason, requested_at, next_at) VALUES (?1, ?2, ` + database.NowMS + `, ` + database.NowMS + `)
+ON CONFLICT (did) DO UPDATE SET reason = excluded.reason, requested_at = excluded.requested_at, next_at = excluded.next_at`
+
+// requestResyncs queues dids for a re-read (see resync.go).
+func requestResyncs(ctx context.Context, tx *sql.Tx, dids []string, reason string) error {
+	for _, did := range dids {
+		if _, err := tx.ExecContext(ctx, requestResyncSQL, did, reason); err != nil {
+			return fmt.Errorf("queue re-read of %s: %w", did, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/klauspost/compress/zstd"
+)
+
+// v2Server is a scripted Jetstream v2 server: it numbers the events of
+// its script 1.., serves them from ?cursor= (inclusive), refuses a seq
+// cursor below floor with CursorTooOld, serves a zstd dictionary, and
+// pings without ever sending more once the script is out (a silent host
+// that keeps the socket alive).
+type v2Server struct {
+	srv *httptest.Server
+	// script is the frames by seq (index+1); a frame is a full v2 frame.
+	script [][]byte
+	floor  int64
+	dict   []byte
+	dictID uint32
+	// extra frames sent first on every connection (an #info, ...).
+	first [][]byte
+
+	mu      sync.Mutex
+	queries []url.Values
+	quit    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func v2Commit(seq int64, did, rev string) []byte {
+	b, _ := json.Marshal(map[string]any{"$type": "message", "payload": map[string]any{
+		"$type": "network.bsky.jetstream.subscribeEvents#commit", "seq": seq, "did": did,
+		"time": time.UnixMicro(1_780_000_000_000_000 + seq).UTC().Format("2006-01-02T15:04:05.000000Z"),
+		"rev":  rev, "operation": "create", "collection": "io.atcr.tag", "rkey": fmt.Sprintf("r%d", seq), "cid": "bafy",
+		"record": map[string]any{"repository": "x", "tag": "latest"}}})
+	return b
+}
+
+func startV2(t *testing.T, s *v2Server) *v2Server {
+	t.Helper()
+	s.quit = make(chan struct{})
+	up := websocket.Upgrader{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.wg.Add(1)
+		defer s.wg.Done()
+		if r.URL.Path == PathZstdDictionary {
+			w.Write(s.dict)
+			return
+		}
+		q := r.URL.Query()
+		s.mu.Lock()
+		s.queries = append(s.queries, q)
+		s.mu.Unlock()
+		from := int64(1)
+		if c := q.Get("cursor"); c != "" {
+			from, _ = strconv.ParseInt(c, 10, 64)
+			if from < s.floor {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintf(w, `{"error":"CursorTooOld","message":"subscribe: cursor too old: cursor %d below lookback floor %d; re-backfill from your last seq"}`, from, s.floor)
+				return
+			}
+		}
+		var enc *zstd.Encoder
+		if id := q.Get("zstdDictionary"); id != "" {
+			if id != strconv.FormatUint(uint64(s.dictID), 10) {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprint(w, `{"error":"UnknownZstdDictionary","message":"unknown"}`)
+				return
+			}
+			enc, _ = zstd.NewWriter(nil, zstd.WithEncoderDict(s.dict))
+		}
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		send := func(f []byte) error {
+			if enc != nil {
+				return ws.WriteMessage(websocket.BinaryMessage, enc.EncodeAll(f, nil))
+			}
+			return ws.WriteMessage(websocket.TextMessage, f)
+		}
+		for _, f := range s.first {
+			if send(f) != nil {
+				return
+			}
+		}
+		if from > int64(len(s.script)) {
+			// A cursor beyond the store: a live tail, here the whole
+			// script (a server whose numbering restarted below it).
+			from = 1
+		}
+		for i := max(from, 1) - 1; i < int64(len(s.script)); i++ {
+			if send(s.script[i]) != nil {
+				return
+			}
+		}
+		go func() { // drain: pongs and the close frame
+			for {
+				if _, _, err := ws.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-tick.C:
+				if ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)) != nil {
+					return
+				}
+			}
+		}
+	}))
+	t.Cleanup(func() {
+		close(s.quit)
+		s.srv.CloseClientConnections()
+		s.srv.Close()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *v2Server) url() string {
+	return "ws" + strings.TrimPrefix(s.srv.URL, "http") + PathV2
+}
+
+func (s *v2Server) query(i int) url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i >= len(s.queries) {
+		return nil
+	}
+	return s.queries[i]
+}
+
+func script(n int) [][]byte {
+	var out [][]byte
+	for i := 1; i <= n; i++ {
+		out = append(out, v2Commit(int64(i), "did:plc:a", fmt.Sprintf("3l3qo2vutsw%02d", i)))
+	}
+	return out
+}
+
+func TestWireIsSelectedByTheURLPath(t *testing.T) {
+	if WireOf("wss://h/xrpc/network.bsky.jetstream.subscribeEvents") != WireV2 || WireOf("wss://h/subscribe") != WireLegacy {
+		t.Fatal("wire not chosen by path")
+	}
+	if HostOf("wss://H.example:443/subscribe") != HostOf("wss://h.example:443/xrpc/network.bsky.jetstream.subscribeEvents") {
+		t.Fatal("two wires of one host are not one position space")
+	}
+}
+
+func TestV2WireDeliversMessagesWithTheirSeqAndSkipsInfoAndTheResumedEvent(t *testing.T) {
+	s := startV2(t, &v2Server{script: script(5),
+		first: [][]byte{[]byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#info","name":"OutdatedCursor","message":"clamped"}}`)}})
+	m := testMetrics(t)
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Collections: []string{"io.atcr.*"}, CursorFor: func(string) int64 { return 2 }, Metrics: m}, k.handle)
+	k.waitFor(t, "events 3..5", func(evs []Event, _ []*DecodeError) bool { return len(evs) >= 3 })
+	evs := k.waitEvents(t, 3)
+	for i, ev := range evs[:3] {
+		if ev.Seq != int64(i+3) || ev.Commit == nil || ev.Commit.Collection != "io.atcr.tag" || ev.TimeUS <= 0 {
+			t.Fatalf("event %d: %+v", i, ev)
+		}
+	}
+	q := s.query(0)
+	if q.Get("cursor") != "2" || q.Get("collections") != "io.atcr.*" || q.Has("wantedCollections") {
+		t.Fatalf("subscribe query %v", q)
+	}
+	if v := metricValue(t, m.infos.WithLabelValues("OutdatedCursor")); v != 1 {
+		t.Fatalf("info counted %v times, want 1", v)
+	}
+}
+
+func TestV2CursorTooOldResumesFromTheFloorAndTellsTheConsumer(t *testing.T) {
+	s := startV2(t, &v2Server{script: script(10), floor: 6})
+	m := testMetrics(t)
+	k := newSink()
+	var told sync.Map
+	runClient(t, ClientOptions{URLs: []string{s.url()}, CursorFor: func(string) int64 { return 2 }, Metrics: m,
+		OnCursorTooOld: func(u string, cursor, floor int64) { told.Store(u, [2]int64{cursor, floor}) }}, k.handle)
+	evs := k.waitEvents(t, 5)
+	if evs[0].Seq != 6 {
+		t.Fatalf("first event after the refusal has seq %d, want the floor 6", evs[0].Seq)
+	}
+	if v, ok := told.Load(s.url()); !ok || v.([2]int64) != [2]int64{2, 6} {
+		t.Fatalf("OnCursorTooOld told %v, want cursor 2 floor 6", v)
+	}
+	if metricValue(t, m.tooOld) != 1 || metricValue(t, m.tooOldGap) != 4 {
+		t.Fatalf("too-old %v gap %v, want 1 and 4", metricValue(t, m.tooOld), metricValue(t, m.tooOldGap))
+	}
+}
+
+func TestV2DictionaryCompressionUsesTheHostsDictionary(t *testing.T) {
+	id, err := DictionaryIDOf(dictionary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startV2(t, &v2Server{script: script(4), dict: dictionary, dictID: id})
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Compress: true}, k.handle)
+	k.waitEvents(t, 4)
+	if got := s.query(0).Get("zstdDictionary"); got != strconv.FormatUint(uint64(id), 10) {
+		t.Fatalf("zstdDictionary=%q, want %d", got, id)
+	}
+}
+
+func TestV2ErrorFrameIsTerminalAndReconnects(t *testing.T) {
+	sc := script(2)
+	sc = append(sc, []byte(`{"$type":"error","error":"ConsumerTooSlow","message":"slow"}`))
+	s := startV2(t, &v2Server{script: sc})
+	m := testMetrics(t)
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m}, k.handle)
+	waitUntil(t, "a reconnect after the error frame", func() bool {
+		return metricValue(t, m.reconnects.WithLabelValues(ReasonErrorFrame)) >= 1 &&
+			metricValue(t, m.serverErrors.WithLabelValues(ErrNameConsumerTooSlow)) >= 1
+	})
+}
+
+func TestBadV2FramesAreCountedSkippedAndThePositionMovesPastThem(t *testing.T) {
+	sc := [][]byte{
+		v2Commit(1, "did:plc:a", "3l3qo2vutsw01"),
+		[]byte(`not json`),
+		[]byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#future","seq":3}}`),
+		v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), // seq going backwards
+		[]byte(strings.Replace(string(v2Commit(5, "did:plc:a", "3l3qo2vutsw05")), "2026-", "1970-", 1)),
+		v2Commit(6, "did:plc:a", "3l3qo2vutsw06"),
+	}
+	s := startV2(t, &v2Server{script: sc})
+	m := testMetrics(t)
+	k := newSink()
+	var mu sync.Mutex
+	var top int64
+	k.onBatch = func(_ context.Context, b Batch) error {
+		mu.Lock()
+		top = max(top, b.MaxSeq)
+		mu.Unlock()
+		return nil
+	}
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m}, k.handle)
+	k.waitFor(t, "the last event", func(evs []Event, _ []*DecodeError) bool { return len(evs) > 0 && evs[len(evs)-1].Seq == 6 })
+	for class, want := range map[ErrorClass]float64{ClassMalformedJSON: 1, ClassUnknownType: 1, ClassSeqRegression: 1, ClassInvalidEvent: 1} {
+		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(class))); v < want {
+			t.Errorf("%s counted %v, want %v", class, v, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if top != 6 {
+		t.Fatalf("batches reached seq %d, want 6", top)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestAHostThatOnlyPingsIsLeftForTheNextAfterTheStaleTimeout(t *testing.T) {
+	quiet := startV2(t, &v2Server{}) // pings, never an event
+	live := startV2(t, &v2Server{script: script(3)})
+	m := testMetrics(t)
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{quiet.url(), live.url()}, StaleTimeout: 100 * time.Millisecond, Metrics: m}, k.handle)
+	k.waitEvents(t, 3)
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonStale)); v < 1 {
+		t.Fatalf("stale reconnects %v, want >= 1: pings kept a silent host", v)
+	}
+}
+
+func TestAHostWhoseSeqsRestartedBelowTheCursorIsReportedAndRedialled(t *testing.T) {
+	s := startV2(t, &v2Server{script: script(3)})
+	m := testMetrics(t)
+	k := newSink()
+	var mu sync.Mutex
+	reset := false
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m,
+		CursorFor: func(string) int64 {
+			mu.Lock()
+			defer mu.Unlock()
+			if reset {
+				return 0
+			}
+			return 500
+		},
+		OnSeqReset: func(string) { mu.Lock(); reset = true; mu.Unlock() }}, k.handle)
+	evs := k.waitEvents(t, 3)
+	if evs[0].Seq != 1 {
+		t.Fatalf("first event seq %d, want 1 from the redial", evs[0].Seq)
+	}
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonSeqReset)); v != 1 {
+		t.Fatalf("seq_reset reconnects %v, want 1", v)
+	}
+	if v := metricValue(t, m.decodeErrors.WithLabelValues(string(ClassSeqRegression))); v != 0 {
+		t.Fatalf("%v events skipped as regressions: the reset host's stream was thrown away", v)
+	}
+}
