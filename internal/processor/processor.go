@@ -54,8 +54,8 @@ const (
 	// OutcomeApplied: the event changed the database.
 	OutcomeApplied = "applied"
 	// OutcomeUnchanged: the database already reflected the event or
-	// something newer (a replay, an older hold stats updatedAt, a create
-	// older than the record's delete).
+	// something newer (a replay, an older version of the record, a create
+	// not newer than the record's delete).
 	OutcomeUnchanged = "unchanged"
 	// OutcomeSkipped: the event was not applied (see the skip reasons).
 	OutcomeSkipped = "skipped"
@@ -73,11 +73,16 @@ type HoldStat struct {
 	PullCount, PushCount int64
 	// LastPull and LastPush are Unix ms, nil when the record has none.
 	LastPull, LastPush *int64
-	// UpdatedAt is the record's updatedAt in Unix ms: a newer one from the
-	// same hold replaces the hold's numbers, an older one is ignored.
+	// UpdatedAt is the record's updatedAt in Unix ms (data only: it does
+	// not order updates, Version does).
 	UpdatedAt int64
-	// SourceUS is the Jetstream time_us of the event that carried it.
+	// SourceUS is the Jetstream time_us of the event that carried it (data).
 	SourceUS int64
+	// Version is the version of the event that wrote the row: the hold
+	// repo's rev, or NoRevVersion for an event without one. A newer version
+	// from the same hold replaces the hold's numbers; an equal or older one
+	// is ignored. Versions compare as strings.
+	Version string
 	// Deleted means the hold deleted the record: it no longer reports the
 	// repository. The counts are those of the removed row.
 	Deleted bool
