@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -131,7 +132,7 @@ func (c *consumer) Receive(ctx actor.Context) {
 	case *UpdateCollections:
 		if c.client != nil {
 			if err := c.client.UpdateOptions(msg.Collections); err != nil {
-				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
+				c.log.Warn().Err(logval.Error(err)).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
 	case *workers.Drain:
@@ -266,7 +267,7 @@ func (c *consumer) drain() {
 	}
 	bound := c.o.Dispatcher.Config.Timeout + drainGrace
 	if _, err := c.root.RequestFuture(c.disp, &webhooks.Drain{}, bound).Result(); err != nil {
-		c.log.Warn().Err(err).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
+		c.log.Warn().Err(logval.Error(err)).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
 	}
 }
 
@@ -291,7 +292,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	start := time.Now()
 	out, err := commitBatch(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events)
 	if err != nil && isolable(ctx, err) {
-		c.sampled.Warn().Err(err).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
+		c.sampled.Warn().Err(logval.Error(err)).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
 		out, err = commitEach(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, b.Events, func(ev *jetstream.Event, err error) {
 			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
 		})
@@ -333,7 +334,7 @@ func (c *consumer) logFailures(b *jetstream.Batch) {
 		if f.TimeUS > 0 {
 			e = e.Int64("time_us", f.TimeUS)
 		}
-		e.Err(f.Err).Msg("undecodable Jetstream frame skipped")
+		e.Err(logval.Error(f.Err)).Msg("undecodable Jetstream frame skipped")
 	}
 }
 

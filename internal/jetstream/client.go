@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -294,7 +295,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		wait := bo.NextBackOff()
 		c.opts.Metrics.reconnect(end.reason)
-		c.opts.Log.Warn().Err(end.err).Str("url", endpoint).Str("reason", end.reason).
+		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", endpoint).Str("reason", end.reason).
 			Str("next_url", c.opts.URLs[at]).Int64("retry_in_ms", wait.Milliseconds()).Msg("jetstream connection lost")
 		if !sleepCtx(ctx, wait) {
 			return nil
@@ -459,7 +460,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 
 	var handlerErr error
 	if err := c.attach(conn, sent, requiresHello(base)); err != nil {
-		c.opts.Log.Warn().Err(err).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
+		c.opts.Log.Warn().Err(logval.Error(err)).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
 		conn.Close()
 	}
 	handlerErr = c.deliver(ctx, base, items)

@@ -2,7 +2,7 @@
 // record, a frame, a URL, a peer's answer, or an error that quotes any of
 // them (a database error can quote a whole statement). One such value
 // once made a 122 KB log line. Every log call that writes a value taken
-// from input passes it through String, Err or Bytes, which keep at most
+// from input passes it through String, Bytes, Err or Error, which keep at most
 // MaxBytes bytes and mark what they cut.
 package logval
 
@@ -56,3 +56,18 @@ func Err(err error) string {
 	}
 	return String(err.Error())
 }
+
+// Error returns err with its message bounded as String bounds it (nil for
+// nil), for zerolog's Err: log.Warn().Err(logval.Error(err)). Unwrap gives
+// err back, so errors.Is and errors.As still see through it.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	return bounded{err}
+}
+
+type bounded struct{ err error }
+
+func (b bounded) Error() string { return String(b.err.Error()) }
+func (b bounded) Unwrap() error { return b.err }

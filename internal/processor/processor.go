@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -290,8 +291,8 @@ func (p *Processor) report(ev *jetstream.Event, o *outcome, res *Result) {
 		l = p.sampled.Warn()
 	}
 	l.Str("reason", o.reason).Str("collection", collection).Str("operation", operation).
-		Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
-		Str("error", errString(o.err)).Msg("event skipped")
+		Str("did", logval.String(ev.DID)).Str("rkey", logval.String(rkeyOf(ev))).Int64("time_us", ev.TimeUS).
+		Str("error", logval.Err(o.err)).Msg("event skipped")
 }
 
 // fatal reports whether err leaves the transaction unusable or is
@@ -339,13 +340,6 @@ func DatabaseFailure(err error) bool {
 func (p *Processor) ReportSkipped(ev *jetstream.Event, reason string, err error) {
 	var res Result
 	p.report(ev, &outcome{reason: reason, err: err}, &res)
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 func rkeyOf(ev *jetstream.Event) string {
