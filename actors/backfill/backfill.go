@@ -878,9 +878,12 @@ func (r *run) savePageByRecord(ctx context.Context, cp pageCheckpoint, events []
 }
 
 // events turns listRecords entries into synthetic Jetstream create events.
-// TimeUS is the time the page was fetched: the records are the
-// repository's state at that instant, so a live event newer than that wins
-// over them and an older one does not (the processor's source_us rule).
+// TimeUS is the time the page was fetched. listRecords gives no rev, so
+// the events carry none: the processor versions them by that time, below
+// every rev (docs/ordering.md). A later read replaces an earlier one, and
+// any live event, which carries its commit's rev, replaces both; a read
+// never replaces or resurrects what a live event with a rev wrote or
+// deleted.
 // Entries whose uri is not at://DID/COL/RKEY of this repository and
 // collection, or whose value is not a JSON object, are skipped and counted.
 func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, int) {
