@@ -35,7 +35,8 @@ const (
 	ReasonMalformedRecord = "malformed_record"
 	// ReasonMissingField: a field the lexicon requires is absent or empty.
 	ReasonMissingField = "missing_field"
-	// ReasonTooLong: a string is over the lexicon's maxLength.
+	// ReasonTooLong: a string is over the lexicon's maxLength, or an array
+	// or object has more than MaxContainerLen elements.
 	ReasonTooLong = "too_long"
 	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
 	// record key), a count outside [0, MaxSafeInteger] or another integer

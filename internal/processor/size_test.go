@@ -49,22 +49,6 @@ func manifestFrame(field, item string, n int) []byte {
 	return b.Bytes()
 }
 
-// largestFrame returns the largest count of item whose frame still fits
-// in limit bytes, and that frame.
-func largestFrame(t testing.TB, field, item string, limit int) (int, []byte) {
-	t.Helper()
-	lo, hi := 0, limit
-	for lo < hi { // the largest n with len(frame(n)) <= limit
-		mid := (lo + hi + 1) / 2
-		if len(manifestFrame(field, item, mid)) <= limit {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo, manifestFrame(field, item, lo)
-}
-
 // storeFrame decodes frame as the consumer does (its default frame limit)
 // and applies it; the manifest must be stored with every list entry.
 func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) {
@@ -95,25 +79,48 @@ func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) 
 // The manifest of the report: 7,201 layers, 5 parameters each, was
 // dropped with "too many SQL variables" when stored in one INSERT.
 func TestAManifestWith7201LayersIsStored(t *testing.T) {
-	db := openDB(t)
-	layer := `{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:` + strings.Repeat("ab", 32) + `","size":1234567}`
-	storeFrame(t, db.DB, manifestFrame("layers", layer, 7201), "manifest_layers", 7201)
+	storeFrame(t, openDB(t).DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
 }
 
+// realisticLayer is an OCI layer descriptor as a registry writes it.
+var realisticLayer = `{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:` +
+	strings.Repeat("ab", 32) + `","size":1234567}`
+
 // The largest record the consumer accepts fills its largest frame
-// (jetstream.DefaultMaxEventBytes, jetstream.max_message_bytes' default):
-// with the shortest list entries a record can have, every list a manifest
-// stores still lands whole.
-func TestTheLargestFrameOfListEntriesIsStoredWhole(t *testing.T) {
+// (jetstream.DefaultMaxEventBytes, jetstream.max_message_bytes' default).
+func TestTheLargestFrameOfLayersIsStoredWhole(t *testing.T) {
+	n := (jetstream.DefaultMaxEventBytes - len(manifestFrame("layers", "", 0))) / (len(realisticLayer) + 1)
+	frame := manifestFrame("layers", realisticLayer, n)
+	if len(frame) > jetstream.DefaultMaxEventBytes || len(manifestFrame("layers", realisticLayer, n+1)) <= jetstream.DefaultMaxEventBytes {
+		t.Fatalf("%d layers make a %d-byte frame: not the largest under %d", n, len(frame), jetstream.DefaultMaxEventBytes)
+	}
+	t.Logf("%d layers in a %d-byte frame", n, len(frame))
+	storeFrame(t, openDB(t).DB, frame, "manifest_layers", n)
+}
+
+// The most parameters a record can bind: each list at the AT Protocol's
+// element limit, with the shortest entries (every one fits a default
+// frame). One more element is skipped as too_long before it costs a
+// statement.
+func TestListsAtTheElementLimitAreStoredWholeAndOneMoreIsSkipped(t *testing.T) {
 	for _, c := range []struct{ field, item, table string }{
 		{"layers", `{}`, "manifest_layers"},
 		{"manifests", `{}`, "manifest_references"},
 		{"annotations", ``, "manifest_annotations"},
 	} {
 		t.Run(c.field, func(t *testing.T) {
-			n, frame := largestFrame(t, c.field, c.item, jetstream.DefaultMaxEventBytes)
-			t.Logf("%d %s in a %d-byte frame", n, c.field, len(frame))
-			storeFrame(t, openDB(t).DB, frame, c.table, n)
+			db := openDB(t)
+			storeFrame(t, db.DB, manifestFrame(c.field, c.item, processor.MaxContainerLen), c.table, processor.MaxContainerLen)
+
+			ev, err := jetstream.Decode(manifestFrame(c.field, c.item, processor.MaxContainerLen+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.Commit.Rev, ev.Commit.RKey = "3lrnqkdzhdq23", "3lrnqkdzhdq23"
+			res, err := processor.New(processor.Options{Log: zerolog.Nop()}).Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			if err != nil || res.Skipped[processor.ReasonTooLong] != 1 {
+				t.Fatalf("one element over the limit: %+v, %v; want it skipped as too_long", res, err)
+			}
 		})
 	}
 }
@@ -130,8 +137,8 @@ func TestTheLargestRecordsAreStoredOverSqld(t *testing.T) {
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	layer := `{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:` + strings.Repeat("ab", 32) + `","size":1234567}`
-	storeFrame(t, db.DB, manifestFrame("layers", layer, 7201), "manifest_layers", 7201)
-	n, frame := largestFrame(t, "manifests", `{}`, jetstream.DefaultMaxEventBytes)
-	storeFrame(t, db.DB, bytes.Replace(frame, []byte("sha256:big"), []byte("sha256:bi2"), 1), "manifest_references", n)
+	storeFrame(t, db.DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+	// The most parameters one record can bind: 8 per manifest list entry.
+	frame := bytes.Replace(manifestFrame("manifests", `{}`, processor.MaxContainerLen), []byte("sha256:big"), []byte("sha256:bi2"), 1)
+	storeFrame(t, db.DB, frame, "manifest_references", processor.MaxContainerLen)
 }
