@@ -2,8 +2,8 @@
 // record, a frame, a URL, a peer's answer, or an error that quotes any of
 // them (a database error can quote a whole statement). One such value
 // once made a 122 KB log line. Every log call that writes a value taken
-// from input passes it through String, Bytes, Err or Error, which keep at most
-// MaxBytes bytes and mark what they cut.
+// from input passes it through String, Bytes, Err or Error, which keep at
+// most MaxBytes bytes (from both ends) and mark what they cut.
 package logval
 
 import (
@@ -15,15 +15,17 @@ import (
 // excluded.
 const MaxBytes = 512
 
-// String returns s when it is at most MaxBytes long; otherwise its first
-// MaxBytes bytes (cut back to a whole UTF-8 character) followed by the
-// marker "…[truncated N bytes]", N being the bytes cut.
+// String returns s when it is at most MaxBytes long. Otherwise it keeps
+// about MaxBytes/2 bytes from each end (cut at whole UTF-8 characters)
+// around the marker "…[truncated N bytes]…", N being the bytes cut: the
+// start says what the value is, and the end of an error is usually its
+// cause (a database error quotes the statement first and the reason last).
 func String(s string) string {
 	if len(s) <= MaxBytes {
 		return s
 	}
-	cut := cutAt(s[:MaxBytes+1])
-	return s[:cut] + marker(len(s)-cut)
+	h, t := cuts(s)
+	return s[:h] + marker(t-h) + s[t:]
 }
 
 // Bytes is String for a byte slice (a frame, a response body); it copies
@@ -32,22 +34,33 @@ func Bytes(b []byte) string {
 	if len(b) <= MaxBytes {
 		return string(b)
 	}
-	cut := cutAt(string(b[:MaxBytes+1]))
-	return string(b[:cut]) + marker(len(b)-cut)
+	h, t := cuts(b)
+	return string(b[:h]) + marker(t-h) + string(b[t:])
 }
 
-// cutAt returns the largest n <= MaxBytes at which prefix (at least
-// MaxBytes+1 bytes of the value) can be cut without splitting a UTF-8
-// character.
-func cutAt(prefix string) int {
-	cut := MaxBytes
-	for cut > 0 && !utf8.RuneStart(prefix[cut]) && cut > MaxBytes-utf8.UTFMax {
-		cut--
+// cuts returns where the kept head of v ends and its kept tail starts, for
+// len(v) > MaxBytes: MaxBytes/2 bytes each, moved by at most a character's
+// length so as not to split one (invalid UTF-8 is cut where it falls).
+func cuts[T string | []byte](v T) (head, tail int) {
+	const half = MaxBytes / 2
+	head = half
+	for head > half-utf8.UTFMax && !utf8.RuneStart(v[head]) {
+		head--
 	}
-	return cut
+	if !utf8.RuneStart(v[head]) {
+		head = half
+	}
+	tail = len(v) - half
+	for tail < len(v)-half+utf8.UTFMax && tail < len(v) && !utf8.RuneStart(v[tail]) {
+		tail++
+	}
+	if tail == len(v) || !utf8.RuneStart(v[tail]) {
+		tail = len(v) - half
+	}
+	return head, tail
 }
 
-func marker(n int) string { return "…[truncated " + strconv.Itoa(n) + " bytes]" }
+func marker(n int) string { return "…[truncated " + strconv.Itoa(n) + " bytes]…" }
 
 // Err is String of err's message, "" for nil.
 func Err(err error) string {

@@ -37,10 +37,8 @@ import (
 // tidLen is the length of a TID.
 const tidLen = 13
 
-// tidAlphabet is base32-sortable: digits 2-7 then a-z, in byte order.
-const tidAlphabet = "234567abcdefghijklmnopqrstuvwxyz"
-
-// validTID reports whether s has TID syntax: 13 base32-sortable characters,
+// validTID reports whether s has TID syntax: 13 characters of
+// base32-sortable (2-7 then a-z, in byte order),
 // the first of which leaves the 64-bit value's top bit 0 (2-7, a-j).
 func validTID(s string) bool {
 	if len(s) != tidLen {
