@@ -140,7 +140,7 @@ func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
 	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(101, "3lrnqkdzhdq23", 9)}); err != nil {
 		t.Fatal(err)
 	}
-	snap := request[statscache.Snapshot](t, sys, pid, &statscache.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
 	if snap.PullCount != 9 {
 		t.Fatalf("view pull count = %d, want 9 (the later commit)", snap.PullCount)
 	}

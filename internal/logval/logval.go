@@ -2,7 +2,7 @@
 // record, a frame, a URL, a peer's answer, or an error that quotes any of
 // them (a database error can quote a whole statement). One such value
 // once made a 122 KB log line. Every log call that writes a value taken
-// from input passes it through String, Bytes, Err or Error, which keep at
+// from input passes it through String, Err or Error, which keep at
 // most MaxBytes bytes (from both ends) and mark what they cut.
 package logval
 
@@ -28,20 +28,10 @@ func String(s string) string {
 	return s[:h] + marker(t-h) + s[t:]
 }
 
-// Bytes is String for a byte slice (a frame, a response body); it copies
-// only what it keeps.
-func Bytes(b []byte) string {
-	if len(b) <= MaxBytes {
-		return string(b)
-	}
-	h, t := cuts(b)
-	return string(b[:h]) + marker(t-h) + string(b[t:])
-}
-
 // cuts returns where the kept head of v ends and its kept tail starts, for
 // len(v) > MaxBytes: MaxBytes/2 bytes each, moved by at most a character's
 // length so as not to split one (invalid UTF-8 is cut where it falls).
-func cuts[T string | []byte](v T) (head, tail int) {
+func cuts(v string) (head, tail int) {
 	const half = MaxBytes / 2
 	head = half
 	for head > half-utf8.UTFMax && !utf8.RuneStart(v[head]) {
