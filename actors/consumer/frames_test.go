@@ -125,14 +125,14 @@ func TestAnUndecodableFramesLogLineIsBounded(t *testing.T) {
 		{data: []byte(`{"did":"did:plc:x","time_us":1750000000000500,"kind":"` + strings.Repeat("k", 100_000) + `"}`)},
 		{data: []byte(`{"did":"did:plc:x","time_us":1750000000000900,"kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2025-06-15T15:06:39Z"}}`)},
 	})
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	logs := &syncBuffer{}
 	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
 	o.Jetstream.Compress = false
 	o.Log = zerolog.New(logs)
 	pid := sys.Root.Spawn(NewProps(o))
-	waitFor(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
+	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
 	stop(t, sys, pid)
 
 	found := false

@@ -123,8 +123,8 @@ func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 // Two updates of one hold's stats in one millisecond (same updatedAt) are
 // ordered by their commits' revs in the cache's view as in the database.
 func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
-	db := openDB(t)
-	sys := newSystem(t)
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
 	c := acquire(t, db.DB, "a")
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)

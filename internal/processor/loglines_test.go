@@ -11,6 +11,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // maxLine bounds a skip line: a few fields of at most logval.MaxBytes each.
@@ -20,7 +21,7 @@ const maxLine = 4 << 10
 // values are cut with a marker. A value quoted in full once made a 122 KB
 // line.
 func TestSkipLinesAreBoundedWhateverTheEventCarries(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	huge := "did:plc:" + strings.Repeat("x", 200_000) // not a DID: over 2,048 bytes
 	events := []jetstream.Event{
 		// A value of the record quoted in the error.

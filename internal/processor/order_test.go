@@ -9,6 +9,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Revs of one repo, in increasing order (TIDs compare as strings).
@@ -47,7 +48,7 @@ func queryInt(t *testing.T, db *sql.DB, q string, args ...any) int64 {
 // later commit (newer rev) holds the hold's current counts. Ordering by
 // updatedAt kept the first and left the repository's totals wrong.
 func TestTwoHoldStatsUpdatesInOneMillisecondAreOrderedByRev(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const hold, owner = "did:web:hold.example", "did:plc:owner"
 	stats := func(us int64, rev string, pull int) jetstream.Event {
 		return at(hold, us, rev, "update", processor.CollectionStats, "rk", map[string]any{
@@ -73,7 +74,7 @@ func TestTwoHoldStatsUpdatesInOneMillisecondAreOrderedByRev(t *testing.T) {
 // stamped late by another, and a re-create stamped early must still win
 // over the delete before it.
 func TestRevsOrderChangesAcrossJetstreamHostsWhateverTheirTimeUS(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const alice, owner = "did:plc:alice", "did:plc:owner"
 	star := map[string]any{"subject": map[string]any{"did": owner, "repository": "app"}, "createdAt": "2026-01-01T00:00:00Z"}
 	// Host A saw the create (rev1) and the delete (rev3); host B, whose
@@ -113,7 +114,7 @@ func TestADeleteAndACreateWithTheSameRevEndDeletedInEitherOrder(t *testing.T) {
 		"delete then create": {del, create},
 	} {
 		t.Run(name, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t)
 			applyAll(t, db.DB, events...)
 			applyAll(t, db.DB, events...) // and again, as a replay
 			if n := countRows(t, db.DB, "tags"); n != 0 {
@@ -127,7 +128,7 @@ func TestADeleteAndACreateWithTheSameRevEndDeletedInEitherOrder(t *testing.T) {
 // 0008, or a backfill read) is replaced by any event with a rev, whatever
 // its time_us; an event without a rev never replaces a row with one.
 func TestAnEventWithARevReplacesARowWrittenWithoutOne(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	const alice = "did:plc:alice"
 	page := func(desc string) map[string]any {
 		return map[string]any{"repository": "app", "description": desc,
@@ -146,7 +147,7 @@ func TestAnEventWithARevReplacesARowWrittenWithoutOne(t *testing.T) {
 }
 
 func TestARevThatIsNotATIDIsSkippedAsBadValue(t *testing.T) {
-	db := openDB(t)
+	db := testsupport.OpenDB(t)
 	res := applyAll(t, db.DB,
 		at("did:plc:alice", 1, "3lrnqkdzhdq2", "create", processor.CollectionTag, "t1", tagRecord("app", "a", "sha256:1")),  // 12 chars
 		at("did:plc:alice", 2, "zlrnqkdzhdq22", "create", processor.CollectionTag, "t2", tagRecord("app", "b", "sha256:1")), // top bit set

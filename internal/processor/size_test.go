@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/sqldtest"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // manifestFrame is a Jetstream frame carrying an io.atcr.manifest whose
@@ -79,7 +80,7 @@ func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) 
 // The manifest of the report: 7,201 layers, 5 parameters each, was
 // dropped with "too many SQL variables" when stored in one INSERT.
 func TestAManifestWith7201LayersIsStored(t *testing.T) {
-	storeFrame(t, openDB(t).DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+	storeFrame(t, testsupport.OpenDB(t).DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
 }
 
 // realisticLayer is an OCI layer descriptor as a registry writes it.
@@ -95,7 +96,7 @@ func TestTheLargestFrameOfLayersIsStoredWhole(t *testing.T) {
 		t.Fatalf("%d layers make a %d-byte frame: not the largest under %d", n, len(frame), jetstream.DefaultMaxEventBytes)
 	}
 	t.Logf("%d layers in a %d-byte frame", n, len(frame))
-	storeFrame(t, openDB(t).DB, frame, "manifest_layers", n)
+	storeFrame(t, testsupport.OpenDB(t).DB, frame, "manifest_layers", n)
 }
 
 // The most parameters a record can bind: each list at the AT Protocol's
@@ -109,7 +110,7 @@ func TestListsAtTheElementLimitAreStoredWholeAndOneMoreIsSkipped(t *testing.T) {
 		{"annotations", ``, "manifest_annotations"},
 	} {
 		t.Run(c.field, func(t *testing.T) {
-			db := openDB(t)
+			db := testsupport.OpenDB(t)
 			storeFrame(t, db.DB, manifestFrame(c.field, c.item, processor.MaxContainerLen), c.table, processor.MaxContainerLen)
 
 			ev, err := jetstream.Decode(manifestFrame(c.field, c.item, processor.MaxContainerLen+1))
