@@ -583,7 +583,7 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 		case err == nil:
 			cols = d.Collections
 		case !fatal(ctx, err) && describeUnanswered(err):
-			r.b.skipLog.Debug().Err(err).Str("did", did).Msg("describeRepo unanswered; listing every collection")
+			r.b.skipLog.Debug().Err(logval.Error(err)).Str("did", logval.String(did)).Msg("describeRepo unanswered; listing every collection")
 			cols = []string{allCollections}
 		default:
 			return false, err
