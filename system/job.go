@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -108,9 +109,9 @@ func (j *jobActor) loop(ctx context.Context, panicked func(any)) {
 		switch {
 		case err != nil && j.w.Interval == 0:
 			wait = retry.NextBackOff()
-			j.log.Warn().Err(err).Dur("retry_in", wait).Msg("job failed; retrying")
+			j.log.Warn().Err(logval.Error(err)).Dur("retry_in", wait).Msg("job failed; retrying")
 		case err != nil:
-			j.log.Warn().Err(err).Msg("job failed; next run at the next interval")
+			j.log.Warn().Err(logval.Error(err)).Msg("job failed; next run at the next interval")
 			wait = j.w.Interval - time.Since(start)
 		case j.w.Interval == 0:
 			<-ctx.Done() // done once: hold custody idle until it ends

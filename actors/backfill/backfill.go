@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
@@ -197,13 +198,13 @@ func New(o Options) (*Backfiller, error) {
 	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: newRateLimits(o.Retry.PerHostConcurrency, time.Now),
 		onRetry: func(err error, wait time.Duration) {
 			o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
-			b.skipLog.Debug().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
+			b.skipLog.Debug().Err(logval.Error(err)).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")
 		},
 		onDefer: func(host string, wait time.Duration) {
 			b.deferrals.Add(1)
 			o.Metrics.Errors.WithLabelValues(classRateLimited).Inc()
 			o.Metrics.Deferred.WithLabelValues(host).Inc()
-			b.skipLog.Info().Str("host", host).Int64("wait_ms", wait.Milliseconds()).Msg("backfill request deferred: the peer's rate limit is spent until its reset")
+			b.skipLog.Info().Str("host", logval.String(host)).Int64("wait_ms", wait.Milliseconds()).Msg("backfill request deferred: the peer's rate limit is spent until its reset")
 		},
 		onWait: func(host string, waited time.Duration) {
 			b.rateWaitNS.Add(int64(waited))
@@ -266,10 +267,10 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		if err := r.collection(ctx, col); err != nil {
 			if !errors.Is(err, errAllRelaysFailed) {
 				outcome = interruption(ctx, err, outcome)
-				r.log.Warn().Err(err).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
+				r.log.Warn().Err(logval.Error(err)).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
 				return fmt.Errorf("backfill run %d: %w", r.id, err)
 			}
-			r.log.Error().Err(err).Str("collection", col).Msg("backfill could not list a collection")
+			r.log.Error().Err(logval.Error(err)).Str("collection", col).Msg("backfill could not list a collection")
 			incomplete = append(incomplete, err)
 		}
 	}
@@ -288,7 +289,7 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	outcome = runCompleted
 	var done, failed, records int64
 	if err := b.o.DB.QueryRowContext(ctx, runTotalsSQL, r.id).Scan(&done, &failed, &records); err != nil {
-		r.log.Warn().Err(err).Msg("read backfill run totals")
+		r.log.Warn().Err(logval.Error(err)).Msg("read backfill run totals")
 	}
 	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).
 		Dur("took", time.Since(started)).
@@ -398,7 +399,7 @@ func (r *run) collection(ctx context.Context, col string) error {
 			return err
 		}
 		r.b.o.Metrics.Errors.WithLabelValues(classRelay).Inc()
-		r.log.Warn().Err(err).Str("collection", col).Str("relay", relay).Msg("relay failed; trying the next")
+		r.log.Warn().Err(logval.Error(err)).Str("collection", col).Str("relay", relay).Msg("relay failed; trying the next")
 		errs = append(errs, err)
 	}
 	return fmt.Errorf("list %s: %w: %w", col, errAllRelaysFailed, errors.Join(errs...))
@@ -582,7 +583,7 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 		case err == nil:
 			cols = d.Collections
 		case !fatal(ctx, err) && describeUnanswered(err):
-			r.b.skipLog.Debug().Err(err).Str("did", did).Msg("describeRepo unanswered; listing every collection")
+			r.b.skipLog.Debug().Err(logval.Error(err)).Str("did", logval.String(did)).Msg("describeRepo unanswered; listing every collection")
 			cols = []string{allCollections}
 		default:
 			return false, err
@@ -801,7 +802,7 @@ func (r *run) savePage(ctx context.Context, col, did string, page recordsPage, l
 		return r.checkpoint(ctx, tx, cp)
 	})
 	if err != nil && len(events) > 0 && isolable(ctx, err) {
-		r.b.skipLog.Warn().Err(err).Str("did", did).Str("collection", col).Int("records", len(events)).
+		r.b.skipLog.Warn().Err(logval.Error(err)).Str("did", logval.String(did)).Str("collection", col).Int("records", len(events)).
 			Msg("backfill page did not commit; applying its records one by one")
 		applied, err = r.savePageByRecord(ctx, cp, events)
 	}
@@ -869,7 +870,7 @@ func (r *run) savePageByRecord(ctx context.Context, cp pageCheckpoint, events []
 		}
 		total.Skipped++
 		r.b.o.Metrics.Errors.WithLabelValues(classDatabase).Inc()
-		r.b.skipLog.Error().Err(err).Str("did", cp.did).Str("collection", cp.col).Str("rkey", events[i].Commit.RKey).
+		r.b.skipLog.Error().Err(logval.Error(err)).Str("did", logval.String(cp.did)).Str("collection", cp.col).Str("rkey", logval.String(events[i].Commit.RKey)).
 			Msg("backfill record skipped: the database refused it")
 	}
 	err := r.write(ctx, "page", func(tx *sql.Tx) error { return r.checkpoint(ctx, tx, cp) })
@@ -877,9 +878,12 @@ func (r *run) savePageByRecord(ctx context.Context, cp pageCheckpoint, events []
 }
 
 // events turns listRecords entries into synthetic Jetstream create events.
-// TimeUS is the time the page was fetched: the records are the
-// repository's state at that instant, so a live event newer than that wins
-// over them and an older one does not (the processor's source_us rule).
+// TimeUS is the time the page was fetched. listRecords gives no rev, so
+// the events carry none: the processor versions them by that time, below
+// every rev (docs/ordering.md). A later read replaces an earlier one, and
+// any live event, which carries its commit's rev, replaces both; a read
+// never replaces or resurrects what a live event with a rev wrote or
+// deleted.
 // Entries whose uri is not at://DID/COL/RKEY of this repository and
 // collection, or whose value is not a JSON object, are skipped and counted.
 func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, int) {
@@ -893,7 +897,7 @@ func (r *run) events(col, did string, records []recordRef) ([]jetstream.Event, i
 		}
 		if err != nil {
 			invalid++
-			r.b.skipLog.Warn().Err(err).Str("did", did).Str("collection", col).Str("uri", rec.URI).
+			r.b.skipLog.Warn().Err(logval.Error(err)).Str("did", logval.String(did)).Str("collection", col).Str("uri", logval.String(rec.URI)).
 				Msg("backfill record skipped")
 			continue
 		}
@@ -954,7 +958,7 @@ func (r *run) failRepo(ctx context.Context, col, did, class string, cause error,
 	if class != "" {
 		r.b.o.Metrics.Errors.WithLabelValues(class).Inc()
 	}
-	r.b.skipLog.Warn().Err(cause).Str("did", did).Str("collection", col).Str("class", class).
+	r.b.skipLog.Warn().Err(logval.Error(cause)).Str("did", logval.String(did)).Str("collection", col).Str("class", class).
 		Msg("backfill skipped a repository")
 	return nil
 }
@@ -970,6 +974,6 @@ func (r *run) markBroken(pds string, err error) {
 	defer r.mu.Unlock()
 	if _, ok := r.brokenPDS[pds]; !ok {
 		r.brokenPDS[pds] = err
-		r.log.Warn().Err(err).Str("pds", pds).Msg("PDS failed; skipping its other repositories in this run")
+		r.log.Warn().Err(logval.Error(err)).Str("pds", logval.String(pds)).Msg("PDS failed; skipping its other repositories in this run")
 	}
 }

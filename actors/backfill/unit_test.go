@@ -1,14 +1,17 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/atcr-io/appview/internal/workers"
+	"github.com/rs/zerolog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -148,5 +151,21 @@ func TestWorkerRegistersALeasedJobOnceOrPeriodic(t *testing.T) {
 	w, err = Worker(d, fakeApplier)
 	if err != nil || w.Interval != time.Hour {
 		t.Fatalf("periodic Worker = %+v, %v; want interval 1h", w, err)
+	}
+}
+
+// A record a PDS lists under a 100 KB uri is skipped, and its log line
+// carries the uri and the error cut with a marker.
+func TestASkippedRecordsLogLineIsBounded(t *testing.T) {
+	var logs bytes.Buffer
+	r := &run{b: &Backfiller{o: Options{Now: time.Now}, skipLog: zerolog.New(&logs)}}
+	uri := "at://did:plc:a/io.atcr.tag/" + strings.Repeat("k", 100_000) + "/x"
+	events, invalid := r.events("io.atcr.tag", "did:plc:a", []recordRef{{URI: uri, Value: []byte(`{}`)}})
+	if len(events) != 0 || invalid != 1 {
+		t.Fatalf("%d events, %d invalid; want the record skipped", len(events), invalid)
+	}
+	line := strings.TrimSpace(logs.String())
+	if len(line) > 4<<10 || strings.Count(line, "…[truncated ") != 2 {
+		t.Fatalf("a %d-byte skip line, want at most 4 KiB with the uri and the error cut: %.300s", len(line), line)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -89,7 +90,7 @@ func (b *Backfiller) Once(ctx context.Context, c fence.Custody) error {
 			return err
 		}
 		wait := bo.NextBackOff()
-		b.log.Warn().Err(err).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill run unfinished; resuming it later")
+		b.log.Warn().Err(logval.Error(err)).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill run unfinished; resuming it later")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

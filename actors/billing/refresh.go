@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -269,7 +270,7 @@ func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []cha
 		}
 		rep.Failed += len(changes)
 		r.count("failed", len(changes))
-		r.o.Log.Warn().Str("lease", c.Lease).Int64("fence", c.Fence).Str("hold", hold).Err(err).
+		r.o.Log.Warn().Str("lease", c.Lease).Int64("fence", c.Fence).Str("hold", logval.String(hold)).Err(logval.Error(err)).
 			Int("pending", len(changes)).Msg("billing: hold endpoint did not resolve; retrying next interval")
 		return nil
 	}
@@ -293,8 +294,8 @@ func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []cha
 			outcome = OutcomeUserNotFound
 			name = ""
 		default:
-			log := r.o.Log.Warn().Str("lease", c.Lease).Int64("fence", c.Fence).Str("hold", hold).
-				Str("endpoint", endpoint).Str("user", ch.user).Int("tier_rank", ch.rank).Err(err)
+			log := r.o.Log.Warn().Str("lease", c.Lease).Int64("fence", c.Fence).Str("hold", logval.String(hold)).
+				Str("endpoint", logval.String(endpoint)).Str("user", logval.String(ch.user)).Int("tier_rank", ch.rank).Err(logval.Error(err))
 			switch {
 			case xrpcName(err) == ErrNameAuthRequired:
 				rest := len(changes) - i
@@ -322,7 +323,7 @@ func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []cha
 			rep.Pushed++
 		} else {
 			rep.UserNotFound++
-			r.o.Log.Info().Str("hold", hold).Str("user", ch.user).Int("tier_rank", ch.rank).
+			r.o.Log.Info().Str("hold", logval.String(hold)).Str("user", ch.user).Int("tier_rank", ch.rank).
 				Msg("billing: hold does not know this crew member; not retried until the crew record or tier changes")
 		}
 		r.count(outcome, 1)
@@ -391,7 +392,7 @@ func (r *Refresher) finish(c fence.Custody, rep Report, err error, took time.Dur
 	}
 	ev := r.o.Log.Info()
 	if err != nil {
-		ev = r.o.Log.Warn().Err(err)
+		ev = r.o.Log.Warn().Err(logval.Error(err))
 	}
 	ev.Str("event", "billing.round").Str("lease", c.Lease).Int64("fence", c.Fence).Str("outcome", outcome).
 		Int("subscribers", rep.Subscribers).Int("due", rep.Due).Int("pushed", rep.Pushed).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -147,7 +148,7 @@ func (c *consumer) Receive(ctx actor.Context) {
 	case *UpdateCollections:
 		if c.client != nil {
 			if err := c.client.UpdateOptions(msg.Collections); err != nil {
-				c.log.Warn().Err(err).Msg("options_update not sent; the filter applies from the next connection")
+				c.log.Warn().Err(logval.Error(err)).Msg("options_update not sent; the filter applies from the next connection")
 			}
 		}
 	case *workers.Drain:
@@ -335,7 +336,7 @@ func (c *consumer) drain() {
 	}
 	bound := c.o.Dispatcher.Config.Timeout + drainGrace
 	if _, err := c.root.RequestFuture(c.disp, &webhooks.Drain{}, bound).Result(); err != nil {
-		c.log.Warn().Err(err).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
+		c.log.Warn().Err(logval.Error(err)).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
 	}
 }
 
@@ -452,7 +453,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	start := time.Now()
 	out, err := commitBatchAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq)
 	if err != nil && isolable(ctx, err) {
-		c.sampled.Warn().Err(err).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
+		c.sampled.Warn().Err(logval.Error(err)).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
 		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, func(ev *jetstream.Event, err error) {
 			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
 		})
@@ -518,7 +519,7 @@ func (c *consumer) logFailures(b *jetstream.Batch) {
 		if f.TimeUS > 0 {
 			e = e.Int64("time_us", f.TimeUS)
 		}
-		e.Err(f.Err).Msg("undecodable Jetstream frame skipped")
+		e.Err(logval.Error(f.Err)).Msg("undecodable Jetstream frame skipped")
 	}
 }
 

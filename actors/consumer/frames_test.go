@@ -117,3 +117,35 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 		t.Errorf("decode_errors_total{malformed_json} = %v, want every one of the 30 counted", got)
 	}
 }
+
+// A frame's content quoted in its decode error (here a 100 KB kind) is cut
+// with a marker in the log line, which stays short.
+func TestAnUndecodableFramesLogLineIsBounded(t *testing.T) {
+	url := junkServer(t, []frame{
+		{data: []byte(`{"did":"did:plc:x","time_us":1750000000000500,"kind":"` + strings.Repeat("k", 100_000) + `"}`)},
+		{data: []byte(`{"did":"did:plc:x","time_us":1750000000000900,"kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2025-06-15T15:06:39Z"}}`)},
+	})
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
+	logs := &syncBuffer{}
+	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
+	o.Jetstream.Compress = false
+	o.Log = zerolog.New(logs)
+	pid := sys.Root.Spawn(NewProps(o))
+	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
+	stop(t, sys, pid)
+
+	found := false
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, "undecodable Jetstream frame skipped") {
+			continue
+		}
+		found = true
+		if len(line) > 4<<10 || !strings.Contains(line, "…[truncated ") {
+			t.Errorf("a %d-byte frame line, want at most 4 KiB with a truncation marker: %.300s", len(line), line)
+		}
+	}
+	if !found {
+		t.Fatalf("the frame was not logged:\n%.2000s", logs.String())
+	}
+}

@@ -22,8 +22,8 @@ import (
 // victimStats are two io.atcr.hold.stats events, from two holds, about one
 // repository of did:plc:victim, before synth's first time_us.
 var victimStats = []string{
-	`{"did":"did:web:holdA.example","time_us":1740000000000100,"kind":"commit","commit":{"rev":"r1","operation":"create","collection":"io.atcr.hold.stats","rkey":"aaaa","record":{"$type":"io.atcr.hold.stats","ownerDid":"did:plc:victim","repository":"app","pullCount":3,"pushCount":5,"updatedAt":"2025-06-15T15:06:39.345Z"}}}`,
-	`{"did":"did:web:holdB.example","time_us":1740000000000200,"kind":"commit","commit":{"rev":"r1","operation":"create","collection":"io.atcr.hold.stats","rkey":"bbbb","record":{"$type":"io.atcr.hold.stats","ownerDid":"did:plc:victim","repository":"app","pullCount":4,"pushCount":5,"updatedAt":"2025-06-15T15:06:39.345Z"}}}`,
+	`{"did":"did:web:holdA.example","time_us":1740000000000100,"kind":"commit","commit":{"rev":"3lrnqkdzhdq22","operation":"create","collection":"io.atcr.hold.stats","rkey":"aaaa","record":{"$type":"io.atcr.hold.stats","ownerDid":"did:plc:victim","repository":"app","pullCount":3,"pushCount":5,"updatedAt":"2025-06-15T15:06:39.345Z"}}}`,
+	`{"did":"did:web:holdB.example","time_us":1740000000000200,"kind":"commit","commit":{"rev":"3lrnqkdzhdq22","operation":"create","collection":"io.atcr.hold.stats","rkey":"bbbb","record":{"$type":"io.atcr.hold.stats","ownerDid":"did:plc:victim","repository":"app","pullCount":4,"pushCount":5,"updatedAt":"2025-06-15T15:06:39.345Z"}}}`,
 }
 
 // refuseVictimAggregate makes the repository_stats refresh of

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -240,7 +241,7 @@ func (c *Checker) logTransition(old Status, had bool, s Status) {
 	switch {
 	case !s.Healthy && (!had || old.Healthy):
 		c.o.Log.Warn().Str("event", "hold.unhealthy").Str("hold", s.HoldDID).
-			Str("endpoint", s.Endpoint).Str("error", s.LastError).Msg("hold failed its health check")
+			Str("endpoint", logval.String(s.Endpoint)).Str("error", logval.String(s.LastError)).Msg("hold failed its health check")
 	case s.Healthy && had && !old.Healthy:
 		c.o.Log.Info().Str("event", "hold.healthy").Str("hold", s.HoldDID).
 			Int("after_failures", old.ConsecutiveFailures).Msg("hold healthy again")

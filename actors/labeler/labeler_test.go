@@ -537,3 +537,26 @@ func TestASupersededCustodyWritesNothingAndFailsTheWorker(t *testing.T) {
 		t.Fatalf("a superseded custody wrote: cursor %d, takedowns %v", h.cursor(), h.takedowns())
 	}
 }
+
+// A labeler's own text (an info message here, 100 KB) is cut with a marker
+// in the log line.
+func TestALabelersMessageIsLoggedBounded(t *testing.T) {
+	h := newHarness(t)
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	conn.SendInfo(t, "OutdatedCursor", strings.Repeat("m", 100_000))
+	conn.SendLabels(t, 10, takedownLabel("did:plc:alice"))
+	h.waitCursor(10)
+	h.logs.mu.Lock()
+	logs := h.logs.buf.String()
+	h.logs.mu.Unlock()
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, `"name":"OutdatedCursor"`) {
+			if len(line) > 4<<10 || !strings.Contains(line, "…[truncated ") {
+				t.Fatalf("a %d-byte info line, want at most 4 KiB with a truncation marker", len(line))
+			}
+			return
+		}
+	}
+	t.Fatalf("the info frame was not logged:\n%.2000s", logs)
+}

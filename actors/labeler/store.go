@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
@@ -123,7 +124,7 @@ func (s *store) applyFrame(ctx context.Context, f frame) (map[string]int, error)
 					return fmt.Errorf("apply label %d of seq %d: %w", i, f.seq, err)
 				}
 				outcomes[skipOutcome(err)]++
-				s.skipLog.Warn().Err(err).Int64("seq", f.seq).Int("label", i).Msg("label skipped")
+				s.skipLog.Warn().Err(logval.Error(err)).Int64("seq", f.seq).Int("label", i).Msg("label skipped")
 			}
 		}
 		if _, err := tx.ExecContext(ctx, saveCursorSQL, s.endpoint, f.seq, src, s.custody.Fence); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
@@ -210,14 +211,14 @@ func (s *subscriber) ended(msg *sessionEnded) {
 	if errors.Is(msg.err, fence.ErrSuperseded) {
 		// Fail like every leased worker does on a failed fence: the parent
 		// LeaseActor treats it as lost custody, and nothing here writes again.
-		s.log.Error().Err(msg.err).Msg("labeler subscriber lost custody")
+		s.log.Error().Err(logval.Error(msg.err)).Msg("labeler subscriber lost custody")
 		panic(fmt.Errorf("labeler subscriber under %s: %w", s.custody, msg.err))
 	}
 	if msg.progressed {
 		s.backoff.Reset()
 	}
 	delay := s.backoff.NextBackOff()
-	s.log.Warn().Err(msg.err).Dur("retry_in", delay).Msg("labeler stream ended; reconnecting")
+	s.log.Warn().Err(logval.Error(msg.err)).Dur("retry_in", delay).Msg("labeler stream ended; reconnecting")
 	s.cancelTimer = s.timer.SendOnce(delay, s.self, &connect{})
 }
 
@@ -338,7 +339,7 @@ func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied b
 	f, err := decodeFrame(data)
 	if err != nil {
 		m.Frames.WithLabelValues(frameMalformed).Inc()
-		s.skipLog.Warn().Err(err).Int("bytes", len(data)).Msg("labeler frame skipped")
+		s.skipLog.Warn().Err(logval.Error(err)).Int("bytes", len(data)).Msg("labeler frame skipped")
 		return false, nil
 	}
 	switch f.kind {
@@ -362,7 +363,7 @@ func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied b
 			// streams from the oldest it has. Nothing to do but say so.
 			ev = s.log.Warn()
 		}
-		ev.Str("name", f.name).Str("message", f.message).Msg("labeler info")
+		ev.Str("name", logval.String(f.name)).Str("message", logval.String(f.message)).Msg("labeler info")
 		return false, nil
 	case kindError:
 		m.Frames.WithLabelValues(frameError).Inc()
@@ -376,16 +377,16 @@ func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied b
 			if err := s.resetCursor(ctx); err != nil {
 				return false, err
 			}
-			s.log.Error().Str("message", f.message).Msg("labeler cursor is in the labeler's future; replaying from seq 0")
+			s.log.Error().Str("message", logval.String(f.message)).Msg("labeler cursor is in the labeler's future; replaying from seq 0")
 		case errConsumerTooSlowName:
-			s.log.Warn().Str("message", f.message).Msg("labeler dropped us as too slow; reconnecting from the stored cursor")
+			s.log.Warn().Str("message", logval.String(f.message)).Msg("labeler dropped us as too slow; reconnecting from the stored cursor")
 		default:
-			s.log.Error().Str("error", f.name).Str("message", f.message).Msg("labeler stream error")
+			s.log.Error().Str("error", logval.String(f.name)).Str("message", logval.String(f.message)).Msg("labeler stream error")
 		}
 		return false, serr
 	default:
 		m.Frames.WithLabelValues(frameUnknown).Inc()
-		s.skipLog.Debug().Str("t", f.t).Msg("labeler frame of unknown type ignored")
+		s.skipLog.Debug().Str("t", logval.String(f.t)).Msg("labeler frame of unknown type ignored")
 		return false, nil
 	}
 }

@@ -1,7 +1,8 @@
 // Package statscache is the StatsCache actor: per repository (owner DID,
 // repository), each hold's pull/push counts and last pull/push, as the
 // holds report them in io.atcr.hold.stats records (absolute values; a
-// newer updatedAt from the same hold replaces that hold's numbers).
+// newer version, the hold repo's commit rev, replaces that hold's numbers:
+// see docs/ordering.md).
 //
 // # The bug it exists to prevent
 //
@@ -51,8 +52,9 @@
 // there). It is the same sum repository_stats holds, computed from memory,
 // so an operator can compare the two.
 //
-// Observe applies newer-wins by updatedAt in memory, as the SQL did (an
-// older updatedAt is ignored). Warm-up and reconcile run on the actor's
+// Observe applies newer-wins by version in memory, as the SQL did (an
+// equal or older version is ignored; updatedAt is data only, two updates
+// in one millisecond are still ordered). Warm-up and reconcile run on the actor's
 // goroutine in Started: messages wait until the view is warm. A failed
 // warm-up (database error, or fence.ErrSuperseded from the reconcile) makes
 // the actor fail with that error, so its parent can treat superseded as

@@ -92,7 +92,8 @@ func respond(ctx actor.Context, reply any) {
 	}
 }
 
-// observe applies stats newer-wins by updatedAt.
+// observe applies stats newer-wins by version (the hold repo's rev, as the
+// processor decided in SQL); updatedAt is data only.
 func (c *cache) observe(stats []processor.HoldStat) *statsview.Observed {
 	out := &statsview.Observed{}
 	for _, s := range stats {
@@ -110,7 +111,7 @@ func (c *cache) observe(stats []processor.HoldStat) *statsview.Observed {
 			}
 			continue
 		}
-		if cur, ok := holds[s.HoldDID]; ok && cur.UpdatedAt >= s.UpdatedAt {
+		if cur, ok := holds[s.HoldDID]; ok && cur.Version >= s.Version {
 			out.Ignored++
 			continue
 		}
@@ -147,7 +148,8 @@ func later(a, b *int64) *int64 {
 
 // warmSQL reads every persisted per-hold row.
 var warmSQL = `SELECT ` + database.Text("did") + `, ` + database.Text("repository") + `, ` + database.Text("hold_did") + `, ` +
-	database.Text("rkey") + `, pull_count, push_count, last_pull, last_push, updated_at, source_us FROM repository_hold_stats`
+	database.Text("rkey") + `, pull_count, push_count, last_pull, last_push, updated_at, source_us, ` +
+	database.Text("version") + ` FROM repository_hold_stats`
 
 // warm loads every persisted per-hold row, then reconciles the aggregate.
 func (c *cache) warm() error {
@@ -160,7 +162,7 @@ func (c *cache) warm() error {
 	for rows.Next() {
 		var s processor.HoldStat
 		if err := rows.Scan(&s.OwnerDID, &s.Repository, &s.HoldDID, &s.RKey, &s.PullCount, &s.PushCount,
-			&s.LastPull, &s.LastPush, &s.UpdatedAt, &s.SourceUS); err != nil {
+			&s.LastPull, &s.LastPush, &s.UpdatedAt, &s.SourceUS, &s.Version); err != nil {
 			rows.Close()
 			return fmt.Errorf("statscache warm-up: %w", err)
 		}

@@ -3,6 +3,7 @@ package statscache_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -60,9 +61,12 @@ func stopped(t testing.TB, sys *actor.ActorSystem, pid *actor.PID) {
 	}
 }
 
+// stat is a hold's counts as the processor reports them; its version is
+// the no-rev version of its time, so a later updatedAt is a newer version.
 func stat(hold string, pull int64, updatedAt int64) processor.HoldStat {
 	return processor.HoldStat{HoldDID: hold, OwnerDID: "did:plc:o", Repository: "app", RKey: "rk",
-		PullCount: pull, PushCount: 1, UpdatedAt: updatedAt, SourceUS: updatedAt * 1000}
+		PullCount: pull, PushCount: 1, UpdatedAt: updatedAt, SourceUS: updatedAt * 1000,
+		Version: processor.NoRevVersion(updatedAt * 1000)}
 }
 
 func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
@@ -114,6 +118,33 @@ func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 	if snap.PullCount != 14 || len(snap.Holds) != 2 || snap.Holds[0].PullCount != 10 {
 		t.Fatalf("snapshot %+v", snap)
 	}
+}
+
+// Two updates of one hold's stats in one millisecond (same updatedAt) are
+// ordered by their commits' revs in the cache's view as in the database.
+func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
+	c := acquire(t, db.DB, "a")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	defer stopped(t, sys, pid)
+	stats := func(us int64, rev string, pull int) jetstream.Event {
+		rec, _ := json.Marshal(map[string]any{"ownerDid": "did:plc:o", "repository": "app", "pullCount": pull,
+			"pushCount": 1, "updatedAt": "2026-01-01T00:00:00.123Z"})
+		return jetstream.Event{DID: "did:web:h1.example", TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+			Rev: rev, Operation: "update", Collection: processor.CollectionStats, RKey: "rk", Record: rec}}
+	}
+	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(100, "3lrnqkdzhdq22", 7)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(101, "3lrnqkdzhdq23", 9)}); err != nil {
+		t.Fatal(err)
+	}
+	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	if snap.PullCount != 9 {
+		t.Fatalf("view pull count = %d, want 9 (the later commit)", snap.PullCount)
+	}
+	assertViewMatchesDatabase(t, sys, pid, db.DB)
 }
 
 // applyStream feeds events through the processor under c, batch by batch,

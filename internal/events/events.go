@@ -7,6 +7,7 @@ package events
 import (
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/rs/zerolog"
 )
 
@@ -158,7 +159,7 @@ func (e Custody) Log(l zerolog.Logger) {
 		ev = ev.Int("attempt", e.Attempt)
 	}
 	if e.Err != nil {
-		ev = ev.Str("error", e.Err.Error())
+		ev = ev.Str("error", logval.Err(e.Err))
 	}
 	ev.Msg(e.Message())
 }

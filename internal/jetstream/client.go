@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -357,7 +358,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		next := c.opts.URLs[at]
 		c.opts.Metrics.reconnect(end.reason)
-		c.opts.Log.Warn().Err(end.err).Str("url", endpoint).Str("reason", end.reason).
+		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", endpoint).Str("reason", end.reason).
 			Str("next_url", next).Int64("retry_in_ms", max(0, time.Until(hosts[at].notBefore).Milliseconds())).Msg("jetstream connection lost")
 	}
 }
@@ -622,7 +623,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 
 	var handlerErr error
 	if err := c.attach(conn, sent, !cs.v2 && requiresHello(base), cs.v2); err != nil {
-		c.opts.Log.Warn().Err(err).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
+		c.opts.Log.Warn().Err(logval.Error(err)).Msg("jetstream: filter changed while connecting and could not be sent; reconnecting")
 		conn.Close()
 	}
 	handlerErr = c.deliver(ctx, base, items)

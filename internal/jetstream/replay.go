@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
 )
@@ -552,7 +553,7 @@ func (s *ReplayServer) readSubscriber(c *replayConn, ws *websocket.Conn, log zer
 		var u optionsUpdate
 		err = json.Unmarshal(msg, &m)
 		if err == nil && m.Type != messageTypeOptionsUpdate {
-			log.Warn().Str("type", m.Type).Msg("jetstream replay: ignoring unknown subscriber message")
+			log.Warn().Str("type", logval.String(m.Type)).Msg("jetstream replay: ignoring unknown subscriber message")
 			continue
 		}
 		if err == nil {
@@ -563,7 +564,7 @@ func (s *ReplayServer) readSubscriber(c *replayConn, ws *websocket.Conn, log zer
 		}
 		if err != nil {
 			// As Jetstream does: a bad update ends the subscription.
-			log.Warn().Err(err).Msg("jetstream replay: bad options_update")
+			log.Warn().Err(logval.Error(err)).Msg("jetstream replay: bad options_update")
 			_ = ws.WriteControl(websocket.CloseMessage,
 				websocket.FormatCloseMessage(websocket.ClosePolicyViolation, truncate("bad options_update: "+err.Error(), 120)),
 				time.Now().Add(replayCloseWait))

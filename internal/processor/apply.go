@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"sort"
-	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -32,8 +31,8 @@ type applier struct {
 	touched map[repoKey]int64
 	// users are the DIDs whose users row this transaction has ensured.
 	users map[string]bool
-	// tombstones are the newest delete (time_us) of the batch's records.
-	tombstones map[recordKey]int64
+	// tombstones are the newest delete (version) of the batch's records.
+	tombstones map[recordKey]string
 }
 
 // savepointError means the transaction cannot isolate events any more.
@@ -167,19 +166,16 @@ func (a *applier) applyOne(o *op) (bool, error) {
 // recordKey names a record: the repo it lives in, its collection and rkey.
 type recordKey struct{ did, collection, rkey string }
 
-// tombstoneChunk bounds the keys per tombstone query (3 parameters each).
-const tombstoneChunk = 200
-
 // tombstoneColumns are what loadTombstones reads: a record key and the
-// time of its delete.
+// version of its delete.
 var tombstoneColumns = database.Text("t.did") + ", " + database.Text("t.collection") + ", " +
-	database.Text("t.rkey") + ", t.source_us"
+	database.Text("t.rkey") + ", " + database.Text("t.version")
 
 // loadTombstones reads the tombstones of every record the batch creates
 // or updates, in a few queries instead of one per event; deletes in the
 // batch then keep the map current.
 func (a *applier) loadTombstones(ops []*op) error {
-	a.tombstones = map[recordKey]int64{}
+	a.tombstones = map[recordKey]string{}
 	var keys []recordKey
 	seen := map[recordKey]bool{}
 	for _, o := range ops {
@@ -192,40 +188,35 @@ func (a *applier) loadTombstones(ops []*op) error {
 			keys = append(keys, k)
 		}
 	}
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), tombstoneChunk)]
-		keys = keys[len(chunk):]
+	return database.Chunks(len(keys), 3, 0, func(lo, hi int) error {
+		chunk := keys[lo:hi]
 		args := make([]any, 0, 3*len(chunk))
-		var q strings.Builder
 		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
-		q.WriteString(`SELECT ` + tombstoneColumns + ` FROM (VALUES `)
-		q.WriteString(values(len(chunk), 3))
-		q.WriteString(`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`)
+		q := `SELECT ` + tombstoneColumns + ` FROM (VALUES ` + database.Values(len(chunk), 3) +
+			`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`
 		for _, k := range chunk {
 			args = append(args, k.did, k.collection, k.rkey)
 		}
-		rows, err := a.tx.QueryContext(a.ctx, q.String(), args...)
+		rows, err := a.tx.QueryContext(a.ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("read tombstones: %w", err)
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var (
-				k  recordKey
-				us int64
+				k       recordKey
+				version string
 			)
-			if err := rows.Scan(&k.did, &k.collection, &k.rkey, &us); err != nil {
-				rows.Close()
+			if err := rows.Scan(&k.did, &k.collection, &k.rkey, &version); err != nil {
 				return fmt.Errorf("read tombstones: %w", err)
 			}
-			a.tombstones[k] = us
+			a.tombstones[k] = version
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read tombstones: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (a *applier) apply(o *op) (bool, error) {
@@ -237,9 +228,9 @@ func (a *applier) apply(o *op) (bool, error) {
 	case o.delete:
 		return a.deleteRecord(o)
 	}
-	// A create or update older than the record's last delete must not bring
-	// it back.
-	if deletedUS, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deletedUS >= o.ev.TimeUS {
+	// A create or update not newer than the record's last delete must not
+	// bring it back (at an equal version the delete wins: see version.go).
+	if deleted, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deleted >= o.version {
 		return false, nil
 	}
 	switch o.collection {
@@ -321,11 +312,11 @@ func (a *applier) putManifest(o *op) (bool, error) {
 	// Exec, not INSERT ... RETURNING: go-libsql's query path costs about
 	// three times its exec path, and the new row's id is LastInsertId.
 	r, err := a.tx.ExecContext(a.ctx, `INSERT INTO manifests (did, repository, digest, rkey, cid, hold_did, hold_endpoint, media_type,
-  schema_version, config_digest, config_size, subject_digest, created_at, indexed_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+  schema_version, config_digest, config_size, subject_digest, created_at, indexed_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
 ON CONFLICT (did, repository, digest) DO NOTHING`,
 		o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
-		m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS/1000, o.ev.TimeUS)
+		m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS/1000, o.ev.TimeUS, o.version)
 	var inserted int64
 	if err == nil {
 		inserted, err = r.RowsAffected()
@@ -345,10 +336,11 @@ ON CONFLICT (did, repository, digest) DO NOTHING`,
 	} else {
 		// indexed_at keeps the time the row was first stored.
 		updated, err := a.queryRow(`UPDATE manifests SET rkey = ?4, cid = ?5, hold_did = ?6, hold_endpoint = ?7, media_type = ?8,
-  schema_version = ?9, config_digest = ?10, config_size = ?11, subject_digest = ?12, created_at = ?13, source_us = ?14
-WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND source_us < ?14 RETURNING id`,
+  schema_version = ?9, config_digest = ?10, config_size = ?11, subject_digest = ?12, created_at = ?13, source_us = ?14,
+  version = ?15
+WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND version < ?15 RETURNING id`,
 			[]any{o.did, m.Repository, m.Digest, o.rkey, o.cid, m.HoldDID, m.HoldEndpoint, m.MediaType,
-				m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS}, &id)
+				m.SchemaVersion, m.ConfigDigest, m.ConfigSize, m.SubjectDigest, m.CreatedAt, o.ev.TimeUS, o.version}, &id)
 		if err != nil {
 			return false, fmt.Errorf("update manifest: %w", err)
 		}
@@ -368,22 +360,29 @@ WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND source_us < ?14 RETURNING
 	return true, a.putManifestChildren(id, m)
 }
 
-// putManifestChildren inserts layers, references and annotations, one
-// multi-row INSERT per kind.
+// putManifestChildren inserts layers, references and annotations: a
+// multi-row INSERT per kind, split by database.Chunks, so a record with any
+// number of them fits the database's parameter limit.
 func (a *applier) putManifestChildren(id int64, m *manifest) error {
-	if len(m.Layers) > 0 {
-		args := make([]any, 0, 5*len(m.Layers))
-		for i, l := range m.Layers {
+	err := database.Chunks(len(m.Layers), 5, 0, func(lo, hi int) error {
+		args := make([]any, 0, 5*(hi-lo))
+		for i := lo; i < hi; i++ {
+			l := &m.Layers[i]
 			args = append(args, id, i, l.Digest, l.Size, l.MediaType)
 		}
 		if _, err := a.exec(`INSERT INTO manifest_layers (manifest_id, position, digest, size, media_type) VALUES `+
-			values(len(m.Layers), 5), args...); err != nil {
-			return fmt.Errorf("insert layers: %w", err)
+			database.Values(hi-lo, 5), args...); err != nil {
+			return fmt.Errorf("insert layers %d-%d of %d: %w", lo, hi-1, len(m.Layers), err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if len(m.Manifests) > 0 {
-		args := make([]any, 0, 8*len(m.Manifests))
-		for i, r := range m.Manifests {
+	err = database.Chunks(len(m.Manifests), 8, 0, func(lo, hi int) error {
+		args := make([]any, 0, 8*(hi-lo))
+		for i := lo; i < hi; i++ {
+			r := &m.Manifests[i]
 			var p platform
 			if r.Platform != nil {
 				p = *r.Platform
@@ -391,31 +390,30 @@ func (a *applier) putManifestChildren(id int64, m *manifest) error {
 			args = append(args, id, i, r.Digest, r.Size, r.MediaType, p.OS, p.Architecture, p.Variant)
 		}
 		if _, err := a.exec(`INSERT INTO manifest_references (manifest_id, position, digest, size, media_type,
-  platform_os, platform_arch, platform_variant) VALUES `+values(len(m.Manifests), 8), args...); err != nil {
-			return fmt.Errorf("insert manifest references: %w", err)
+  platform_os, platform_arch, platform_variant) VALUES `+database.Values(hi-lo, 8), args...); err != nil {
+			return fmt.Errorf("insert manifest references %d-%d of %d: %w", lo, hi-1, len(m.Manifests), err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if len(m.Annotations) > 0 {
-		keys := make([]string, 0, len(m.Annotations))
-		for k := range m.Annotations {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys) // a stable insert order keeps two databases fed the same events identical
-		args := make([]any, 0, 3*len(keys))
-		for _, k := range keys {
+	keys := make([]string, 0, len(m.Annotations))
+	for k := range m.Annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // a stable insert order keeps two databases fed the same events identical
+	return database.Chunks(len(keys), 3, 0, func(lo, hi int) error {
+		args := make([]any, 0, 3*(hi-lo))
+		for _, k := range keys[lo:hi] {
 			args = append(args, id, k, m.Annotations[k])
 		}
-		if _, err := a.exec(`INSERT INTO manifest_annotations (manifest_id, key, value) VALUES `+values(len(keys), 3), args...); err != nil {
-			return fmt.Errorf("insert annotations: %w", err)
+		if _, err := a.exec(`INSERT INTO manifest_annotations (manifest_id, key, value) VALUES `+
+			database.Values(hi-lo, 3), args...); err != nil {
+			return fmt.Errorf("insert annotations %d-%d of %d: %w", lo, hi-1, len(keys), err)
 		}
-	}
-	return nil
-}
-
-// values renders n placeholder tuples of width w: "(?, ?), (?, ?)".
-func values(n, w int) string {
-	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", w), ", ") + ")"
-	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
+		return nil
+	})
 }
 
 func (a *applier) putTag(o *op) (bool, error) {
@@ -432,14 +430,15 @@ func (a *applier) putTag(o *op) (bool, error) {
 	// from manifestDigest; resolving inside the upsert saves a query. The
 	// LIMIT 1 keeps SQLite from flattening the derived table, which would
 	// copy the manifest lookup into the WHERE and run it twice per tag.
-	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us)
-SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8 FROM (SELECT COALESCE(
-    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY source_us DESC LIMIT 1), ?4) AS d LIMIT 1)
+	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
+SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8, ?11 FROM (SELECT COALESCE(
+    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY version DESC LIMIT 1), ?4) AS d LIMIT 1)
 WHERE d <> ''
 ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
-  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us
-WHERE excluded.source_us > tags.source_us`,
-		o.did, t.Repository, t.Tag, t.ManifestDigest, o.rkey, createdAt, updatedAt, o.ev.TimeUS, t.ManifestDID, t.ManifestRKey)
+  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
+  version = excluded.version
+WHERE excluded.version > tags.version`,
+		o.did, t.Repository, t.Tag, t.ManifestDigest, o.rkey, createdAt, updatedAt, o.ev.TimeUS, t.ManifestDID, t.ManifestRKey, o.version)
 	if err != nil {
 		return false, fmt.Errorf("upsert tag: %w", err)
 	}
@@ -464,28 +463,26 @@ FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKe
 
 func (a *applier) putStar(o *op) (bool, error) {
 	s := o.star
-	n, err := a.exec(`INSERT INTO stars (did, rkey, owner_did, repository, created_at, source_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-ON CONFLICT (did, rkey) DO NOTHING`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS)
+	n, err := a.exec(`INSERT INTO stars (did, rkey, owner_did, repository, created_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (did, rkey) DO NOTHING`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS, o.version)
 	if err != nil {
 		return false, fmt.Errorf("insert star: %w", err)
 	}
 	if n == 0 {
 		// An update of a stored star, or a replay: it may move the star to
 		// another repository, whose count changes too.
-		var (
-			oldOwner, oldRepo string
-			sourceUS          int64
-		)
-		if _, err := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`, source_us
+		var oldOwner, oldRepo, version string
+		if _, err := a.queryRow(`SELECT `+database.Text("owner_did")+`, `+database.Text("repository")+`, `+database.Text("version")+`
 FROM stars WHERE did = ?1 AND rkey = ?2`,
-			[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &sourceUS); err != nil {
+			[]any{o.did, o.rkey}, &oldOwner, &oldRepo, &version); err != nil {
 			return false, fmt.Errorf("read star: %w", err)
 		}
-		if sourceUS >= o.ev.TimeUS {
+		if version >= o.version {
 			return false, nil
 		}
-		if _, err := a.exec(`UPDATE stars SET owner_did = ?3, repository = ?4, created_at = ?5, source_us = ?6
-WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS); err != nil {
+		if _, err := a.exec(`UPDATE stars SET owner_did = ?3, repository = ?4, created_at = ?5, source_us = ?6, version = ?7
+WHERE did = ?1 AND rkey = ?2`, o.did, o.rkey, s.OwnerDID, s.Repository, s.CreatedAt, o.ev.TimeUS, o.version); err != nil {
 			return false, fmt.Errorf("update star: %w", err)
 		}
 		if oldOwner != s.OwnerDID || oldRepo != s.Repository {
@@ -509,9 +506,9 @@ func (a *applier) putProfile(o *op) (bool, error) {
 		updatedAt = p.UpdatedAt
 	}
 	n, err := a.exec(`UPDATE users SET default_hold = ?1, auto_remove_untagged = ?2, profile_created_at = ?3,
-  profile_updated_at = ?4, profile_us = ?5, updated_at = ?6
-WHERE did = ?7 AND profile_us < ?5`, p.DefaultHold, p.AutoRemoveUntagged, p.CreatedAt, updatedAt,
-		o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
+  profile_updated_at = ?4, profile_us = ?5, updated_at = ?6, profile_version = ?8
+WHERE did = ?7 AND profile_version < ?8`, p.DefaultHold, p.AutoRemoveUntagged, p.CreatedAt, updatedAt,
+		o.ev.TimeUS, o.ev.TimeUS/1000, o.did, o.version)
 	if err != nil {
 		return false, fmt.Errorf("update profile: %w", err)
 	}
@@ -523,13 +520,13 @@ func (a *applier) putRepoPage(o *op) (bool, error) {
 	if err := a.ensureUser(o); err != nil {
 		return false, err
 	}
-	n, err := a.exec(`INSERT INTO repo_pages (did, repository, rkey, description, avatar_cid, created_at, updated_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+	n, err := a.exec(`INSERT INTO repo_pages (did, repository, rkey, description, avatar_cid, created_at, updated_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 ON CONFLICT (did, repository) DO UPDATE SET rkey = excluded.rkey, description = excluded.description,
   avatar_cid = excluded.avatar_cid, created_at = excluded.created_at, updated_at = excluded.updated_at,
-  source_us = excluded.source_us
-WHERE excluded.source_us > repo_pages.source_us`,
-		o.did, p.Repository, o.rkey, p.Description, p.AvatarCID, p.CreatedAt, p.UpdatedAt, o.ev.TimeUS)
+  source_us = excluded.source_us, version = excluded.version
+WHERE excluded.version > repo_pages.version`,
+		o.did, p.Repository, o.rkey, p.Description, p.AvatarCID, p.CreatedAt, p.UpdatedAt, o.ev.TimeUS, o.version)
 	if err != nil {
 		return false, fmt.Errorf("upsert repo page: %w", err)
 	}
@@ -539,14 +536,14 @@ WHERE excluded.source_us > repo_pages.source_us`,
 func (a *applier) putCaptain(o *op) (bool, error) {
 	c := o.captain
 	n, err := a.exec(`INSERT INTO hold_captains (hold_did, owner_did, public, allow_all_crew, enable_bluesky_posts,
-  deployed_at, region, provider, successor, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+  deployed_at, region, provider, successor, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 ON CONFLICT (hold_did) DO UPDATE SET owner_did = excluded.owner_did, public = excluded.public,
   allow_all_crew = excluded.allow_all_crew, enable_bluesky_posts = excluded.enable_bluesky_posts,
   deployed_at = excluded.deployed_at, region = excluded.region, provider = excluded.provider,
-  successor = excluded.successor, source_us = excluded.source_us
-WHERE excluded.source_us > hold_captains.source_us`,
-		o.did, c.Owner, c.Public, c.AllowAllCrew, c.EnableBlueskyPosts, c.DeployedAt, c.Region, c.Provider, c.Successor, o.ev.TimeUS)
+  successor = excluded.successor, source_us = excluded.source_us, version = excluded.version
+WHERE excluded.version > hold_captains.version`,
+		o.did, c.Owner, c.Public, c.AllowAllCrew, c.EnableBlueskyPosts, c.DeployedAt, c.Region, c.Provider, c.Successor, o.ev.TimeUS, o.version)
 	if err != nil {
 		return false, fmt.Errorf("upsert captain: %w", err)
 	}
@@ -555,12 +552,13 @@ WHERE excluded.source_us > hold_captains.source_us`,
 
 func (a *applier) putCrew(o *op) (bool, error) {
 	c := o.crew
-	n, err := a.exec(`INSERT INTO hold_crew (hold_did, rkey, member_did, role, permissions, tier, added_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+	n, err := a.exec(`INSERT INTO hold_crew (hold_did, rkey, member_did, role, permissions, tier, added_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 ON CONFLICT (hold_did, rkey) DO UPDATE SET member_did = excluded.member_did, role = excluded.role,
-  permissions = excluded.permissions, tier = excluded.tier, added_at = excluded.added_at, source_us = excluded.source_us
-WHERE excluded.source_us > hold_crew.source_us`,
-		o.did, o.rkey, c.Member, c.Role, c.Permissions, c.Tier, c.AddedAt, o.ev.TimeUS)
+  permissions = excluded.permissions, tier = excluded.tier, added_at = excluded.added_at, source_us = excluded.source_us,
+  version = excluded.version
+WHERE excluded.version > hold_crew.version`,
+		o.did, o.rkey, c.Member, c.Role, c.Permissions, c.Tier, c.AddedAt, o.ev.TimeUS, o.version)
 	if err != nil {
 		return false, fmt.Errorf("upsert crew: %w", err)
 	}
@@ -568,17 +566,19 @@ WHERE excluded.source_us > hold_crew.source_us`,
 }
 
 // putStats writes one hold's absolute counts. Newer-wins is decided by the
-// record's updatedAt in SQL, so no cache (warm or cold) can regress a row.
+// record's version (the hold repo's rev) in SQL, so no cache (warm or cold)
+// can regress a row; the record's updatedAt is data only (two updates in
+// one millisecond are still ordered).
 func (a *applier) putStats(o *op) (bool, error) {
 	s := o.stats
 	n, err := a.exec(`INSERT INTO repository_hold_stats (did, repository, hold_did, rkey, pull_count, push_count,
-  last_pull, last_push, updated_at, source_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+  last_pull, last_push, updated_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 ON CONFLICT (did, repository, hold_did) DO UPDATE SET rkey = excluded.rkey, pull_count = excluded.pull_count,
   push_count = excluded.push_count, last_pull = excluded.last_pull, last_push = excluded.last_push,
-  updated_at = excluded.updated_at, source_us = excluded.source_us
-WHERE excluded.updated_at > repository_hold_stats.updated_at`,
-		s.OwnerDID, s.Repository, s.HoldDID, s.RKey, s.PullCount, s.PushCount, s.LastPull, s.LastPush, s.UpdatedAt, s.SourceUS)
+  updated_at = excluded.updated_at, source_us = excluded.source_us, version = excluded.version
+WHERE excluded.version > repository_hold_stats.version`,
+		s.OwnerDID, s.Repository, s.HoldDID, s.RKey, s.PullCount, s.PushCount, s.LastPull, s.LastPush, s.UpdatedAt, s.SourceUS, s.Version)
 	if err != nil {
 		return false, fmt.Errorf("upsert hold stats: %w", err)
 	}
@@ -591,32 +591,33 @@ WHERE excluded.updated_at > repository_hold_stats.updated_at`,
 }
 
 // deleteRecord records the tombstone and removes the row the record wrote,
-// unless that row was written by a newer event.
+// unless that row was written by a newer version (an equal version is
+// removed: at one rev the delete wins, see version.go).
 func (a *applier) deleteRecord(o *op) (bool, error) {
-	t := o.ev.TimeUS
-	tomb, err := a.exec(`INSERT INTO record_tombstones (did, collection, rkey, source_us) VALUES (?1, ?2, ?3, ?4)
-ON CONFLICT (did, collection, rkey) DO UPDATE SET source_us = excluded.source_us
-WHERE excluded.source_us > record_tombstones.source_us`, o.did, o.collection, o.rkey, t)
+	t, v := o.ev.TimeUS, o.version
+	tomb, err := a.exec(`INSERT INTO record_tombstones (did, collection, rkey, source_us, version) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (did, collection, rkey) DO UPDATE SET source_us = excluded.source_us, version = excluded.version
+WHERE excluded.version > record_tombstones.version`, o.did, o.collection, o.rkey, t, v)
 	if err != nil {
 		return false, fmt.Errorf("record tombstone: %w", err)
 	}
-	if k := (recordKey{o.did, o.collection, o.rkey}); t > a.tombstones[k] {
-		a.tombstones[k] = t
+	if k := (recordKey{o.did, o.collection, o.rkey}); v > a.tombstones[k] {
+		a.tombstones[k] = v
 	}
 	var n int64
 	switch o.collection {
 	case CollectionManifest:
 		// Layers, references and annotations go with it (ON DELETE CASCADE).
-		n, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+		n, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 	case CollectionTag:
-		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 	case CollectionStar:
 		// One statement: the row is deleted and its subject read back
 		// (stars is keyed by (did, rkey), so at most one row).
 		var owner, repo string
-		found, qerr := a.queryRow(`DELETE FROM stars WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3
+		found, qerr := a.queryRow(`DELETE FROM stars WHERE did = ?1 AND rkey = ?2 AND version <= ?3
 RETURNING `+database.Text("owner_did")+`, `+database.Text("repository"),
-			[]any{o.did, o.rkey, t}, &owner, &repo)
+			[]any{o.did, o.rkey, v}, &owner, &repo)
 		if qerr != nil || !found {
 			err = qerr
 			break
@@ -625,26 +626,26 @@ RETURNING `+database.Text("owner_did")+`, `+database.Text("repository"),
 		a.pendingTouched = append(a.pendingTouched, repoKey{owner, repo})
 	case CollectionProfile:
 		n, err = a.exec(`UPDATE users SET default_hold = '', auto_remove_untagged = 0, profile_created_at = NULL,
-  profile_updated_at = NULL, profile_us = ?2, updated_at = ?3
-WHERE did = ?1 AND profile_us < ?2`, o.did, t, t/1000)
+  profile_updated_at = NULL, profile_us = ?2, updated_at = ?3, profile_version = ?4
+WHERE did = ?1 AND (profile_version < ?4 OR (profile_version = ?4 AND profile_created_at IS NOT NULL))`, o.did, t, t/1000, v)
 	case CollectionRepoPage:
-		n, err = a.exec(`DELETE FROM repo_pages WHERE did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+		n, err = a.exec(`DELETE FROM repo_pages WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 	case CollectionCaptain:
-		n, err = a.exec(`DELETE FROM hold_captains WHERE hold_did = ?1 AND source_us <= ?2`, o.did, t)
+		n, err = a.exec(`DELETE FROM hold_captains WHERE hold_did = ?1 AND version <= ?2`, o.did, v)
 	case CollectionCrew:
-		n, err = a.exec(`DELETE FROM hold_crew WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`, o.did, o.rkey, t)
+		n, err = a.exec(`DELETE FROM hold_crew WHERE hold_did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 	case CollectionStats:
 		var s HoldStat
 		found, qerr := a.queryRow(`SELECT `+database.Text("did")+`, `+database.Text("repository")+`, pull_count, push_count, last_pull, last_push, updated_at
-FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3`,
-			[]any{o.did, o.rkey, t}, &s.OwnerDID, &s.Repository, &s.PullCount, &s.PushCount, &s.LastPull, &s.LastPush, &s.UpdatedAt)
+FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND version <= ?3`,
+			[]any{o.did, o.rkey, v}, &s.OwnerDID, &s.Repository, &s.PullCount, &s.PushCount, &s.LastPull, &s.LastPush, &s.UpdatedAt)
 		if qerr != nil || !found {
 			err = qerr
 			break
 		}
 		n, err = a.exec(`DELETE FROM repository_hold_stats WHERE did = ?1 AND repository = ?2 AND hold_did = ?3`,
 			s.OwnerDID, s.Repository, o.did)
-		s.HoldDID, s.RKey, s.SourceUS, s.Deleted = o.did, o.rkey, t, true
+		s.HoldDID, s.RKey, s.SourceUS, s.Version, s.Deleted = o.did, o.rkey, t, v, true
 		a.pendingStats = append(a.pendingStats, s)
 		a.pendingTouched = append(a.pendingTouched, repoKey{s.OwnerDID, s.Repository})
 	}
@@ -654,26 +655,22 @@ FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND source_us <= ?3
 	return tomb > 0 || n > 0, nil
 }
 
-// refreshChunk bounds the repositories per refresh statement (3 parameters each).
-const refreshChunk = 200
-
 // refreshTouched recomputes the aggregate of every touched repository, a
-// chunk of repositories per statement.
+// chunk of repositories per statement (database.Chunks).
 func (a *applier) refreshTouched() error {
 	keys := sortedKeys(a.touched)
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), refreshChunk)]
-		keys = keys[len(chunk):]
+	return database.Chunks(len(keys), 3, 1, func(lo, hi int) error {
+		chunk := keys[lo:hi]
 		args := make([]any, 0, 3*len(chunk)+1)
 		for _, k := range chunk {
 			args = append(args, k.did, k.repository, a.touched[k])
 		}
 		args = append(args, a.fence) // after the VALUES: ? parameters bind in text order
-		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, values(len(chunk), 3)), args...); err != nil {
+		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, database.Values(len(chunk), 3)), args...); err != nil {
 			return fmt.Errorf("refresh repository_stats: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // refreshManySQL recomputes the aggregate (docs/spec.md §8

@@ -162,18 +162,20 @@ func TestHoldDIDIsDerivedFromALegacyHoldEndpoint(t *testing.T) {
 func TestOlderHoldStatsAreIgnoredAndTheAggregateIsTheSumOverHolds(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	const owner, h1, h2 = "did:plc:owner", "did:web:h1.example", "did:web:h2.example"
-	stats := func(hold string, us int64, pull, push int, updatedAt string) jetstream.Event {
-		return commit(hold, us, "create", processor.CollectionStats, "rk", map[string]any{
+	stats := func(hold string, us int64, rev string, pull, push int, updatedAt string) jetstream.Event {
+		ev := commit(hold, us, "create", processor.CollectionStats, "rk", map[string]any{
 			"ownerDid": owner, "repository": "app", "pullCount": pull, "pushCount": push,
 			"updatedAt": updatedAt, "lastPull": updatedAt})
+		ev.Commit.Rev = rev
+		return ev
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	custody := acquire(t, db.DB, "jetstream-consumer", "me")
 	res, err := p.Apply(context.Background(), db.DB, custody, []jetstream.Event{
-		stats(h1, 1, 10, 1, "2026-01-01T00:00:10Z"),
-		stats(h2, 2, 5, 2, "2026-01-01T00:00:20Z"),
-		stats(h1, 3, 3, 0, "2026-01-01T00:00:05Z"), // late, older: ignored
-		stats(h1, 4, 12, 1, "2026-01-01T00:00:30Z"),
+		stats(h1, 1, "3lrnqkdzhdq2c", 10, 1, "2026-01-01T00:00:10Z"),
+		stats(h2, 2, "3lrnqkdzhdq23", 5, 2, "2026-01-01T00:00:20Z"),
+		stats(h1, 3, "3lrnqkdzhdq2a", 3, 0, "2026-01-01T00:00:05Z"), // late: an older rev, ignored
+		stats(h1, 4, "3lrnqkdzhdq2d", 12, 1, "2026-01-01T00:00:30Z"),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,9 @@ type op struct {
 	rkey       string
 	cid        string
 	delete     bool
+	// version orders the commit against the rows of its record (see
+	// version.go); "" for identity and account events.
+	version string
 
 	manifest *manifest
 	tag      *tag
@@ -110,6 +113,10 @@ func decodeCommit(o *op) (*op, string, error) {
 		return nil, ReasonBadValue, fmt.Errorf("rkey %q is not a record key", c.RKey)
 	}
 	o.collection, o.rkey, o.cid = c.Collection, c.RKey, c.CID
+	var err error
+	if o.version, err = versionOf(o.ev); err != nil {
+		return nil, ReasonBadValue, err
+	}
 	switch c.Operation {
 	case jetstream.OpDelete:
 		o.delete = true
@@ -121,7 +128,6 @@ func decodeCommit(o *op) (*op, string, error) {
 	if len(c.Record) == 0 || string(c.Record) == "null" {
 		return nil, ReasonMissingField, errors.New("create/update without record")
 	}
-	var err error
 	switch c.Collection {
 	case CollectionManifest:
 		o.manifest, err = decodeManifest(c.Record)
@@ -140,7 +146,7 @@ func decodeCommit(o *op) (*op, string, error) {
 	case CollectionStats:
 		o.stats, err = decodeStats(c.Record)
 		if err == nil {
-			o.stats.HoldDID, o.stats.RKey, o.stats.SourceUS = o.did, c.RKey, o.ev.TimeUS
+			o.stats.HoldDID, o.stats.RKey, o.stats.SourceUS, o.stats.Version = o.did, c.RKey, o.ev.TimeUS, o.version
 		}
 	}
 	if err != nil {

@@ -28,13 +28,24 @@
 //     stream with rewinds, leaves the database identical. Every column is a
 //     function of the events (times come from time_us, never the wall
 //     clock), except repository_stats.fence, which names the writer.
-//   - Newer wins: each row keeps source_us, the time_us of the event that
-//     wrote it; an older create/update never overwrites it and an older
-//     delete never removes it. A delete leaves a tombstone
-//     (record_tombstones), so a create older than the delete (a rewound
-//     replay, a backfill snapshot taken before the delete) cannot bring the
-//     record back. Hold stats are ordered by the record's updatedAt instead
-//     (a hold's absolute counts as of that time), also in SQL.
+//   - Newer wins, by version (version.go, docs/ordering.md): each row and
+//     each tombstone keeps the version of the event that wrote it, the
+//     commit's rev (a TID, strictly increasing per repo), or for an event
+//     without a rev "0" and its time_us, which sorts below every rev. An
+//     equal or older create/update never overwrites a row and an older
+//     delete never removes it, whichever Jetstream host stamped them and
+//     whatever time_us or updatedAt they carry (both are kept as data
+//     only: source_us, updated_at). A delete leaves a tombstone
+//     (record_tombstones), so a create not newer than the delete (a
+//     rewound replay, a backfill read) cannot bring the record back; at
+//     one rev the delete wins. Hold stats are ordered the same way, by
+//     their hold repo's rev, also in SQL.
+//   - Bounded statements: a statement whose parameters grow with the record
+//     (layers, references, annotations) or the batch (tombstone lookups,
+//     aggregate refreshes) is split by database.Chunks, so a record of any
+//     size the consumer accepts is stored whole.
+//   - Bounded log lines: every logged value from an event is cut at
+//     logval.MaxBytes with a marker.
 //   - No partial sums: repository_stats is recomputed, inside the same
 //     transaction, from the persisted repository_hold_stats and stars rows
 //     of every repository the batch changed. Whatever a cache knew or

@@ -19,7 +19,7 @@ func hostileStats(hold string, us int64, rkey, owner, repo string, pull, push in
 	rec := fmt.Sprintf(`{"$type":"io.atcr.hold.stats","ownerDid":%q,"repository":%q,"pullCount":%d,"pushCount":%d,"updatedAt":"2025-06-15T15:06:39.345Z"}`,
 		owner, repo, pull, push)
 	return jetstream.Event{DID: hold, TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
-		Rev: "r1", Operation: "create", Collection: processor.CollectionStats, RKey: rkey, Record: json.RawMessage(rec)}}
+		Rev: "3lrnqkdzhdqi2", Operation: "create", Collection: processor.CollectionStats, RKey: rkey, Record: json.RawMessage(rec)}}
 }
 
 func TestTwoHoldsReportingTheLargestInt64PullCountAreSkippedAndTheBatchLands(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/logval"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -34,7 +35,8 @@ const (
 	ReasonMalformedRecord = "malformed_record"
 	// ReasonMissingField: a field the lexicon requires is absent or empty.
 	ReasonMissingField = "missing_field"
-	// ReasonTooLong: a string is over the lexicon's maxLength.
+	// ReasonTooLong: a string is over the lexicon's maxLength, or an array
+	// or object has more than MaxContainerLen elements.
 	ReasonTooLong = "too_long"
 	// ReasonBadValue: a field has the wrong format (DID, datetime, at-uri,
 	// record key), a count outside [0, MaxSafeInteger] or another integer
@@ -54,8 +56,8 @@ const (
 	// OutcomeApplied: the event changed the database.
 	OutcomeApplied = "applied"
 	// OutcomeUnchanged: the database already reflected the event or
-	// something newer (a replay, an older hold stats updatedAt, a create
-	// older than the record's delete).
+	// something newer (a replay, an older version of the record, a create
+	// not newer than the record's delete).
 	OutcomeUnchanged = "unchanged"
 	// OutcomeSkipped: the event was not applied (see the skip reasons).
 	OutcomeSkipped = "skipped"
@@ -73,11 +75,16 @@ type HoldStat struct {
 	PullCount, PushCount int64
 	// LastPull and LastPush are Unix ms, nil when the record has none.
 	LastPull, LastPush *int64
-	// UpdatedAt is the record's updatedAt in Unix ms: a newer one from the
-	// same hold replaces the hold's numbers, an older one is ignored.
+	// UpdatedAt is the record's updatedAt in Unix ms (data only: it does
+	// not order updates, Version does).
 	UpdatedAt int64
-	// SourceUS is the Jetstream time_us of the event that carried it.
+	// SourceUS is the Jetstream time_us of the event that carried it (data).
 	SourceUS int64
+	// Version is the version of the event that wrote the row: the hold
+	// repo's rev, or NoRevVersion for an event without one. A newer version
+	// from the same hold replaces the hold's numbers; an equal or older one
+	// is ignored. Versions compare as strings.
+	Version string
 	// Deleted means the hold deleted the record: it no longer reports the
 	// repository. The counts are those of the removed row.
 	Deleted bool
@@ -285,8 +292,8 @@ func (p *Processor) report(ev *jetstream.Event, o *outcome, res *Result) {
 		l = p.sampled.Warn()
 	}
 	l.Str("reason", o.reason).Str("collection", collection).Str("operation", operation).
-		Str("did", ev.DID).Str("rkey", rkeyOf(ev)).Int64("time_us", ev.TimeUS).
-		Str("error", errString(o.err)).Msg("event skipped")
+		Str("did", logval.String(ev.DID)).Str("rkey", logval.String(rkeyOf(ev))).Int64("time_us", ev.TimeUS).
+		Str("error", logval.Err(o.err)).Msg("event skipped")
 }
 
 // fatal reports whether err leaves the transaction unusable or is
@@ -334,13 +341,6 @@ func DatabaseFailure(err error) bool {
 func (p *Processor) ReportSkipped(ev *jetstream.Event, reason string, err error) {
 	var res Result
 	p.report(ev, &outcome{reason: reason, err: err}, &res)
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 func rkeyOf(ev *jetstream.Event) string {

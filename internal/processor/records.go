@@ -33,6 +33,14 @@ const (
 	maxDescriptionLen    = 100000
 )
 
+// MaxContainerLen is the most elements an array or object in a record may
+// have: the AT Protocol data model's limit (128 Ki, indigo's
+// atproto/data MAX_CBOR_CONTAINER_LEN), which a record from a conforming
+// PDS never exceeds. A manifest whose layers, manifests or annotations
+// hold more is skipped (ReasonTooLong). Together with database.Chunks it
+// bounds the work one record can cause.
+const MaxContainerLen = 128 * 1024
+
 // MaxSafeInteger is the largest magnitude an integer in a record may have:
 // the AT Protocol data model limits integers to what JavaScript clients
 // represent exactly, ±(2^53−1) (Number.MAX_SAFE_INTEGER). A record carrying
@@ -84,6 +92,13 @@ func (c *check) required(field string, present bool) {
 func (c *check) maxLen(field, v string, limit int) {
 	if c.err == nil && len(v) > limit {
 		c.err = invalid(ReasonTooLong, "%s is %d bytes, limit %d", field, len(v), limit)
+	}
+}
+
+// elements checks the element count of an array or object.
+func (c *check) elements(field string, n int) {
+	if c.err == nil && n > MaxContainerLen {
+		c.err = invalid(ReasonTooLong, "%s has %d elements, limit %d", field, n, MaxContainerLen)
 	}
 }
 
@@ -238,6 +253,9 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	c.maxLen("mediaType", str(r.MediaType), maxMediaTypeLen)
 	c.key("repository", str(r.Repository))
 	c.key("digest", str(r.Digest))
+	c.elements("layers", len(r.Layers))
+	c.elements("manifests", len(r.Manifests))
+	c.elements("annotations", len(r.Annotations))
 	if r.SchemaVersion != nil {
 		c.integer("schemaVersion", *r.SchemaVersion)
 	}

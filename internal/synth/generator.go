@@ -174,8 +174,11 @@ func (g *Generator) anyRepo() string { return repoNames[g.rng.IntN(len(repoNames
 const tidAlphabet = "234567abcdefghijklmnopqrstuvwxyz"
 
 // tid is an AT Protocol TID for the current time (13 base32-sortable chars).
-func (g *Generator) tid() string {
-	v := uint64(g.t)<<10 | uint64(g.rng.IntN(1024))
+func (g *Generator) tid() string { return tidOf(g.t, g.rng.IntN(1024)) }
+
+// tidOf is the TID of time us (Unix µs) with clock identifier clock (0-1023).
+func tidOf(us int64, clock int) string {
+	v := uint64(us)<<10 | uint64(clock)
 	var b [13]byte
 	for i := 12; i >= 0; i-- {
 		b[i] = tidAlphabet[v&31]
@@ -434,13 +437,15 @@ func (g *Generator) holdStats() (jetstream.Event, bool) {
 	outOfOrder := cur != nil && g.rng.IntN(6) == 0
 	switch {
 	case outOfOrder:
-		// An older record arriving late: a hold's absolute counts as of an
-		// earlier updatedAt. It must be ignored.
+		// An older commit arriving late (a rewound replay, another
+		// Jetstream host): a hold's absolute counts as of an earlier rev
+		// and updatedAt. It must be ignored.
 		*next = *cur
 		next.updatedAt = cur.updatedAt - 1 - g.rng.Int64N(60000)
 		next.pull = max(0, cur.pull-1-g.rng.Int64N(5))
 	case cur != nil:
 		*next = *cur
+		next.us = g.t
 		next.updatedAt = max(g.ms(), cur.updatedAt+1)
 		if d := g.rng.Int64N(20); d > 0 {
 			next.pull += d
@@ -453,6 +458,7 @@ func (g *Generator) holdStats() (jetstream.Event, bool) {
 			next.lastPush = &v
 		}
 	default:
+		next.us = g.t
 		next.updatedAt = g.ms()
 		next.pull, next.push = g.rng.Int64N(50), 1+g.rng.Int64N(3)
 		if next.pull > 0 {
@@ -478,7 +484,13 @@ func (g *Generator) holdStats() (jetstream.Event, bool) {
 		g.m.holdsOf(repoKey{owner, repo})[hold] = next
 		g.m.refresh(repoKey{owner, repo}, g.t)
 	}
-	return g.commit(hold, "create", colStats, statsRKey(owner, repo), rec), true
+	ev := g.commit(hold, "create", colStats, statsRKey(owner, repo), rec)
+	if outOfOrder {
+		// The rev, not updatedAt, orders a hold's records: a rev older
+		// than the stored row's makes the record the older one.
+		ev.Commit.Rev = tidOf(cur.us-1, 0)
+	}
+	return ev, true
 }
 
 func (g *Generator) deleteHoldStats() (jetstream.Event, bool) {
@@ -716,6 +728,9 @@ type holdStatM struct {
 	pull, push         int64
 	lastPull, lastPush *int64
 	updatedAt          int64
+	// us is the time_us of the commit that wrote the row; its rev is
+	// newer than tidOf(us-1, _).
+	us int64
 }
 
 type aggM struct {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -325,7 +326,7 @@ func (d *dispatcher) onAttempted(m *attempted) {
 			d.fail(m.err)
 		}
 		// The claim stays; the row is due again when it expires.
-		d.noisy.Warn().Err(m.err).Str("event_key", m.a.eventKey).Int64("webhook", m.a.webhookID).
+		d.noisy.Warn().Err(logval.Error(m.err)).Str("event_key", m.a.eventKey).Int64("webhook", m.a.webhookID).
 			Msg("webhook outcome not recorded")
 	}
 	d.scan()
@@ -352,7 +353,7 @@ func (d *dispatcher) setTimer(delay time.Duration) {
 // fail stops all work and fails the actor with err (its parent decides;
 // for ErrSuperseded the LeaseActor treats it as lost custody).
 func (d *dispatcher) fail(err error) {
-	d.log.Warn().Err(err).Msg("webhook dispatcher superseded: stopping deliveries")
+	d.log.Warn().Err(logval.Error(err)).Msg("webhook dispatcher superseded: stopping deliveries")
 	d.cancel()
 	if d.timer != nil {
 		d.timer.Stop()
@@ -506,7 +507,7 @@ func (d *dispatcher) claim(ctx context.Context, tx *sql.Tx, id, firstMS int64) (
 		if _, err := tx.ExecContext(ctx, giveUpSQL, id, reason, d.o.Custody.Fence); err != nil {
 			return attempt{}, false, fmt.Errorf("give up webhook delivery %d: %w", id, err)
 		}
-		d.noisy.Warn().Str("event_key", a.eventKey).Int64("webhook", a.webhookID).Str("reason", reason).
+		d.noisy.Warn().Str("event_key", a.eventKey).Int64("webhook", a.webhookID).Str("reason", logval.String(reason)).
 			Msg("webhook delivery failed")
 		return a, false, nil
 	}
@@ -576,6 +577,6 @@ func (d *dispatcher) record(ctx context.Context, a attempt, r response) error {
 		ev = d.noisy.Warn()
 	}
 	ev.Str("event_key", a.eventKey).Int64("webhook", a.webhookID).Int("attempt", a.number).
-		Str("outcome", outcome).Int("status", r.status).Str("error", r.message).Msg("webhook attempt")
+		Str("outcome", outcome).Int("status", r.status).Str("error", logval.String(r.message)).Msg("webhook attempt")
 	return nil
 }

@@ -1,0 +1,59 @@
+package database
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// Migration 0008 gives every row stored before it the no-rev version of its
+// source_us: "0" and 20 digits, below every TID, so any event with a rev
+// replaces it, and rows keep their old order among themselves.
+func TestMigration8GivesExistingRowsAVersionBelowEveryRev(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []Migration
+	for _, m := range migs {
+		if m.Version < 8 {
+			before = append(before, m)
+		}
+	}
+	if _, err := db.apply(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO users (did, profile_us, updated_at) VALUES ('did:plc:a', 1750000000000001, 1)`,
+		`INSERT INTO users (did, updated_at) VALUES ('did:plc:b', 1)`,
+		`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us)
+		 VALUES ('did:plc:a', 'app', 'latest', 'sha256:1', 't1', 1, 1, 1750000000000002)`,
+		`INSERT INTO record_tombstones (did, collection, rkey, source_us) VALUES ('did:plc:a', 'io.atcr.tag', 't2', 42)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]string{
+		`SELECT profile_version FROM users WHERE did = 'did:plc:a'`: "000001750000000000001",
+		`SELECT profile_version FROM users WHERE did = 'did:plc:b'`: "",
+		`SELECT version FROM tags`:                                  "000001750000000000002",
+		`SELECT version FROM record_tombstones`:                     "000000000000000000042",
+	} {
+		var got string
+		if err := db.QueryRowContext(ctx, q).Scan(&got); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", q, got, want)
+		}
+		if got != "" && (len(got) != 21 || got >= "2222222222222") {
+			t.Errorf("%s = %q: not 21 characters below every TID", q, got)
+		}
+	}
+}

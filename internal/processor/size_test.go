@@ -1,0 +1,145 @@
+package processor_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/sqldtest"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// manifestFrame is a Jetstream frame carrying an io.atcr.manifest whose
+// list field (layers, manifests or annotations) holds n copies of item
+// (the annotations' items are "kI":"" pairs, item unused).
+func manifestFrame(field, item string, n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"did":"did:plc:big","time_us":1750000000000000,"kind":"commit","commit":{"rev":"3lrnqkdzhdq22",` +
+		`"operation":"create","collection":"io.atcr.manifest","rkey":"3lrnqkdzhdq22","cid":"bafyreibig",` +
+		`"record":{"$type":"io.atcr.manifest","repository":"app","digest":"sha256:big","schemaVersion":2,` +
+		`"mediaType":"application/vnd.oci.image.manifest.v1+json","createdAt":"2026-01-01T00:00:00Z",`)
+	fmt.Fprintf(&b, "%q:", field)
+	if field == "annotations" {
+		b.WriteByte('{')
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"k%d":""`, i)
+		}
+		b.WriteByte('}')
+	} else {
+		b.WriteByte('[')
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(item)
+		}
+		b.WriteByte(']')
+	}
+	b.WriteString(`}}}`)
+	return b.Bytes()
+}
+
+// storeFrame decodes frame as the consumer does (its default frame limit)
+// and applies it; the manifest must be stored with every list entry.
+func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) {
+	t.Helper()
+	dec, err := jetstream.NewDecoder(jetstream.DefaultMaxEventBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	ev, err := dec.Decode(frame, false)
+	if err != nil {
+		t.Fatalf("decode a %d-byte frame: %v", len(frame), err)
+	}
+	var logs bytes.Buffer
+	p := processor.New(processor.Options{Log: zerolog.New(&logs)})
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{ev})
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if res.Applied != 1 {
+		t.Fatalf("result %+v, want the manifest applied; log: %.2000s", res, logs.String())
+	}
+	if n := countRows(t, db, table); n != want {
+		t.Fatalf("%s has %d rows, want %d", table, n, want)
+	}
+}
+
+// The manifest of the report: 7,201 layers, 5 parameters each, was
+// dropped with "too many SQL variables" when stored in one INSERT.
+func TestAManifestWith7201LayersIsStored(t *testing.T) {
+	storeFrame(t, testsupport.OpenDB(t).DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+}
+
+// realisticLayer is an OCI layer descriptor as a registry writes it.
+var realisticLayer = `{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:` +
+	strings.Repeat("ab", 32) + `","size":1234567}`
+
+// The largest record the consumer accepts fills its largest frame
+// (jetstream.DefaultMaxEventBytes, jetstream.max_message_bytes' default).
+func TestTheLargestFrameOfLayersIsStoredWhole(t *testing.T) {
+	n := (jetstream.DefaultMaxEventBytes - len(manifestFrame("layers", "", 0))) / (len(realisticLayer) + 1)
+	frame := manifestFrame("layers", realisticLayer, n)
+	if len(frame) > jetstream.DefaultMaxEventBytes || len(manifestFrame("layers", realisticLayer, n+1)) <= jetstream.DefaultMaxEventBytes {
+		t.Fatalf("%d layers make a %d-byte frame: not the largest under %d", n, len(frame), jetstream.DefaultMaxEventBytes)
+	}
+	t.Logf("%d layers in a %d-byte frame", n, len(frame))
+	storeFrame(t, testsupport.OpenDB(t).DB, frame, "manifest_layers", n)
+}
+
+// The most parameters a record can bind: each list at the AT Protocol's
+// element limit, with the shortest entries (every one fits a default
+// frame). One more element is skipped as too_long before it costs a
+// statement.
+func TestListsAtTheElementLimitAreStoredWholeAndOneMoreIsSkipped(t *testing.T) {
+	for _, c := range []struct{ field, item, table string }{
+		{"layers", `{}`, "manifest_layers"},
+		{"manifests", `{}`, "manifest_references"},
+		{"annotations", ``, "manifest_annotations"},
+	} {
+		t.Run(c.field, func(t *testing.T) {
+			db := testsupport.OpenDB(t)
+			storeFrame(t, db.DB, manifestFrame(c.field, c.item, processor.MaxContainerLen), c.table, processor.MaxContainerLen)
+
+			ev, err := jetstream.Decode(manifestFrame(c.field, c.item, processor.MaxContainerLen+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.Commit.Rev, ev.Commit.RKey = "3lrnqkdzhdq23", "3lrnqkdzhdq23"
+			res, err := processor.New(processor.Options{Log: zerolog.Nop()}).Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			if err != nil || res.Skipped[processor.ReasonTooLong] != 1 {
+				t.Fatalf("one element over the limit: %+v, %v; want it skipped as too_long", res, err)
+			}
+		})
+	}
+}
+
+// Over sqld the same records land whole: the statement limits are
+// SQLite's, and Hrana requests stay bounded by database.Chunks too.
+func TestTheLargestRecordsAreStoredOverSqld(t *testing.T) {
+	srv := sqldtest.Start(t)
+	db, err := database.Open(context.Background(), database.Options{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	storeFrame(t, db.DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+	// The most parameters one record can bind: 8 per manifest list entry.
+	frame := bytes.Replace(manifestFrame("manifests", `{}`, processor.MaxContainerLen), []byte("sha256:big"), []byte("sha256:bi2"), 1)
+	storeFrame(t, db.DB, frame, "manifest_references", processor.MaxContainerLen)
+}
