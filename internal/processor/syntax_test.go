@@ -18,6 +18,7 @@ func TestIdentifierChecksFollowTheSpecificationsTestVectors(t *testing.T) {
 		{syntaxvectors.DID, validDID},
 		{syntaxvectors.RecordKey, validRKey},
 		{syntaxvectors.Handle, validHandle},
+		{syntaxvectors.TID, validTID}, // revs: the version of every record
 		{syntaxvectors.Datetime, func(s string) bool {
 			var c check
 			c.datetime("createdAt", &s)

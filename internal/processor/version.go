@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // Record versions (docs/ordering.md). Every row the processor writes from a
@@ -34,23 +35,13 @@ import (
 // Identity and account events carry no rev and are not repo records: they
 // keep ordering by time_us (users.identity_us, users.account_us).
 
-// tidLen is the length of a TID.
-const tidLen = 13
-
-// validTID reports whether s has TID syntax: 13 characters of
-// base32-sortable (2-7 then a-z, in byte order),
-// the first of which leaves the 64-bit value's top bit 0 (2-7, a-j).
+// validTID reports whether s is a TID as the AT Protocol specification
+// defines it (indigo's atproto/syntax, checked against the spec's interop
+// test vectors): fixed-length, sortable base32, so two valid revs compare
+// by time as strings.
 func validTID(s string) bool {
-	if len(s) != tidLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('2' <= b && b <= '7' || 'a' <= b && b <= 'z') {
-			return false
-		}
-	}
-	return s[0] <= 'j'
+	_, err := syntax.ParseTID(s)
+	return err == nil
 }
 
 // NoRevVersion is the version of an event without a rev stamped timeUS
