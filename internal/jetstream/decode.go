@@ -307,8 +307,12 @@ const maxPooledScratch = 1 << 20
 
 var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
+// encoder compresses at the fastest level: the replay server compresses
+// each event as it first sends it, and with a dictionary the default
+// level's per-frame reset costs about 5× as much (7 ms vs 1.5 ms an event
+// under -race, 153 real events) for frames within 1 % of the same size.
 var encoder = sync.OnceValues(func() (*zstd.Encoder, error) {
-	return zstd.NewWriter(nil, zstd.WithEncoderDict(dictionary))
+	return zstd.NewWriter(nil, zstd.WithEncoderDict(dictionary), zstd.WithEncoderLevel(zstd.SpeedFastest))
 })
 
 // Compress encodes one JSON event as a Jetstream v1 binary frame: a single
