@@ -90,7 +90,7 @@ func (r *Resolver) client() *http.Client {
 	if r.HTTP != nil {
 		return r.HTTP
 	}
-	return netguard.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL).Client(DefaultTimeout)
+	return netguard.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL, r.HandleWellKnownURL).Client(DefaultTimeout)
 }
 
 // DefaultTimeout bounds one resolution request when the Resolver was

@@ -97,7 +97,7 @@ func (d Deps) HandleResolver() interface {
 // choice and trusted by name; a did:web host is network data and may not
 // be a non-public address unless network.allow_private.
 func NewResolver(cfg config.Config) *identity.Resolver {
-	g := Outbound(cfg, "DID resolution").TrustURLs(cfg.Identity.PLCURL)
+	g := Outbound(cfg, "DID resolution").TrustURLs(cfg.Identity.PLCURL, cfg.Identity.HandleWellKnownURL)
 	return &identity.Resolver{PLCURL: cfg.Identity.PLCURL, HandleWellKnownURL: cfg.Identity.HandleWellKnownURL, HTTP: g.Client(identity.DefaultTimeout)}
 }
 
