@@ -80,6 +80,10 @@ type ReplayOptions struct {
 // applied mid-stream, pacing and looping. After the file it keeps the
 // connection open, as a live tail with nothing new to say, unless looping.
 //
+// A capture whose every line carries a "cursor" (sequence number) is
+// served like a Jetstream v2 server's legacy wire: a cursor below
+// CursorSeqMax replays from that sequence number, inclusively.
+//
 // Unlike a real Jetstream it serves the file's order as is, including the
 // time_us inversions real captures contain (a real server's replay comes
 // from its time-ordered store), and it does not ping (clients that need
@@ -91,6 +95,9 @@ type ReplayServer struct {
 	// minT and maxT bound time_us over the file; span = maxT - minT + 1 is
 	// the time_us shift between loops.
 	minT, maxT, span int64
+	// numbered: every line carries a sequence number ("cursor"), so a
+	// cursor below CursorSeqMax is one of them (see stream).
+	numbered bool
 
 	upgrader websocket.Upgrader
 	mux      *http.ServeMux
@@ -108,7 +115,10 @@ type ReplayServer struct {
 
 // replayEvent is one line of the capture, ready to send.
 type replayEvent struct {
-	timeUS     int64
+	timeUS int64
+	// seq is the line's "cursor" field (a v2 server's sequence number on
+	// the legacy wire), 0 when it has none.
+	seq        int64
 	did        string
 	collection string
 	// raw is the line as captured; compressed is raw as a binary frame,
@@ -158,9 +168,11 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 		// acting for a user.
 		upgrader: websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }},
 	}
+	s.numbered = true
 	for i := range events {
 		s.minT = min(s.minT, events[i].timeUS)
 		s.maxT = max(s.maxT, events[i].timeUS)
+		s.numbered = s.numbered && events[i].seq > 0
 	}
 	s.span = s.maxT - s.minT + 1
 	s.mux = http.NewServeMux()
@@ -189,6 +201,7 @@ func loadCapture(name string, r io.Reader) ([]replayEvent, error) {
 			raw := append([]byte(nil), trimmed...)
 			events = append(events, replayEvent{
 				timeUS:     ev.TimeUS,
+				seq:        ev.Seq,
 				did:        ev.DID,
 				collection: ev.Collection(),
 				raw:        raw,
@@ -588,8 +601,12 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 	if compress {
 		msgType = websocket.BinaryMessage
 	}
+	// A capture whose every line is numbered is served like a Jetstream
+	// v2 server's legacy wire: a cursor below CursorSeqMax is a sequence
+	// number, replayed from inclusively in file order (not looped).
+	bySeq := s.numbered && cursor > 0 && cursor < CursorSeqMax
 	var loop int64
-	if s.opts.Loop && cursor > s.maxT {
+	if s.opts.Loop && !bySeq && cursor > s.maxT {
 		// The first loop whose last event reaches the cursor.
 		loop = (cursor - s.maxT + s.span - 1) / s.span
 	}
@@ -600,7 +617,7 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 		sentBefore := sent
 		for i := range s.events {
 			e := &s.events[i]
-			if e.timeUS+shift < cursor || !c.wants(e) {
+			if bySeq && e.seq < cursor || !bySeq && e.timeUS+shift < cursor || !c.wants(e) {
 				continue
 			}
 			frame := e.frame(shift, compress)
@@ -621,7 +638,7 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 				return sent, nil
 			}
 		}
-		if !s.opts.Loop {
+		if !s.opts.Loop || bySeq {
 			break
 		}
 		if sent == sentBefore {
