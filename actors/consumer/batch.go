@@ -64,7 +64,8 @@ type skipFunc func(ev *jetstream.Event, err error)
 // bad row cannot stall the stream. An event whose own commit still fails
 // is reported to skip and the position is moved past it in a fenced
 // transaction of its own. maxSeq is the batch's Batch.MaxSeq (the last
-// event carries it, so frames skipped after it are passed too).
+// event carries it, so frames skipped after it are passed too); high is
+// as for positionOf.
 //
 // It returns an error, with the events before it committed, when custody
 // is lost (wrapping fence.ErrSuperseded), ctx ends, an event fails with a
@@ -72,14 +73,17 @@ type skipFunc func(ev *jetstream.Event, err error)
 // skipped event: the database itself is then broken and the worker must
 // fail.
 func commitEachAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	host string, events []jetstream.Event, maxSeq int64, skip skipFunc) (committed, error) {
+	host string, events []jetstream.Event, maxSeq, high int64, skip skipFunc) (committed, error) {
 	var out committed
 	for i := range events {
 		seq := events[i].Seq
 		if i == len(events)-1 {
 			seq = max(seq, maxSeq)
 		}
-		one, err := commitBatchAt(ctx, db, c, p, enqueue, host, events[i:i+1], seq)
+		one, err := commitBatchAt(ctx, db, c, p, enqueue, host, events[i:i+1], seq, high)
+		if _, newest := batchCursor(events[i : i+1]); newest > high {
+			high = newest
+		}
 		if err == nil {
 			out.add(one)
 			continue
@@ -89,7 +93,7 @@ func commitEachAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor
 		}
 		ev := &events[i]
 		skip(ev, err)
-		pos := positionOf(host, events[i:i+1], seq)
+		pos := positionOf(host, events[i:i+1], seq, high)
 		if pos.last == 0 && pos.seq == 0 {
 			out.skipped++
 			continue // stamped ahead of the clock: it does not move the position
@@ -107,12 +111,28 @@ func commitEachAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor
 
 // positionOf is where a batch from host moves the position: maxSeq (or
 // the events' highest seq), batchCursor's times and the shared time.
-func positionOf(host string, events []jetstream.Event, maxSeq int64) batchPosition {
+//
+// high is the largest time_us already committed from host earlier on the
+// same stream (by this incarnation; 0: none). The batch continues that
+// stream, so its cursor is what it would have been had both been one
+// batch: its last event's time_us, never more than reorderWindow below
+// the newest time_us reached so far (pos.reached). Without it, a batch
+// split between an event and the slightly older events Jetstream sent
+// after it (the live tail is out of time_us order) left the position on
+// the newer event for good: the later batch's own newest time_us was
+// below the stored one, so it never moved the position onto the stream's
+// last event.
+func positionOf(host string, events []jetstream.Event, maxSeq, high int64) batchPosition {
 	pos := batchPosition{host: host, seq: maxSeq, shared: sharedTime(events)}
 	for i := range events {
 		pos.seq = max(pos.seq, events[i].Seq)
 	}
 	pos.last, pos.newest = batchCursor(events)
+	pos.reached = pos.newest
+	if pos.last > 0 && high > pos.newest {
+		pos.reached = high
+		pos.last = max(pos.last, high-reorderWindow.Microseconds())
+	}
 	return pos
 }
 
@@ -120,10 +140,11 @@ func positionOf(host string, events []jetstream.Event, maxSeq int64) batchPositi
 // deliveries, records each repository's newest commit rev, queues a
 // re-read of every repository a #sync names, and advances the position
 // (positionOf), in one transaction that commits only under c. Commits
-// older than their repository's recorded rev are skipped (stale). Errors
+// older than their repository's recorded rev are skipped (stale); high is
+// as for positionOf. Errors
 // wrap fence.ErrSuperseded when custody is lost.
 func commitBatchAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	host string, events []jetstream.Event, maxSeq int64) (committed, error) {
+	host string, events []jetstream.Event, maxSeq, high int64) (committed, error) {
 	var out committed
 	// Handle lookups are network requests: made before the fenced
 	// transaction takes the write lock.
@@ -157,7 +178,7 @@ func commitBatchAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processo
 			}
 			out.enqueued = n
 		}
-		if err := savePositionTx(ctx, tx, positionOf(host, events, maxSeq), c.Fence); err != nil {
+		if err := savePositionTx(ctx, tx, positionOf(host, events, maxSeq, high), c.Fence); err != nil {
 			return err
 		}
 		out.res, out.stale, out.syncs = res, stale, len(syncs)

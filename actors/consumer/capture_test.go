@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -89,4 +90,69 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The same capture delivered in two batches split right after its newest
+// event: the second holds only events Jetstream sent later but stamped a
+// little earlier (its live tail is out of time_us order). The consumer
+// must still end on the last event; it used to keep the newest one's
+// time_us for good, since the second batch's own newest time_us was below
+// it (what made the test above fail when the linger split there).
+func TestASplitAfterTheNewestEventStillEndsOnTheLastEvent(t *testing.T) {
+	path := filepath.Join(captureDir, "expected_v1.jsonl")
+	want := lastTimeUS(t, path)
+	split := newestIndex(t, path) + 1
+	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: path, Listen: "127.0.0.1:0"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe(context.Background()) }()
+	<-srv.Listening()
+	t.Cleanup(func() { srv.Close(); <-served })
+
+	db := testsupport.OpenDB(t)
+	sys := testsupport.NewActorSystem(t)
+	f := &fixture{srv: srv}
+	o := f.options(db.DB, acquire(t, db.DB, "me"))
+	o.Jetstream.Compress, o.Jetstream.Collections = false, nil
+	// The first batch fills at the newest event; the rest lingers into a
+	// second one.
+	o.BatchSize, o.BatchLinger = split, time.Second
+	pid := sys.Root.Spawn(NewProps(o))
+	testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db.DB) == want })
+	stop(t, sys, pid)
+}
+
+// newestIndex is the index of the capture's line with the largest time_us,
+// which must come before its last line.
+func newestIndex(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []int64
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		var e struct {
+			TimeUS int64 `json:"time_us"`
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, e.TimeUS)
+	}
+	best := 0
+	for i := range ts {
+		if ts[i] > ts[best] {
+			best = i
+		}
+	}
+	if best == len(ts)-1 {
+		t.Fatal("the capture's newest event is its last: nothing to split after it")
+	}
+	return best
 }

@@ -451,10 +451,16 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		return nil // only undecodable frames without a position: the next event moves it past them
 	}
 	start := time.Now()
-	out, err := commitBatchAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq)
+	// high: the newest time_us this incarnation committed on host's
+	// stream, which this batch continues (see positionOf).
+	var high int64
+	if host == c.pos.Host && c.pos.Seq == 0 {
+		high = c.highUS
+	}
+	out, err := commitBatchAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, high)
 	if err != nil && isolable(ctx, err) {
 		c.sampled.Warn().Err(logval.Error(err)).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
-		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, func(ev *jetstream.Event, err error) {
+		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, high, func(ev *jetstream.Event, err error) {
 			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
 		})
 	}
@@ -464,8 +470,8 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
 	}
-	pos := positionOf(host, b.Events, b.MaxSeq)
-	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.newest > c.pos.TimeUS) {
+	pos := positionOf(host, b.Events, b.MaxSeq, high)
+	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.last > 0 && pos.reached >= c.pos.TimeUS) {
 		c.pos.Host, c.pos.Seq = pos.host, pos.seq
 		if pos.last > 0 {
 			c.pos.TimeUS = pos.last
@@ -475,7 +481,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 	}
 	last, newest := pos.last, pos.newest
-	if newest > c.cursor.Load() || pos.seq > 0 {
+	if pos.reached >= c.cursor.Load() || pos.seq > 0 {
 		if last > 0 {
 			c.cursor.Store(last)
 		}

@@ -53,19 +53,26 @@ type batchPosition struct {
 	// seq is the batch's highest sequence number (Batch.MaxSeq), 0 on a
 	// server without them.
 	seq int64
-	// last and newest are batchCursor's figures (time_us).
+	// last and newest are batchCursor's figures (time_us), last raised
+	// to reorderWindow below reached.
 	last, newest int64
+	// reached is the newest time_us of the stream up to and including
+	// this batch (positionOf's high, or newest).
+	reached int64
 	// shared is the batch's shared time (sharedTime), 0 when unknown.
 	shared int64
 }
 
 // savePositionSQL stores a batch's position. ?1 last time_us (0: keep),
-// ?2 newest time_us, ?3 fence, ?4 cursorLead in µs, ?5 host, ?6 seq,
+// ?2 reached time_us (batchPosition.reached), ?3 fence, ?4 cursorLead in µs, ?5 host, ?6 seq,
 // ?7 shared time (0: keep).
 //
 // It moves the position only forward within one position space: on the
 // same host, to a higher sequence number (seq space) or a newer time
-// (time space, as before: a rewound replay never moves it back); on
+// (time space: once the stream has reached the stored time_us, each
+// batch after it moves the position to its own last event, as one batch
+// would, even one a little older than the stored one; a rewound replay
+// that has not reached it yet never moves it back); on
 // another host unconditionally, since the consumer is now reading there
 // (and resumed there by time, behind the old position). A stored time_us
 // beyond cursorLead of the database's clock (written before the guards)
@@ -81,13 +88,13 @@ ON CONFLICT (id) DO UPDATE SET
   shared_us  = CASE WHEN ?7 > 0 THEN ?7 ELSE jetstream_cursor.shared_us END
 WHERE jetstream_cursor.host <> excluded.host
    OR (?6 > 0 AND ?6 > jetstream_cursor.seq)
-   OR (?6 = 0 AND (?2 > jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4))`
+   OR (?6 = 0 AND (?2 >= jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4))`
 
 func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int64) error {
 	if p.seq == 0 && p.last == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.newest, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared); err != nil {
+	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared); err != nil {
 		return fmt.Errorf("save jetstream position: %w", err)
 	}
 	return nil

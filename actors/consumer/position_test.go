@@ -141,13 +141,13 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 	}
 	now := time.Now().UnixMicro()
 	first := []jetstream.Event{tag("t1", "3l3qo2vutsw2c", "v1", now), tag("t2", "3l3qo2vutsw2c", "v2", now+1)}
-	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", first, 0)
+	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", first, 0, 0)
 	if err != nil || out.stale != 0 {
 		t.Fatalf("first batch: %v, stale %d", err, out.stale)
 	}
 	older := []jetstream.Event{tag("t3", "3l3qo2vutsw2a", "old", now+2),
 		{DID: "did:plc:u1", TimeUS: now + 3, Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw2d"}}}
-	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", older, 0)
+	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", older, 0, 0)
 	if err != nil || out.stale != 1 || out.syncs != 1 {
 		t.Fatalf("second batch: %v, stale %d syncs %d, want 1 and 1", err, out.stale, out.syncs)
 	}
@@ -181,7 +181,7 @@ func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 			Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey, Record: json.RawMessage(rec(rkey))}}
 	}
 	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{ev("gone"), ev("kept"),
-		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0); err != nil {
+		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

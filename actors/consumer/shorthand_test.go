@@ -17,14 +17,14 @@ import (
 // commitEach is commitEachAt for a batch from an unnamed host.
 func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event, skip skipFunc) (committed, error) {
-	return commitEachAt(ctx, db, c, p, enqueue, "", events, 0, skip)
+	return commitEachAt(ctx, db, c, p, enqueue, "", events, 0, 0, skip)
 }
 
 // commitBatch is commitBatchAt for a batch from an unnamed host, its
 // position the events' own.
 func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
-	return commitBatchAt(ctx, db, c, p, enqueue, "", events, 0)
+	return commitBatchAt(ctx, db, c, p, enqueue, "", events, 0, 0)
 }
 
 // LoadCursor returns the stored cursor (Jetstream time_us of the last fully
