@@ -23,6 +23,8 @@ type enqueueFunc func(ctx context.Context, tx *sql.Tx, pushes []webhooks.Push) (
 
 // committed is what one committed batch did.
 type committed struct {
+	// res carries the HoldStats and NewManifests of what committed (the
+	// counts are the processor's metrics).
 	res processor.Result
 	// enqueued is the number of webhook deliveries newly recorded.
 	enqueued int
@@ -145,49 +147,104 @@ func positionOf(host string, events []jetstream.Event, maxSeq, high int64) batch
 // wrap fence.ErrSuperseded when custody is lost.
 func commitBatchAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	host string, events []jetstream.Event, maxSeq, high int64) (committed, error) {
-	var out committed
+	out, _, err := commitPrefixAt(ctx, db, c, p, enqueue, host, events, maxSeq, high, 0)
+	return out, err
+}
+
+// lockChunk is how many events commitPrefixAt applies between two looks
+// at its budget: the write lock is held at most the budget plus the time
+// of one chunk. Smaller chunks bound it tighter but cost a processor
+// batch (savepoint, tombstone and rev look-ups, aggregate refresh) each.
+const lockChunk = 25
+
+// commitPrefixAt is commitBatchAt for as many events as fit in budget:
+// it applies events in stream order, lockChunk at a time, and once the
+// transaction has been applying them for budget or longer it stops at the
+// end of the chunk and commits that prefix alone, with the prefix's
+// deliveries, revs, re-reads and position (positionOf the prefix, with
+// high as for commitBatchAt; maxSeq
+// only when the prefix is the whole batch, since it may name frames after
+// the prefix's last event). The position stays contiguous: every event
+// up to it is applied. n is the number of events committed, at least one
+// when events is not empty; the caller commits events[n:] in a next
+// transaction, exactly as if Jetstream had delivered them as a batch of
+// their own. This bounds how long one transaction holds SQLite's write
+// lock (issue 14.5): a lease renewal queued behind it waits at most about
+// budget (docs/lease.md). budget 0 applies the whole batch. On an error
+// nothing is committed and n is 0.
+func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
+	host string, events []jetstream.Event, maxSeq, high int64, budget time.Duration) (out committed, n int, err error) {
 	// Handle lookups are network requests: made before the fenced
 	// transaction takes the write lock.
 	ctx = p.PrepareBatch(ctx, db, events)
-	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-		apply, syncs, stale, err := screen(ctx, tx, events)
-		if err != nil {
-			return err
-		}
-		res, err := p.ApplyTx(ctx, tx, c, apply)
-		if err != nil {
-			return err
-		}
-		if err := recordRevs(ctx, tx, apply); err != nil {
-			return err
+	err = fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+		out, n = committed{}, 0
+		start := time.Now()
+		var syncs []string
+		for n < len(events) {
+			chunk := events[n:]
+			if budget > 0 {
+				chunk = chunk[:min(lockChunk, len(chunk))]
+			}
+			// Revs are recorded per chunk, so the next chunk's screen
+			// sees them as it would have seen them within one screen.
+			apply, s, stale, err := screen(ctx, tx, chunk)
+			if err != nil {
+				return err
+			}
+			res, err := p.ApplyTx(ctx, tx, c, apply)
+			if err != nil {
+				return err
+			}
+			if err := recordRevs(ctx, tx, apply); err != nil {
+				return err
+			}
+			syncs = append(syncs, s...)
+			out.stale += stale
+			out.res.HoldStats = append(out.res.HoldStats, res.HoldStats...)
+			out.res.NewManifests = append(out.res.NewManifests, res.NewManifests...)
+			n += len(chunk)
+			if budget > 0 && time.Since(start) >= budget {
+				break
+			}
 		}
 		if err := requestResyncs(ctx, tx, syncs, reasonSync); err != nil {
 			return err
 		}
-		if len(res.NewManifests) > 0 {
-			pushes := make([]webhooks.Push, len(res.NewManifests))
-			for i, m := range res.NewManifests {
+		if len(out.res.NewManifests) > 0 {
+			pushes := make([]webhooks.Push, len(out.res.NewManifests))
+			for i, m := range out.res.NewManifests {
 				pushes[i] = webhooks.Push{
 					OwnerDID: m.OwnerDID, Repository: m.Repository, Digest: m.Digest, MediaType: m.MediaType,
 					HoldDID: m.HoldDID, HoldEndpoint: m.HoldEndpoint, PushedAt: m.PushedAt, EventKey: m.EventKey(),
 				}
 			}
-			n, err := enqueue(ctx, tx, pushes)
+			enqueued, err := enqueue(ctx, tx, pushes)
 			if err != nil {
 				return fmt.Errorf("enqueue webhook deliveries: %w", err)
 			}
-			out.enqueued = n
+			out.enqueued = enqueued
 		}
-		if err := savePositionTx(ctx, tx, positionOf(host, events, maxSeq, high), c.Fence); err != nil {
+		if err := savePositionTx(ctx, tx, positionOf(host, events[:n], prefixSeq(events, n, maxSeq), high), c.Fence); err != nil {
 			return err
 		}
-		out.res, out.stale, out.syncs = res, stale, len(syncs)
+		out.syncs = len(syncs)
 		return nil
 	})
 	if err != nil {
-		return committed{}, err
+		return committed{}, 0, err
 	}
-	return out, nil
+	return out, n, nil
+}
+
+// prefixSeq is the maxSeq to pass positionOf for events[:n] of a batch
+// whose Batch.MaxSeq is maxSeq: maxSeq for the whole batch, else 0 (the
+// prefix's own highest seq).
+func prefixSeq(events []jetstream.Event, n int, maxSeq int64) int64 {
+	if n == len(events) {
+		return maxSeq
+	}
+	return 0
 }
 
 // batchCursor returns the time_us of the batch's last event in stream

@@ -37,7 +37,8 @@ type Options struct {
 	Custody fence.Custody
 	Log     zerolog.Logger
 	// Jetstream is the jetstream section: urls, collections, compress,
-	// rewind, stale_timeout, max_message_bytes.
+	// rewind, stale_timeout, max_message_bytes, commit_budget (0: a
+	// batch is applied in one transaction, however long it takes).
 	Jetstream config.Jetstream
 	// Processor applies the events; share one per process.
 	Processor *processor.Processor
@@ -443,34 +444,57 @@ SELECT ` + database.NowMS + `, ?1, ?2, ` + database.NowMS + `
 WHERE NOT EXISTS (SELECT 1 FROM backfill_runs WHERE completed_at IS NULL)`
 
 // handle commits one batch (the jetstream Handler, on the client's Run
-// goroutine; the client reads no further until it returns).
+// goroutine; the client reads no further until it returns), in as many
+// transactions as jetstream.commit_budget needs (commitPrefixAt).
 func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	c.logFailures(&b)
 	host := jetstream.HostOf(b.URL)
 	if len(b.Events) == 0 && (b.MaxSeq == 0 || (host == c.pos.Host && b.MaxSeq <= c.pos.Seq)) {
 		return nil // only undecodable frames without a position: the next event moves it past them
 	}
+	rest := b.Events
+	for {
+		n, err := c.commitPart(ctx, b.URL, host, rest, b.MaxSeq, len(b.Failures))
+		if err != nil {
+			return err
+		}
+		rest = rest[n:]
+		if len(rest) == 0 {
+			return nil
+		}
+	}
+}
+
+// commitPart commits a prefix of events, the rest of one batch (all of it
+// on the event-by-event fallback), and moves the in-memory position, the
+// metrics and the StatsCache, dispatcher and re-reader on by what
+// committed. It returns how many events it committed: at least one when
+// events is not empty, all of them when ctx ended (the rest is replayed
+// by the next holder).
+func (c *consumer) commitPart(ctx context.Context, url, host string, events []jetstream.Event, maxSeq int64, failures int) (int, error) {
 	start := time.Now()
 	// high: the newest time_us this incarnation committed on host's
-	// stream, which this batch continues (see positionOf).
+	// stream, which this part continues (see positionOf).
 	var high int64
 	if host == c.pos.Host && c.pos.Seq == 0 {
 		high = c.highUS
 	}
-	out, err := commitBatchAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, high)
+	out, n, err := commitPrefixAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, events, maxSeq, high, c.o.Jetstream.CommitBudget)
 	if err != nil && isolable(ctx, err) {
-		c.sampled.Warn().Err(logval.Error(err)).Int("events", len(b.Events)).Msg("batch did not commit; retrying it event by event")
-		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, b.Events, b.MaxSeq, high, func(ev *jetstream.Event, err error) {
+		c.sampled.Warn().Err(logval.Error(err)).Int("events", len(events)).Msg("batch did not commit; retrying it event by event")
+		n = len(events)
+		out, err = commitEachAt(ctx, c.o.DB, c.o.Custody, c.o.Processor, c.o.enqueue, host, events, maxSeq, high, func(ev *jetstream.Event, err error) {
 			c.o.Processor.ReportSkipped(ev, processor.ReasonDatabase, err)
 		})
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // stopping: the batch is rolled back and replayed by the next holder
+			return len(events), nil // stopping: the batch is rolled back and replayed by the next holder
 		}
-		return fmt.Errorf("commit batch of %d events: %w", len(b.Events), err)
+		return 0, fmt.Errorf("commit batch of %d events: %w", len(events), err)
 	}
-	pos := positionOf(host, b.Events, b.MaxSeq, high)
+	part := events[:n]
+	pos := positionOf(host, part, prefixSeq(events, n, maxSeq), high)
 	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.last > 0 && pos.reached >= c.pos.TimeUS) {
 		c.pos.Host, c.pos.Seq = pos.host, pos.seq
 		if pos.last > 0 {
@@ -487,18 +511,18 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 		}
 	}
 	if last > 0 {
-		c.resumeURL, c.resumeUS = b.URL, last
+		c.resumeURL, c.resumeUS = url, last
 		c.highUS = max(c.highUS, newest)
 	}
-	c.o.Metrics.committed(len(b.Events), time.Since(start), c.cursor.Load())
+	c.o.Metrics.committed(len(part), time.Since(start), c.cursor.Load())
 	c.o.Metrics.screened(out.stale, out.syncs, pos.seq)
 	if e := c.log.Debug(); e.Enabled() {
 		var first int64
-		if len(b.Events) > 0 {
-			first = b.Events[0].Seq
+		if len(part) > 0 {
+			first = part[0].Seq
 		}
-		e.Str("host", host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(b.Events)).
-			Int("failures", len(b.Failures)).Int("stale", out.stale).Msg("jetstream batch committed")
+		e.Str("host", host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(part)).
+			Int("failures", failures).Int("stale", out.stale).Msg("jetstream batch committed")
 	}
 	if out.syncs > 0 && c.o.Resync != nil {
 		c.o.Resync.Kick()
@@ -509,7 +533,7 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	if out.enqueued > 0 {
 		c.root.Send(c.disp, &webhooks.Kick{})
 	}
-	return nil
+	return n, nil
 }
 
 // logFailures logs the frames of b that did not decode (the client has

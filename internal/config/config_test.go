@@ -130,6 +130,7 @@ var badConfigs = []struct {
 	{name: "health timeout not below the check interval", sets: []string{"health.timeout=15s"}, key: "health.timeout", reason: "must be below health.check_interval"},
 	{name: "negative webhook concurrency", sets: []string{"webhooks.concurrency=-4"}, key: "webhooks.concurrency", reason: "at least 1"},
 	{name: "webhook public url over ftp", sets: []string{"webhooks.public_url=ftp://atcr.example"}, key: "webhooks.public_url", reason: "scheme must be one of http, https"},
+	{name: "zero commit budget", sets: []string{"jetstream.commit_budget=0s"}, key: "jetstream.commit_budget", reason: "must be positive, got 0s"},
 	{name: "zero labeler stale timeout", sets: []string{"labeler.stale_timeout=0s"}, key: "labeler.stale_timeout", reason: "must be positive"},
 	{name: "negative billing timeout", sets: []string{"billing.timeout=-1s"}, key: "billing.timeout", reason: "must be positive"},
 	{name: "negative default tier rank", sets: []string{"billing.default_tier_rank=-1"}, key: "billing.default_tier_rank", reason: "must not be negative"},

@@ -460,6 +460,8 @@ func (c Config) Validate() error {
 		return keyErr("jetstream.unhealthy_after", "must be positive")
 	case c.Jetstream.ResyncInterval < time.Millisecond:
 		return keyErr("jetstream.resync_interval", "must be at least 1ms, got %v", c.Jetstream.ResyncInterval)
+	case c.Jetstream.CommitBudget <= 0:
+		return keyErr("jetstream.commit_budget", "must be positive, got %v", c.Jetstream.CommitBudget)
 	case c.Jetstream.MaxMessageBytes < MinMaxMessageBytes:
 		return keyErr("jetstream.max_message_bytes", "must be at least %d (1 KiB), got %d", MinMaxMessageBytes, c.Jetstream.MaxMessageBytes)
 	case c.Jetstream.MaxMessageBytes > MaxMaxMessageBytes:
