@@ -129,7 +129,7 @@ func TestTier2(t *testing.T) {
 	hold := pds.createAccount(t, "hold.test")
 
 	// Live path: two instances on one database, consuming the real
-	// Jetstream's legacy /subscribe.
+	// Jetstream v2 on its v2 wire (its legacy /subscribe as the fallback).
 	liveDB := "file:" + filepath.Join(work, "live.db")
 	recv := newReceiver(t)
 	if out, err := exec.CommandContext(ctx, bin, "webhooks", "add", "--did", alice.DID, "--url", recv.srv.URL,
@@ -139,7 +139,8 @@ func TestTier2(t *testing.T) {
 	live := harness.NewCluster(bin, filepath.Join(work, "live"))
 	t.Cleanup(live.Close)
 	liveSet := map[string]any{
-		"jetstream.urls": []string{strings.Replace(jsURL, "http://", "ws://", 1) + "/subscribe"}, "jetstream.compress": false,
+		"jetstream.urls": []string{strings.Replace(jsURL, "http://", "ws://", 1) + "/xrpc/network.bsky.jetstream.subscribeEvents",
+			strings.Replace(jsURL, "http://", "ws://", 1) + "/subscribe"}, "jetstream.compress": false,
 		"identity.plc_url": plcURL, "identity.handle_well_known_url": pds.base,
 		"webhooks.allow_private": true, "log_level": "info",
 	}
