@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/actors/backfill"
-	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -28,28 +27,20 @@ func newBackfillCommand(open func(context.Context) (*database.DB, error)) *cobra
 		Short: "Print the latest backfill run's progress (a bar on a terminal, plain lines otherwise)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			if err := cli.RequireTable(ctx, db, "backfill_runs"); err != nil {
-				return err
-			}
-			p, err := backfill.ReadProgress(ctx, db.DB)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(p)
-			}
-			writeProgress(out, p, isTerminal(out), time.Now())
-			return nil
+			return readOnly(cmd.Context(), open, "backfill_runs", func(ctx context.Context, db *database.DB) error {
+				p, err := backfill.ReadProgress(ctx, db.DB)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(p)
+				}
+				writeProgress(out, p, isTerminal(out), time.Now())
+				return nil
+			})
 		},
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON (the /debug/backfill view)")

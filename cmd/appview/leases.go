@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
 )
@@ -23,40 +22,32 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 		Short: "Print every lease: name, holder, fence, state (held, expired, released), time left",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			if err := cli.RequireTable(ctx, db, "leases"); err != nil {
-				return err
-			}
-			rows, err := leasestore.ListBounded(ctx, db.DB)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				list := make([]leasestore.Listed, 0, len(rows))
+			return readOnly(cmd.Context(), open, "leases", func(ctx context.Context, db *database.DB) error {
+				rows, err := leasestore.ListBounded(ctx, db.DB)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					list := make([]leasestore.Listed, 0, len(rows))
+					for _, r := range rows {
+						list = append(list, r.Listed())
+					}
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(list)
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tSTATE\tTIME LEFT")
 				for _, r := range rows {
-					list = append(list, r.Listed())
+					left := "-"
+					if r.State() == leasestore.StateHeld {
+						left = r.TimeLeft().Round(time.Millisecond).String()
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)
 				}
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(list)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tSTATE\tTIME LEFT")
-			for _, r := range rows {
-				left := "-"
-				if r.State() == leasestore.StateHeld {
-					left = r.TimeLeft().Round(time.Millisecond).String()
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
