@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -127,6 +128,7 @@ func TestTier2(t *testing.T) {
 	bob := pds.createAccount(t, "bob.test")
 	carol := pds.createAccount(t, "carol.test")
 	hold := pds.createAccount(t, "hold.test")
+	dave := pds.createAccount(t, "dave.test") // taken down by the PDS's admin below
 
 	// Live path: two instances on one database, consuming the real
 	// Jetstream v2 on its v2 wire (its legacy /subscribe as the fallback).
@@ -172,6 +174,8 @@ func TestTier2(t *testing.T) {
 	pds.create(t, carol, colStar, "", map[string]any{"subject": "at://" + alice.DID + "/" + colPage + "/app", "createdAt": now()})
 	bobStar := pds.create(t, bob, colStar, "", map[string]any{"subject": map[string]any{"did": alice.DID, "repository": "multi"}, "createdAt": now()})
 	pds.create(t, carol, colManifest, "", manifestRecord("tool", digest('t'), hold.DID, pds.uploadBlob(t, carol, randomBytes(500), "application/octet-stream"), false))
+	pds.create(t, dave, colManifest, "", manifestRecord("gone", digest('d'), hold.DID, pds.uploadBlob(t, dave, randomBytes(400), "application/octet-stream"), false))
+	pds.put(t, dave, colTag, "gone_v1", map[string]any{"repository": "gone", "tag": "v1", "manifestDigest": digest('d'), "createdAt": now()})
 	// The hold's own records.
 	pds.create(t, hold, colCaptain, "self", map[string]any{"owner": alice.DID, "public": true, "allowAllCrew": false, "enableBlueskyPosts": false, "deployedAt": now(), "region": "local"})
 	pds.create(t, hold, colCrew, "", map[string]any{"member": bob.DID, "role": "write", "permissions": []any{"blob:read", "blob:write"}, "addedAt": now()})
@@ -201,7 +205,7 @@ func TestTier2(t *testing.T) {
 
 	// What the PDS holds, read back, for every account (carol's before she
 	// is deactivated: the PDS refuses to list a deactivated repository).
-	accounts := []*account{alice, bob, carol, hold}
+	accounts := []*account{alice, bob, carol, hold, dave}
 	expected := expectedRows(t, pds, accounts)
 
 	// Identity: a handle change and a deactivation, through the live stream.
@@ -212,12 +216,22 @@ func TestTier2(t *testing.T) {
 		t.Fatalf("deactivateAccount: %v", err)
 	}
 
+	// A takedown by the PDS's operator (com.atproto.admin.updateSubjectStatus):
+	// the PDS emits #account with status "takendown".
+	if err := pds.call(ctx, http.MethodPost, "com.atproto.admin.updateSubjectStatus",
+		"Basic "+base64.StdEncoding.EncodeToString([]byte("admin:admin")), map[string]any{
+			"subject":  map[string]any{"$type": "com.atproto.admin.defs#repoRef", "did": dave.DID},
+			"takedown": map[string]any{"applied": true, "ref": "interop-tier2"},
+		}, "", nil); err != nil {
+		t.Fatalf("takedown: %v", err)
+	}
+
 	db := openDB(t, liveDB)
 	if err := poll(90*time.Second, func() error { return diffRows(db, expected) }); err != nil {
 		t.Fatalf("live: the appview database does not equal what the PDS holds:\n%v\n%s", err, live.Dump(40))
 	}
 	if err := poll(30*time.Second, func() error {
-		return users(db, map[string]string{alice.DID: "alice.test|1|", bob.DID: "robert.test|1|", carol.DID: "carol.test|0|deactivated"})
+		return users(db, map[string]string{alice.DID: "alice.test|1|", bob.DID: "robert.test|1|", carol.DID: "carol.test|0|deactivated", dave.DID: "dave.test|0|takendown"})
 	}); err != nil {
 		t.Fatalf("live: users: %v", err)
 	}
@@ -264,12 +278,13 @@ func TestTier2(t *testing.T) {
 	if err := bdb.QueryRow(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`).Scan(&failed); err != nil || failed != 0 {
 		t.Fatalf("backfill marked %d repositories failed (%v)", failed, err)
 	}
-	// Deactivated accounts: neither path shows their records (docs/interop.md).
-	want := withoutInactive(expected, carol.DID)
+	// Deactivated and taken-down accounts: neither path shows their
+	// records (docs/interop.md).
+	want := withoutInactive(expected, carol.DID, dave.DID)
 	if err := diffRows(bdb, want); err != nil {
 		t.Fatalf("backfill: the appview database does not equal what the PDS serves:\n%v", err)
 	}
-	if err := diffRowsVisible(db, want, carol.DID); err != nil {
+	if err := diffRowsVisible(db, want, carol.DID, dave.DID); err != nil {
 		t.Fatalf("live and backfill disagree on what is visible: %v", err)
 	}
 	t.Logf("backfill rate-limit figures: %s", metricLines(t, in, "appview_backfill_rate_limit"))

@@ -56,7 +56,10 @@ func (c *pdsClient) call(ctx context.Context, method, nsid, jwt string, in any, 
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	if jwt != "" {
+	switch {
+	case strings.HasPrefix(jwt, "Basic "): // the PDS's admin password (adminAuth)
+		req.Header.Set("Authorization", jwt)
+	case jwt != "":
 		req.Header.Set("Authorization", "Bearer "+jwt)
 	}
 	if c.bypass != "" {
