@@ -54,12 +54,17 @@ func (c Custody) String() string { return fmt.Sprintf("%s:%d", c.Lease, c.Fence)
 const guardSQL = `UPDATE leases SET fence = fence
 WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.NowMS
 
+// writeLockSQL writes nothing but, being a write, takes the database's
+// write lock (waiting up to busy_timeout for it) before fn reads anything.
+const writeLockSQL = `UPDATE leases SET fence = fence WHERE 0`
+
 // Fenced runs fn inside a transaction that commits only while c is the
 // current, unexpired custody of its lease on the database's clock. The
 // first statement of the transaction checks the fence and takes the write
 // lock, so a takeover cannot interleave before commit. When the check fails
 // nothing of fn runs and the error wraps ErrSuperseded. An unfenced custody
-// (Fence 0) runs fn in a plain transaction. If ctx is done before commit
+// (Fence 0, leases disabled) runs fn in a transaction that takes the write
+// lock first and checks nothing. If ctx is done before commit
 // the transaction is rolled back and ctx.Err() returned: a stopping worker
 // writes nothing more.
 //
@@ -128,6 +133,15 @@ func beginFenced(ctx context.Context, db *sql.DB, c Custody) (*sql.Tx, error) {
 		return nil, fmt.Errorf("fenced write under %s: begin: %w", c, err)
 	}
 	if !c.Fenced() {
+		// Take the write lock first all the same. A deferred transaction
+		// that reads and then writes, when another connection committed a
+		// write in between, fails with SQLITE_BUSY at once: SQLite cannot
+		// upgrade a stale read snapshot, so the busy timeout never applies
+		// (https://sqlite.org/lang_transaction.html, "SQLITE_BUSY").
+		if _, err := tx.ExecContext(ctx, writeLockSQL); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("fenced write under %s: take the write lock: %w", c, err)
+		}
 		return tx, nil
 	}
 	res, err := tx.ExecContext(ctx, guardSQL, c.Lease, c.Holder, c.Fence)

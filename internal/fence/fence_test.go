@@ -1,0 +1,53 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// An unfenced worker (leases.enabled=false) reads, then writes. Had its
+// transaction only read when another connection committed a write, SQLite
+// could not upgrade the stale snapshot and would answer SQLITE_BUSY at
+// once, whatever busy_timeout says (found from outside: the consumer in
+// single-instance mode failed "database is locked" beside any other
+// writer). So the unfenced transaction takes the write lock before fn
+// runs, like the fence guard: another writer that cannot wait is refused
+// while fn runs, and writes once it has committed.
+func TestAnUnfencedTransactionHoldsTheWriteLockBeforeItsWorkRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	worker := testsupport.OpenDBAt(t, path)
+	ctx := context.Background()
+	other, err := database.Open(ctx, database.Options{URL: "file:" + path, BusyTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := worker.ExecContext(ctx, `CREATE TABLE side (n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := `INSERT INTO side (n) VALUES (1)`
+	err = fence.Fenced(ctx, worker.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+		if _, err := other.ExecContext(ctx, insert); err == nil || !database.FromDriver(err) {
+			t.Errorf("another writer wrote while the unfenced transaction ran (err %v); want a busy refusal", err)
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM side`).Scan(&n); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, insert)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("unfenced write: %v", err)
+	}
+	if _, err := other.ExecContext(ctx, insert); err != nil {
+		t.Fatalf("another writer after the commit: %v", err)
+	}
+}
