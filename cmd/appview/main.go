@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -32,8 +34,18 @@ func main() {
 }
 
 func run(args []string) int {
-	root := newRootCommand()
+	sigs := make(chan os.Signal, 2)
+	root := newRootCommand(sigs)
 	root.SetArgs(args)
+	// serve takes SIGINT/SIGTERM from its first instant, before flags and
+	// configuration are read: a background job of a non-interactive shell
+	// starts with SIGINT ignored, and until Notify a SIGINT sent to it is
+	// discarded (a stop sent right after the start was lost). Only a signal
+	// arriving during the runtime's own initialisation can still be lost.
+	if c, _, err := root.Find(args); err == nil && c.Name() == "serve" {
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
 	err := root.Execute()
 	var logged *loggedError
 	if errors.As(err, &logged) {
@@ -42,7 +54,9 @@ func run(args []string) int {
 	return cli.Exit("appview", err)
 }
 
-func newRootCommand() *cobra.Command {
+// newRootCommand builds the command tree; serve reads its stop signals
+// from sigs (run subscribes it to SIGINT and SIGTERM).
+func newRootCommand(sigs chan os.Signal) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "appview",
 		Short:         "Background worker runtime of an AT Protocol container registry AppView",
@@ -64,7 +78,7 @@ func newRootCommand() *cobra.Command {
 		}
 	}
 	migrated, existing := opener(cli.OpenDatabase), opener(cli.OpenExisting)
-	root.AddCommand(newServeCommand(flags), newConfigCommand(), newLeasesCommand(existing),
+	root.AddCommand(newServeCommand(flags, sigs), newConfigCommand(), newLeasesCommand(existing),
 		newWebhooksCommand(migrated, existing), newReplayCommand(),
 		newVersionCommand(), newBackfillCommand(existing), newHealthcheckCommand(flags))
 	cli.StrictUsage(root)

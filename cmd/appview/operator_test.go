@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -313,4 +316,55 @@ func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
 	}
 	// Nothing is wrong with the command line: the database already holds it.
 	assertFailure(t, runAppview(t, dir, childEnv(), add...), "appview: webhook 1 already delivers to http://127.0.0.1:9/hook for did:plc:alice")
+}
+
+// A background job of a non-interactive shell (`appview serve &` in a
+// script) starts with SIGINT ignored, and a SIGINT sent before serve
+// subscribes to it is discarded by the kernel. Found from outside: `kill
+// -INT` right after the start was lost and the instance ran on. serve
+// subscribes before reading its configuration, so a SIGINT that arrives
+// while it reads (here: the configuration is a FIFO nobody has written
+// yet) aborts the start.
+func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "appview.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	cmd := exec.Command("sh", "-c", `trap "" INT; exec "$0" serve --config "$1"`, appviewBin, fifo)
+	cmd.Dir, cmd.Env = dir, childEnv()
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	done := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	// Opening the FIFO for writing returns once serve has opened it to read
+	// its configuration: the process is past the shell and in serve.
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fmt.Fprintf(w, "database:\n  url: file:%s\nadmin:\n  addr: \"\"\n", filepath.Join(dir, "appview.db"))
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+		if waitErr != nil {
+			t.Fatalf("exit: %v, want 0\nstderr:\n%s", waitErr, stderr.String())
+		}
+	case <-time.After(startTimeout):
+		t.Fatalf("a SIGINT sent while serve read its configuration was lost: still running after %s\nstderr:\n%s", startTimeout, stderr.String())
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/atcr-io/appview/internal/cli"
@@ -39,7 +37,9 @@ const adminShutdownTimeout = 2 * time.Second
 // later is an operator who will not wait for the leases to be released.
 const secondSignalAfter = 500 * time.Millisecond
 
-func newServeCommand(flags *cli.ConfigFlags) *cobra.Command {
+// newServeCommand builds `serve`; sigs carries SIGINT/SIGTERM (run
+// subscribes it before anything else runs).
+func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
 		Short: "Run an instance until SIGINT/SIGTERM; exit 0 once every lease it held is released",
@@ -49,9 +49,6 @@ func newServeCommand(flags *cli.ConfigFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
 			return serve(cmd.Context(), cfg, sigs, flags.Warnings()...)
 		},
 	}
