@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -287,6 +288,35 @@ func (a *applier) apply(o *op) (bool, error) {
 		return a.putStats(o)
 	}
 	return false, fmt.Errorf("no handler for %s", o.collection)
+}
+
+// readUsers marks, among dids, those whose users row exists, so
+// ensureUser writes nothing for them (the processor never deletes a users
+// row, and the transaction holds the write lock).
+func (a *applier) readUsers(dids []string) error {
+	return database.Chunks(len(dids), 1, 0, func(lo, hi int) error {
+		args := make([]any, hi-lo)
+		for i, d := range dids[lo:hi] {
+			args[i] = d
+		}
+		rows, err := a.tx.QueryContext(a.ctx, `SELECT `+database.Text("did")+` FROM users WHERE did IN (`+
+			strings.TrimSuffix(strings.Repeat("?, ", hi-lo), ", ")+`)`, args...)
+		if err != nil {
+			return fmt.Errorf("read users: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var did string
+			if err := rows.Scan(&did); err != nil {
+				return fmt.Errorf("read users: %w", err)
+			}
+			a.users[did] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read users: %w", err)
+		}
+		return nil
+	})
 }
 
 // ensureUser creates the users row of a DID that has a user-repo record.

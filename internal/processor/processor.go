@@ -244,12 +244,16 @@ func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *T
 	return &TxSession{p: p, ctx: ctx, tx: tx, c: c, st: newTxState()}
 }
 
-// Preload reads, in one query per database.Chunks of keys, the
-// tombstones of every record that events create or update, so the
-// session's Apply calls for those events read none. Calling it is
-// optional; errors are the database's.
+// Preload reads what the session's Apply calls for events would read one
+// chunk at a time, each in one query per database.Chunks of keys: the
+// tombstones of every record events create or update, and which of their
+// DIDs already have a users row (so no statement ensures those rows: an
+// INSERT ... DO NOTHING of an existing row changes nothing). Calling it
+// is optional; errors are the database's.
 func (s *TxSession) Preload(events []jetstream.Event) error {
 	var keys []recordKey
+	var dids []string
+	seen := map[string]bool{}
 	for i := range events {
 		ev := &events[i]
 		if ev.Kind != jetstream.KindCommit || ev.Commit == nil || !knownCollection(ev.Commit.Collection) ||
@@ -257,10 +261,17 @@ func (s *TxSession) Preload(events []jetstream.Event) error {
 			continue
 		}
 		keys = append(keys, recordKey{ev.DID, ev.Commit.Collection, ev.Commit.RKey})
+		if !seen[ev.DID] && !s.st.users[ev.DID] {
+			seen[ev.DID] = true
+			dids = append(dids, ev.DID)
+		}
 	}
 	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
 	a.use(s.st)
-	return a.readTombstones(keys)
+	if err := a.readTombstones(keys); err != nil {
+		return err
+	}
+	return a.readUsers(dids)
 }
 
 // Apply applies events, in order, after those of the session's earlier
