@@ -25,7 +25,8 @@ type applier struct {
 	pendingStats     []HoldStat
 	pendingManifests []NewManifest
 	// pendingTouched are the repositories whose stars or hold stats the
-	// event changed: their aggregate is recomputed at the end of the batch.
+	// event changed: their aggregate is recomputed once per transaction
+	// (TxSession.Finish).
 	pendingTouched []repoKey
 	// touched maps each repository whose stars or hold stats the batch
 	// changed to the time (ms) of the latest event that changed them.
