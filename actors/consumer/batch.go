@@ -154,7 +154,8 @@ func commitBatchAt(ctx context.Context, db *sql.DB, c fence.Custody, p *processo
 // lockChunk is how many events commitPrefixAt applies between two looks
 // at its budget: the write lock is held at most the budget plus the time
 // of one chunk. Smaller chunks bound it tighter but cost a processor
-// batch (savepoint, tombstone and rev look-ups, aggregate refresh) each.
+// savepoint each (the rev and tombstone look-ups, the users rows and the
+// aggregate refresh are once per transaction: revScreen, TxSession).
 const lockChunk = 25
 
 // commitPrefixAt is commitBatchAt for as many events as fit in budget:
@@ -181,22 +182,29 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 		out, n = committed{}, 0
 		start := time.Now()
 		var syncs []string
+		// The stored revs are read once for the whole batch; the screen
+		// keeps each chunk's revs in memory, so the next chunk is judged
+		// as it would have been within one screen, and they are stored
+		// once, for the prefix that commits.
+		revs, err := newRevScreen(ctx, tx, events)
+		if err != nil {
+			return err
+		}
+		// One processor session for the transaction: tombstones are read
+		// once for the batch, and the aggregates are recomputed once, for
+		// the prefix that commits.
+		session := p.BeginTx(ctx, tx, c)
+		if err := session.Preload(events); err != nil {
+			return err
+		}
 		for n < len(events) {
 			chunk := events[n:]
 			if budget > 0 {
 				chunk = chunk[:min(lockChunk, len(chunk))]
 			}
-			// Revs are recorded per chunk, so the next chunk's screen
-			// sees them as it would have seen them within one screen.
-			apply, s, stale, err := screen(ctx, tx, chunk)
+			apply, s, stale := revs.screen(chunk)
+			res, err := session.Apply(apply)
 			if err != nil {
-				return err
-			}
-			res, err := p.ApplyTx(ctx, tx, c, apply)
-			if err != nil {
-				return err
-			}
-			if err := recordRevs(ctx, tx, apply); err != nil {
 				return err
 			}
 			syncs = append(syncs, s...)
@@ -207,6 +215,12 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 			if budget > 0 && time.Since(start) >= budget {
 				break
 			}
+		}
+		if err := session.Finish(); err != nil {
+			return err
+		}
+		if err := revs.record(ctx, tx); err != nil {
+			return err
 		}
 		if err := requestResyncs(ctx, tx, syncs, reasonSync); err != nil {
 			return err

@@ -9,8 +9,10 @@
 // commitBatch is the unit of progress. Inside fence.Fenced under the
 // worker's custody it
 //
-//  1. applies the events (processor.ApplyTx): records, per-hold stats and
-//     the repository_stats aggregate recomputed from persisted rows;
+//  1. applies the events (a processor.TxSession, one Apply per
+//     commit-budget chunk, the revs screened and recorded once per
+//     transaction): records, per-hold stats and the repository_stats
+//     aggregate recomputed from persisted rows (TxSession.Finish);
 //  2. enqueues a webhook delivery per subscriber for every manifest stored
 //     for the first time (webhooks.EnqueueTx; idempotent by event key);
 //  3. writes the cursor, last: the time_us of the batch's last event.

@@ -22,17 +22,24 @@ const (
 // statement at 32,766 variables; a batch holds far fewer DIDs).
 const maxRevLookup = 500
 
-// screen splits a batch before it is applied: the events to apply, the
-// DIDs of #sync events (not for the processor: they queue a re-read), and
-// the number of stale commits dropped. A commit is stale when its rev is
-// older than the newest rev recorded for its repository (repo_revs, or an
-// earlier commit of this batch): Jetstream delivers at-least-once and in
-// order per repository, so an older rev is a replay (after a resume by
-// time on another host) or a broken upstream, and applying it could only
-// roll the repository back. An equal rev is applied (one commit carries
-// several operations, all with its rev; applying again is idempotent).
-// A rev that is not a TID is never judged stale.
-func screen(ctx context.Context, tx *sql.Tx, events []jetstream.Event) (apply []jetstream.Event, syncs []string, stale int, err error) {
+// revScreen screens the chunks of one transaction (see screen) against
+// the newest rev of each repository: the revs stored in repo_revs, read
+// once for every DID of the transaction's events, and the revs of the
+// commits screened so far, kept in memory. Chunk by chunk it therefore
+// judges a commit exactly as a fresh look-up after recording the earlier
+// chunks' revs would, without a look-up and a write per chunk and DID.
+type revScreen struct {
+	// newest is the newest rev known per DID (stored or screened).
+	newest map[string]string
+	// applied is the newest rev of each DID among the commits screened
+	// to be applied, in first-seen order (recorded by record).
+	applied map[string]string
+	order   []string
+}
+
+// newRevScreen reads the stored revs of every repository with a commit in
+// events (maxRevLookup DIDs a query).
+func newRevScreen(ctx context.Context, tx *sql.Tx, events []jetstream.Event) (*revScreen, error) {
 	var dids []string
 	seen := map[string]bool{}
 	for i := range events {
@@ -44,26 +51,65 @@ func screen(ctx context.Context, tx *sql.Tx, events []jetstream.Event) (apply []
 	}
 	newest, err := loadRevs(ctx, tx, dids)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	apply = make([]jetstream.Event, 0, len(events))
-	for i := range events {
-		ev := &events[i]
+	return &revScreen{newest: newest, applied: map[string]string{}}, nil
+}
+
+// screen splits a chunk before it is applied: the events to apply, the
+// DIDs of #sync events (not for the processor: they queue a re-read), and
+// the number of stale commits dropped. A commit is stale when its rev is
+// older than the newest rev recorded for its repository (repo_revs, or an
+// earlier commit of this transaction): Jetstream delivers at-least-once
+// and in order per repository, so an older rev is a replay (after a
+// resume by time on another host) or a broken upstream, and applying it
+// could only roll the repository back. An equal rev is applied (one
+// commit carries several operations, all with its rev; applying again is
+// idempotent). A rev that is not a TID is never judged stale. Every DID
+// of chunk must have been among newRevScreen's events.
+func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, syncs []string, stale int) {
+	apply = make([]jetstream.Event, 0, len(chunk))
+	for i := range chunk {
+		ev := &chunk[i]
 		switch {
 		case ev.Kind == jetstream.KindSync:
 			syncs = append(syncs, ev.DID)
 			continue
 		case ev.Commit != nil && validTID(ev.Commit.Rev):
 			rev := ev.Commit.Rev
-			if have, ok := newest[ev.DID]; ok && rev < have {
+			if have, ok := s.newest[ev.DID]; ok && rev < have {
 				stale++
 				continue
 			}
-			newest[ev.DID] = rev
+			s.newest[ev.DID] = rev
+			if have, ok := s.applied[ev.DID]; !ok {
+				s.order = append(s.order, ev.DID)
+				s.applied[ev.DID] = rev
+			} else if rev > have {
+				s.applied[ev.DID] = rev
+			}
 		}
 		apply = append(apply, *ev)
 	}
-	return apply, syncs, stale, nil
+	return apply, syncs, stale
+}
+
+// record stores the newest applied rev of every repository screened so
+// far (recordRevs), maxRevLookup repositories a statement.
+func (s *revScreen) record(ctx context.Context, tx *sql.Tx) error {
+	for start := 0; start < len(s.order); start += maxRevLookup {
+		chunk := s.order[start:min(start+maxRevLookup, len(s.order))]
+		args := make([]any, 0, 2*len(chunk))
+		for _, did := range chunk {
+			args = append(args, did, s.applied[did])
+		}
+		q := `INSERT INTO repo_revs (did, rev, updated_at) VALUES (?, ?, ` + database.NowMS + `)` +
+			strings.Repeat(`, (?, ?, `+database.NowMS+`)`, len(chunk)-1) + recordRevsConflict
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("record revs of %d repositories: %w", len(chunk), err)
+		}
+	}
+	return nil
 }
 
 // validTID reports whether rev is a TID, so that two revs compare by
@@ -105,34 +151,14 @@ func loadRevs(ctx context.Context, tx *sql.Tx, dids []string) (map[string]string
 	return out, nil
 }
 
-// recordRevsSQL keeps the newest rev per repository (never moves back).
-const recordRevsSQL = `INSERT INTO repo_revs (did, rev, updated_at) VALUES (?1, ?2, ` + database.NowMS + `)
+// recordRevsConflict keeps the newest rev per repository (never moves
+// back); a VALUES list naming each DID once precedes it.
+const recordRevsConflict = `
 ON CONFLICT (did) DO UPDATE SET rev = excluded.rev, updated_at = excluded.updated_at
 WHERE excluded.rev > repo_revs.rev`
 
-// recordRevs stores the newest commit rev of each repository in applied.
-func recordRevs(ctx context.Context, tx *sql.Tx, applied []jetstream.Event) error {
-	newest := map[string]string{}
-	var order []string
-	for i := range applied {
-		ev := &applied[i]
-		if ev.Commit == nil || !validTID(ev.Commit.Rev) {
-			continue
-		}
-		if have, ok := newest[ev.DID]; !ok {
-			order = append(order, ev.DID)
-			newest[ev.DID] = ev.Commit.Rev
-		} else if ev.Commit.Rev > have {
-			newest[ev.DID] = ev.Commit.Rev
-		}
-	}
-	for _, did := range order {
-		if _, err := tx.ExecContext(ctx, recordRevsSQL, did, newest[did]); err != nil {
-			return fmt.Errorf("record rev of %s: %w", did, err)
-		}
-	}
-	return nil
-}
+// recordRevsSQL stores one repository's rev (the re-reader's).
+const recordRevsSQL = `INSERT INTO repo_revs (did, rev, updated_at) VALUES (?1, ?2, ` + database.NowMS + `)` + recordRevsConflict
 
 // requestResyncSQL queues a repository for a re-read, at once; a repository
 // already queued keeps its attempts and is due now.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -24,7 +25,8 @@ type applier struct {
 	pendingStats     []HoldStat
 	pendingManifests []NewManifest
 	// pendingTouched are the repositories whose stars or hold stats the
-	// event changed: their aggregate is recomputed at the end of the batch.
+	// event changed: their aggregate is recomputed once per transaction
+	// (TxSession.Finish).
 	pendingTouched []repoKey
 	// touched maps each repository whose stars or hold stats the batch
 	// changed to the time (ms) of the latest event that changed them.
@@ -33,6 +35,37 @@ type applier struct {
 	users map[string]bool
 	// tombstones are the newest delete (version) of the batch's records.
 	tombstones map[recordKey]string
+	// loaded are the records whose tombstone has been read from the
+	// database in this transaction (so tombstones holds it, or it has none
+	// but what the transaction's own deletes wrote).
+	loaded map[recordKey]bool
+}
+
+// txState is what an applier knows of its transaction, carried from one
+// TxSession.Apply to the next.
+type txState struct {
+	touched    map[repoKey]int64
+	users      map[string]bool
+	tombstones map[recordKey]string
+	loaded     map[recordKey]bool
+}
+
+func newTxState() txState {
+	return txState{touched: map[repoKey]int64{}, users: map[string]bool{}, tombstones: map[recordKey]string{}, loaded: map[recordKey]bool{}}
+}
+
+func (s txState) clone() txState {
+	return txState{touched: maps.Clone(s.touched), users: maps.Clone(s.users), tombstones: maps.Clone(s.tombstones), loaded: maps.Clone(s.loaded)}
+}
+
+// use makes s the applier's state.
+func (a *applier) use(s txState) {
+	a.touched, a.users, a.tombstones, a.loaded = s.touched, s.users, s.tombstones, s.loaded
+}
+
+// state is the applier's state (applyInSavepoint may have replaced maps).
+func (a *applier) state() txState {
+	return txState{touched: a.touched, users: a.users, tombstones: a.tombstones, loaded: a.loaded}
 }
 
 // savepointError means the transaction cannot isolate events any more.
@@ -64,21 +97,22 @@ func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, e
 }
 
 // run applies the decoded ops of a batch (nil where decoding skipped the
-// event) inside SAVEPOINT batch. With perEvent false it stops at the first
-// failing event and returns its error with the batch savepoint still open,
-// for the caller to roll back and run again with perEvent true; then each
-// event has its own savepoint and a failing one is rolled back alone and
-// recorded in outs. Only a fatal error is returned with perEvent true.
+// event) inside SAVEPOINT batch, on the applier's state (use). With
+// perEvent false it stops at the first failing event and returns its
+// error with the batch savepoint still open, for the caller to roll back,
+// restore the state it started from, and run again with perEvent true;
+// then each event has its own savepoint and a failing one is rolled back
+// alone and recorded in outs. Only a fatal error is returned with perEvent
+// true. The aggregates of the repositories it touched are left to
+// refreshTouched.
 func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) {
 	a.res = Result{}
-	a.users = map[string]bool{}
 	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT batch"); err != nil {
 		return Result{}, &savepointError{err}
 	}
 	if err := a.loadTombstones(ops); err != nil {
 		return Result{}, err
 	}
-	a.touched = map[repoKey]int64{}
 	for i, o := range ops {
 		if o == nil {
 			continue
@@ -110,12 +144,6 @@ func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) 
 				outs[i] = outcome{reason: ReasonDatabase, err: err}
 			}
 		}
-	}
-	// Once per repository per batch: the aggregate depends only on the
-	// persisted rows, and updated_at is the latest event that changed them,
-	// so where batch boundaries fall does not change the stored row.
-	if err := a.refreshTouched(); err != nil {
-		return Result{}, err
 	}
 	if _, err := a.tx.ExecContext(a.ctx, "RELEASE batch"); err != nil {
 		return Result{}, &savepointError{err}
@@ -172,19 +200,28 @@ var tombstoneColumns = database.Text("t.did") + ", " + database.Text("t.collecti
 	database.Text("t.rkey") + ", " + database.Text("t.version")
 
 // loadTombstones reads the tombstones of every record the batch creates
-// or updates, in a few queries instead of one per event; deletes in the
-// batch then keep the map current.
+// or updates that the transaction has not read yet, in a few queries
+// instead of one per event; deletes in the transaction then keep the map
+// current.
 func (a *applier) loadTombstones(ops []*op) error {
-	a.tombstones = map[recordKey]string{}
 	var keys []recordKey
-	seen := map[recordKey]bool{}
 	for _, o := range ops {
 		if o == nil || o.collection == "" || o.delete {
 			continue
 		}
-		k := recordKey{o.did, o.collection, o.rkey}
-		if !seen[k] {
-			seen[k] = true
+		keys = append(keys, recordKey{o.did, o.collection, o.rkey})
+	}
+	return a.readTombstones(keys)
+}
+
+// readTombstones reads the tombstones of keys not read yet. A record read
+// after one of the transaction's deletes wrote its tombstone gets the
+// stored version, which includes that delete's.
+func (a *applier) readTombstones(all []recordKey) error {
+	var keys []recordKey
+	for _, k := range all {
+		if !a.loaded[k] {
+			a.loaded[k] = true
 			keys = append(keys, k)
 		}
 	}
@@ -252,6 +289,35 @@ func (a *applier) apply(o *op) (bool, error) {
 		return a.putStats(o)
 	}
 	return false, fmt.Errorf("no handler for %s", o.collection)
+}
+
+// readUsers marks, among dids, those whose users row exists, so
+// ensureUser writes nothing for them (the processor never deletes a users
+// row, and the transaction holds the write lock).
+func (a *applier) readUsers(dids []string) error {
+	return database.Chunks(len(dids), 1, 0, func(lo, hi int) error {
+		args := make([]any, hi-lo)
+		for i, d := range dids[lo:hi] {
+			args[i] = d
+		}
+		rows, err := a.tx.QueryContext(a.ctx, `SELECT `+database.Text("did")+` FROM users WHERE did IN (`+
+			strings.TrimSuffix(strings.Repeat("?, ", hi-lo), ", ")+`)`, args...)
+		if err != nil {
+			return fmt.Errorf("read users: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var did string
+			if err := rows.Scan(&did); err != nil {
+				return fmt.Errorf("read users: %w", err)
+			}
+			a.users[did] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read users: %w", err)
+		}
+		return nil
+	})
 }
 
 // ensureUser creates the users row of a DID that has a user-repo record.

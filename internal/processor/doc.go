@@ -14,6 +14,11 @@
 //	    ... webhooks.EnqueueTx(ctx, tx, pushes(res.NewManifests)) ...
 //	    ... write cursor res.MaxTimeUS ...
 //	})
+//	// the same transaction in chunks (the consumer's commit budget)
+//	s := p.BeginTx(ctx, tx, custody)
+//	_ = s.Preload(batch) // optional: one read for the whole batch
+//	res, err := s.Apply(batch[:25]) ... s.Apply(batch[25:50]) ...
+//	err = s.Finish() // the aggregates, once
 //	// backfill: one shot
 //	res, err := p.Apply(ctx, db, custody, events)
 //

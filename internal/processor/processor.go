@@ -211,18 +211,80 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, even
 // transaction under c, so the caller can commit other effects (webhook
 // deliveries, the cursor, a backfill checkpoint) atomically with the
 // records. c.Fence is stamped on the repository_stats rows the batch
-// writes. ApplyTx never commits or rolls back tx.
+// writes. ApplyTx never commits or rolls back tx. It is BeginTx, one
+// TxSession.Apply and TxSession.Finish; errors are theirs.
+func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Result, error) {
+	s := p.BeginTx(ctx, tx, c)
+	res, err := s.Apply(events)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.Finish(); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// TxSession applies the events of one transaction in several calls (the
+// consumer's commit-budget chunks) as ApplyTx would apply them in one:
+// what it read and wrote (tombstones, users rows ensured, repositories
+// touched) is kept from one Apply to the next, so each chunk does not read
+// it again, and the aggregates are recomputed once, by Finish. A session
+// is used by one goroutine, inside its transaction only.
+type TxSession struct {
+	p   *Processor
+	ctx context.Context
+	tx  *sql.Tx
+	c   fence.Custody
+	st  txState
+}
+
+// BeginTx starts a session in tx (see ApplyTx for ctx, tx and c).
+func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
+	return &TxSession{p: p, ctx: ctx, tx: tx, c: c, st: newTxState()}
+}
+
+// Preload reads what the session's Apply calls for events would read one
+// chunk at a time, each in one query per database.Chunks of keys: the
+// tombstones of every record events create or update, and which of their
+// DIDs already have a users row (so no statement ensures those rows: an
+// INSERT ... DO NOTHING of an existing row changes nothing). Calling it
+// is optional; errors are the database's.
+func (s *TxSession) Preload(events []jetstream.Event) error {
+	var keys []recordKey
+	var dids []string
+	seen := map[string]bool{}
+	for i := range events {
+		ev := &events[i]
+		if ev.Kind != jetstream.KindCommit || ev.Commit == nil || !knownCollection(ev.Commit.Collection) ||
+			(ev.Commit.Operation != jetstream.OpCreate && ev.Commit.Operation != jetstream.OpUpdate) {
+			continue
+		}
+		keys = append(keys, recordKey{ev.DID, ev.Commit.Collection, ev.Commit.RKey})
+		if !seen[ev.DID] && !s.st.users[ev.DID] {
+			seen[ev.DID] = true
+			dids = append(dids, ev.DID)
+		}
+	}
+	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
+	a.use(s.st)
+	if err := a.readTombstones(keys); err != nil {
+		return err
+	}
+	return a.readUsers(dids)
+}
+
+// Apply applies events, in order, after those of the session's earlier
+// calls.
 //
 // Each event runs under its own SAVEPOINT: an invalid event is skipped
 // before it touches the database, and an event the database refuses is
-// rolled back alone and counted under ReasonDatabase; the rest of the batch
-// still lands. The aggregate (repository_stats) of every repository whose
-// stars or hold stats the batch changed is recomputed at the end of the
-// batch from the persisted per-hold and star rows. ApplyTx returns an error only when the transaction itself is no
-// longer usable (a savepoint cannot be taken or rolled back, the database
-// is locked or failing, ctx is done); the caller must then roll back and
-// retry the whole batch.
-func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Result, error) {
+// rolled back alone and counted under ReasonDatabase; the rest of the
+// events still land. Apply returns an error only when the transaction
+// itself is no longer usable (a savepoint cannot be taken or rolled back,
+// the database is locked or failing, ctx is done); the caller must then
+// roll back and retry the whole transaction.
+func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 	start := time.Now()
 	outs := make([]outcome, len(events))
 	ops := make([]*op, len(events))
@@ -234,29 +296,50 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, ev
 		ops[i], outs[i].reason, err = decode(ev)
 		outs[i].err = err
 	}
-	a := &applier{ctx: ctx, tx: tx, fence: c.Fence, handles: handlesFrom(ctx)}
-	// Fast path: the whole batch under one savepoint, no savepoint per event.
-	// If any event fails, roll the batch back to it and redo it with a
-	// savepoint per event, so only the failing events are lost.
+	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx)}
+	// Fast path: all events under one savepoint, no savepoint per event.
+	// If any event fails, roll them back to it, restore what the session
+	// knew before them, and redo them with a savepoint per event, so only
+	// the failing events are lost.
+	saved := s.st.clone()
+	a.use(s.st)
 	res, err := a.run(ops, outs, false)
 	if err != nil && !fatal(err) {
-		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO batch"); rerr != nil {
+		if _, rerr := s.tx.ExecContext(s.ctx, "ROLLBACK TO batch"); rerr != nil {
 			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
 		}
-		if _, rerr := tx.ExecContext(ctx, "RELEASE batch"); rerr != nil {
+		if _, rerr := s.tx.ExecContext(s.ctx, "RELEASE batch"); rerr != nil {
 			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
 		}
+		a.use(saved)
 		res, err = a.run(ops, outs, true)
 	}
 	if err != nil {
 		return Result{}, err
 	}
+	s.st = a.state()
 	res.Events, res.MaxTimeUS = len(events), maxUS
 	for i := range events {
-		p.report(&events[i], &outs[i], &res)
+		s.p.report(&events[i], &outs[i], &res)
 	}
-	p.metrics.batch(time.Since(start))
+	s.p.metrics.batch(time.Since(start))
 	return res, nil
+}
+
+// Finish recomputes the aggregate (repository_stats) of every repository
+// whose stars or hold stats the session's events changed, from the
+// persisted per-hold and star rows. Once per repository per transaction:
+// the aggregate depends only on the persisted rows, and updated_at is the
+// latest event that changed them, so where the calls (or batches) fall
+// does not change the stored row. Errors are the database's.
+func (s *TxSession) Finish() error {
+	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
+	a.use(s.st)
+	if err := a.refreshTouched(); err != nil {
+		return err
+	}
+	clear(s.st.touched)
+	return nil
 }
 
 // outcome is what happened to one event of a batch.
