@@ -133,7 +133,11 @@ func (r *Renewer) Close(ctx context.Context) error {
 		req.done <- fmt.Errorf("renew lease %q: %w", req.c.Lease, ErrRenewerClosed)
 	}
 	r.queue = nil
+	inFlight := r.running
 	r.mu.Unlock()
+	if !inFlight {
+		return nil
+	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
