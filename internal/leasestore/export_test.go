@@ -1,8 +1,8 @@
 package leasestore
 
-// RenewAllSQL exposes the batched renewal statement for n grants to the
-// query-plan test.
-func RenewAllSQL(n int) string { return renewAllSQL(n) }
+// RenewAllSQL and RenewedSQL expose the batched renewal's statements to
+// the query-plan test.
+var RenewAllSQL, RenewedSQL = renewAllSQL, renewedSQL
 
 // Queued is how many renewals wait for a statement.
 func (r *Renewer) Queued() int {

@@ -2,52 +2,41 @@ package leasestore
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// MaxRenewBatch is the most grants one renewal statement carries: three
-// variables a grant plus the TTL stay well under SQLite's 32,766
-// variables per statement. RenewAll splits longer lists into statements of
-// this many.
+// MaxRenewBatch is the most grants one renewal statement carries, so a
+// statement's time (and the write lock it holds) stays bounded. RenewAll
+// splits longer lists into statements of this many.
 const MaxRenewBatch = 2000
 
-// renewAllHead and renewAllTail surround the VALUES list of the batched
-// renewal. Each row of the list is (name, holder, fence); SQLite names
-// the columns column1..column3. The join on leases.name lets SQLite look
-// every listed grant up by the primary key (EXPLAIN QUERY PLAN: a scan of
-// the VALUES list, then "SEARCH leases USING INDEX sqlite_autoindex_leases_1
-// (name=?)"), and the per-row holder and fence match and the released-grant
-// guard are renewSQL's, so each grant renews exactly when Renew would
-// renew it. RETURNING tells which grants did: the ones it does not name
-// are superseded or released. (The name is read through database.Text:
-// an operator's lease name may look like a date.)
+// The batched renewal takes its grants as one parameter, a JSON array of
+// [name, holder, fence] triples, not as three variables a grant: the
+// statement then compiles in the same time for 5 grants or 2,000 (go-libsql
+// prepares every statement on every call) and SQLite's 32,766-variable cap
+// never applies. The join on leases.name lets SQLite look every listed
+// grant up by the primary key (EXPLAIN QUERY PLAN: a scan of json_each,
+// then "SEARCH leases USING INDEX sqlite_autoindex_leases_1 (name=?)"),
+// and the per-grant holder and fence match and the released-grant guard
+// are renewSQL's, so each grant renews exactly when Renew would renew it.
 var (
-	renewAllHead = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?1
-FROM (VALUES `
-	renewAllTail = `) AS r
-WHERE leases.name = r.column1 AND leases.holder = r.column2 AND leases.fence = r.column3
-  AND leases.renewed_at <> leases.expires_at
-RETURNING ` + database.Text("leases.name") + `, leases.fence`
-)
+	renewAllSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?1
+FROM json_each(?2) AS r
+WHERE leases.name = r.value ->> 0 AND leases.holder = r.value ->> 1 AND leases.fence = r.value ->> 2
+  AND leases.renewed_at <> leases.expires_at`
 
-// renewAllSQL returns the batched renewal statement for n grants.
-func renewAllSQL(n int) string {
-	var b strings.Builder
-	b.Grow(len(renewAllHead) + len(renewAllTail) + n*10)
-	b.WriteString(renewAllHead)
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?)")
-	}
-	b.WriteString(renewAllTail)
-	return b.String()
-}
+	// renewedSQL finds, of the grants listed, those the table still
+	// carries unreleased: after renewAllSQL fell short of renewing them
+	// all, exactly the renewed ones (see renewChunk).
+	renewedSQL = `SELECT ` + database.Text("leases.name") + `, leases.fence FROM leases, json_each(?1) AS r
+WHERE leases.name = r.value ->> 0 AND leases.holder = r.value ->> 1 AND leases.fence = r.value ->> 2
+  AND leases.renewed_at <> leases.expires_at`
+)
 
 // RenewAll renews every grant of cs with one statement (one per
 // MaxRenewBatch grants), on the database's clock, and returns one error
@@ -77,9 +66,8 @@ func (s *Store) RenewAll(ctx context.Context, cs []fence.Custody) []error {
 	return errs
 }
 
-// grantKey is how a RETURNING row is matched to the grants asked for: a
-// name holds one fence at a time and fences are never reused, so name and
-// fence single out the grant (and its holder).
+// grantKey singles out a grant: a name holds one fence at a time and
+// fences are never reused, so name and fence determine the holder too.
 type grantKey struct {
 	name  string
 	fence int64
@@ -87,28 +75,63 @@ type grantKey struct {
 
 // renewChunk runs one batched statement for cs and writes each grant's
 // outcome to errs (same length).
+//
+// When the statement renewed as many rows as distinct grants were
+// listed, every grant was renewed: the common case costs one statement
+// and no rows read back (go-libsql crosses cgo several times a row read).
+// Otherwise one read finds which grants the table still carries,
+// unreleased: a grant that matched no row at the update cannot match
+// later (its fence is gone for good, or it was released, and a release is
+// never undone under the same fence), so every grant found was renewed.
+// A grant renewed and then superseded before the read is reported
+// superseded, which it is by then.
 func (s *Store) renewChunk(ctx context.Context, cs []fence.Custody, errs []error) {
-	args := make([]any, 0, 1+3*len(cs))
-	args = append(args, s.ttl.Milliseconds())
-	for _, c := range cs {
-		args = append(args, c.Lease, c.Holder, c.Fence)
+	list, distinct, err := grantList(cs)
+	var renewed map[grantKey]bool
+	if err == nil {
+		var res sql.Result
+		res, err = s.db.ExecContext(ctx, renewAllSQL, s.ttl.Milliseconds(), list)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n != int64(distinct) {
+			renewed, err = s.queryRenewed(ctx, list, distinct)
+		}
 	}
-	renewed, err := s.queryRenewed(ctx, renewAllSQL(len(cs)), args, len(cs))
 	for i, c := range cs {
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("renew lease %q: %w", c.Lease, err)
-		case !renewed[grantKey{c.Lease, c.Fence}]:
+		case renewed != nil && !renewed[grantKey{c.Lease, c.Fence}]:
 			errs[i] = fmt.Errorf("renew lease %q (fence %d): %w", c.Lease, c.Fence, fence.ErrSuperseded)
 		}
 		s.note(c.Lease, errs[i])
 	}
 }
 
-// queryRenewed runs the statement and returns the grants it renewed.
-// go-libsql fails a row-returning statement under Exec, so it is a Query.
-func (s *Store) queryRenewed(ctx context.Context, query string, args []any, n int) (map[grantKey]bool, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+// grantList returns cs as the JSON parameter of renewAllSQL, each
+// distinct grant once, and how many distinct grants it lists.
+func grantList(cs []fence.Custody) (string, int, error) {
+	seen := make(map[fence.Custody]bool, len(cs))
+	triples := make([][3]any, 0, len(cs))
+	for _, c := range cs {
+		if seen[c] {
+			continue
+		}
+		seen[c] = true
+		triples = append(triples, [3]any{c.Lease, c.Holder, c.Fence})
+	}
+	b, err := json.Marshal(triples)
+	if err != nil {
+		return "", 0, fmt.Errorf("encode the grants to renew: %w", err)
+	}
+	return string(b), len(triples), nil
+}
+
+// queryRenewed returns the listed grants the table carries unreleased.
+func (s *Store) queryRenewed(ctx context.Context, list string, n int) (map[grantKey]bool, error) {
+	rows, err := s.db.QueryContext(ctx, renewedSQL, list)
 	if err != nil {
 		return nil, err
 	}

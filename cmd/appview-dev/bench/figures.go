@@ -20,7 +20,7 @@ var stepFigures = map[string][]string{
 	"rtt-file":        {"acquire_rtt_p50_ms_file", "renew_rtt_p50_ms_file"},
 	"rtt-sqld":        {"acquire_rtt_p50_ms_sqld", "renew_rtt_p50_ms_sqld"},
 	"crash":           {"crash_handover_minus_ttl_p50_ms"},
-	"renew-cost":      {"renew_cost_ratio"},
+	"renew-cost":      {"renew_cost_ratio", "renew_cost_ratio_100", "renew_cost_ratio_5"},
 	"rss":             {"idle_rss_mb"},
 	"ingest":          {"ingest_ratio", "ingest_cpu_ratio", "ingest_events_per_s", "bare_rows_per_s"},
 	"ingest-sqld":     {"ingest_ratio_sqld", "ingest_cpu_ratio_sqld", "ingest_events_per_s_sqld", "bare_rows_per_s_sqld"},
