@@ -117,8 +117,9 @@ func New(o Options) (*System, error) {
 	s.renewer = leasestore.NewRenewer(store)
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
 		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log,
-			HTTP: &http.Client{Timeout: leasestore.NudgeTimeout, Transport: admin.BearerTransport(o.AdminToken, nil)}}
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
+		s.contenders.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout,
+			Transport: admin.BearerTransport(o.AdminToken, s.contenders.Transport())}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec
@@ -283,6 +284,10 @@ func (s *System) Stop(ctx context.Context) error {
 	// is asked any more; one still in flight is waited for, bounded.
 	if cerr := s.renewer.Close(ctx); cerr != nil && err == nil {
 		err = cerr
+	}
+	// This instance contends no more: releasing holders need not nudge it.
+	if ferr := s.contenders.Forget(ctx); ferr != nil {
+		s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
 	}
 	s.contenders.Wait()
 	s.actors.Shutdown()

@@ -242,6 +242,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 		a.step(ctx, machine.Start{})
 	case *StopRequested:
+		a.prepareNudges()
 		a.step(ctx, machine.StopRequested{})
 	case *Nudge:
 		a.step(ctx, machine.Nudge{})
@@ -279,6 +280,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.storeErrs.Debug().Err(msg.err).Msg("could not read the contenders' health; not yielding")
 		case msg.found:
 			if ok, since, reason := a.o.Health.Status(); !ok {
+				a.prepareNudges()
 				a.step(ctx, machine.YieldRequested{Reason: fmt.Errorf("worker unhealthy for %s (%s) and a contender reports healthy",
 					time.Since(since).Round(time.Millisecond), reason)})
 			}
@@ -452,6 +454,17 @@ func (a *leaseActor) maybeCheckYield() {
 		found, err := contenders.HealthyContender(ctx, a.o.Name)
 		late.sendOr(func() { sys.Root.Send(self, &yieldCheck{found: found, err: err}) }, func() {})
 	}()
+}
+
+// prepareNudges readies the nudges of the release a graceful stop or a
+// yield is about to make (leasestore.Contenders.Prepare): the contenders'
+// URLs are read and connections to them dialed while the worker drains,
+// so the handover after the release waits for one request, not for a
+// read, a dial and a request.
+func (a *leaseActor) prepareNudges() {
+	if a.o.Contenders != nil && !a.o.Unleased && a.m.HoldsCustody() {
+		a.o.Contenders.Prepare(a.o.Name)
+	}
 }
 
 func (a *leaseActor) healthy() bool {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -39,8 +41,31 @@ type Contenders struct {
 
 	mu   sync.Mutex
 	seen map[string]registered
+	// prepared holds, per lease, the nudge URLs read by Prepare for the
+	// release about to come.
+	prepared map[string]preparedNudge
+	// warm holds connections dialed ahead of a nudge, by host:port.
+	warm map[string][]warmConn
 	wg   sync.WaitGroup
 }
+
+// preparedNudge is what Prepare read for a lease: its contenders' URLs.
+type preparedNudge struct {
+	at   time.Time
+	urls []string
+}
+
+// warmConn is a connection dialed by Prepare, not used yet.
+type warmConn struct {
+	at   time.Time
+	conn net.Conn
+}
+
+// warmFor bounds how long a connection dialed ahead waits for its nudge:
+// well within the admin server's ReadHeaderTimeout (5 s), after which the
+// server would close it under the request. An older one is closed and a
+// new connection dialed.
+const warmFor = 2 * time.Second
 
 // registered is the last record this process wrote for a lease.
 type registered struct {
@@ -86,70 +111,201 @@ ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_
 	}()
 }
 
-// NudgeOthers tells every recent contender of lease except this instance
-// that it has just been released. It never blocks the caller.
-func (c *Contenders) NudgeOthers(lease string) {
+// Prepare readies the nudges of a release of lease that is about to come
+// (a graceful stop has begun, the worker drains): it reads the URLs of
+// the lease's recent contenders and dials a connection to each, so the
+// nudge after the release costs one request on an open connection, not a
+// database read, a dial and the request. It never blocks the caller;
+// NudgeOthers works without it.
+func (c *Contenders) Prepare(lease string) {
 	if c == nil {
 		return
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
-			lease, c.Instance, (3 * c.TTL).Milliseconds())
+		urls, err := c.urls(lease)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		var urls []string
-		for rows.Next() {
-			var u string
-			if rows.Scan(&u) == nil {
-				urls = append(urls, u)
-			}
+		c.mu.Lock()
+		if c.prepared == nil {
+			c.prepared = map[string]preparedNudge{}
 		}
-		rows.Close()
-		client := c.HTTP
-		if client == nil {
-			client = &http.Client{Timeout: NudgeTimeout}
-		}
-		var wg sync.WaitGroup
+		c.prepared[lease] = preparedNudge{at: time.Now(), urls: urls}
+		c.mu.Unlock()
 		for _, u := range urls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
-				defer cancel()
-				target, err := url.Parse(u)
-				if err != nil {
-					c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
-					return
-				}
-				q := target.Query()
-				q.Set("lease", lease)
-				target.RawQuery = q.Encode()
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
-				if err != nil {
-					return
-				}
-				resp, err := client.Do(req)
-				if err != nil {
-					c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge failed")
-					return
-				}
-				resp.Body.Close()
-			}()
+			target, err := url.Parse(u)
+			if err != nil || target.Scheme != "http" {
+				continue
+			}
+			addr := target.Host
+			if target.Port() == "" {
+				addr = net.JoinHostPort(target.Hostname(), "80")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+			conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			cancel()
+			if err != nil {
+				continue // the nudge dials again, and reports
+			}
+			c.mu.Lock()
+			if c.warm == nil {
+				c.warm = map[string][]warmConn{}
+			}
+			c.warm[addr] = append(c.warm[addr], warmConn{at: time.Now(), conn: conn})
+			c.mu.Unlock()
 		}
-		wg.Wait()
 	}()
 }
 
+// Transport returns the HTTP transport nudges should go through (the
+// base of Contenders.HTTP): http.DefaultTransport's settings, dialing
+// through the connections Prepare opened.
+func (c *Contenders) Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = c.dial
+	return t
+}
+
+// dial hands out a connection Prepare opened to addr, when one is fresh
+// enough, else dials.
+func (c *Contenders) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network == "tcp" {
+		c.mu.Lock()
+		for len(c.warm[addr]) > 0 {
+			conns := c.warm[addr]
+			w := conns[len(conns)-1]
+			c.warm[addr] = conns[:len(conns)-1]
+			if time.Since(w.at) < warmFor {
+				c.mu.Unlock()
+				return w.conn, nil
+			}
+			_ = w.conn.Close()
+		}
+		c.mu.Unlock()
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+// urls reads the nudge URLs of lease's recent contenders other than this
+// instance.
+func (c *Contenders) urls(lease string) ([]string, error) {
+	rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
+WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
+		lease, c.Instance, (3 * c.TTL).Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var urls []string
+	for rows.Next() {
+		var u string
+		if rows.Scan(&u) == nil {
+			urls = append(urls, u)
+		}
+	}
+	return urls, rows.Err()
+}
+
+// NudgeOthers tells every recent contender of lease except this instance
+// that it has just been released. It never blocks the caller. The
+// contenders Prepare read (within a TTL) are nudged at once; the table is
+// then read again, and a contender recorded since is nudged too.
+func (c *Contenders) NudgeOthers(lease string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	p, ok := c.prepared[lease]
+	delete(c.prepared, lease)
+	c.mu.Unlock()
+	nudged := map[string]bool{}
+	if ok && time.Since(p.at) < c.TTL {
+		for _, u := range p.urls {
+			nudged[u] = true
+			c.nudge(lease, u)
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		urls, err := c.urls(lease)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
+			return
+		}
+		for _, u := range urls {
+			if !nudged[u] {
+				c.nudge(lease, u)
+			}
+		}
+	}()
+}
+
+// nudge POSTs one nudge for lease to u, in the background.
+func (c *Contenders) nudge(lease, u string) {
+	client := c.HTTP
+	if client == nil {
+		client = &http.Client{Timeout: NudgeTimeout}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+		defer cancel()
+		target, err := url.Parse(u)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
+			return
+		}
+		q := target.Query()
+		q.Set("lease", lease)
+		target.RawQuery = q.Encode()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
+		if err != nil {
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge failed")
+			return
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}()
+}
+
+// Forget deletes this process's contender records (a stopping instance
+// contends no more), so that releasing holders stop nudging it. It
+// returns the database's error.
+func (c *Contenders) Forget(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	_, err := c.DB.ExecContext(ctx, `DELETE FROM lease_contenders WHERE instance = ?1 AND nonce = ?2`, c.Instance, c.Nonce)
+	if err != nil {
+		return fmt.Errorf("forget this instance's contender records: %w", err)
+	}
+	return nil
+}
+
 // Wait blocks until every write and nudge in flight has finished (for a
-// clean shutdown and leak-free tests).
+// clean shutdown and leak-free tests), then closes the connections
+// dialed ahead and not used.
 func (c *Contenders) Wait() {
-	if c != nil {
-		c.wg.Wait()
+	if c == nil {
+		return
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, conns := range c.warm {
+		for _, w := range conns {
+			_ = w.conn.Close()
+		}
+		delete(c.warm, addr)
 	}
 }
 
