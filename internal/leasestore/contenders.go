@@ -43,15 +43,17 @@ type Contenders struct {
 	seen map[string]registered
 	// prepared holds, per lease, the nudge URLs read by Prepare for the
 	// release about to come.
-	prepared map[string]preparedNudge
+	prepared map[string]*preparedNudge
 	// warm holds connections dialed ahead of a nudge, by host:port.
 	warm map[string][]warmConn
 	wg   sync.WaitGroup
 }
 
-// preparedNudge is what Prepare read for a lease: its contenders' URLs.
+// preparedNudge is Prepare's read of a lease's contenders: urls is set
+// (nil when the read failed) before read is closed.
 type preparedNudge struct {
 	at   time.Time
+	read chan struct{}
 	urls []string
 }
 
@@ -121,43 +123,52 @@ func (c *Contenders) Prepare(lease string) {
 	if c == nil {
 		return
 	}
+	p := &preparedNudge{at: time.Now(), read: make(chan struct{})}
+	c.mu.Lock()
+	if c.prepared == nil {
+		c.prepared = map[string]*preparedNudge{}
+	}
+	c.prepared[lease] = p
+	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		urls, err := c.urls(lease)
+		p.urls = urls
+		close(p.read)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		c.mu.Lock()
-		if c.prepared == nil {
-			c.prepared = map[string]preparedNudge{}
-		}
-		c.prepared[lease] = preparedNudge{at: time.Now(), urls: urls}
-		c.mu.Unlock()
 		for _, u := range urls {
-			target, err := url.Parse(u)
-			if err != nil || target.Scheme != "http" {
-				continue
-			}
-			addr := target.Host
-			if target.Port() == "" {
-				addr = net.JoinHostPort(target.Hostname(), "80")
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
-			conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-			cancel()
-			if err != nil {
-				continue // the nudge dials again, and reports
-			}
-			c.mu.Lock()
-			if c.warm == nil {
-				c.warm = map[string][]warmConn{}
-			}
-			c.warm[addr] = append(c.warm[addr], warmConn{at: time.Now(), conn: conn})
-			c.mu.Unlock()
+			c.dialAhead(u)
 		}
 	}()
+}
+
+// dialAhead opens a connection to the host of nudge URL u for dial to
+// hand out.
+func (c *Contenders) dialAhead(u string) {
+	target, err := url.Parse(u)
+	if err != nil || target.Scheme != "http" {
+		return
+	}
+	addr := target.Host
+	if target.Port() == "" {
+		addr = net.JoinHostPort(target.Hostname(), "80")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return // the nudge dials again, and reports
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.warm == nil {
+		c.warm = map[string][]warmConn{}
+	}
+	c.warm[addr] = append(c.warm[addr], warmConn{at: time.Now(), conn: conn})
 }
 
 // Transport returns the HTTP transport nudges should go through (the
@@ -218,19 +229,33 @@ func (c *Contenders) NudgeOthers(lease string) {
 		return
 	}
 	c.mu.Lock()
-	p, ok := c.prepared[lease]
+	p := c.prepared[lease]
 	delete(c.prepared, lease)
 	c.mu.Unlock()
-	nudged := map[string]bool{}
-	if ok && time.Since(p.at) < c.TTL {
-		for _, u := range p.urls {
-			nudged[u] = true
-			c.nudge(lease, u)
-		}
+	if p != nil && time.Since(p.at) >= c.TTL {
+		p = nil // too old to trust alone
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		nudged := map[string]bool{}
+		if p != nil {
+			// The read began before the release: wait for it rather
+			// than start another.
+			select {
+			case <-p.read:
+			case <-time.After(NudgeTimeout):
+			}
+			var sent sync.WaitGroup
+			for _, u := range p.urls {
+				nudged[u] = true
+				sent.Add(1)
+				c.nudge(lease, u, sent.Done)
+			}
+			// Read again once those are answered (they come first): a
+			// contender recorded since the read is nudged too.
+			sent.Wait()
+		}
 		urls, err := c.urls(lease)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
@@ -238,14 +263,15 @@ func (c *Contenders) NudgeOthers(lease string) {
 		}
 		for _, u := range urls {
 			if !nudged[u] {
-				c.nudge(lease, u)
+				c.nudge(lease, u, func() {})
 			}
 		}
 	}()
 }
 
-// nudge POSTs one nudge for lease to u, in the background.
-func (c *Contenders) nudge(lease, u string) {
+// nudge POSTs one nudge for lease to u, in the background, and calls
+// done when it is answered or has failed.
+func (c *Contenders) nudge(lease, u string, done func()) {
 	client := c.HTTP
 	if client == nil {
 		client = &http.Client{Timeout: NudgeTimeout}
@@ -253,6 +279,7 @@ func (c *Contenders) nudge(lease, u string) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer done()
 		ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
 		defer cancel()
 		target, err := url.Parse(u)
