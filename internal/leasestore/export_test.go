@@ -10,3 +10,14 @@ func (r *Renewer) Queued() int {
 	defer r.mu.Unlock()
 	return len(r.queue)
 }
+
+// WarmConns is how many connections Prepare dialed that wait for a nudge.
+func (c *Contenders) WarmConns() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, conns := range c.warm {
+		n += len(conns)
+	}
+	return n
+}
