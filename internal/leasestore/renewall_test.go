@@ -406,3 +406,24 @@ func TestRenewerClose(t *testing.T) {
 		t.Errorf("Close after the statement answered: %v", err)
 	}
 }
+
+// Lease names and holders are operator text: quotes, backslashes,
+// non-ASCII and date-like names renew like any other, and the outcome
+// read back (one grant superseded) matches them exactly.
+func TestRenewAllWithUnusualNames(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	s := leasestore.NewStore(db, ttl)
+	names := []string{`we"ird\name`, "ünïcode-lease", "2026-01-01 00:00:00", "tab\there", "plain"}
+	var cs []fence.Custody
+	for _, n := range names {
+		cs = append(cs, acquire(t, s, n, `holder "x"`))
+	}
+	if _, err := db.Exec(`UPDATE leases SET fence = fence + 1 WHERE name = 'plain'`); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range s.RenewAll(context.Background(), cs) {
+		if superseded := cs[i].Lease == "plain"; superseded != errors.Is(err, fence.ErrSuperseded) || (!superseded && err != nil) {
+			t.Errorf("%q: %v", cs[i].Lease, err)
+		}
+	}
+}
