@@ -457,10 +457,9 @@ func (a *leaseActor) maybeCheckYield() {
 }
 
 // prepareNudges readies the nudges of the release a graceful stop or a
-// yield is about to make (leasestore.Contenders.Prepare): the contenders'
-// URLs are read and connections to them dialed while the worker drains,
-// so the handover after the release waits for one request, not for a
-// read, a dial and a request.
+// yield is about to make (leasestore.Contenders.Prepare): connections to
+// the contenders are dialed while the worker drains, so the handover
+// after the release waits for one request, not for a dial and a request.
 func (a *leaseActor) prepareNudges() {
 	if a.o.Contenders != nil && !a.o.Unleased && a.m.HoldsCustody() {
 		a.o.Contenders.Prepare(a.o.Name)
@@ -493,6 +492,10 @@ func (a *leaseActor) publish(e events.Custody) {
 		switch e.Kind {
 		case events.LeaseContended:
 			a.o.Contenders.Register(a.o.Name, a.healthy())
+		case events.LeaseAcquired, events.LeaseRenewed:
+			// A holder keeps its contenders' URLs at hand for its
+			// release (one read per TTL/2 per process).
+			a.o.Contenders.Refresh()
 		case events.LeaseReleased:
 			a.o.Contenders.NudgeOthers(a.o.Name)
 		}

@@ -41,19 +41,21 @@ type Contenders struct {
 
 	mu   sync.Mutex
 	seen map[string]registered
-	// prepared holds, per lease, the nudge URLs read by Prepare for the
-	// release about to come.
-	prepared map[string]*preparedNudge
+	// known holds, per lease, the nudge URLs of the other instances'
+	// recent contenders as last read (by Refresh for every lease, at
+	// refreshedAt, or by Prepare for one), so a release nudges at once,
+	// without reading the table first.
+	known       map[string]knownURLs
+	refreshedAt time.Time
+	refreshing  bool
 	// warm holds connections dialed ahead of a nudge, by host:port.
 	warm map[string][]warmConn
 	wg   sync.WaitGroup
 }
 
-// preparedNudge is Prepare's read of a lease's contenders: urls is set
-// (nil when the read failed) before read is closed.
-type preparedNudge struct {
+// knownURLs is one lease's contenders' URLs, read at at.
+type knownURLs struct {
 	at   time.Time
-	read chan struct{}
 	urls []string
 }
 
@@ -113,35 +115,117 @@ ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_
 	}()
 }
 
-// Prepare readies the nudges of a release of lease that is about to come
-// (a graceful stop has begun, the worker drains): it reads the URLs of
-// the lease's recent contenders and dials a connection to each, so the
-// nudge after the release costs one request on an open connection, not a
-// database read, a dial and the request. It never blocks the caller;
-// NudgeOthers works without it.
-func (c *Contenders) Prepare(lease string) {
+// Refresh reads the recent contenders of every lease, with one query in
+// the background, when the last read is older than TTL/2; otherwise it
+// does nothing. A holder calls it at every renewal, so that its release
+// can nudge at once (see NudgeOthers): at most one read per TTL/2 per
+// process, however many leases it holds.
+func (c *Contenders) Refresh() {
 	if c == nil {
 		return
 	}
-	p := &preparedNudge{at: time.Now(), read: make(chan struct{})}
 	c.mu.Lock()
-	if c.prepared == nil {
-		c.prepared = map[string]*preparedNudge{}
+	if c.refreshing || time.Since(c.refreshedAt) < c.TTL/2 {
+		c.mu.Unlock()
+		return
 	}
-	c.prepared[lease] = p
+	c.refreshing = true
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		began := time.Now()
+		all, err := c.readAll()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.refreshing = false
+		if err != nil {
+			c.Log.Debug().Err(err).Msg("could not read the contenders to nudge")
+			return
+		}
+		known := make(map[string]knownURLs, len(all))
+		for lease, urls := range all {
+			known[lease] = knownURLs{at: began, urls: urls}
+		}
+		for lease, k := range c.known {
+			if k.at.After(began) { // Prepare read it since
+				known[lease] = k
+			}
+		}
+		c.known, c.refreshedAt = known, began
+	}()
+}
+
+// readAll reads the nudge URLs of the other instances' recent contenders
+// of every lease.
+func (c *Contenders) readAll() (map[string][]string, error) {
+	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
+WHERE instance <> ?1 AND seen_at > `+database.NowMS+` - ?2`,
+		c.Instance, (3 * c.TTL).Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	all := map[string][]string{}
+	for rows.Next() {
+		var name, u string
+		if err := rows.Scan(&name, &u); err != nil {
+			return nil, err
+		}
+		all[name] = append(all[name], u)
+	}
+	return all, rows.Err()
+}
+
+// knownURLs returns the URLs last read for lease, nil when that read is
+// a TTL old or more.
+func (c *Contenders) knownURLs(lease string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.known[lease]
+	if time.Since(k.at) >= c.TTL {
+		return nil
+	}
+	return k.urls
+}
+
+// Prepare readies the nudges of a release of lease that is about to come
+// (a graceful stop has begun, the worker drains): it dials a connection
+// to each contender already known (Refresh), reads the lease's
+// contenders again and dials the new ones, so the nudge after the
+// release is most often one request on an open connection, with no read
+// and no dial before it. It never blocks the caller; NudgeOthers works
+// without it.
+func (c *Contenders) Prepare(lease string) {
+	if c == nil {
+		return
+	}
+	dialed := map[string]bool{}
+	for _, u := range c.knownURLs(lease) {
+		dialed[u] = true
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for u := range dialed {
+			c.dialAhead(u)
+		}
+		began := time.Now()
 		urls, err := c.urls(lease)
-		p.urls = urls
-		close(p.read)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
+		c.mu.Lock()
+		if c.known == nil {
+			c.known = map[string]knownURLs{}
+		}
+		c.known[lease] = knownURLs{at: began, urls: urls}
+		c.mu.Unlock()
 		for _, u := range urls {
-			c.dialAhead(u)
+			if !dialed[u] {
+				c.dialAhead(u)
+			}
 		}
 	}()
 }
@@ -222,40 +306,25 @@ WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
 
 // NudgeOthers tells every recent contender of lease except this instance
 // that it has just been released. It never blocks the caller. The
-// contenders Prepare read (within a TTL) are nudged at once; the table is
-// then read again, and a contender recorded since is nudged too.
+// contenders Refresh found (within a TTL) are nudged at once; the table
+// is then read again, once those nudges are answered, and a contender
+// recorded since is nudged too.
 func (c *Contenders) NudgeOthers(lease string) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	p := c.prepared[lease]
-	delete(c.prepared, lease)
-	c.mu.Unlock()
-	if p != nil && time.Since(p.at) >= c.TTL {
-		p = nil // too old to trust alone
+	urls := c.knownURLs(lease)
+	var sent sync.WaitGroup
+	nudged := map[string]bool{}
+	for _, u := range urls {
+		nudged[u] = true
+		sent.Add(1)
+		c.nudge(lease, u, sent.Done)
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		nudged := map[string]bool{}
-		if p != nil {
-			// The read began before the release: wait for it rather
-			// than start another.
-			select {
-			case <-p.read:
-			case <-time.After(NudgeTimeout):
-			}
-			var sent sync.WaitGroup
-			for _, u := range p.urls {
-				nudged[u] = true
-				sent.Add(1)
-				c.nudge(lease, u, sent.Done)
-			}
-			// Read again once those are answered (they come first): a
-			// contender recorded since the read is nudged too.
-			sent.Wait()
-		}
+		sent.Wait() // the nudges come first
 		urls, err := c.urls(lease)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")

@@ -153,3 +153,23 @@ func TestForgetDeletesOnlyThisProcessStartsRecords(t *testing.T) {
 		t.Fatalf("left %q, want %q", left, want)
 	}
 }
+
+// Refresh keeps every lease's contenders at hand (one read), so a release
+// nudges them without reading first; the read after the nudges does not
+// nudge them twice.
+func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	a, b := newNudgeTarget(t), newNudgeTarget(t)
+	register(t, db, "cleanup", "a", "n-a", a.url())
+	register(t, db, "backfill", "b", "n-b", b.url())
+	h := holderContenders(db)
+	h.Refresh()
+	testsupport.Eventually(t, "the contenders read", func() bool {
+		return len(h.KnownURLs("cleanup")) == 1 && len(h.KnownURLs("backfill")) == 1
+	})
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	if n, m := a.nudges.Load(), b.nudges.Load(); n != 1 || m != 0 {
+		t.Fatalf("cleanup's contender got %d nudges (want 1), backfill's %d (want 0)", n, m)
+	}
+}

@@ -21,3 +21,6 @@ func (c *Contenders) WarmConns() int {
 	}
 	return n
 }
+
+// KnownURLs is what a release of lease would nudge at once.
+func (c *Contenders) KnownURLs(lease string) []string { return c.knownURLs(lease) }
