@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Contenders struct {
 	known       map[string]knownURLs
 	refreshedAt time.Time
 	refreshing  bool
+	// reading holds, per lease, a channel closed when Prepare's read of
+	// its contenders has ended.
+	reading map[string]chan struct{}
 	// warm holds connections dialed ahead of a nudge, by host:port.
 	warm map[string][]warmConn
 	wg   sync.WaitGroup
@@ -200,30 +204,43 @@ func (c *Contenders) Prepare(lease string) {
 	if c == nil {
 		return
 	}
-	dialed := map[string]bool{}
-	for _, u := range c.knownURLs(lease) {
-		dialed[u] = true
+	known := c.knownURLs(lease)
+	read := make(chan struct{})
+	c.mu.Lock()
+	if c.reading == nil {
+		c.reading = map[string]chan struct{}{}
 	}
-	c.wg.Add(1)
+	c.reading[lease] = read
+	c.mu.Unlock()
+	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
-		for u := range dialed {
+		for _, u := range known {
 			c.dialAhead(u)
 		}
+	}()
+	go func() {
+		defer c.wg.Done()
 		began := time.Now()
 		urls, err := c.urls(lease)
+		c.mu.Lock()
+		if err == nil {
+			if c.known == nil {
+				c.known = map[string]knownURLs{}
+			}
+			c.known[lease] = knownURLs{at: began, urls: urls}
+		}
+		if c.reading[lease] == read {
+			delete(c.reading, lease)
+		}
+		c.mu.Unlock()
+		close(read)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		c.mu.Lock()
-		if c.known == nil {
-			c.known = map[string]knownURLs{}
-		}
-		c.known[lease] = knownURLs{at: began, urls: urls}
-		c.mu.Unlock()
 		for _, u := range urls {
-			if !dialed[u] {
+			if !slices.Contains(known, u) {
 				c.dialAhead(u)
 			}
 		}
@@ -306,35 +323,46 @@ WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
 
 // NudgeOthers tells every recent contender of lease except this instance
 // that it has just been released. It never blocks the caller. The
-// contenders Refresh found (within a TTL) are nudged at once; the table
-// is then read again, once those nudges are answered, and a contender
-// recorded since is nudged too.
+// contenders already known (Refresh, or Prepare's read) are nudged at
+// once; those Prepare's read, if still running, finds are nudged as soon
+// as it ends; the table is then read again, once those nudges are
+// answered, and a contender recorded since is nudged too.
 func (c *Contenders) NudgeOthers(lease string) {
 	if c == nil {
 		return
 	}
-	urls := c.knownURLs(lease)
 	var sent sync.WaitGroup
 	nudged := map[string]bool{}
-	for _, u := range urls {
-		nudged[u] = true
-		sent.Add(1)
-		c.nudge(lease, u, sent.Done)
+	nudgeNew := func(urls []string) {
+		for _, u := range urls {
+			if !nudged[u] {
+				nudged[u] = true
+				sent.Add(1)
+				c.nudge(lease, u, sent.Done)
+			}
+		}
 	}
+	nudgeNew(c.knownURLs(lease))
+	c.mu.Lock()
+	reading := c.reading[lease]
+	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		if reading != nil {
+			select {
+			case <-reading:
+				nudgeNew(c.knownURLs(lease))
+			case <-time.After(NudgeTimeout):
+			}
+		}
 		sent.Wait() // the nudges come first
 		urls, err := c.urls(lease)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		for _, u := range urls {
-			if !nudged[u] {
-				c.nudge(lease, u, func() {})
-			}
-		}
+		nudgeNew(urls)
 	}()
 }
 
