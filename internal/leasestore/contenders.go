@@ -36,7 +36,9 @@ type Contenders struct {
 	URL string
 	// TTL is the lease TTL; a contender not seen for 3×TTL is not nudged.
 	TTL time.Duration
-	// HTTP is the client for nudges; nil means a client with a 1 s timeout.
+	// HTTP is the client for nudges; nil means a client with a 1 s
+	// timeout over Transport. A client given here should use Transport
+	// (as its base) too, or the connections Prepare dials are not used.
 	HTTP *http.Client
 	Log  zerolog.Logger
 
@@ -54,7 +56,9 @@ type Contenders struct {
 	reading map[string]chan struct{}
 	// warm holds connections dialed ahead of a nudge, by host:port.
 	warm map[string][]warmConn
-	wg   sync.WaitGroup
+	// client is the default nudge client (HTTP nil), built once.
+	client *http.Client
+	wg     sync.WaitGroup
 }
 
 // knownURLs is one lease's contenders' URLs, read at at.
@@ -269,7 +273,17 @@ func (c *Contenders) dialAhead(u string) {
 	if c.warm == nil {
 		c.warm = map[string][]warmConn{}
 	}
-	c.warm[addr] = append(c.warm[addr], warmConn{at: time.Now(), conn: conn})
+	// Connections nobody used in time are closed here, so a process
+	// that prepares releases that never come does not keep them open.
+	fresh := c.warm[addr][:0]
+	for _, w := range c.warm[addr] {
+		if time.Since(w.at) < warmFor {
+			fresh = append(fresh, w)
+		} else {
+			_ = w.conn.Close()
+		}
+	}
+	c.warm[addr] = append(fresh, warmConn{at: time.Now(), conn: conn})
 }
 
 // Transport returns the HTTP transport nudges should go through (the
@@ -371,7 +385,12 @@ func (c *Contenders) NudgeOthers(lease string) {
 func (c *Contenders) nudge(lease, u string, done func()) {
 	client := c.HTTP
 	if client == nil {
-		client = &http.Client{Timeout: NudgeTimeout}
+		c.mu.Lock()
+		if c.client == nil {
+			c.client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport()}
+		}
+		client = c.client
+		c.mu.Unlock()
 	}
 	c.wg.Add(1)
 	go func() {
