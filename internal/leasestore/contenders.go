@@ -56,9 +56,11 @@ type Contenders struct {
 	reading map[string]chan struct{}
 	// warm holds connections dialed ahead of a nudge, by host:port.
 	warm map[string][]warmConn
-	// client is the default nudge client (HTTP nil), built once.
-	client *http.Client
-	wg     sync.WaitGroup
+	// client is the default nudge client (HTTP nil), built once;
+	// transport is Transport's.
+	client    *http.Client
+	transport *http.Transport
+	wg        sync.WaitGroup
 }
 
 // knownURLs is one lease's contenders' URLs, read at at.
@@ -288,11 +290,16 @@ func (c *Contenders) dialAhead(u string) {
 
 // Transport returns the HTTP transport nudges should go through (the
 // base of Contenders.HTTP): http.DefaultTransport's settings, dialing
-// through the connections Prepare opened.
+// through the connections Prepare opened. It is the same transport on
+// every call; Wait closes its idle connections.
 func (c *Contenders) Transport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = c.dial
-	return t
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.transport == nil {
+		c.transport = http.DefaultTransport.(*http.Transport).Clone()
+		c.transport.DialContext = c.dial
+	}
+	return c.transport
 }
 
 // dial hands out a connection Prepare opened to addr, when one is fresh
@@ -386,11 +393,17 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 	client := c.HTTP
 	if client == nil {
 		c.mu.Lock()
-		if c.client == nil {
-			c.client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport()}
-		}
 		client = c.client
 		c.mu.Unlock()
+		if client == nil {
+			client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport()}
+			c.mu.Lock()
+			if c.client == nil {
+				c.client = client
+			}
+			client = c.client
+			c.mu.Unlock()
+		}
 	}
 	c.wg.Add(1)
 	go func() {
@@ -436,7 +449,7 @@ func (c *Contenders) Forget(ctx context.Context) error {
 
 // Wait blocks until every write and nudge in flight has finished (for a
 // clean shutdown and leak-free tests), then closes the connections
-// dialed ahead and not used.
+// dialed ahead and not used, and Transport's idle connections.
 func (c *Contenders) Wait() {
 	if c == nil {
 		return
@@ -449,6 +462,9 @@ func (c *Contenders) Wait() {
 			_ = w.conn.Close()
 		}
 		delete(c.warm, addr)
+	}
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
 	}
 }
 
