@@ -62,6 +62,9 @@ type System struct {
 	eventLog *eventLog
 	// store is the lease store every LeaseActor writes through.
 	store *leasestore.Store
+	// renewer batches the renewals of every LeaseActor: one statement
+	// per renew tick, not one per lease.
+	renewer *leasestore.Renewer
 	// releases tells Stop whether every lease held was released.
 	releases    *releaseAudit
 	releasesSub *eventstream.Subscription
@@ -111,17 +114,19 @@ func New(o Options) (*System, error) {
 		return err
 	}
 	s.store = store
+	s.renewer = leasestore.NewRenewer(store)
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
 		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log,
-			HTTP: &http.Client{Timeout: leasestore.NudgeTimeout, Transport: admin.BearerTransport(o.AdminToken, nil)}}
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
+		s.contenders.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout,
+			Transport: admin.BearerTransport(o.AdminToken, s.contenders.Transport())}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec
 	for _, w := range o.Registry.Workers() {
 		unleased := !w.Leased || !cfg.Leases.Enabled
 		opts := lease.Options{
-			Name: w.Name, Instance: cfg.InstanceID, Timing: timing, Store: store, Unleased: unleased,
+			Name: w.Name, Instance: cfg.InstanceID, Timing: timing, Store: s.renewer, Unleased: unleased,
 			Worker: workerProps(w, log), Publish: s.publish, Metrics: leaseMetrics,
 			Contenders: s.contenders, Log: log,
 			Health: w.Health, YieldGrace: cfg.Leases.YieldGrace, MinHold: cfg.Leases.MinHold,
@@ -275,6 +280,15 @@ func (s *System) Stop(ctx context.Context) error {
 		}
 	}
 	s.actors.EventStream.Unsubscribe(s.releasesSub)
+	// Every LeaseActor has stopped (or the timeout ran out): no renewal
+	// is asked any more; one still in flight is waited for, bounded.
+	if cerr := s.renewer.Close(ctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	// This instance contends no more: releasing holders need not nudge it.
+	if ferr := s.contenders.Forget(ctx); ferr != nil {
+		s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
+	}
 	s.contenders.Wait()
 	s.actors.Shutdown()
 	return err

@@ -242,6 +242,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 		a.step(ctx, machine.Start{})
 	case *StopRequested:
+		a.prepareNudges()
 		a.step(ctx, machine.StopRequested{})
 	case *Nudge:
 		a.step(ctx, machine.Nudge{})
@@ -279,6 +280,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.storeErrs.Debug().Err(msg.err).Msg("could not read the contenders' health; not yielding")
 		case msg.found:
 			if ok, since, reason := a.o.Health.Status(); !ok {
+				a.prepareNudges()
 				a.step(ctx, machine.YieldRequested{Reason: fmt.Errorf("worker unhealthy for %s (%s) and a contender reports healthy",
 					time.Since(since).Round(time.Millisecond), reason)})
 			}
@@ -454,6 +456,16 @@ func (a *leaseActor) maybeCheckYield() {
 	}()
 }
 
+// prepareNudges readies the nudges of the release a graceful stop or a
+// yield is about to make (leasestore.Contenders.Prepare): connections to
+// the contenders are dialed while the worker drains, so the handover
+// after the release waits for one request, not for a dial and a request.
+func (a *leaseActor) prepareNudges() {
+	if a.o.Contenders != nil && !a.o.Unleased && a.m.HoldsCustody() {
+		a.o.Contenders.Prepare(a.o.Name)
+	}
+}
+
 func (a *leaseActor) healthy() bool {
 	ok, _, _ := a.o.Health.Status()
 	return ok
@@ -480,6 +492,10 @@ func (a *leaseActor) publish(e events.Custody) {
 		switch e.Kind {
 		case events.LeaseContended:
 			a.o.Contenders.Register(a.o.Name, a.healthy())
+		case events.LeaseAcquired, events.LeaseRenewed:
+			// A holder keeps its contenders' URLs at hand for its
+			// release (one read per TTL/2 per process).
+			a.o.Contenders.Refresh()
 		case events.LeaseReleased:
 			a.o.Contenders.NudgeOthers(a.o.Name)
 		}

@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,14 +36,50 @@ type Contenders struct {
 	URL string
 	// TTL is the lease TTL; a contender not seen for 3×TTL is not nudged.
 	TTL time.Duration
-	// HTTP is the client for nudges; nil means a client with a 1 s timeout.
+	// HTTP is the client for nudges; nil means a client with a 1 s
+	// timeout over Transport. A client given here should use Transport
+	// (as its base) too, or the connections Prepare dials are not used.
 	HTTP *http.Client
 	Log  zerolog.Logger
 
 	mu   sync.Mutex
 	seen map[string]registered
-	wg   sync.WaitGroup
+	// known holds, per lease, the nudge URLs of the other instances'
+	// recent contenders as last read (by Refresh for every lease, at
+	// refreshedAt, or by Prepare for one), so a release nudges at once,
+	// without reading the table first.
+	known       map[string]knownURLs
+	refreshedAt time.Time
+	refreshing  bool
+	// reading holds, per lease, a channel closed when Prepare's read of
+	// its contenders has ended.
+	reading map[string]chan struct{}
+	// warm holds connections dialed ahead of a nudge, by host:port.
+	warm map[string][]warmConn
+	// client is the default nudge client (HTTP nil), built once;
+	// transport is Transport's.
+	client    *http.Client
+	transport *http.Transport
+	wg        sync.WaitGroup
 }
+
+// knownURLs is one lease's contenders' URLs, read at at.
+type knownURLs struct {
+	at   time.Time
+	urls []string
+}
+
+// warmConn is a connection dialed by Prepare, not used yet.
+type warmConn struct {
+	at   time.Time
+	conn net.Conn
+}
+
+// warmFor bounds how long a connection dialed ahead waits for its nudge:
+// well within the admin server's ReadHeaderTimeout (5 s), after which the
+// server would close it under the request. An older one is closed and a
+// new connection dialed.
+const warmFor = 2 * time.Second
 
 // registered is the last record this process wrote for a lease.
 type registered struct {
@@ -86,70 +125,346 @@ ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_
 	}()
 }
 
-// NudgeOthers tells every recent contender of lease except this instance
-// that it has just been released. It never blocks the caller.
-func (c *Contenders) NudgeOthers(lease string) {
+// Refresh reads the recent contenders of every lease, with one query in
+// the background, when the last read is older than TTL/2; otherwise it
+// does nothing. A holder calls it at every renewal, so that its release
+// can nudge at once (see NudgeOthers): at most one read per TTL/2 per
+// process, however many leases it holds.
+func (c *Contenders) Refresh() {
 	if c == nil {
 		return
 	}
+	c.mu.Lock()
+	if c.refreshing || time.Since(c.refreshedAt) < c.TTL/2 {
+		c.mu.Unlock()
+		return
+	}
+	c.refreshing = true
+	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
-			lease, c.Instance, (3 * c.TTL).Milliseconds())
+		began := time.Now()
+		all, err := c.readAll()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.refreshing = false
+		if err != nil {
+			c.Log.Debug().Err(err).Msg("could not read the contenders to nudge")
+			return
+		}
+		known := make(map[string]knownURLs, len(all))
+		for lease, urls := range all {
+			known[lease] = knownURLs{at: began, urls: urls}
+		}
+		for lease, k := range c.known {
+			if k.at.After(began) { // Prepare read it since
+				known[lease] = k
+			}
+		}
+		c.known, c.refreshedAt = known, began
+	}()
+}
+
+// readAll reads the nudge URLs of the other instances' recent contenders
+// of every lease.
+func (c *Contenders) readAll() (map[string][]string, error) {
+	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
+WHERE instance <> ?1 AND seen_at > `+database.NowMS+` - ?2`,
+		c.Instance, (3 * c.TTL).Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	all := map[string][]string{}
+	for rows.Next() {
+		var name, u string
+		if err := rows.Scan(&name, &u); err != nil {
+			return nil, err
+		}
+		all[name] = append(all[name], u)
+	}
+	return all, rows.Err()
+}
+
+// knownURLs returns the URLs last read for lease, nil when that read is
+// a TTL old or more.
+func (c *Contenders) knownURLs(lease string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.known[lease]
+	if time.Since(k.at) >= c.TTL {
+		return nil
+	}
+	return k.urls
+}
+
+// Prepare readies the nudges of a release of lease that is about to come
+// (a graceful stop has begun, the worker drains): it dials a connection
+// to each contender already known (Refresh), reads the lease's
+// contenders again and dials the new ones, so the nudge after the
+// release is most often one request on an open connection, with no read
+// and no dial before it. It never blocks the caller; NudgeOthers works
+// without it.
+func (c *Contenders) Prepare(lease string) {
+	if c == nil {
+		return
+	}
+	known := c.knownURLs(lease)
+	read := make(chan struct{})
+	c.mu.Lock()
+	if c.reading == nil {
+		c.reading = map[string]chan struct{}{}
+	}
+	c.reading[lease] = read
+	c.mu.Unlock()
+	c.wg.Add(2)
+	go func() {
+		defer c.wg.Done()
+		for _, u := range known {
+			c.dialAhead(u)
+		}
+	}()
+	go func() {
+		defer c.wg.Done()
+		began := time.Now()
+		urls, err := c.urls(lease)
+		c.mu.Lock()
+		if err == nil {
+			if c.known == nil {
+				c.known = map[string]knownURLs{}
+			}
+			c.known[lease] = knownURLs{at: began, urls: urls}
+		}
+		if c.reading[lease] == read {
+			delete(c.reading, lease)
+		}
+		c.mu.Unlock()
+		close(read)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		var urls []string
-		for rows.Next() {
-			var u string
-			if rows.Scan(&u) == nil {
-				urls = append(urls, u)
+		for _, u := range urls {
+			if !slices.Contains(known, u) {
+				c.dialAhead(u)
 			}
 		}
-		rows.Close()
-		client := c.HTTP
-		if client == nil {
-			client = &http.Client{Timeout: NudgeTimeout}
-		}
-		var wg sync.WaitGroup
-		for _, u := range urls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
-				defer cancel()
-				target, err := url.Parse(u)
-				if err != nil {
-					c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
-					return
-				}
-				q := target.Query()
-				q.Set("lease", lease)
-				target.RawQuery = q.Encode()
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
-				if err != nil {
-					return
-				}
-				resp, err := client.Do(req)
-				if err != nil {
-					c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge failed")
-					return
-				}
-				resp.Body.Close()
-			}()
-		}
-		wg.Wait()
 	}()
 }
 
+// dialAhead opens a connection to the host of nudge URL u for dial to
+// hand out.
+func (c *Contenders) dialAhead(u string) {
+	target, err := url.Parse(u)
+	if err != nil || target.Scheme != "http" {
+		return
+	}
+	addr := target.Host
+	if target.Port() == "" {
+		addr = net.JoinHostPort(target.Hostname(), "80")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return // the nudge dials again, and reports
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.warm == nil {
+		c.warm = map[string][]warmConn{}
+	}
+	// Connections nobody used in time are closed here, so a process
+	// that prepares releases that never come does not keep them open.
+	fresh := c.warm[addr][:0]
+	for _, w := range c.warm[addr] {
+		if time.Since(w.at) < warmFor {
+			fresh = append(fresh, w)
+		} else {
+			_ = w.conn.Close()
+		}
+	}
+	c.warm[addr] = append(fresh, warmConn{at: time.Now(), conn: conn})
+}
+
+// Transport returns the HTTP transport nudges should go through (the
+// base of Contenders.HTTP): http.DefaultTransport's settings, dialing
+// through the connections Prepare opened. It is the same transport on
+// every call; Wait closes its idle connections.
+func (c *Contenders) Transport() *http.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.transport == nil {
+		c.transport = http.DefaultTransport.(*http.Transport).Clone()
+		c.transport.DialContext = c.dial
+	}
+	return c.transport
+}
+
+// dial hands out a connection Prepare opened to addr, when one is fresh
+// enough, else dials.
+func (c *Contenders) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network == "tcp" {
+		c.mu.Lock()
+		for len(c.warm[addr]) > 0 {
+			conns := c.warm[addr]
+			w := conns[len(conns)-1]
+			c.warm[addr] = conns[:len(conns)-1]
+			if time.Since(w.at) < warmFor {
+				c.mu.Unlock()
+				return w.conn, nil
+			}
+			_ = w.conn.Close()
+		}
+		c.mu.Unlock()
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+// urls reads the nudge URLs of lease's recent contenders other than this
+// instance.
+func (c *Contenders) urls(lease string) ([]string, error) {
+	rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
+WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
+		lease, c.Instance, (3 * c.TTL).Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var urls []string
+	for rows.Next() {
+		var u string
+		if rows.Scan(&u) == nil {
+			urls = append(urls, u)
+		}
+	}
+	return urls, rows.Err()
+}
+
+// NudgeOthers tells every recent contender of lease except this instance
+// that it has just been released. It never blocks the caller. The
+// contenders already known (Refresh, or Prepare's read) are nudged at
+// once; those Prepare's read, if still running, finds are nudged as soon
+// as it ends; the table is then read again, once those nudges are
+// answered, and a contender recorded since is nudged too.
+func (c *Contenders) NudgeOthers(lease string) {
+	if c == nil {
+		return
+	}
+	var sent sync.WaitGroup
+	nudged := map[string]bool{}
+	nudgeNew := func(urls []string) {
+		for _, u := range urls {
+			if !nudged[u] {
+				nudged[u] = true
+				sent.Add(1)
+				c.nudge(lease, u, sent.Done)
+			}
+		}
+	}
+	nudgeNew(c.knownURLs(lease))
+	c.mu.Lock()
+	reading := c.reading[lease]
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if reading != nil {
+			select {
+			case <-reading:
+				nudgeNew(c.knownURLs(lease))
+			case <-time.After(NudgeTimeout):
+			}
+		}
+		sent.Wait() // the nudges come first
+		urls, err := c.urls(lease)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
+			return
+		}
+		nudgeNew(urls)
+	}()
+}
+
+// nudge POSTs one nudge for lease to u, in the background, and calls
+// done when it is answered or has failed.
+func (c *Contenders) nudge(lease, u string, done func()) {
+	client := c.HTTP
+	if client == nil {
+		c.mu.Lock()
+		client = c.client
+		c.mu.Unlock()
+		if client == nil {
+			client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport()}
+			c.mu.Lock()
+			if c.client == nil {
+				c.client = client
+			}
+			client = c.client
+			c.mu.Unlock()
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer done()
+		ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+		defer cancel()
+		target, err := url.Parse(u)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
+			return
+		}
+		q := target.Query()
+		q.Set("lease", lease)
+		target.RawQuery = q.Encode()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
+		if err != nil {
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge failed")
+			return
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}()
+}
+
+// Forget deletes this process's contender records (a stopping instance
+// contends no more), so that releasing holders stop nudging it. It
+// returns the database's error.
+func (c *Contenders) Forget(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	_, err := c.DB.ExecContext(ctx, `DELETE FROM lease_contenders WHERE instance = ?1 AND nonce = ?2`, c.Instance, c.Nonce)
+	if err != nil {
+		return fmt.Errorf("forget this instance's contender records: %w", err)
+	}
+	return nil
+}
+
 // Wait blocks until every write and nudge in flight has finished (for a
-// clean shutdown and leak-free tests).
+// clean shutdown and leak-free tests), then closes the connections
+// dialed ahead and not used, and Transport's idle connections.
 func (c *Contenders) Wait() {
-	if c != nil {
-		c.wg.Wait()
+	if c == nil {
+		return
+	}
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, conns := range c.warm {
+		for _, w := range conns {
+			_ = w.conn.Close()
+		}
+		delete(c.warm, addr)
+	}
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
 	}
 }
 

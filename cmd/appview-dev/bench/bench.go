@@ -40,16 +40,16 @@ type Options struct {
 }
 
 // Steps names the scenarios in the order Run runs them (for Options.Only).
-var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "crash", "renew-cost", "rss", "ingest", "ingest-sqld", "replay-1m", "replay-serve", "jetstream-close"}
+var Steps = []string{"graceful", "rtt-file", "rtt-sqld", "graceful-sqld", "crash", "renew-cost", "rss", "ingest", "ingest-sqld", "replay-1m", "replay-serve", "jetstream-close"}
 
 // rounds is how many samples each scenario takes.
 type rounds struct {
-	graceful, crash, rtt, renewLeases, renewRounds, close int
+	graceful, gracefulSqld, crash, rtt, renewLeases, renewRounds, close int
 }
 
 var (
-	fullRounds  = rounds{graceful: 50, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 31, close: 100}
-	quickRounds = rounds{graceful: 3, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1, close: 3}
+	fullRounds  = rounds{graceful: 50, gracefulSqld: 20, crash: 10, rtt: 300, renewLeases: 1000, renewRounds: 31, close: 100}
+	quickRounds = rounds{graceful: 3, gracefulSqld: 2, crash: 1, rtt: 20, renewLeases: 50, renewRounds: 1, close: 3}
 )
 
 // Timing is the lease timing of the process scenarios (the short timing
@@ -95,9 +95,10 @@ func Run(ctx context.Context, o Options) error {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"graceful", r.graceful},
+		{"graceful", func(ctx context.Context) error { return r.graceful(ctx, "file") }},
 		{"rtt-file", func(ctx context.Context) error { return r.roundTrips(ctx, "file") }},
 		{"rtt-sqld", func(ctx context.Context) error { return r.roundTrips(ctx, "sqld") }},
+		{"graceful-sqld", func(ctx context.Context) error { return r.graceful(ctx, "sqld") }},
 		{"crash", r.crash},
 		{"renew-cost", r.renewCost},
 		{"rss", r.idleRSS},

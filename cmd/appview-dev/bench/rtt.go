@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -95,9 +96,25 @@ const renewCostInstances = 3
 // database clock, no holder or fence match.
 const bareRenewSQL = `UPDATE leases SET renewed_at = ?1, expires_at = ?2 WHERE name = ?3`
 
+// renewCostSizes are the leases per instance renew_cost_ratio is
+// reported for besides r.n.renewLeases (renew_cost_ratio itself):
+// renew_cost_ratio_<size>.
+var renewCostSizes = []int{5, 100}
+
+// renewCostWork is about how many leases one side of a pair renews per
+// instance: a round of 5 leases is repeated until it renews as many, so
+// that the small sizes are not timed at the clock's and the scheduler's
+// resolution.
+const renewCostWork = 1000
+
 // renewCost times rounds in which every instance renews all its leases
-// through leasestore.Store, against rounds of bare UPDATEs of the same rows,
-// interleaved so that drift in the host's speed falls on both alike.
+// the way a renew tick does, through leasestore.Store.RenewAll (one
+// statement per instance per round: the batched path the LeaseActors take
+// through leasestore.Renewer), against rounds of bare single-row UPDATEs
+// of the same rows, interleaved so that drift in the host's speed falls
+// on both alike. It is measured for r.n.renewLeases leases per instance
+// (renew_cost_ratio) and for each of renewCostSizes below it
+// (renew_cost_ratio_<size>).
 func (r *runner) renewCost(ctx context.Context) error {
 	dir, err := r.scratch("renew-cost")
 	if err != nil {
@@ -108,12 +125,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 		return err
 	}
 	defer closeFirst()
-	type instance struct {
-		db     *database.DB
-		store  *leasestore.Store
-		grants []fence.Custody
-	}
-	insts := make([]*instance, renewCostInstances)
+	insts := make([]*renewInstance, renewCostInstances)
 	for k := range insts {
 		db := first
 		if k > 0 {
@@ -123,7 +135,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 			}
 			defer db.Close()
 		}
-		in := &instance{db: db, store: leasestore.NewStore(db.DB, time.Hour)}
+		in := &renewInstance{db: db, store: leasestore.NewStore(db.DB, time.Hour)}
 		holder := fmt.Sprintf("bench-%d", k)
 		for j := range r.n.renewLeases {
 			name := fmt.Sprintf("bench-renew-%d-%04d", k, j)
@@ -135,11 +147,42 @@ func (r *runner) renewCost(ctx context.Context) error {
 		}
 		insts[k] = in
 	}
-	// slow counts renewals that took a millisecond or more: on a file
-	// database that is a writer that found the lock taken and slept in
-	// SQLite's busy handler (whose first sleep is 1 ms).
+	for _, size := range renewCostSizes {
+		if size >= r.n.renewLeases {
+			continue
+		}
+		ratio, err := r.renewCostOf(ctx, insts, size)
+		if err != nil {
+			return err
+		}
+		r.figure(fmt.Sprintf("renew_cost_ratio_%d", size), ratio, "ratio")
+	}
+	ratio, err := r.renewCostOf(ctx, insts, r.n.renewLeases)
+	if err != nil {
+		return err
+	}
+	r.figure("renew_cost_ratio", ratio, "ratio")
+	return nil
+}
+
+// renewInstance is one instance of the renew-cost step: its own
+// connection pool and store, and the grants it holds.
+type renewInstance struct {
+	db     *database.DB
+	store  *leasestore.Store
+	grants []fence.Custody
+}
+
+// renewCostOf returns the median over r.n.renewRounds pairs of (batched
+// round time / bare round time), each instance renewing its first size
+// grants.
+func (r *runner) renewCostOf(ctx context.Context, insts []*renewInstance, size int) (float64, error) {
+	reps := max(1, renewCostWork/size)
+	// slow counts bare renewals that took a millisecond or more: on a
+	// file database that is a writer that found the lock taken and slept
+	// in SQLite's busy handler (whose first sleep is 1 ms).
 	var slow atomic.Int64
-	round := func(renew func(in *instance, c fence.Custody) error) (time.Duration, error) {
+	round := func(renew func(in *renewInstance, grants []fence.Custody) error) (time.Duration, error) {
 		var wg sync.WaitGroup
 		errs := make([]error, len(insts))
 		start := time.Now()
@@ -147,32 +190,38 @@ func (r *runner) renewCost(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for _, c := range in.grants {
-					t := time.Now()
-					if err := renew(in, c); err != nil {
+				for range reps {
+					if err := renew(in, in.grants[:size]); err != nil {
 						errs[k] = err
 						return
-					}
-					if time.Since(t) >= time.Millisecond {
-						slow.Add(1)
 					}
 				}
 			}()
 		}
 		wg.Wait()
 		d := time.Since(start)
-		for _, err := range errs {
-			if err != nil {
-				return d, err
+		return d, errors.Join(errs...)
+	}
+	batched := func(in *renewInstance, grants []fence.Custody) error {
+		t := time.Now()
+		err := errors.Join(in.store.RenewAll(ctx, grants)...)
+		if time.Since(t) >= time.Millisecond {
+			slow.Add(1)
+		}
+		return err
+	}
+	bare := func(in *renewInstance, grants []fence.Custody) error {
+		for _, c := range grants {
+			t := time.Now()
+			now := t.UnixMilli()
+			if _, err := in.db.ExecContext(ctx, bareRenewSQL, now, now+time.Hour.Milliseconds(), c.Lease); err != nil {
+				return err
+			}
+			if time.Since(t) >= time.Millisecond {
+				slow.Add(1)
 			}
 		}
-		return d, nil
-	}
-	viaStore := func(in *instance, c fence.Custody) error { return in.store.Renew(ctx, c) }
-	bare := func(in *instance, c fence.Custody) error {
-		now := time.Now().UnixMilli()
-		_, err := in.db.ExecContext(ctx, bareRenewSQL, now, now+time.Hour.Milliseconds(), c.Lease)
-		return err
+		return nil
 	}
 	var storeRounds, bareRounds []time.Duration
 	var ratios []float64
@@ -184,7 +233,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 		var err error
 		storeRound := func() {
 			slow.Store(0)
-			if s, err = round(viaStore); err == nil {
+			if s, err = round(batched); err == nil {
 				sSlow = slow.Load()
 			}
 		}
@@ -204,18 +253,17 @@ func (r *runner) renewCost(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
-		r.note("renew round %d: store %v (%d waits >= 1 ms), bare %v (%d)", k, s, sSlow, b, bSlow)
+		r.note("renew round %d (%d leases × %d instances × %d): batched %v (%d statements >= 1 ms), bare %v (%d)", k, size, len(insts), reps, s, sSlow, b, bSlow)
 		storeRounds, bareRounds = append(storeRounds, s), append(bareRounds, b)
 		ratios = append(ratios, float64(s)/float64(b))
 	}
 	s, b := percentile(storeRounds, 50), percentile(bareRounds, 50)
-	r.note("renew rounds of %d×%d leases: store median %v, bare median %v", renewCostInstances, r.n.renewLeases, s, b)
+	r.note("renew rounds of %d×%d leases (×%d): batched median %v, bare median %v", len(insts), size, reps, s, b)
 	// The median of the paired per-round ratios: each pair ran back to
 	// back, so the host's drift and the writers' lock contention (SQLite's
 	// busy handler sleeps 1 ms at a time) fall on both sides of one ratio.
 	sort.Float64s(ratios)
-	r.figure("renew_cost_ratio", ratios[len(ratios)/2], "ratio")
-	return nil
+	return ratios[len(ratios)/2], nil
 }

@@ -1,0 +1,175 @@
+package leasestore_test
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"net/http"
+	"net/http/httptest"
+
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// nudgeTarget is a contender's nudge endpoint that counts the nudges and
+// the connections it accepted.
+type nudgeTarget struct {
+	srv    *httptest.Server
+	nudges atomic.Int32
+	conns  atomic.Int32
+	closed atomic.Int32
+}
+
+func newNudgeTarget(t *testing.T) *nudgeTarget {
+	t.Helper()
+	n := &nudgeTarget{}
+	n.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.nudges.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	n.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			n.conns.Add(1)
+		case http.StateClosed:
+			n.closed.Add(1)
+		}
+	}
+	n.srv.Start()
+	t.Cleanup(n.srv.Close)
+	return n
+}
+
+func (n *nudgeTarget) url() string { return n.srv.URL + "/lease/nudge" }
+
+// register records instance as a contender of lease with nudge URL u.
+func register(t *testing.T, db *sql.DB, lease, instance, nonce, u string) {
+	t.Helper()
+	c := &leasestore.Contenders{DB: db, Instance: instance, Nonce: nonce, URL: u, TTL: time.Minute}
+	c.Register(lease, true)
+	c.Wait()
+	testsupport.Eventually(t, instance+" recorded", func() bool {
+		var n int
+		_ = db.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = ?2`, lease, instance).Scan(&n)
+		return n == 1
+	})
+}
+
+func holderContenders(db *sql.DB) *leasestore.Contenders {
+	c := &leasestore.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	c.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout, Transport: c.Transport()}
+	return c
+}
+
+// A holder about to release reads its contenders and dials them ahead;
+// the nudge after the release goes over that connection, once per
+// contender, and a contender recorded after the read is nudged too.
+func TestPreparedNudgesUseTheConnectionsDialedAhead(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	early, late := newNudgeTarget(t), newNudgeTarget(t)
+	register(t, db, "cleanup", "early", "n-early", early.url())
+	h := holderContenders(db)
+	h.Prepare("cleanup")
+	testsupport.Eventually(t, "a connection dialed ahead to the contender", func() bool { return h.WarmConns() == 1 })
+	register(t, db, "cleanup", "late", "n-late", late.url())
+
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	if n := early.nudges.Load(); n != 1 {
+		t.Errorf("the prepared contender got %d nudges, want 1", n)
+	}
+	if n := early.conns.Load(); n != 1 {
+		t.Errorf("the prepared contender accepted %d connections, want the one dialed ahead", n)
+	}
+	if n := late.nudges.Load(); n != 1 {
+		t.Errorf("the contender recorded after the read got %d nudges, want 1", n)
+	}
+}
+
+// Connections dialed ahead for a release that never comes are closed at
+// Wait, not leaked.
+func TestWaitClosesConnectionsDialedAheadAndNotUsed(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	target := newNudgeTarget(t)
+	register(t, db, "cleanup", "c", "n-c", target.url())
+	h := holderContenders(db)
+	h.Prepare("cleanup")
+	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
+	h.Wait()
+	testsupport.Eventually(t, "the unused connection closed", func() bool { return target.closed.Load() == 1 })
+	if n := target.nudges.Load(); n != 0 {
+		t.Errorf("%d nudges without a release", n)
+	}
+}
+
+// Without Prepare a release still nudges every recent contender, once.
+func TestNudgeWithoutPrepare(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	targets := []*nudgeTarget{newNudgeTarget(t), newNudgeTarget(t)}
+	for i, tg := range targets {
+		register(t, db, "cleanup", string(rune('a'+i)), "n", tg.url())
+	}
+	h := holderContenders(db)
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	for i, tg := range targets {
+		if n := tg.nudges.Load(); n != 1 {
+			t.Errorf("contender %d got %d nudges, want 1", i, n)
+		}
+	}
+}
+
+// A stopping instance deletes its own contender records (this process
+// start's), so holders stop nudging it; another process start's records
+// under the same instance_id, and other instances', stay.
+func TestForgetDeletesOnlyThisProcessStartsRecords(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	register(t, db, "cleanup", "a", "n1", "http://127.0.0.1:1/lease/nudge")
+	register(t, db, "backfill", "a", "n1", "http://127.0.0.1:1/lease/nudge")
+	register(t, db, "labeler", "a", "n2", "http://127.0.0.1:1/lease/nudge")
+	register(t, db, "cleanup", "b", "n1", "http://127.0.0.1:2/lease/nudge")
+	c := &leasestore.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	if err := c.Forget(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query(`SELECT name || '/' || instance FROM lease_contenders ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var left []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, s)
+	}
+	if want := []string{"cleanup/b", "labeler/a"}; len(left) != 2 || left[0] != want[0] || left[1] != want[1] {
+		t.Fatalf("left %q, want %q", left, want)
+	}
+}
+
+// Refresh keeps every lease's contenders at hand (one read), so a release
+// nudges them without reading first; the read after the nudges does not
+// nudge them twice.
+func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	a, b := newNudgeTarget(t), newNudgeTarget(t)
+	register(t, db, "cleanup", "a", "n-a", a.url())
+	register(t, db, "backfill", "b", "n-b", b.url())
+	h := holderContenders(db)
+	h.Refresh()
+	testsupport.Eventually(t, "the contenders read", func() bool {
+		return len(h.KnownURLs("cleanup")) == 1 && len(h.KnownURLs("backfill")) == 1
+	})
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	if n, m := a.nudges.Load(), b.nudges.Load(); n != 1 || m != 0 {
+		t.Fatalf("cleanup's contender got %d nudges (want 1), backfill's %d (want 0)", n, m)
+	}
+}
