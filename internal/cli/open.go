@@ -56,7 +56,7 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 	ctx, cancel := context.WithTimeout(ctx, OpenTimeout)
 	defer cancel()
 	db, err := database.Open(ctx, database.Options{
-		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout, MustExist: true,
+		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout, MustExist: true, ReadOnly: true,
 	})
 	if errors.Is(err, database.ErrNoDatabase) {
 		return nil, Refuse("database.url", "%v", err)

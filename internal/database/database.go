@@ -53,6 +53,12 @@ type Options struct {
 	// directory: read-only commands must not mistake a mistyped path for
 	// an empty database. It has no effect on a libSQL server.
 	MustExist bool
+	// ReadOnly opens a pool that only reads (the read-only commands):
+	// connections do not switch the file to WAL (PRAGMA journal_mode is a
+	// write, refused in a read-only directory; the file keeps the mode the
+	// instance that created it set) and run with PRAGMA query_only, so a
+	// write through them fails instead of landing.
+	ReadOnly bool
 }
 
 // ErrNoDatabase is wrapped by Open's error when Options.MustExist is set
@@ -112,7 +118,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	c := &connector{inner: inner, remote: remote, busyTimeout: o.BusyTimeout}
+	c := &connector{inner: inner, remote: remote, busyTimeout: o.BusyTimeout, readOnly: o.ReadOnly}
 	pool := sql.OpenDB(c)
 	max := o.MaxOpenConns
 	if max <= 0 {
@@ -241,6 +247,7 @@ type connector struct {
 	inner       driver.Connector
 	remote      bool
 	busyTimeout time.Duration
+	readOnly    bool
 }
 
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -256,6 +263,9 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		"PRAGMA journal_mode = WAL",
 		"PRAGMA synchronous = NORMAL",
 		"PRAGMA foreign_keys = ON",
+	}
+	if c.readOnly {
+		pragmas[1] = "PRAGMA query_only = ON"
 	}
 	q, ok := conn.(driver.QueryerContext)
 	if !ok {

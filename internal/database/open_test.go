@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // opensFile opens rawURL, writes to it and checks that the write created
@@ -107,5 +108,42 @@ func TestMustExistRefusesAMissingFileAndCreatesNothing(t *testing.T) {
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 't'").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("existing database read %d tables named t, err %v", n, err)
+	}
+}
+
+// A read-only pool (the read-only commands) changes nothing in the file:
+// not even its journal mode, a write that fails in a read-only directory
+// (found from outside: `appview leases` refused a database in a directory
+// it could read but not write). A write through it fails.
+func TestAReadOnlyPoolLeavesTheJournalModeAndRefusesWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "appview.db")
+	w, err := Open(ctx, Options{URL: "file:" + path, BusyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := w.QueryRowContext(ctx, `PRAGMA journal_mode = DELETE`).Scan(&mode); err != nil || mode != "delete" {
+		t.Fatalf("journal_mode = DELETE: %q, %v", mode, err)
+	}
+	if _, err := w.ExecContext(ctx, `CREATE TABLE notes (body TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	r, err := Open(ctx, Options{URL: "file:" + path, BusyTimeout: time.Second, MustExist: true, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var n int
+	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&n); err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if err := r.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "delete" {
+		t.Fatalf("journal_mode after a read-only open = %q (%v), want delete", mode, err)
+	}
+	if _, err := r.ExecContext(ctx, `INSERT INTO notes (body) VALUES ('x')`); err == nil {
+		t.Fatal("a write through a read-only pool landed")
 	}
 }
