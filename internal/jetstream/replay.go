@@ -134,7 +134,10 @@ type replayEvent struct {
 }
 
 // NewReplayServer loads opts.File and returns a server ready to Serve. It
-// refuses a missing or empty file and the first bad line (with its number).
+// refuses a missing file and one without a single good event. A line that
+// is not a Jetstream event (bad JSON, no kind, no integer top-level
+// time_us) is logged at warn with its number and the bounded decode error,
+// and skipped: one bad line of a long capture does not cost the rest.
 func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, error) {
 	switch {
 	case opts.File == "":
@@ -152,7 +155,18 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 		return nil, fmt.Errorf("jetstream replay: %w", err)
 	}
 	defer f.Close()
-	events, err := loadCapture(opts.File, f)
+	skipped := 0
+	events, err := loadCapture(opts.File, f, func(lineNo int, err error) {
+		skipped++
+		if skipped <= maxSkipLogs {
+			log.Warn().Str("file", opts.File).Int("line", lineNo).Str("error", logval.Err(err)).
+				Msg("jetstream replay: not an event; line skipped")
+		}
+	})
+	if skipped > 0 {
+		log.Warn().Str("file", opts.File).Int("skipped", skipped).Int("events", len(events)).
+			Msg("jetstream replay: lines skipped (only the first are logged one by one)")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +194,13 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 	return s, nil
 }
 
-// loadCapture reads a JSONL capture; name is only for error messages.
-func loadCapture(name string, r io.Reader) ([]replayEvent, error) {
+// maxSkipLogs bounds the per-line warnings of skipped capture lines.
+const maxSkipLogs = 20
+
+// loadCapture reads a JSONL capture; name is only for error messages. A
+// line that is not an event is passed to skip (its 1-based number and why)
+// and left out; it fails on a read error or when no line is an event.
+func loadCapture(name string, r io.Reader, skip func(lineNo int, err error)) ([]replayEvent, error) {
 	br := bufio.NewReader(r)
 	var events []replayEvent
 	for lineNo := 1; ; lineNo++ {
@@ -191,12 +210,16 @@ func loadCapture(name string, r io.Reader) ([]replayEvent, error) {
 		}
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
 			ev, derr := Decode(trimmed)
-			if derr != nil {
-				return nil, fmt.Errorf("jetstream replay: %s:%d: %w", name, lineNo, derr)
+			var prefix, suffix []byte
+			if derr == nil {
+				prefix, suffix, derr = splitAtTimeUS(trimmed)
 			}
-			prefix, suffix, terr := splitAtTimeUS(trimmed)
-			if terr != nil {
-				return nil, fmt.Errorf("jetstream replay: %s:%d: %w", name, lineNo, terr)
+			if derr != nil {
+				skip(lineNo, derr)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				continue
 			}
 			raw := append([]byte(nil), trimmed...)
 			events = append(events, replayEvent{

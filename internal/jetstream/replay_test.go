@@ -124,18 +124,33 @@ func writeCapture(t *testing.T, lines ...string) string {
 	return p
 }
 
-func TestReplayRefusesABadLineNamingItsNumber(t *testing.T) {
+// A capture line that is not an event is logged with its number and
+// skipped; the good lines around it are served. Found from outside: one
+// bad line refused a whole 73 MB capture.
+func TestReplaySkipsABadLineNamingItsNumberAndServesTheRest(t *testing.T) {
 	good := captureLines(t, "golden_v1.jsonl")
 	cases := map[string]string{
 		"not json":      `{"did":`,
 		"invalid event": `{"did":"did:plc:x","time_us":0,"kind":"identity","identity":{}}`,
+		"no time_us":    `{"did":"did:plc:x","kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2024-01-01T00:00:00Z"}}`,
 	}
 	for name, bad := range cases {
 		p := writeCapture(t, string(good[0]), "", string(good[1]), bad, string(good[2]))
-		_, err := NewReplayServer(ReplayOptions{File: p}, zerolog.Nop())
-		if err == nil || !strings.Contains(err.Error(), "capture.jsonl:4:") {
-			t.Errorf("%s: got %v, want an error naming line 4", name, err)
+		var logs bytes.Buffer
+		s, err := NewReplayServer(ReplayOptions{File: p}, zerolog.New(&logs))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
+		if len(s.events) != 3 || !bytes.Equal(s.events[2].raw, good[2]) {
+			t.Errorf("%s: %d events loaded, want the 3 good lines", name, len(s.events))
+		}
+		if !strings.Contains(logs.String(), `"line":4`) || !strings.Contains(logs.String(), `"skipped":1`) {
+			t.Errorf("%s: the skipped line 4 was not logged:\n%s", name, logs.String())
+		}
+	}
+	if _, err := NewReplayServer(ReplayOptions{File: writeCapture(t, `{"did":`, "nope")}, zerolog.Nop()); err == nil ||
+		!strings.Contains(err.Error(), "no events") {
+		t.Errorf("a capture without one event: %v, want refused with no events", err)
 	}
 	for name, opts := range map[string]ReplayOptions{
 		"no file":        {},
