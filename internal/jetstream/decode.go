@@ -277,7 +277,11 @@ func (d *Decoder) open(frame []byte, compressed bool, fn func(js []byte) error) 
 	js, err := d.zd.DecodeAll(frame, (*bp)[:0])
 	if err != nil {
 		class := ClassBadZstd
-		if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		// Every way zstd says "larger than the limit" is an oversized
+		// event, not a broken frame: a frame without its content size
+		// declares a window above the limit (ErrWindowSizeExceeded).
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) ||
+			errors.Is(err, zstd.ErrFrameSizeExceeded) {
 			class = ClassOversized
 		}
 		return &DecodeError{Class: class, Size: size, Err: err}

@@ -256,6 +256,23 @@ func TestFramesOverTheLimitAreOversizedBeforeAndAfterDecompression(t *testing.T)
 	if _, err := d.Decode(small, true); ClassOf(err) != ClassOversized {
 		t.Fatalf("compressed bomb: got %v, want oversized", err)
 	}
+	// A streamed frame carries no content size, only a window larger than
+	// the limit: zstd refuses it by window size (found from outside: a
+	// 70 MB event counted as bad_zstd).
+	var streamed bytes.Buffer
+	zw, err := zstd.NewWriter(&streamed, zstd.WithWindowSize(1<<20), zstd.WithEncoderDict(dictionary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decode(streamed.Bytes(), true); ClassOf(err) != ClassOversized {
+		t.Fatalf("streamed frame with a window above the limit: got %v, want oversized", err)
+	}
 	if d.MaxEventBytes() != 4096 {
 		t.Fatalf("MaxEventBytes %d", d.MaxEventBytes())
 	}
