@@ -13,19 +13,25 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 )
 
+// benchStore opens a migrated file database on one connection, closed when
+// b ends, and a lease store (TTL 1 h) over it.
+func benchStore(b *testing.B) (*database.DB, *leasestore.Store) {
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(b.TempDir(), "a.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return db, leasestore.NewStore(db.DB, time.Hour)
+}
+
 // BenchmarkRenewStatements prices the parts of a renewal one at a time on
 // one connection: what leasestore.Store.Renew adds over a bare UPDATE.
 func BenchmarkRenewStatements(b *testing.B) {
 	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(b.TempDir(), "a.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	store := leasestore.NewStore(db.DB, time.Hour)
+	db, store := benchStore(b)
 	const n = 100
 	var cs []fence.Custody
 	for i := range n {
@@ -169,15 +175,7 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3`, func(c fence.Custody) []any { r
 // replaces.
 func BenchmarkRenewAll(b *testing.B) {
 	ctx := context.Background()
-	db, err := database.Open(ctx, database.Options{URL: "file:" + filepath.Join(b.TempDir(), "a.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	store := leasestore.NewStore(db.DB, time.Hour)
+	db, store := benchStore(b)
 	var cs []fence.Custody
 	for i := range 1000 {
 		name := fmt.Sprintf("l%04d", i)
