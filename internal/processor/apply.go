@@ -19,7 +19,9 @@ type applier struct {
 	fence int64
 	// handles are the handles PrepareBatch verified (nil without it).
 	handles verifiedHandles
-	res     Result
+	// filled are the DIDs whose missing handle fillHandle has set.
+	filled map[string]bool
+	res    Result
 	// pending collects the effects of the current event, published to res
 	// only when its savepoint is released.
 	pendingStats     []HoldStat
@@ -326,7 +328,7 @@ func (a *applier) readUsers(dids []string) error {
 // pass (which had no row to update) left it alone.
 func (a *applier) ensureUser(o *op) error {
 	if a.users[o.did] {
-		return nil
+		return a.fillHandle(o.did)
 	}
 	// The handle PrepareBatch verified for a new user, if any.
 	_, err := a.exec(`INSERT INTO users (did, handle, identity_us, account_us, updated_at) VALUES (?1, ?4, ?2, ?2, ?3)
@@ -335,6 +337,24 @@ ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000, a.handles[o
 		return fmt.Errorf("ensure user: %w", err)
 	}
 	a.users[o.did] = true
+	return a.fillHandle(o.did)
+}
+
+// fillHandle sets the handle PrepareBatch verified for did on a users row
+// that has none (its first lookup failed), once per batch. A row with a
+// handle is left to #identity events, which alone change a set handle.
+func (a *applier) fillHandle(did string) error {
+	h := a.handles[did]
+	if h == "" || a.filled[did] {
+		return nil
+	}
+	if _, err := a.exec(`UPDATE users SET handle = ?1 WHERE did = ?2 AND (handle IS NULL OR handle = '')`, h, did); err != nil {
+		return fmt.Errorf("fill user handle: %w", err)
+	}
+	if a.filled == nil {
+		a.filled = map[string]bool{}
+	}
+	a.filled[did] = true
 	return nil
 }
 

@@ -56,8 +56,10 @@ func handlesFrom(ctx context.Context) verifiedHandles {
 //     its handle verified afresh (AT Protocol: an #identity event means the
 //     DID document or handle may have changed; Bluesky's relay sends it
 //     without a handle, so the event's own handle is not relied on);
-//   - for every DID with a record in the batch and no users row yet, its
-//     handle is verified, so a new user's row starts with its handle.
+//   - for every DID with a record in the batch and no users row yet, or a
+//     row without a handle (an earlier lookup failed), its handle is
+//     verified, so a new user's row starts with its handle and a missing
+//     one is filled in once it verifies.
 //
 // A lookup that fails (network, directory down) leaves that DID out: the
 // event's handle, if any, is used as before and the row keeps what it had.
@@ -147,8 +149,8 @@ func (p *Processor) notKnown(dids []string) []string {
 	return out
 }
 
-// remember notes that did has a users row (rows are created once and the
-// handle of an existing row changes only with #identity events).
+// remember notes that did has a users row with a handle (rows are created
+// once and a handle, once set, changes only with #identity events).
 func (p *Processor) remember(did string) {
 	p.knownMu.Lock()
 	defer p.knownMu.Unlock()
@@ -158,7 +160,11 @@ func (p *Processor) remember(did string) {
 	p.known[did] = true
 }
 
-// knownUsers returns which of dids have a users row.
+// knownUsers returns which of dids have a users row with a handle. A row
+// without one (its first lookup failed: directory down, timeout) is not
+// known, so a later batch with a record of that DID verifies its handle
+// again (the resolver caches a failure for a while, so this costs at most
+// one lookup per DID per failure TTL) and ensureUser fills it in.
 func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool, error) {
 	known := map[string]bool{}
 	for start := 0; start < len(dids); start += usersInChunk {
@@ -169,7 +175,7 @@ func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool
 			args[i] = d
 			marks[i] = fmt.Sprintf("?%d", i+1)
 		}
-		rows, err := db.QueryContext(ctx, `SELECT did FROM users WHERE did IN (`+strings.Join(marks, ",")+`)`, args...)
+		rows, err := db.QueryContext(ctx, `SELECT did FROM users WHERE handle <> '' AND did IN (`+strings.Join(marks, ",")+`)`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read users: %w", err)
 		}

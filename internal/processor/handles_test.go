@@ -101,3 +101,43 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 		t.Fatalf("outage changed the handle to %q", h)
 	}
 }
+
+// A user whose first handle lookup failed (directory down, timeout) got a
+// row without a handle and, being "known", was never looked up again: the
+// handle stayed empty until the account's next #identity event. Found on
+// the real chain under load. A later batch with a record of that DID now
+// verifies it again and fills the handle in.
+func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{"did:plc:bob": "bob.test"}, failing: map[string]bool{"did:plc:bob": true}}
+	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
+	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")
+	apply := func(events ...jetstream.Event) {
+		t.Helper()
+		ctx := p.PrepareBatch(context.Background(), db.DB, events)
+		if _, err := p.Apply(ctx, db.DB, c, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	digest := "sha256:" + strings.Repeat("b", 64)
+	apply(commit("did:plc:bob", 10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	if h := userHandle(t, db.DB, "did:plc:bob"); h != "" {
+		t.Fatalf("handle %q while the directory was down", h)
+	}
+	res.mu.Lock()
+	res.failing["did:plc:bob"] = false
+	res.mu.Unlock()
+	apply(commit("did:plc:bob", 20, "create", "io.atcr.tag", "t2", tagRecord("app", "v2", digest)))
+	if h := userHandle(t, db.DB, "did:plc:bob"); h != "bob.test" {
+		t.Fatalf("handle after the directory came back = %q, want bob.test", h)
+	}
+	// Once set, a handle changes only with #identity events: a later lookup
+	// saying otherwise does not overwrite it.
+	res.mu.Lock()
+	res.handles["did:plc:bob"] = "other.test"
+	res.mu.Unlock()
+	apply(commit("did:plc:bob", 30, "create", "io.atcr.tag", "t3", tagRecord("app", "v3", digest)))
+	if h := userHandle(t, db.DB, "did:plc:bob"); h != "bob.test" {
+		t.Fatalf("a set handle changed without #identity: %q", h)
+	}
+}
