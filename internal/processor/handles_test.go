@@ -39,6 +39,21 @@ func (f *fakeHandles) RefreshHandle(ctx context.Context, did string) (string, er
 	return f.Handle(ctx, did)
 }
 
+// applyWithHandles returns a function that applies a batch as the consumer
+// does (PrepareBatch, then Apply under a fresh custody), verifying handles
+// with res.
+func applyWithHandles(t *testing.T, db *sql.DB, res *fakeHandles) func(events ...jetstream.Event) {
+	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
+	c := acquire(t, db, "jetstream-consumer", "instance-a")
+	return func(events ...jetstream.Event) {
+		t.Helper()
+		ctx := p.PrepareBatch(context.Background(), db, events)
+		if _, err := p.Apply(ctx, db, c, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func userHandle(t *testing.T, db *sql.DB, did string) string {
 	t.Helper()
 	var h string
@@ -55,15 +70,7 @@ func userHandle(t *testing.T, db *sql.DB, did string) string {
 func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
-	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
-	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")
-	apply := func(events ...jetstream.Event) {
-		t.Helper()
-		ctx := p.PrepareBatch(context.Background(), db.DB, events)
-		if _, err := p.Apply(ctx, db.DB, c, events); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := applyWithHandles(t, db.DB, res)
 	identity := func(did string, us int64, handle string) jetstream.Event {
 		return jetstream.Event{DID: did, TimeUS: us, Kind: jetstream.KindIdentity,
 			Identity: &jetstream.Identity{DID: did, Handle: handle}}
@@ -110,15 +117,7 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:bob": "bob.test"}, failing: map[string]bool{"did:plc:bob": true}}
-	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
-	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")
-	apply := func(events ...jetstream.Event) {
-		t.Helper()
-		ctx := p.PrepareBatch(context.Background(), db.DB, events)
-		if _, err := p.Apply(ctx, db.DB, c, events); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := applyWithHandles(t, db.DB, res)
 	digest := "sha256:" + strings.Repeat("b", 64)
 	apply(commit("did:plc:bob", 10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
 	if h := userHandle(t, db.DB, "did:plc:bob"); h != "" {
