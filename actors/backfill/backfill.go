@@ -720,17 +720,7 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 	if describe {
 		has, err := r.hasCollection(ctx, pds, did, col)
 		if err != nil {
-			if fatal(ctx, err) {
-				return err
-			}
-			if inactiveRepo(err) {
-				return r.skipInactive(ctx, col, did, repos)
-			}
-			class := errorClass(err)
-			if class == classNetwork || class == classServer || class == classRateLimited {
-				r.markBroken(pds, err)
-			}
-			return r.failRepo(ctx, col, did, class, err, repos)
+			return r.pdsFailed(ctx, pds, col, did, err, repos)
 		}
 		if !has {
 			return nil
@@ -744,20 +734,7 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 		}
 		var page recordsPage
 		if err := r.b.xrpc.get(ctx, pds, methodListRecords, params, &page); err != nil {
-			if fatal(ctx, err) {
-				return err
-			}
-			if inactiveRepo(err) {
-				// Not served because the account is inactive: nothing to
-				// index and nothing failed (docs/interop.md, "Deactivated
-				// and taken-down accounts").
-				return r.skipInactive(ctx, col, did, repos)
-			}
-			class := errorClass(err)
-			if class == classNetwork || class == classServer || class == classRateLimited {
-				r.markBroken(pds, err)
-			}
-			return r.failRepo(ctx, col, did, class, err, repos)
+			return r.pdsFailed(ctx, pds, col, did, err, repos)
 		}
 		if page.Cursor != "" && page.Cursor == cursor {
 			return r.failRepo(ctx, col, did, classProtocol,
@@ -976,4 +953,24 @@ func (r *run) markBroken(pds string, err error) {
 		r.brokenPDS[pds] = err
 		r.log.Warn().Err(logval.Error(err)).Str("pds", logval.String(pds)).Msg("PDS failed; skipping its other repositories in this run")
 	}
+}
+
+// pdsFailed settles a PDS request for did's col that failed with err: a
+// stop or database failure is returned as is; a repository the PDS refuses
+// as inactive is skipped, not failed (docs/interop.md, "Deactivated and
+// taken-down accounts"); anything else fails the repository with its
+// class, and a network, server or rate-limit failure marks the PDS broken
+// for the rest of the run.
+func (r *run) pdsFailed(ctx context.Context, pds, col, did string, err error, repos *repoSet) error {
+	if fatal(ctx, err) {
+		return err
+	}
+	if inactiveRepo(err) {
+		return r.skipInactive(ctx, col, did, repos)
+	}
+	class := errorClass(err)
+	if class == classNetwork || class == classServer || class == classRateLimited {
+		r.markBroken(pds, err)
+	}
+	return r.failRepo(ctx, col, did, class, err, repos)
 }
