@@ -290,7 +290,7 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 			if col.rkeys == "" {
 				continue
 			}
-			have, err := queryStrings(ctx, tx, col.rkeys, did)
+			have, err := database.Column(ctx, tx, col.rkeys, did)
 			if err != nil {
 				return fmt.Errorf("list stored %s of %s: %w", col.nsid, did, err)
 			}
@@ -315,23 +315,6 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 		return nil
 	})
 	return applied, removed, lag, err
-}
-
-func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
 
 // get calls an XRPC query on base and decodes its JSON answer into out.

@@ -296,7 +296,27 @@ const NowMS = "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
 // SQLite's: a millisecond).
 const NowUS = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)"
 
-// Querier is what QueryReturning needs: a *sql.DB, *sql.Tx or *sql.Conn.
+// Column runs query on q and returns the first column of every row, as
+// strings, in the order the rows came. Errors are the query's or a scan's.
+func Column(ctx context.Context, q Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Querier is what QueryReturning and Column need: a *sql.DB, *sql.Tx or
+// *sql.Conn.
 type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }

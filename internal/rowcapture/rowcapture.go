@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/atcr-io/appview/internal/database"
 )
 
 // logTable is where the triggers append row images; it is not recorded.
@@ -81,14 +83,14 @@ func Install(ctx context.Context, db *sql.DB) (*Recorder, error) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE `+logTable+` (id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, row TEXT NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("rowcapture: create log: %w", err)
 	}
-	tables, err := column(ctx, db, `SELECT name FROM sqlite_master WHERE type = 'table'
+	tables, err := database.Column(ctx, db, `SELECT name FROM sqlite_master WHERE type = 'table'
 AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name <> '`+logTable+`' ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("rowcapture: list tables: %w", err)
 	}
 	r := &Recorder{db: db, c: Capture{Columns: map[string][]string{}}}
 	for _, t := range tables {
-		cols, err := column(ctx, db, `SELECT name FROM pragma_table_info(?) ORDER BY cid`, t)
+		cols, err := database.Column(ctx, db, `SELECT name FROM pragma_table_info(?) ORDER BY cid`, t)
 		if err != nil {
 			return nil, fmt.Errorf("rowcapture: columns of %s: %w", t, err)
 		}
@@ -167,24 +169,6 @@ func decodeImage(text []byte) ([]any, error) {
 		}
 	}
 	return vals, nil
-}
-
-// column returns the first column of every row of query.
-func column(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
 
 // quote makes a SQL identifier of name.
