@@ -383,8 +383,14 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
-func TestFailoverMidRunResumesFromTheCheckpointWithoutDuplicates(t *testing.T) {
-	e := newEnv(t)
+// interruptedRun backfills four repositories (5 records each in two
+// collections, one at a time) under instance-a's custody and stops it
+// while c's second manifest page is in flight, checking that Run returned
+// context.Canceled. It returns the peers, the options and the custody for
+// the test to resume with; pds still stalls until Intercept(nil).
+func (e *env) interruptedRun() (*fakepeer.Relay, *fakepeer.PDS, Options, fence.Custody) {
+	t := e.t
+	t.Helper()
 	relay := fakepeer.NewRelay(t)
 	dids := []string{"did:plc:a", "did:plc:b", "did:plc:c", "did:plc:d"}
 	pds := e.pds(5, dids...)
@@ -392,8 +398,6 @@ func TestFailoverMidRunResumesFromTheCheckpointWithoutDuplicates(t *testing.T) {
 	relay.Add(colTag, dids...)
 	o := e.options(relay.URL())
 	o.Concurrency = 1
-
-	// The first holder is stopped while fetching c's second manifest page.
 	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool {
 		return r.Repo == "did:plc:c" && r.Collection == colManifest && r.Cursor == "3k001"
 	})
@@ -407,6 +411,13 @@ func TestFailoverMidRunResumesFromTheCheckpointWithoutDuplicates(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first Run returned %v, want context.Canceled", err)
 	}
+	return relay, pds, o, first
+}
+
+func TestFailoverMidRunResumesFromTheCheckpointWithoutDuplicates(t *testing.T) {
+	e := newEnv(t)
+	// The first holder is stopped while fetching c's second manifest page.
+	relay, pds, o, _ := e.interruptedRun()
 	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 5+5+2 {
 		t.Fatalf("%d records before failover, want 12 (a, b and c's first page)", got)
 	}

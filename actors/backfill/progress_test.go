@@ -3,15 +3,12 @@ package backfill
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/atcr-io/appview/internal/fakepeer"
 )
 
 // TestProgressFollowsARunFromInterruptedToCompleted reads the progress of
@@ -33,26 +30,7 @@ appview_backfill_progress_running 0
 		t.Fatal(err)
 	}
 
-	relay := fakepeer.NewRelay(t)
-	dids := []string{"did:plc:a", "did:plc:b", "did:plc:c", "did:plc:d"}
-	pds := e.pds(5, dids...)
-	relay.Add(colManifest, dids...)
-	relay.Add(colTag, dids...)
-	o := e.options(relay.URL())
-	o.Concurrency = 1
-	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool {
-		return r.Repo == "did:plc:c" && r.Collection == colManifest && r.Cursor == "3k001"
-	})
-	first := e.acquire("instance-a")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.backfiller(o).Run(ctx, first) }()
-	wait(t, inflight, "c's second page to be requested")
-	cancel()
-	wait(t, cancelled, "the request in flight to be cancelled")
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("first Run returned %v", err)
-	}
+	_, pds, o, first := e.interruptedRun()
 
 	p, err = ReadProgress(context.Background(), e.db)
 	if err != nil {
