@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -53,14 +52,7 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 	for _, compress := range []bool{false, true} {
 		for _, filter := range [][]string{nil, {"io.atcr.*"}} {
 			t.Run(fmt.Sprintf("compress=%v/collections=%v", compress, filter), func(t *testing.T) {
-				srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: path, Listen: "127.0.0.1:0"}, zerolog.Nop())
-				if err != nil {
-					t.Fatal(err)
-				}
-				served := make(chan error, 1)
-				go func() { served <- srv.ListenAndServe(context.Background()) }()
-				<-srv.Listening()
-				t.Cleanup(func() { srv.Close(); <-served })
+				srv := serveReplay(t, jetstream.ReplayOptions{File: path, Listen: "127.0.0.1:0"}, zerolog.Nop())
 
 				db := testsupport.OpenDB(t)
 				sys := testsupport.NewActorSystem(t)
@@ -102,14 +94,7 @@ func TestASplitAfterTheNewestEventStillEndsOnTheLastEvent(t *testing.T) {
 	path := filepath.Join(captureDir, "expected_v1.jsonl")
 	want := lastTimeUS(t, path)
 	split := newestIndex(t, path) + 1
-	srv, err := jetstream.NewReplayServer(jetstream.ReplayOptions{File: path, Listen: "127.0.0.1:0"}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe(context.Background()) }()
-	<-srv.Listening()
-	t.Cleanup(func() { srv.Close(); <-served })
+	srv := serveReplay(t, jetstream.ReplayOptions{File: path, Listen: "127.0.0.1:0"}, zerolog.Nop())
 
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)

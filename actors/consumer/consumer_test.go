@@ -98,6 +98,28 @@ func (d *deliveryCounter) reset() {
 	d.mu.Unlock()
 }
 
+// serveReplay starts a replay server for ro, logging to log, and stops it
+// when the test ends.
+func serveReplay(t *testing.T, ro jetstream.ReplayOptions, log zerolog.Logger) *jetstream.ReplayServer {
+	t.Helper()
+	srv, err := jetstream.NewReplayServer(ro, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe(context.Background()) }()
+	select {
+	case <-srv.Listening():
+	case err := <-served:
+		t.Fatalf("replay server: %v", err)
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	return srv
+}
+
 func newFixture(t *testing.T, seed uint64, events int, ro jetstream.ReplayOptions) *fixture {
 	t.Helper()
 	return newFixtureAfter(t, seed, events, ro)
@@ -126,21 +148,7 @@ func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayO
 	}
 	ro.File, ro.Listen = path, "127.0.0.1:0"
 	serverLog := &syncBuffer{}
-	srv, err := jetstream.NewReplayServer(ro, zerolog.New(serverLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe(context.Background()) }()
-	select {
-	case <-srv.Listening():
-	case err := <-served:
-		t.Fatalf("replay server: %v", err)
-	}
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-	})
+	srv := serveReplay(t, ro, zerolog.New(serverLog))
 	recv := &deliveryCounter{counts: map[string]int{}}
 	hooks := httptest.NewServer(recv)
 	t.Cleanup(hooks.Close)
