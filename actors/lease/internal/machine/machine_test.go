@@ -3,6 +3,7 @@ package machine
 import (
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -199,24 +200,7 @@ func (h *holder) none(like Command) {
 }
 
 func sameType(a, b Command) bool {
-	switch a.(type) {
-	case AcquireCmd:
-		_, ok := b.(AcquireCmd)
-		return ok
-	case RenewCmd:
-		_, ok := b.(RenewCmd)
-		return ok
-	case ReleaseCmd:
-		_, ok := b.(ReleaseCmd)
-		return ok
-	case SpawnWorkerCmd:
-		_, ok := b.(SpawnWorkerCmd)
-		return ok
-	case StopWorkerCmd:
-		_, ok := b.(StopWorkerCmd)
-		return ok
-	}
-	return false
+	return reflect.TypeOf(a) == reflect.TypeOf(b)
 }
 
 // loseToBlackout lets the first renewal hang past the renew deadline and
