@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -670,21 +671,31 @@ func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
 	j := w.js[0]
 	db := filepath.Join(w.dir, "old.db")
 	seed(t, db, j.addr, 1)
-	time.Sleep(7 * time.Second) // seq 1 falls out of the lookback
+	waitTooOld(t, j, 1, 30*time.Second)
 	a := appview(t, w.c, "appview", db, []string{j.v2URL()}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := a.Wait(ctx, func(e harness.Event) bool { return strings.HasPrefix(e.Msg, "Jetstream gap") })
-	if err != nil {
+	isGap := func(e harness.Event) bool { return strings.HasPrefix(e.Msg, "Jetstream gap") }
+	if _, err := a.Wait(ctx, isGap); err != nil {
 		t.Fatalf("no gap logged: %v\n%s", err, a.Tail(20))
 	}
-	floor := num(e, "floor")
-	if num(e, "gap_events") <= 0 || floor <= 1 {
-		t.Fatalf("gap logged without its size: %s", e.Line)
+	// The floor moves every second here, so the resume at the floor can
+	// itself be refused: each refusal is a gap of its own, from the floor
+	// the one before named; the first batch starts at the last floor.
+	first := waitSeq(t, j.addr, 1, 30*time.Second, a)
+	gaps := a.Log.Find(0, isGap)
+	from := int64(1)
+	var spans [][2]int64
+	for _, e := range gaps {
+		floor := num(e, "floor")
+		if num(e, "cursor") != from || num(e, "gap_events") != floor-from || floor <= from {
+			t.Fatalf("gap logged from seq %d, want a gap from %d with its size: %s", num(e, "cursor"), from, e.Line)
+		}
+		spans = append(spans, [2]int64{from, floor})
+		from = floor
 	}
-	b := waitSeq(t, j.addr, floor, 30*time.Second, a)
-	if b.first > floor {
-		t.Fatalf("first batch after the refusal starts at seq %d, want the floor %d", b.first, floor)
+	if first.first > from {
+		t.Fatalf("first batch after the refusal starts at seq %d, want the floor %d", first.first, from)
 	}
 	if _, err := a.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -694,15 +705,51 @@ func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var gaps, runs int
-	if err := d.QueryRow(`SELECT COUNT(*) FROM jetstream_gaps WHERE from_seq = 1 AND to_seq = ?1`, floor).Scan(&gaps); err != nil {
+	rows, err := d.Query(`SELECT from_seq, to_seq FROM jetstream_gaps WHERE host = ?1 ORDER BY from_seq`, j.addr)
+	if err != nil {
 		t.Fatal(err)
 	}
+	var stored [][2]int64
+	for rows.Next() {
+		var s [2]int64
+		if err := rows.Scan(&s[0], &s[1]); err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	var runs int
 	if err := d.QueryRow(`SELECT COUNT(*) FROM backfill_runs WHERE completed_at IS NULL`).Scan(&runs); err != nil {
 		t.Fatal(err)
 	}
-	if gaps != 1 || runs != 1 {
-		t.Fatalf("%d gap rows and %d pending backfill runs, want 1 and 1", gaps, runs)
+	if fmt.Sprint(stored) != fmt.Sprint(spans) || runs != 1 {
+		t.Fatalf("gap rows %v and %d pending backfill runs, want %v (the gaps logged) and 1", stored, runs, spans)
+	}
+}
+
+// waitTooOld returns once j refuses cursor as older than its lookback
+// (CursorTooOld at the upgrade), failing the test after within.
+func waitTooOld(t *testing.T, j *jetstreamServer, cursor int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		conn, resp, err := websocket.DefaultDialer.Dial(fmt.Sprintf("%s?collections=%s&cursor=%d", j.v2URL(), collections, cursor), nil)
+		if err == nil {
+			conn.Close()
+		} else if resp != nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), "CursorTooOld") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still serves cursor %d after %v", j.addr, cursor, within)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
