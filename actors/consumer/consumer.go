@@ -136,6 +136,9 @@ type consumer struct {
 	// highUS is the largest time_us this incarnation committed; dialHighUS
 	// is what it was when the current connection was dialled.
 	highUS, dialHighUS int64
+	// anchored: this incarnation stored the position it began at
+	// (anchorPosition); it reads the live tail until its first event.
+	anchored bool
 	// runDone closes when the Run goroutine has exited.
 	runDone chan struct{}
 }
@@ -174,10 +177,11 @@ func (c *consumer) Receive(ctx actor.Context) {
 
 func (c *consumer) start(ctx actor.Context) {
 	c.root, c.self = ctx.ActorSystem().Root, ctx.Self()
-	pos, _, err := LoadPosition(context.Background(), c.o.DB)
+	pos, anchored, err := anchorPosition(context.Background(), c.o.DB, c.o.Custody, time.Now())
 	if err != nil {
 		panic(err)
 	}
+	c.anchored = anchored
 	c.pos = pos
 	stored := pos.TimeUS
 	c.cursor.Store(stored)
@@ -244,13 +248,24 @@ func (c *consumer) start(ctx actor.Context) {
 // time_us is a foreign clock (a host that lagged stamps old events with
 // late times), so the resume time is the position's shared time (commit
 // rev / relay time, sharedTime) less jetstream.rewind, relying on
-// idempotent apply for the overlap. Nothing stored means the live tail.
+// idempotent apply for the overlap. The incarnation that found no
+// position stored one (anchorPosition: host '', shared time = when it
+// began) and reads the live tail until its first event arrives; after
+// that, and for every successor, the anchor is a position in time like
+// any other, so a holder killed before its first commit hands on where it
+// began instead of nothing.
 //
 // A time is capped at cursorLead ahead of this host's clock: a cursor
 // from the future makes Jetstream live-tail and skip everything since.
 func (c *consumer) resumeAt(url string) int64 {
 	host := jetstream.HostOf(url)
 	p := c.pos
+	if c.anchored && p.Host == "" && c.client.LastEvent().IsZero() {
+		// This incarnation began the position (now) and has received
+		// nothing: the live tail, as for a first start. Once an event has
+		// arrived, a reconnect resumes from the anchor (below).
+		return 0
+	}
 	if p.Host == host && p.Seq > 0 {
 		c.dialHighUS = c.highUS
 		return p.Seq

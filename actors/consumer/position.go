@@ -10,6 +10,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 )
 
@@ -45,6 +46,53 @@ func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err err
 		return Position{}, false, fmt.Errorf("load jetstream position: %w", err)
 	}
 	return p, true, nil
+}
+
+// anchorPositionSQL stores the position of a consumer that found none:
+// ?1 the time it began (Unix µs, this host's clock), ?2 its fence. Host ''
+// with shared_us set makes every later start, on any endpoint, resume by
+// time from there less jetstream.rewind (see resumeAt). time_us stays 0:
+// it is the time of the last processed event (SPEC §8), and there is none
+// yet. A row already there (another holder's, stored since the read) is
+// kept.
+const anchorPositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us)
+VALUES (1, 0, ` + database.NowMS + `, ?2, '', 0, ?1)
+ON CONFLICT (id) DO NOTHING`
+
+// anchorPosition returns the stored position, storing one first when there
+// is none: the time the consumer begins at (now), under custody's fence.
+//
+// Without it a consumer that starts on an empty database reads from the
+// live tail and has no position until its first batch commits, so a
+// holder killed before then (or a reconnect before then) hands its
+// successor nothing: that one starts at a later live tail and the events
+// in between are lost for good. With it, where the first holder began is
+// durable at once, and nothing after that is skipped by a handover.
+//
+// Errors: reading or storing the position (fence.ErrSuperseded when
+// custody was lost meanwhile).
+// anchored reports that this call stored the position (the caller began
+// it): that incarnation reads the live tail until its first event, as a
+// consumer with no position always did; everyone after it resumes from
+// the anchor.
+func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now time.Time) (p Position, anchored bool, err error) {
+	p, ok, err := LoadPosition(ctx, db)
+	if err != nil || ok {
+		return p, false, err
+	}
+	var n int64
+	if err := fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, anchorPositionSQL, now.UnixMicro(), custody.Fence)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	}); err != nil {
+		return Position{}, false, fmt.Errorf("store the starting jetstream position: %w", err)
+	}
+	p, _, err = LoadPosition(ctx, db)
+	return p, n == 1, err
 }
 
 // batchPosition is what one batch moves the position to.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -123,6 +124,79 @@ func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 	cons := bareConsumer(t, db.DB, c, 5*time.Second)
 	if got, want := cons.resumeAt("ws://x.example/xrpc/network.bsky.jetstream.subscribeEvents"), stored-(5*time.Second).Microseconds(); got != want {
 		t.Fatalf("cursor %d, want the stored time_us minus the rewind %d", got, want)
+	}
+}
+
+// A consumer that finds no position stores where it began (host ”, the
+// start time as its shared time) before it reads anything, so a holder
+// killed before its first commit hands its successor that time: the
+// successor resumes there less the rewind on any endpoint, instead of at
+// a later live tail with everything in between lost. The incarnation that
+// stored it reads the live tail until its first event; a stale custody
+// stores nothing.
+func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	ctx := context.Background()
+	first := acquire(t, db.DB, "first")
+	began := time.Now()
+	p, anchored, err := anchorPosition(ctx, db.DB, first, began)
+	if err != nil || !anchored {
+		t.Fatalf("anchor on an empty database: anchored %v, %v", anchored, err)
+	}
+	if want := (Position{SharedUS: began.UnixMicro()}); p != want {
+		t.Fatalf("stored position %+v, want %+v", p, want)
+	}
+	var fenceCol int64
+	if err := db.QueryRow(`SELECT fence FROM jetstream_cursor WHERE id = 1`).Scan(&fenceCol); err != nil || fenceCol != first.Fence {
+		t.Fatalf("anchor stored under fence %d (%v), want %d", fenceCol, err, first.Fence)
+	}
+	// The incarnation that anchored: live tail until an event arrives.
+	const v2 = "ws://js.example/xrpc/network.bsky.jetstream.subscribeEvents"
+	cons := bareConsumer(t, db.DB, first, 5*time.Second)
+	cons.anchored = true
+	client, err := jetstream.NewClient(jetstream.ClientOptions{URLs: []string{v2}}, func(context.Context, jetstream.Batch) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.client = client
+	if got := cons.resumeAt(v2); got != 0 {
+		t.Fatalf("the anchoring incarnation dials with cursor %d before any event, want 0 (live tail)", got)
+	}
+
+	// The holder dies before its first commit; the successor (a new
+	// custody) finds the anchor, stores nothing, and resumes from it.
+	if _, err := db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire(t, db.DB, "next")
+	again, anchored, err := anchorPosition(ctx, db.DB, next, began.Add(time.Minute))
+	if err != nil || anchored || again != p {
+		t.Fatalf("second start: position %+v anchored %v (%v), want the first anchor %+v kept", again, anchored, err, p)
+	}
+	succ := bareConsumer(t, db.DB, next, 5*time.Second)
+	want := began.UnixMicro() - (5 * time.Second).Microseconds()
+	for _, url := range []string{v2, "ws://other.example/subscribe"} {
+		if got := succ.resumeAt(url); got != want {
+			t.Fatalf("successor on %s: cursor %d, want the anchor less the rewind %d", url, got, want)
+		}
+	}
+	// The first batch replaces the anchor with a real position.
+	if err := succ.handle(ctx, jetstream.Batch{URL: v2, Events: numbered(generateEvents(63, 5), 1), MaxSeq: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := LoadPosition(ctx, db.DB); got.Host != "js.example" || got.Seq != 5 {
+		t.Fatalf("position after the first batch %+v, want js.example seq 5", got)
+	}
+
+	// A superseded holder never stores an anchor.
+	if _, err := db.Exec(`DELETE FROM jetstream_cursor`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := anchorPosition(ctx, db.DB, first, began); !errors.Is(err, fence.ErrSuperseded) {
+		t.Fatalf("anchor under a superseded fence: %v, want fence.ErrSuperseded", err)
+	}
+	if _, ok, _ := LoadPosition(ctx, db.DB); ok {
+		t.Fatal("a superseded holder stored a position")
 	}
 }
 

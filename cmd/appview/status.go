@@ -35,7 +35,7 @@ const (
 
 var (
 	contendersSQL = `SELECT ` + database.Text("instance") + `, MAX(seen_at) FROM lease_contenders GROUP BY instance`
-	cursorSQL     = `SELECT time_us, fence FROM jetstream_cursor WHERE id = 1`
+	cursorSQL     = `SELECT time_us, fence FROM jetstream_cursor WHERE id = 1 AND time_us > 0`
 	outboxSQL     = `SELECT ` + database.Text("status") + `, COUNT(*) FROM webhook_deliveries GROUP BY status`
 )
 

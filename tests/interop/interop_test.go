@@ -790,8 +790,9 @@ func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 		time.Since(started).Round(time.Millisecond), 2*staleTimeout)
 	target := newestSeq(t, j)
 	waitSeq(t, j.addr, target, time.Minute, contender)
-	// The holder never reached Jetstream, so nothing was stored: the
-	// contender starts at the live tail, and from there misses nothing.
+	// The holder never reached Jetstream, so it stored only where it
+	// began (no event): the contender resumes from there, by time, and
+	// from its first batch on misses nothing.
 	bs := batches(contender)
 	checkCovered(t, j.addr, probe(t, j, target, 3*time.Second), bs[0].first, target, bs)
 	if host, seq, _ := position(t, db); host != j.addr || seq < target {
