@@ -225,7 +225,7 @@ func TestTier2(t *testing.T) {
 	// account's verified handle and marks it inactive).
 	db := openDB(t, liveDB)
 	if err := poll(90*time.Second, func() error { return users(db, map[string]string{dave.DID: "dave.test|1|"}) }); err != nil {
-		t.Fatalf("live: dave's handle before the takedown: %v", err)
+		t.Fatalf("live: dave's handle before the takedown: %v\n%s", err, live.Dump(60))
 	}
 	if err := pds.call(ctx, http.MethodPost, "com.atproto.admin.updateSubjectStatus",
 		"Basic "+base64.StdEncoding.EncodeToString([]byte("admin:admin")), map[string]any{
@@ -257,7 +257,7 @@ func TestTier2(t *testing.T) {
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("live: users: %v", err)
+		t.Fatalf("live: users: %v\n%s", err, live.Dump(40))
 	}
 	// Each push delivered once.
 	if err := poll(30*time.Second, func() error {
