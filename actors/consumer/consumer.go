@@ -249,7 +249,7 @@ func (c *consumer) start(ctx actor.Context) {
 // late times), so the resume time is the position's shared time (commit
 // rev / relay time, sharedTime) less jetstream.rewind, relying on
 // idempotent apply for the overlap. The incarnation that found no
-// position stored one (anchorPosition: host '', shared time = when it
+// position stored one (anchorPosition: an empty host, shared time = when it
 // began) and reads the live tail until its first event arrives; after
 // that, and for every successor, the anchor is a position in time like
 // any other, so a holder killed before its first commit hands on where it

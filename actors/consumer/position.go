@@ -49,8 +49,8 @@ func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err err
 }
 
 // anchorPositionSQL stores the position of a consumer that found none:
-// ?1 the time it began (Unix µs, this host's clock), ?2 its fence. Host ''
-// with shared_us set makes every later start, on any endpoint, resume by
+// ?1 the time it began (Unix µs, this host's clock), ?2 its fence. An empty
+// host with shared_us set makes every later start, on any endpoint, resume by
 // time from there less jetstream.rewind (see resumeAt). time_us stays 0:
 // it is the time of the last processed event (SPEC §8), and there is none
 // yet. A row already there (another holder's, stored since the read) is
