@@ -349,7 +349,8 @@ func (c *Client) Run(ctx context.Context) error {
 		if end.retryNow {
 			wait = 0
 		}
-		h.notBefore = time.Now().Add(wait)
+		now := time.Now()
+		h.notBefore = now.Add(wait)
 		// A host that sent no event (refused, silent, or dead before its
 		// first event) is left for the next; one that was delivering is
 		// retried first.
@@ -359,7 +360,7 @@ func (c *Client) Run(ctx context.Context) error {
 		next := c.opts.URLs[at]
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", endpoint).Str("reason", end.reason).
-			Str("next_url", next).Int64("retry_in_ms", max(0, time.Until(hosts[at].notBefore).Milliseconds())).Msg("jetstream connection lost")
+			Str("next_url", next).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")
 	}
 }
 
