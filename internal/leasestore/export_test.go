@@ -1,5 +1,21 @@
 package leasestore
 
+import (
+	"context"
+	"testing"
+)
+
+// HoldTurn takes s's lease-write turn and returns the function that gives
+// it back.
+func HoldTurn(t *testing.T, s *Store) func() {
+	t.Helper()
+	release, err := s.turn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
 // RenewAllSQL and RenewedSQL expose the batched renewal's statements to
 // the query-plan test.
 var RenewAllSQL, RenewedSQL = renewAllSQL, renewedSQL

@@ -92,7 +92,11 @@ func (s *Store) renewChunk(ctx context.Context, cs []fence.Custody, errs []error
 	var renewed map[grantKey]bool
 	if err == nil {
 		var res sql.Result
-		res, err = s.db.ExecContext(ctx, renewAllSQL, s.ttl.Milliseconds(), list)
+		var release func()
+		if release, err = s.turn(ctx); err == nil {
+			res, err = s.db.ExecContext(ctx, renewAllSQL, s.ttl.Milliseconds(), list)
+			release()
+		}
 		var n int64
 		if err == nil {
 			n, err = res.RowsAffected()

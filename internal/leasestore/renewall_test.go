@@ -427,3 +427,69 @@ func TestRenewAllWithUnusualNames(t *testing.T) {
 		}
 	}
 }
+
+// One process's lease writes take turns: on a database whose connections
+// give up at once on a locked database (busy_timeout 0), acquires,
+// renewals and releases of sixteen leases run concurrently from one
+// Store and none of them meets the lock (SQLITE_BUSY). Without the turns
+// two of them on two connections collide, and with the usual busy
+// timeout the loser sleeps a millisecond or more in SQLite's busy handler.
+func TestOneProcesssLeaseWritesTakeTurnsAndNeverMeetTheLock(t *testing.T) {
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(t.TempDir(), "turns.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := leasestore.NewStore(db.DB, ttl)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16*30)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("lease-%d", i)
+			for range 10 {
+				g, err := s.Acquire(ctx, name, "me")
+				if err != nil || !g.Granted {
+					errs <- fmt.Errorf("acquire %s: %+v %v", name, g, err)
+					return
+				}
+				c := fence.Custody{Lease: name, Holder: "me", Fence: g.Fence}
+				if err := s.Renew(ctx, c); err != nil {
+					errs <- err
+				}
+				if err := s.RenewAll(ctx, []fence.Custody{c})[0]; err != nil {
+					errs <- err
+				}
+				if err := s.Release(ctx, c); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A lease write waiting for its turn gives up when its context ends.
+func TestALeaseWriteWaitingForItsTurnEndsWithItsContext(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	s := leasestore.NewStore(db.DB, ttl)
+	release := leasestore.HoldTurn(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if g, err := s.Acquire(ctx, "x", "me"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire while another write has the turn: %+v %v, want context.DeadlineExceeded", g, err)
+	}
+	release()
+	if g, err := s.Acquire(context.Background(), "x", "me"); err != nil || !g.Granted {
+		t.Fatalf("acquire once the turn is free: %+v %v", g, err)
+	}
+}

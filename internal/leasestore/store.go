@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
@@ -258,6 +259,11 @@ func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64)
 	// SQLite's transaction open, and database/sql would not roll back a
 	// *sql.Tx whose Commit failed; the connection would go back to the
 	// pool holding the grant uncommitted and the write lock.
+	release, err := s.turn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return false, err
@@ -332,7 +338,12 @@ func (s *Store) Release(ctx context.Context, c fence.Custody) error {
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra ...any) error {
 	args := append([]any{c.Lease, c.Holder, c.Fence}, extra...)
+	release, err := s.turn(ctx)
+	if err != nil {
+		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
+	}
 	res, err := s.db.ExecContext(ctx, query, args...)
+	release()
 	if err != nil {
 		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
 	}
@@ -425,4 +436,30 @@ func (s *Store) LiveElsewhere(ctx context.Context, instance string, window time.
 		names = append(names, n)
 	}
 	return names, rows.Err()
+}
+
+// turns holds, per database handle, the turn this process's lease writes
+// take one at a time (a channel of capacity 1).
+var turns sync.Map
+
+// turn waits until no other lease write of this process is running on
+// the store's database, and returns the function that ends this one's
+// turn; ctx.Err() when ctx ends first.
+//
+// SQLite has one writer: two lease writes of one process on two
+// connections (the grants a contender's LeaseActors ask for on one nudge,
+// a renewal beside a release) would otherwise meet as SQLITE_BUSY, and
+// the busy handler retries after sleeps of 1, 2, 5, 10 ms and more, which
+// made a graceful handover take milliseconds where the statements take a
+// fraction of one. Queued here, the next write starts the moment the last
+// one commits. Writes of other processes still meet the busy handler.
+func (s *Store) turn(ctx context.Context) (func(), error) {
+	t, _ := turns.LoadOrStore(s.db, make(chan struct{}, 1))
+	ch := t.(chan struct{})
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
