@@ -517,6 +517,51 @@ func TestKillAndRestartAtRandomPointsNeitherRegressesNorSkips(t *testing.T) {
 	checkCovered(t, j.addr, probe(t, j, target, 5*time.Second), 2, target, batches(starts...))
 }
 
+// A holder that dies before its first commit on a fresh database hands
+// its successor where it began, not nothing: the first appview stores its
+// starting time and is killed before it reads a single event (its only
+// URL is dead); events go on arriving at Jetstream; the successor, on the
+// real URL, must cover every event Jetstream saw from the first one's
+// start on. (Before, it started at its own, later, live tail and the
+// events in between were lost: the real-PDS suite met this in CI.)
+func TestAHolderKilledBeforeItsFirstCommitHandsOnWhereItBegan(t *testing.T) {
+	w := newWorld(t, 1)
+	j := w.js[0]
+	db := filepath.Join(w.dir, "fresh.db")
+	first := appview(t, w.c, "first", db, []string{"ws://" + freeAddr(t) + "/xrpc/network.bsky.jetstream.subscribeEvents"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	started, err := first.Wait(ctx, harness.Msg("consumer started"))
+	if err != nil {
+		t.Fatalf("the first appview's consumer never started: %v\n%s", err, first.Tail(20))
+	}
+	_ = first.Signal(syscall.SIGKILL)
+	if _, err := first.ExitCode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Let Jetstream see events the dead holder owed, for a few seconds.
+	mark := newestSeq(t, j)
+	waitNewer := time.Now().Add(20 * time.Second)
+	for newestSeq(t, j) < mark+50 && time.Now().Before(waitNewer) {
+	}
+	next := appview(t, w.c, "next", db, []string{j.v2URL()}, nil)
+	target := newestSeq(t, j)
+	waitSeq(t, j.addr, target, time.Minute, next)
+	probed := probe(t, j, target, 3*time.Second)
+	from := int64(0)
+	for _, p := range probed {
+		if !p.at.Before(started.Time) {
+			from = p.seq
+			break
+		}
+	}
+	if from == 0 {
+		t.Fatalf("Jetstream saw no event after the first appview started at %v", started.Time)
+	}
+	t.Logf("the successor must cover seq %d (the first event after the dead holder began) to %d", from, target)
+	checkCovered(t, j.addr, probed, from, target, batches(next))
+}
+
 // liveProbe reads a Jetstream's v2 stream in the background from its
 // first event until the connection ends.
 type liveProbe struct {
