@@ -252,18 +252,25 @@ func (c *consumer) start(ctx actor.Context) {
 // position stored one (anchorPosition: an empty host, shared time = when it
 // began) and reads the live tail until its first event arrives; after
 // that, and for every successor, the anchor is a position in time like
-// any other, so a holder killed before its first commit hands on where it
-// began instead of nothing.
+// any other on the v2 wire, so a holder killed before its first commit
+// hands on where it began instead of nothing. On the legacy wire an
+// anchor alone means no cursor (see the comment inside).
 //
 // A time is capped at cursorLead ahead of this host's clock: a cursor
 // from the future makes Jetstream live-tail and skip everything since.
 func (c *consumer) resumeAt(url string) int64 {
 	host := jetstream.HostOf(url)
 	p := c.pos
-	if c.anchored && p.Host == "" && c.client.LastEvent().IsZero() {
-		// This incarnation began the position (now) and has received
-		// nothing: the live tail, as for a first start. Once an event has
-		// arrived, a reconnect resumes from the anchor (below).
+	if p.Host == "" && p.TimeUS == 0 && p.SharedUS > 0 &&
+		(jetstream.WireOf(url) != jetstream.WireV2 || (c.anchored && c.client.LastEvent().IsZero())) {
+		// Only an anchor (nothing processed yet). The incarnation that
+		// began it has received nothing: the live tail, as for a first
+		// start. On the legacy wire, always: the anchor is this host's
+		// wall clock, and a legacy endpoint may serve a capture whose
+		// events are all older than that (appview jetstream-replay), so a
+		// time cursor from it would skip them all, where no cursor replays
+		// them. On the v2 wire a time cursor is translated against when the
+		// server saw each event, so the anchor less the rewind is exact.
 		return 0
 	}
 	if p.Host == host && p.Seq > 0 {

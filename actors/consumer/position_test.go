@@ -175,10 +175,15 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	}
 	succ := bareConsumer(t, db.DB, next, 5*time.Second)
 	want := began.UnixMicro() - (5 * time.Second).Microseconds()
-	for _, url := range []string{v2, "ws://other.example/subscribe"} {
+	for _, url := range []string{v2, "ws://other.example/xrpc/network.bsky.jetstream.subscribeEvents"} {
 		if got := succ.resumeAt(url); got != want {
 			t.Fatalf("successor on %s: cursor %d, want the anchor less the rewind %d", url, got, want)
 		}
+	}
+	// On the legacy wire an anchor alone means no cursor: a legacy
+	// endpoint may serve a capture older than the wall clock.
+	if got := succ.resumeAt("ws://other.example/subscribe"); got != 0 {
+		t.Fatalf("successor on a legacy endpoint: cursor %d, want 0 (no cursor)", got)
 	}
 	// The first batch replaces the anchor with a real position.
 	if err := succ.handle(ctx, jetstream.Batch{URL: v2, Events: numbered(generateEvents(63, 5), 1), MaxSeq: 5}); err != nil {
