@@ -260,6 +260,12 @@ func TestBadV2FramesAreCountedSkippedAndThePositionMovesPastThem(t *testing.T) {
 			t.Errorf("%s counted %v, want %v", class, v, want)
 		}
 	}
+	// onBatch runs after the sink has recorded the batch: wait for it.
+	waitUntil(t, "a batch whose MaxSeq reaches 6", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return top >= 6
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if top != 6 {
