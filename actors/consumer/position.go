@@ -50,8 +50,9 @@ func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err err
 
 // anchorPositionSQL stores the position of a consumer that found none:
 // ?1 the time it began (Unix µs, this host's clock), ?2 its fence. An empty
-// host with shared_us set makes every later start, on any endpoint, resume by
-// time from there less jetstream.rewind (see resumeAt). time_us stays 0:
+// host with shared_us set makes later connections and successors resume
+// by time from there less jetstream.rewind on a v2 endpoint (see
+// resumeAt; on a legacy endpoint an anchor alone means no cursor). time_us stays 0:
 // it is the time of the last processed event (SPEC §8), and there is none
 // yet. A row already there (another holder's, stored since the read) is
 // kept.
@@ -69,12 +70,13 @@ ON CONFLICT (id) DO NOTHING`
 // in between are lost for good. With it, where the first holder began is
 // durable at once, and nothing after that is skipped by a handover.
 //
-// Errors: reading or storing the position (fence.ErrSuperseded when
-// custody was lost meanwhile).
 // anchored reports that this call stored the position (the caller began
 // it): that incarnation reads the live tail until its first event, as a
 // consumer with no position always did; everyone after it resumes from
 // the anchor.
+//
+// Errors: reading or storing the position (fence.ErrSuperseded when
+// custody was lost meanwhile).
 func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now time.Time) (p Position, anchored bool, err error) {
 	p, ok, err := LoadPosition(ctx, db)
 	if err != nil || ok {

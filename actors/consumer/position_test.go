@@ -127,10 +127,10 @@ func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 	}
 }
 
-// A consumer that finds no position stores where it began (host ”, the
-// start time as its shared time) before it reads anything, so a holder
+// A consumer that finds no position stores where it began (an empty host,
+// the start time as its shared time) before it reads anything, so a holder
 // killed before its first commit hands its successor that time: the
-// successor resumes there less the rewind on any endpoint, instead of at
+// successor resumes there less the rewind on a v2 endpoint, instead of at
 // a later live tail with everything in between lost. The incarnation that
 // stored it reads the live tail until its first event; a stale custody
 // stores nothing.
