@@ -283,7 +283,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		_ = rows.Close()
 	}
-	return guard(conn, retireFile), nil
+	return wrapFile(conn), nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }

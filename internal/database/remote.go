@@ -2,7 +2,10 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -41,20 +44,26 @@ type libsqlConn interface {
 //
 // database/sql never uses one connection from two goroutines at once, so
 // broken needs no lock.
+//
+// A file connection also keeps its compiled write statements (cache, see
+// stmtcache.go); a libSQL server connection never does.
 type remoteConn struct {
 	inner  libsqlConn
 	retire func(error) bool
 	broken bool
+	cache  *stmtCache // nil: every statement goes through go-libsql
 }
 
-func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote) }
+func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote, nil) }
 
-func guard(c driver.Conn, retire func(error) bool) driver.Conn {
+func wrapFile(c driver.Conn) driver.Conn { return guard(c, retireFile, newStmtCache(c)) }
+
+func guard(c driver.Conn, retire func(error) bool, cache *stmtCache) driver.Conn {
 	inner, ok := c.(libsqlConn)
 	if !ok {
 		return c
 	}
-	return &remoteConn{inner: inner, retire: retire}
+	return &remoteConn{inner: inner, retire: retire, cache: cache}
 }
 
 func retireRemote(err error) bool { return true }
@@ -106,6 +115,9 @@ func (c *remoteConn) Begin() (driver.Tx, error) {
 }
 
 func (c *remoteConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c.cache != nil {
+		return c.beginKept(opts)
+	}
 	tx, err := c.inner.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, c.note(err)
@@ -114,16 +126,29 @@ func (c *remoteConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 }
 
 func (c *remoteConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.cache != nil {
+		r, err := c.cache.exec(query, args)
+		return r, c.note(err)
+	}
 	r, err := c.inner.ExecContext(ctx, query, args)
 	return r, c.note(err)
 }
 
 func (c *remoteConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.cache != nil {
+		r, err := c.cache.query(query, args)
+		return r, c.note(err)
+	}
 	r, err := c.inner.QueryContext(ctx, query, args)
 	return r, c.note(err)
 }
 
-func (c *remoteConn) Close() error { return c.inner.Close() }
+func (c *remoteConn) Close() error {
+	if c.cache != nil {
+		c.cache.close()
+	}
+	return c.inner.Close()
+}
 
 // IsValid is asked before the connection goes back to the pool.
 func (c *remoteConn) IsValid() bool { return !c.broken }
@@ -134,6 +159,34 @@ func (c *remoteConn) ResetSession(context.Context) error {
 		return driver.ErrBadConn
 	}
 	return nil
+}
+
+// beginKept is go-libsql's BeginTx (same refusals, a plain BEGIN) with
+// BEGIN, COMMIT and ROLLBACK run as kept statements.
+func (c *remoteConn) beginKept(opts driver.TxOptions) (driver.Tx, error) {
+	if opts.ReadOnly {
+		return nil, errors.New("read only transactions are not supported")
+	}
+	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
+		return nil, fmt.Errorf("isolation level %d is not supported", opts.Isolation)
+	}
+	if _, err := c.cache.exec("BEGIN", nil); err != nil {
+		return nil, c.note(err)
+	}
+	return keptTx{c}, nil
+}
+
+// keptTx ends a transaction begun by beginKept.
+type keptTx struct{ c *remoteConn }
+
+func (t keptTx) Commit() error {
+	_, err := t.c.cache.exec("COMMIT", nil)
+	return t.c.note(err)
+}
+
+func (t keptTx) Rollback() error {
+	_, err := t.c.cache.exec("ROLLBACK", nil)
+	return t.c.note(err)
 }
 
 type remoteTx struct {
