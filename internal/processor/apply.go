@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"sort"
-	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -229,13 +228,14 @@ func (a *applier) readTombstones(all []recordKey) error {
 	}
 	return database.Chunks(len(keys), 3, 0, func(lo, hi int) error {
 		chunk := keys[lo:hi]
-		args := make([]any, 0, 3*len(chunk))
-		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
-		q := `SELECT ` + tombstoneColumns + ` FROM (VALUES ` + database.Values(len(chunk), 3) +
-			`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`
+		args := make([]any, 0, 3*database.Bucket(len(chunk)))
 		for _, k := range chunk {
 			args = append(args, k.did, k.collection, k.rkey)
 		}
+		args = database.Pad(args, 3) // a repeated key reads the same row into the map
+		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
+		q := `SELECT ` + tombstoneColumns + ` FROM (VALUES ` + database.Values(len(args)/3, 3) +
+			`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`
 		rows, err := a.tx.QueryContext(a.ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("read tombstones: %w", err)
@@ -298,12 +298,13 @@ func (a *applier) apply(o *op) (bool, error) {
 // row, and the transaction holds the write lock).
 func (a *applier) readUsers(dids []string) error {
 	return database.Chunks(len(dids), 1, 0, func(lo, hi int) error {
-		args := make([]any, hi-lo)
+		args := make([]any, hi-lo, database.Bucket(hi-lo))
 		for i, d := range dids[lo:hi] {
 			args[i] = d
 		}
+		args = database.Pad(args, 1)
 		rows, err := a.tx.QueryContext(a.ctx, `SELECT `+database.Text("did")+` FROM users WHERE did IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", hi-lo), ", ")+`)`, args...)
+			database.InList(len(args))+`)`, args...)
 		if err != nil {
 			return fmt.Errorf("read users: %w", err)
 		}
@@ -747,12 +748,14 @@ func (a *applier) refreshTouched() error {
 	keys := sortedKeys(a.touched)
 	return database.Chunks(len(keys), 3, 1, func(lo, hi int) error {
 		chunk := keys[lo:hi]
-		args := make([]any, 0, 3*len(chunk)+1)
+		args := make([]any, 0, 3*database.Bucket(len(chunk))+1)
 		for _, k := range chunk {
 			args = append(args, k.did, k.repository, a.touched[k])
 		}
+		args = database.Pad(args, 3) // the statement keeps distinct tuples only
+		n := len(args) / 3
 		args = append(args, a.fence) // after the VALUES: ? parameters bind in text order
-		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, database.Values(len(chunk), 3)), args...); err != nil {
+		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, database.Values(n, 3)), args...); err != nil {
 			return fmt.Errorf("refresh repository_stats: %w", err)
 		}
 		return nil
@@ -762,8 +765,10 @@ func (a *applier) refreshTouched() error {
 // refreshManySQL recomputes the aggregate (docs/spec.md §8
 // repository_stats: sums over holds, saturating with SaturatingSumSQL;
 // the latest last_pull and last_push; the star count) of a list of (did,
-// repository, updated_at) tuples (the %s); the last parameter is the fence.
-var refreshManySQL = `WITH k (did, repository, at) AS (VALUES %s)
+// repository, updated_at) tuples (the %s; a tuple may be repeated, see
+// database.Bucket: only distinct ones count); the last parameter is the
+// fence.
+var refreshManySQL = `WITH v (did, repository, at) AS (VALUES %s), k AS (SELECT DISTINCT did, repository, at FROM v)
 INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
   MAX(h.last_pull), MAX(h.last_push),

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -131,11 +130,12 @@ func pushSubscribers(ctx context.Context, tx *sql.Tx, dids []string) (map[string
 }
 
 func pushSubscribersChunk(ctx context.Context, tx *sql.Tx, dids []string, out map[string][]int64) error {
-	args := make([]any, len(dids))
+	args := make([]any, len(dids), database.Bucket(len(dids)))
 	for i, d := range dids {
 		args[i] = d
 	}
-	q := fmt.Sprintf(subscribersSQL, strings.TrimSuffix(strings.Repeat("?, ", len(dids)), ", "))
+	args = database.Pad(args, 1) // an IN list: a repeated DID changes nothing
+	q := fmt.Sprintf(subscribersSQL, database.InList(len(args)))
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("find webhooks of %d DIDs: %w", len(dids), err)
