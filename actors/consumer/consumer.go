@@ -205,6 +205,8 @@ func (c *consumer) start(ctx actor.Context) {
 		Log:             c.o.Log.With().Str("component", "jetstream").Logger(),
 		OnCursorTooOld:  c.cursorTooOld,
 		OnSeqReset:      c.seqReset,
+		// Records are decoded on the reading goroutine, beside the commits.
+		Prepare: processor.Prepare,
 	}, c.handle)
 	if err != nil {
 		panic(fmt.Errorf("jetstream client: %w", err))

@@ -148,6 +148,13 @@ type ClientOptions struct {
 	// it has delivered new ones. nil: the client would redial with the
 	// same cursor.
 	OnSeqReset func(url string)
+	// Prepare, when set, is called with every event that will be delivered,
+	// on the goroutine that reads the connection, before the event is
+	// queued: work on one event that needs no database (decoding and
+	// validating its record) then runs alongside the Handler's commits of
+	// the batches before it, on another core. It may set Event.Prepared
+	// and must not keep ev.
+	Prepare func(ev *Event)
 }
 
 // Batch is a run of consecutive frames, in stream order.
@@ -895,6 +902,9 @@ func (c *Client) read(cs *connState, base string, items chan<- item, stop <-chan
 		} else {
 			c.lastEvent.Store(lastEvent.UnixNano())
 			c.opts.Metrics.decoded(&it.ev, nil)
+			if c.opts.Prepare != nil {
+				c.opts.Prepare(&it.ev)
+			}
 		}
 		select {
 		case items <- it:

@@ -240,6 +240,36 @@ func TestClientDeliversEveryCapturedEventInOrderRawAndCompressed(t *testing.T) {
 	}
 }
 
+// Prepare sees every delivered event, in stream order, on the reading
+// goroutine before the handler gets its batch, and what it leaves in
+// Event.Prepared arrives with the event.
+func TestClientPreparesEveryEventBeforeItsBatchIsDelivered(t *testing.T) {
+	want := captureEvents(t, "expected_v1.jsonl")
+	srv := startReplay(t, ReplayOptions{})
+	var mu sync.Mutex
+	prepared := 0
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{srv.URL()}, BatchSize: 10, Prepare: func(ev *Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Prepared != nil {
+			t.Errorf("event %d arrived at Prepare already prepared", prepared)
+		}
+		ev.Prepared = prepared
+		prepared++
+	}}, s.handle)
+	got := s.waitEvents(t, len(want))
+	for i := range got {
+		if got[i].Prepared != i {
+			t.Fatalf("event %d delivered with Prepared %v, want %d", i, got[i].Prepared, i)
+		}
+		got[i].Prepared = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatal("delivered events differ from the capture")
+	}
+}
+
 func TestClientWithAtcrCollectionsReceivesOnlyIdentityAndAccountEvents(t *testing.T) {
 	srv := startReplay(t, ReplayOptions{})
 	for _, compress := range []bool{false, true} {

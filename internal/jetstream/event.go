@@ -38,6 +38,10 @@ type Event struct {
 	Identity *Identity `json:"identity,omitempty"`
 	Account  *Account  `json:"account,omitempty"`
 	Sync     *Sync     `json:"sync,omitempty"`
+	// Prepared is what ClientOptions.Prepare worked out for this event
+	// ahead of delivery (the processor's decoded record), nil when nothing
+	// was: never read from or written to the wire.
+	Prepared any `json:"-"`
 }
 
 // Sync is the upstream #sync event: the repository's state was replaced

@@ -33,6 +33,44 @@ type op struct {
 	account  *jetstream.Account
 }
 
+// prepared is decode's verdict on one event, worked out before its batch
+// was delivered (Prepare). op.ev is nil: the event is bound at use.
+type prepared struct {
+	op     *op
+	reason string
+	err    error
+}
+
+// Prepare decodes and validates ev ahead of its batch and leaves the
+// result in ev.Prepared, where Apply finds it instead of decoding again.
+// It reads only ev and touches no database, so it can run on any
+// goroutine: the consumer runs it on the Jetstream reader's
+// (jetstream.ClientOptions.Prepare), in parallel with the commit of the
+// batches before. ev must not change afterwards.
+func Prepare(ev *jetstream.Event) {
+	o, reason, err := decode(ev)
+	if o != nil {
+		o.ev = nil
+	}
+	ev.Prepared = &prepared{op: o, reason: reason, err: err}
+}
+
+// decodeEvent returns what Prepare worked out for ev, or decodes it now.
+// The op is a copy bound to ev: a retried transaction applies the same
+// events again from the same verdicts.
+func decodeEvent(ev *jetstream.Event) (*op, string, error) {
+	p, ok := ev.Prepared.(*prepared)
+	if !ok {
+		return decode(ev)
+	}
+	if p.op == nil {
+		return nil, p.reason, p.err
+	}
+	o := *p.op
+	o.ev = ev
+	return &o, p.reason, p.err
+}
+
 // decode validates an event without touching the database. A non-empty
 // reason means skip it (err says why, for the log).
 func decode(ev *jetstream.Event) (*op, string, error) {

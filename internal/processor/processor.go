@@ -293,7 +293,7 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 		ev := &events[i]
 		maxUS = max(maxUS, ev.TimeUS)
 		var err error
-		ops[i], outs[i].reason, err = decode(ev)
+		ops[i], outs[i].reason, err = decodeEvent(ev)
 		outs[i].err = err
 	}
 	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx)}
