@@ -6,10 +6,12 @@
 // is ignored; busy_timeout starts at 0 on every new connection; a statement
 // that returns rows fails under Exec; a multi-statement Exec runs only the
 // first statement; a remote connection is one Hrana stream that dies for
-// good when sqld restarts or after 10 s idle. Open therefore wraps the
-// driver's connector so every pooled connection is configured before use
-// and a failed remote connection is retired (remote.go), and Migrate
-// splits each migration into statements.
+// good when sqld restarts or after 10 s idle; every statement is compiled
+// anew on every call. Open therefore wraps the driver's connector so every
+// pooled connection is configured before use, a failed remote connection
+// is retired (remote.go) and a file connection keeps its compiled
+// statements (stmtcache.go), and Migrate splits each migration into
+// statements.
 //
 // One fact it cannot hide: reading a TEXT value whose content looks like a
 // date ("2024-06-01", "2024-06-01T12:00:00.000Z", "2024-06-01 12:00")
