@@ -45,7 +45,7 @@ type libsqlConn interface {
 // database/sql never uses one connection from two goroutines at once, so
 // broken needs no lock.
 //
-// A file connection also keeps its compiled write statements (cache, see
+// A file connection also keeps its compiled statements (cache, see
 // stmtcache.go); a libSQL server connection never does.
 type remoteConn struct {
 	inner  libsqlConn

@@ -92,13 +92,14 @@ import (
 // statements and reset them between runs; libSQL's C API offers that
 // (libsql_reset_stmt), the Go driver does not use it.
 //
-// stmtCache keeps the compiled write statements (Exec, with or without
+// stmtCache keeps the compiled statements (Exec and Query, with or without
 // arguments, BEGIN/COMMIT included) of one file connection and runs them
 // through the C API go-libsql already links. It changes nothing a caller
 // can see: the same arguments bind the same way (by position, as go-libsql
 // does: sql.Named binds by position), errors carry go-libsql's text
 // ("failed to execute query ...\nerror code = N: ..."), results are
-// libsql_changes and libsql_last_insert_rowid as go-libsql reads them.
+// libsql_changes and libsql_last_insert_rowid as go-libsql reads them, and
+// rows read as go-libsql's rows read (keptRows).
 //
 // Only file connections use it. A libSQL server connection prepares with a
 // Hrana "describe" round trip and binds the statement to the stream's
