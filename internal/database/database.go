@@ -76,8 +76,10 @@ type DB struct {
 	Path      string
 	connector *connector
 	// file is the database file as opened, to notice it being deleted or
-	// replaced under a running instance (nil when remote).
+	// replaced under a running instance (nil when remote); wal watches
+	// its write-ahead log the same way (nil when remote or read-only).
 	file os.FileInfo
+	wal  *walWatch
 	// applied and newer: see AppliedMigrations and NewerMigrations.
 	applied, newer []int
 }
@@ -141,6 +143,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("database file: %w", err)
 		}
+		if !o.ReadOnly {
+			db.wal = newWALWatch(path)
+		}
 	}
 	return db, nil
 }
@@ -152,7 +157,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 var ErrFileReplaced = errors.New("database file was deleted or replaced while open")
 
 // CheckFile reports ErrFileReplaced when Path no longer names the file
-// that was opened (a stat, a few µs). Always nil for a remote database.
+// that was opened, or its write-ahead log (Path-wal) was deleted or
+// replaced while this process writes it (walfile.go): two stats, a few
+// µs. Always nil for a remote database.
 func (db *DB) CheckFile() error {
 	if db.file == nil {
 		return nil
@@ -160,6 +167,9 @@ func (db *DB) CheckFile() error {
 	now, err := os.Stat(db.Path)
 	if err != nil || !os.SameFile(db.file, now) {
 		return fmt.Errorf("%s: %w", db.Path, ErrFileReplaced)
+	}
+	if db.wal != nil {
+		return db.wal.check()
 	}
 	return nil
 }

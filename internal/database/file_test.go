@@ -66,3 +66,80 @@ func TestMigrateRefusesADatabaseThatCannotCommitAWrite(t *testing.T) {
 		t.Fatal("ready on a database that cannot commit a write")
 	}
 }
+
+// The write-ahead log deleted or replaced under a running process: SQLite
+// keeps writing to the log it has open, so every later commit would be
+// lost while it reports success. CheckFile must say so.
+func TestCheckFileNoticesTheWriteAheadLogDeletedOrReplaced(t *testing.T) {
+	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
+		t.Skip("no /proc/self/fd: a changed log is taken as SQLite's own")
+	}
+	for _, how := range []string{"deleted", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.db")
+			db := openTemp(t, path)
+			if _, err := db.Exec(`CREATE TABLE t (x INTEGER)`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(path + "-wal"); err != nil {
+				t.Fatalf("no write-ahead log after a write: %v", err)
+			}
+			if err := db.CheckFile(); err != nil {
+				t.Fatalf("fresh database: %v", err)
+			}
+			if err := os.Remove(path + "-wal"); err != nil {
+				t.Fatal(err)
+			}
+			if how == "replaced" {
+				if err := os.WriteFile(path+"-wal", nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := db.CheckFile(); !errors.Is(err, ErrFileReplaced) {
+				t.Fatalf("after the log was %s: %v, want ErrFileReplaced", how, err)
+			}
+		})
+	}
+}
+
+// SQLite deletes the log itself when the last connection closes (after
+// checkpointing it) and makes a new one on the next open: not a loss, and
+// told apart from a deletion under the process by nobody holding the old
+// log open. Here no process holds it: a new log, then none, then another
+// new one are all accepted; an old log still held open is not.
+func TestTheLogWatchAcceptsALogNobodyHoldsAnyMore(t *testing.T) {
+	if _, err := os.ReadDir("/proc/self/fd"); err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	path := filepath.Join(t.TempDir(), "a.db")
+	if err := os.WriteFile(path+"-wal", []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := newWALWatch(path)
+	for _, step := range []string{"remade", "removed", "made again"} {
+		if step != "made again" {
+			if err := os.Remove(path + "-wal"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if step != "removed" {
+			if err := os.WriteFile(path+"-wal", []byte(step), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.check(); err != nil {
+			t.Fatalf("log %s while nobody held the old one: %v", step, err)
+		}
+	}
+	held, err := os.Open(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := os.Remove(path + "-wal"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.check(); !errors.Is(err, ErrFileReplaced) {
+		t.Fatalf("log removed while this process holds it open: %v, want ErrFileReplaced", err)
+	}
+}
