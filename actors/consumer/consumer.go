@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -160,12 +159,6 @@ func (c *consumer) Receive(ctx actor.Context) {
 		c.drain()
 	case *runEnded:
 		if msg.err != nil {
-			if !errors.Is(msg.err, fence.ErrSuperseded) {
-				// A commit the database refused as a whole (disk full,
-				// I/O error, locked past busy_timeout): said at error
-				// level here, since the restart that follows is not.
-				c.log.Error().Err(logval.Error(msg.err)).Msg("consumer failed; its lease actor restarts it from the stored position")
-			}
 			// ErrSuperseded (or any failure): fail, so the LeaseActor
 			// treats it as lost custody or restarts us with backoff.
 			panic(msg.err)
