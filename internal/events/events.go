@@ -97,7 +97,9 @@ func (e Custody) Level() zerolog.Level {
 	switch e.Kind {
 	case LeaseContended, LeaseRenewed:
 		return zerolog.DebugLevel
-	case LeaseLost, WorkerFailed, WorkerStuck:
+	case LeaseLost, WorkerFailed, WorkerStuck, WorkerRestarted:
+		// A restart follows a failure; its line carries the error (a
+		// batch the database refused whole: disk full, I/O error).
 		return zerolog.WarnLevel
 	default:
 		return zerolog.InfoLevel
