@@ -36,7 +36,7 @@ func Chunks(n, width, fixed int, fn func(lo, hi int) error) error {
 // Values renders n placeholder tuples of width w for a multi-row VALUES
 // list: Values(2, 2) is "(?, ?), (?, ?)".
 func Values(n, w int) string {
-	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", w), ", ") + ")"
+	tuple := "(" + InList(w) + ")"
 	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
 }
 
