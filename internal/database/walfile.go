@@ -57,10 +57,7 @@ func (w *walWatch) check() error {
 	if holdsDeleted(w.path) {
 		return fmt.Errorf("%s: %w", w.path, ErrFileReplaced)
 	}
-	w.seen = now // SQLite's own new log (or none yet)
-	if err != nil {
-		w.seen = nil
-	}
+	w.seen = now // SQLite's own new log (nil: none yet)
 	return nil
 }
 
