@@ -142,3 +142,28 @@ func BenchmarkConsumerIngest(b *testing.B) {
 	b.ReportMetric((processCPU()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
 	b.ReportMetric(float64(res.Events)*float64(b.N)/took.Seconds(), "events/s")
 }
+
+// BenchmarkBareIngest runs the bare side of ingest_ratio alone (the
+// recorded row images inserted batch for batch into a new file database),
+// for profiling beside BenchmarkConsumerIngest:
+//
+//	go test -run '^$' -bench BareIngest -cpuprofile bare.prof ./cmd/appview-dev/bench
+func BenchmarkBareIngest(b *testing.B) {
+	ctx := context.Background()
+	rig, capture, res, closeRig, err := prepareIngest(ctx, b.TempDir(), IngestOptions{Events: ingestEventsFull, Seed: ingestSeed, Pairs: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeRig()
+	var took time.Duration
+	cpu := processCPU()
+	for b.Loop() {
+		d, err := rig.bareRun(ctx, capture)
+		if err != nil {
+			b.Fatal(err)
+		}
+		took += d
+	}
+	b.ReportMetric((processCPU()-cpu).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(res.Rows)*float64(b.N)/took.Seconds(), "rows/s")
+}
