@@ -120,6 +120,9 @@ func New(o Options) (*System, error) {
 			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
 		s.contenders.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout,
 			Transport: admin.BearerTransport(o.AdminToken, s.contenders.Transport())}
+		if o.AdminToken != "" {
+			s.contenders.Header = http.Header{"Authorization": {"Bearer " + o.AdminToken}}
+		}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec

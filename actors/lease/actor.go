@@ -607,8 +607,16 @@ type staleReleased struct {
 	err error
 }
 
+// nudgePrepareWait bounds how long a graceful release waits for its
+// nudges to be readied (leasestore.Contenders.WaitPrepared): a read of
+// lease_contenders and a dial per contender, well under a millisecond
+// each on a healthy database and network. A worker that drains for
+// longer than that has given them the time already.
+const nudgePrepareWait = 10 * time.Millisecond
+
 func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
+	contenders, name := a.o.Contenders, a.o.Name
 	// A release must land even when the process is stopping and every
 	// caller context is cancelled: it runs on its own bounded context, and
 	// the actor's Stopped waits for it (bounded).
@@ -618,6 +626,14 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		defer late.calls.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), a.o.Timing.RenewDeadline)
 		defer cancel()
+		if !c.Stale {
+			// The nudges this release is about to send are being readied
+			// (prepareNudges, at the stop or yield): give them a moment,
+			// so they leave with the release on open connections.
+			wctx, stop := context.WithTimeout(ctx, nudgePrepareWait)
+			contenders.WaitPrepared(wctx, name)
+			stop()
+		}
 		err := store.Release(ctx, c.Custody)
 		if c.Stale {
 			if err != nil && !errors.Is(err, fence.ErrSuperseded) {

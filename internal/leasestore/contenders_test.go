@@ -20,6 +20,8 @@ import (
 type nudgeTarget struct {
 	srv    *httptest.Server
 	nudges atomic.Int32
+	// last is the last nudge's "lease" parameter and Authorization.
+	last   atomic.Value
 	conns  atomic.Int32
 	closed atomic.Int32
 }
@@ -28,6 +30,7 @@ func newNudgeTarget(t *testing.T) *nudgeTarget {
 	t.Helper()
 	n := &nudgeTarget{}
 	n.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.last.Store([2]string{r.URL.Query().Get("lease"), r.Header.Get("Authorization")})
 		n.nudges.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -87,6 +90,48 @@ func TestPreparedNudgesUseTheConnectionsDialedAhead(t *testing.T) {
 	}
 	if n := late.nudges.Load(); n != 1 {
 		t.Errorf("the contender recorded after the read got %d nudges, want 1", n)
+	}
+}
+
+// The nudge written straight onto a connection dialed ahead names the
+// lease and carries Header (the admin token), as the HTTP client's would.
+func TestNudgeOnAConnectionDialedAheadCarriesTheLeaseAndHeader(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	target := newNudgeTarget(t)
+	register(t, db, "billing", "c", "n-c", target.url())
+	h := holderContenders(db)
+	h.Header = http.Header{"Authorization": {"Bearer s3cret"}}
+	h.Prepare("billing")
+	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
+	h.NudgeOthers("billing")
+	h.Wait()
+	if n := target.nudges.Load(); n != 1 {
+		t.Fatalf("%d nudges, want 1", n)
+	}
+	if got := target.last.Load().([2]string); got != [2]string{"billing", "Bearer s3cret"} {
+		t.Errorf("nudge for lease %q with Authorization %q, want billing and the bearer token", got[0], got[1])
+	}
+	if n := target.conns.Load(); n != 1 {
+		t.Errorf("%d connections, want only the one dialed ahead", n)
+	}
+}
+
+// A connection dialed ahead that the contender closed before the release
+// (its server timed it out, or restarted) loses no nudge: the holder
+// sends it again on a new connection.
+func TestNudgeSurvivesAConnectionDialedAheadAndClosedByTheServer(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	target := newNudgeTarget(t)
+	register(t, db, "cleanup", "c", "n-c", target.url())
+	h := holderContenders(db)
+	h.Prepare("cleanup")
+	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 && target.conns.Load() == 1 })
+	target.srv.CloseClientConnections()
+	testsupport.Eventually(t, "the server closed it", func() bool { return target.closed.Load() == 1 })
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	if n := target.nudges.Load(); n != 1 {
+		t.Fatalf("%d nudges after the connection dialed ahead was closed, want 1", n)
 	}
 }
 
