@@ -273,6 +273,15 @@ func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T
 	assertRefusal(t, r, "--listen", "21141x")
 }
 
+// A missing capture is named first, even on an unusable address.
+func TestJetstreamReplayRefusesAMissingCaptureBeforeItsAddress(t *testing.T) {
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "missing.jsonl", "--listen", "127.0.0.1:21141x")
+	assertRefusal(t, r, "--file", "missing.jsonl")
+	r = runAppview(t, dir, childEnv(), "jetstream-replay", "--file", ".")
+	assertRefusal(t, r, "--file", "is a directory")
+}
+
 func TestWebhooksAddRefusesTheSameURLTwiceForOneDIDNamingTheWebhook(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
 	add := []string{"add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}

@@ -31,6 +31,13 @@ func newReplayCommand() *cobra.Command {
 			if o.Rate < 0 {
 				return cli.Refuse("--rate", "must not be negative")
 			}
+			// The capture first: a missing file is the likelier mistake, and
+			// is named even when the address is unusable too.
+			if fi, err := os.Stat(o.File); err != nil {
+				return cli.Refuse("--file", "%v", err)
+			} else if fi.IsDir() {
+				return cli.Refuse("--file", "%s is a directory; want the JSONL capture file", o.File)
+			}
 			// Bound here rather than in ListenAndServe: an unusable address
 			// (unparsable, a port in use) is refused before anything ran,
 			// exit 2, like a bad admin.addr for serve.
