@@ -161,7 +161,15 @@ func workerProps(w workers.Spec, log zerolog.Logger) func(fence.Custody) *actor.
 	return func(c fence.Custody) *actor.Props { return jobProps(w, c, log) }
 }
 
-func (s *System) publish(e events.Custody) { s.actors.EventStream.Publish(e) }
+func (s *System) publish(e events.Custody) {
+	switch e.Kind {
+	case events.LeaseReleased, events.LeaseLost:
+		// This process writes nothing more under that grant: its worker's
+		// last write no longer speaks for /readyz (fence.CustodyEnded).
+		fence.CustodyEnded(s.o.DB.DB, fence.Custody{Lease: e.Lease, Holder: e.Instance, Fence: e.Fence})
+	}
+	s.actors.EventStream.Publish(e)
+}
 
 // Start spawns the root actor and, under it, one LeaseActor per worker.
 func (s *System) Start() error {

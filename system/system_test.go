@@ -549,6 +549,40 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	leakcheck.VerifyNone(t)
 }
 
+// A worker whose last write the database failed makes the instance
+// unready only while it holds the lease: once another instance has taken
+// the lease, Ready reports the database by this process's lease writes
+// again, and /readyz does not fail until the lease comes back.
+func TestReadyForgetsAWorkersFailedWriteOnceItsLeaseIsLost(t *testing.T) {
+	var r runs
+	var h *harness
+	h = newHarness(t, testConfig(), workers.Spec{Name: "broken", Leased: true,
+		Job: func(ctx context.Context, c fence.Custody) error {
+			if r.add(c) > 1 {
+				return nil
+			}
+			return fence.Fenced(ctx, h.db.DB, c, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`INSERT INTO no_such_table VALUES (1)`)
+				return err
+			})
+		}})
+	h.start()
+	testsupport.Eventually(h.t, "the failed write reported by Ready", func() bool {
+		err := h.sys.Ready()
+		return err != nil && strings.Contains(err.Error(), "broken worker")
+	})
+	// Another instance takes the lease for longer than the test.
+	if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1,
+		acquired_at = ` + database.NowMS + `, renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + 3600000
+		WHERE name = 'broken'`); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(events.LeaseLost, "broken", 1)
+	testsupport.Eventually(h.t, "Ready healthy once the lease is lost", func() bool { return h.sys.Ready() == nil })
+	h.stop()
+	leakcheck.VerifyNone(t)
+}
+
 func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	cfg := testConfig()
 	cfg.Leases.Enabled = false

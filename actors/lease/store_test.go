@@ -355,3 +355,50 @@ func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
 		t.Fatalf("after a fenced write that committed: %v", err)
 	}
 }
+
+// A worker's failed write stops counting once this process's custody of
+// its lease ends (released or lost): the lease may sit with another
+// instance for good, and /readyz must not fail until it comes back. A
+// write of the ended custody that finishes late does not count either;
+// a failure under a later custody does.
+func TestHealthyForgetsAWorkersFailureWhenItsCustodyEnds(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	s := leasestore.NewStore(db, longTTL)
+	c := mustAcquire(t, s, "cleanup", "instance-a")
+	ctx := context.Background()
+	broken := func(tx *sql.Tx) error {
+		_, err := tx.Exec(`INSERT INTO no_such_table VALUES (1)`)
+		return err
+	}
+	if err := fence.Fenced(ctx, db, c, broken); err == nil {
+		t.Fatal("want the database's error")
+	}
+	if err := s.Healthy(); err == nil {
+		t.Fatal("a failed worker write did not count")
+	}
+	fence.CustodyEnded(db, fence.Custody{Lease: c.Lease, Holder: c.Holder, Fence: c.Fence - 1})
+	if err := s.Healthy(); err == nil {
+		t.Fatal("the end of an earlier custody forgot the failure of a later one")
+	}
+	fence.CustodyEnded(db, c)
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("after the custody ended: %v", err)
+	}
+	// A write of the ended custody finishing late: not counted (it fails
+	// as superseded or as the database's error; either says nothing now).
+	_ = fence.Fenced(ctx, db, c, broken)
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("a late write of the ended custody counted: %v", err)
+	}
+	// The next custody's failures count again.
+	if err := s.Release(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	next := mustAcquire(t, s, "cleanup", "instance-a")
+	if err := fence.Fenced(ctx, db, next, broken); err == nil {
+		t.Fatal("want the database's error")
+	}
+	if err := s.Healthy(); err == nil || !strings.Contains(err.Error(), "cleanup worker") {
+		t.Fatalf("a failure under the next custody: %v, want it counted", err)
+	}
+}

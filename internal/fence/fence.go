@@ -76,7 +76,7 @@ const writeLockSQL = `UPDATE leases SET fence = fence WHERE 0`
 // can stop. fn itself runs on the caller's goroutine as before.
 func Fenced(ctx context.Context, db *sql.DB, c Custody, fn func(tx *sql.Tx) error) error {
 	err := fenced(ctx, db, c, fn)
-	healthOf(db).note(c.Lease+" worker", err)
+	healthOf(db).noteFenced(workerWrites(c.Lease), c.Fence, err)
 	return err
 }
 
@@ -164,23 +164,35 @@ func beginFenced(ctx context.Context, db *sql.DB, c Custody) (*sql.Tx, error) {
 type writeHealth struct {
 	mu     sync.Mutex
 	latest map[string]writeOutcome
+	// ended holds, per worker (workerWrites), the latest custody this
+	// process gave up (CustodyEnded): a write noted under it or an earlier
+	// one, finishing late, is not counted.
+	ended map[string]int64
 }
 
 type writeOutcome struct {
 	at  time.Time
 	err error // nil: the database took (or answered) the write
+	// fence is the custody a worker's write was made under (Fenced); 0
+	// for a lease write.
+	fence int64
 }
+
+// workerWrites names the write health of lease's worker.
+func workerWrites(lease string) string { return lease + " worker" }
 
 // healths holds one writeHealth per *sql.DB (a process has one or two).
 var healths sync.Map
 
 func healthOf(db *sql.DB) *writeHealth {
-	h, _ := healths.LoadOrStore(db, &writeHealth{latest: map[string]writeOutcome{}})
+	h, _ := healths.LoadOrStore(db, &writeHealth{latest: map[string]writeOutcome{}, ended: map[string]int64{}})
 	return h.(*writeHealth)
 }
 
-func (h *writeHealth) note(name string, err error) {
-	o := writeOutcome{at: time.Now()}
+func (h *writeHealth) note(name string, err error) { h.noteFenced(name, 0, err) }
+
+func (h *writeHealth) noteFenced(name string, fence int64, err error) {
+	o := writeOutcome{at: time.Now(), fence: fence}
 	switch {
 	case err == nil, errors.Is(err, ErrSuperseded), database.Refused(err):
 	case errors.Is(err, context.Canceled):
@@ -191,8 +203,11 @@ func (h *writeHealth) note(name string, err error) {
 		return // not the database's error (a worker's own)
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fence > 0 && fence <= h.ended[name] {
+		return // a late write of a custody this process has given up
+	}
 	h.latest[name] = o
-	h.mu.Unlock()
 }
 
 func (h *writeHealth) err() error {
@@ -215,6 +230,31 @@ func (h *writeHealth) err() error {
 // db's write health (see Health). Supersession, refusals of the values
 // written and errors that are not the database's do not count.
 func Note(db *sql.DB, name string, err error) { healthOf(db).note(name, err) }
+
+// CustodyEnded forgets the write health of c's worker when its latest
+// write was made under c or an earlier custody: this process holds that
+// grant no more (released, or lost), so its worker writes nothing more
+// under it, and a failure of its last write must not keep /readyz failing
+// after the lease has moved on (or the database has recovered while the
+// lease sits with another instance). A write under c (or earlier) that
+// ends after this call is not counted either: a worker told to stop may
+// still be finishing one. The database's state is still reported by this
+// process's lease writes (its acquire attempts), which go on. A failure
+// under a later custody is kept. An unfenced custody (Fence 0) changes
+// nothing.
+func CustodyEnded(db *sql.DB, c Custody) {
+	if c.Fence <= 0 {
+		return
+	}
+	h := healthOf(db)
+	name := workerWrites(c.Lease)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended[name] = max(h.ended[name], c.Fence)
+	if o, ok := h.latest[name]; ok && o.fence <= c.Fence {
+		delete(h.latest, name)
+	}
+}
 
 // Health returns nil unless, for some name, the latest write noted for db
 // (by Fenced or Note) failed for a reason of the database. The error names
