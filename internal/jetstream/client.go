@@ -63,6 +63,10 @@ const (
 	// window, so a healthy but quiet server (a narrow collection filter
 	// can mean minutes without an event) proves itself alive with pongs.
 	pingsPerStaleTimeout = 3
+	// keptReadBuffer is the largest read buffer kept from one frame to the
+	// next; a larger frame's buffer is dropped after it (frames of the
+	// real network are a few KiB).
+	keptReadBuffer = 256 << 10
 	// minPingInterval keeps a tiny StaleTimeout from turning the pinger
 	// into a busy loop.
 	minPingInterval = 10 * time.Millisecond
@@ -944,6 +948,12 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 			it.ev = ev
 		}
 		c.opts.Metrics.frame(n)
+		if buf.Cap() > keptReadBuffer {
+			// A large frame grew the buffer (to up to twice the frame
+			// limit): let it go instead of holding it for every frame
+			// after. Nothing decoded refers to it.
+			buf = bytes.Buffer{}
+		}
 		if info {
 			continue
 		}
