@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/logval"
 )
 
 // Contenders gives graceful handover its speed without LISTEN/NOTIFY,
@@ -462,8 +464,7 @@ func (c *Contenders) nudgeWarm(lease, u string, done func()) bool {
 		defer c.wg.Done()
 		resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 		if err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
+			c.answered(lease, u, resp)
 		}
 		_ = conn.Close()
 		if err != nil {
@@ -542,9 +543,25 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 			c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge failed")
 			return
 		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
+		c.answered(lease, u, resp)
 	}()
+}
+
+// answered reads and closes a nudge's answer. A refusal of the admin
+// token is logged at warn: every handover to that contender then waits
+// for its poll (leases.retry_interval) instead of milliseconds, and the
+// only other trace is the contender's appview_admin_auth_failures_total.
+func (c *Contenders) answered(lease, u string, resp *http.Response) {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		c.Log.Warn().Str("lease", lease).Str("url", u).Int("status", resp.StatusCode).
+			Str("answer", logval.String(strings.TrimSpace(string(body)))).
+			Msg("a contender refused the nudge: admin.token differs between instances, so handovers to it wait for its next poll")
+	case resp.StatusCode >= 300:
+		c.Log.Debug().Str("lease", lease).Str("url", u).Int("status", resp.StatusCode).Msg("nudge not taken")
+	}
 }
 
 // Forget deletes this process's contender records (a stopping instance

@@ -6,10 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
@@ -17,6 +21,24 @@ import (
 
 // nudgeTarget is a contender's nudge endpoint that counts the nudges and
 // the connections it accepted.
+// syncBuffer is a log sink written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 type nudgeTarget struct {
 	srv    *httptest.Server
 	nudges atomic.Int32
@@ -132,6 +154,33 @@ func TestNudgeSurvivesAConnectionDialedAheadAndClosedByTheServer(t *testing.T) {
 	h.Wait()
 	if n := target.nudges.Load(); n != 1 {
 		t.Fatalf("%d nudges after the connection dialed ahead was closed, want 1", n)
+	}
+}
+
+// A contender that refuses the admin token is named at warn level, on
+// either path of the nudge: handovers to it silently waited for its poll.
+func TestARefusedNudgeIsLoggedAtWarn(t *testing.T) {
+	for _, prepared := range []bool{false, true} {
+		db := testsupport.OpenDB(t).DB
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "wrong admin token", http.StatusUnauthorized)
+		}))
+		register(t, db, "cleanup", "c", "n-c", srv.URL+"/lease/nudge")
+		var log syncBuffer
+		h := holderContenders(db)
+		h.Log = zerolog.New(&log)
+		if prepared {
+			h.Prepare("cleanup")
+			h.WaitPrepared(context.Background(), "cleanup")
+		}
+		h.NudgeOthers("cleanup")
+		h.Wait()
+		srv.Close()
+		out := log.String()
+		if !strings.Contains(out, `"level":"warn"`) || !strings.Contains(out, "admin.token differs") ||
+			!strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
+			t.Errorf("prepared=%v: log %q, want a warning naming admin.token, the status and the answer", prepared, out)
+		}
 	}
 }
 
