@@ -1,7 +1,6 @@
 package system
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -51,27 +50,10 @@ type harness struct {
 	t   *testing.T
 	db  *database.DB
 	sys *System
-	log *syncBuffer
+	log *testsupport.LockedBuffer
 
 	mu     sync.Mutex
 	events []events.Custody
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func testConfig() config.Config {
@@ -94,7 +76,7 @@ func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness
 			t.Fatal(err)
 		}
 	}
-	h := &harness{t: t, db: db, log: &syncBuffer{}}
+	h := &harness{t: t, db: db, log: &testsupport.LockedBuffer{}}
 	var err error
 	h.sys, err = New(Options{Config: cfg, DB: db, Log: NewLogger(h.log, zerolog.DebugLevel),
 		Registry: reg, Metrics: prometheus.NewRegistry()})

@@ -56,7 +56,7 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 
 				db := testsupport.OpenDB(t)
 				sys := testsupport.NewActorSystem(t)
-				logs := &syncBuffer{}
+				logs := &testsupport.LockedBuffer{}
 				f := &fixture{srv: srv}
 				o := f.options(db.DB, acquire(t, db.DB, "me"))
 				o.Jetstream.Compress, o.Jetstream.Collections = compress, filter

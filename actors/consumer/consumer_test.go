@@ -39,30 +39,12 @@ func TestMain(m *testing.M) {
 	leakcheck.VerifyTestMain(m)
 }
 
-// syncBuffer collects log lines written from other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // fixture is one synthetic stream served by a replay server.
 type fixture struct {
 	exp *synth.Expected
 	srv *jetstream.ReplayServer
 	// serverLog is the replay server's log (one JSON line per event).
-	serverLog *syncBuffer
+	serverLog *testsupport.LockedBuffer
 	// hooks receives webhook deliveries (always 200) and counts them by
 	// X-Appview-Delivery.
 	hooks *httptest.Server
@@ -147,7 +129,7 @@ func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayO
 		t.Fatal(err)
 	}
 	ro.File, ro.Listen = path, "127.0.0.1:0"
-	serverLog := &syncBuffer{}
+	serverLog := &testsupport.LockedBuffer{}
 	srv := serveReplay(t, ro, zerolog.New(serverLog))
 	recv := &deliveryCounter{counts: map[string]int{}}
 	hooks := httptest.NewServer(recv)

@@ -68,7 +68,7 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	logs := &syncBuffer{}
+	logs := &testsupport.LockedBuffer{}
 	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
 	o.Jetstream.Compress, o.Jetstream.MaxMessageBytes = false, maxBytes
 	o.Log = zerolog.New(logs)
@@ -127,7 +127,7 @@ func TestAnUndecodableFramesLogLineIsBounded(t *testing.T) {
 	})
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	logs := &syncBuffer{}
+	logs := &testsupport.LockedBuffer{}
 	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
 	o.Jetstream.Compress = false
 	o.Log = zerolog.New(logs)

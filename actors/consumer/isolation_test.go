@@ -70,7 +70,7 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testsupport.LockedBuffer{}
 	o := f.options(db.DB, acquire(t, db.DB, "me"))
 	o.Log = zerolog.New(logs)
 	o.Processor = processor.New(processor.Options{Log: zerolog.New(logs), Metrics: pm})

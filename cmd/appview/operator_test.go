@@ -113,7 +113,7 @@ func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
 func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	exited := make(chan int, 1)
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	log := system.NewLogger(&logs, zerolog.InfoLevel)
 	done := make(chan struct{})
 	go func() {
@@ -136,7 +136,7 @@ func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) 
 func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	exited := make(chan int, 1)
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	log := system.NewLogger(&logs, zerolog.InfoLevel)
 	first := time.Now().Add(-secondSignalAfter)
 	go watchLaterSignals(log, first, sigs, "second signal: exiting now", nil, func(code int) { exited <- code })
@@ -342,7 +342,7 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 	}
 	cmd := exec.Command("sh", "-c", `trap "" INT; exec "$0" serve --config "$1"`, appviewBin, fifo)
 	cmd.Dir, cmd.Env = dir, childEnv()
-	var stderr lockedBuffer
+	var stderr testsupport.LockedBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,10 +19,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // appviewBin is the binary TestMain built.
@@ -117,30 +118,12 @@ func runAppview(t *testing.T, dir string, env []string, args ...string) result {
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
-// lockedBuffer collects a child's stderr while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running `appview serve`.
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	dir    string
-	stderr *lockedBuffer
+	stderr *testsupport.LockedBuffer
 	done   chan struct{}
 	code   int // valid after done is closed
 }
@@ -150,7 +133,7 @@ func startServe(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(appviewBin, append([]string{"serve"}, args...)...)
 	cmd.Dir, cmd.Env = dir, env
-	p := &proc{t: t, cmd: cmd, dir: dir, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, dir: dir, stderr: &testsupport.LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start appview serve: %v", err)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 
 	"sync/atomic"
 	"testing"
@@ -18,26 +17,6 @@ import (
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
-
-// nudgeTarget is a contender's nudge endpoint that counts the nudges and
-// the connections it accepted.
-// syncBuffer is a log sink written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type nudgeTarget struct {
 	srv    *httptest.Server
@@ -166,7 +145,7 @@ func TestARefusedNudgeIsLoggedAtWarn(t *testing.T) {
 			http.Error(w, "wrong admin token", http.StatusUnauthorized)
 		}))
 		register(t, db, "cleanup", "c", "n-c", srv.URL+"/lease/nudge")
-		var log syncBuffer
+		var log testsupport.LockedBuffer
 		h := holderContenders(db)
 		h.Log = zerolog.New(&log)
 		if prepared {

@@ -8,6 +8,7 @@
 package testsupport
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"io"
@@ -109,4 +110,26 @@ type storeKey struct {
 func LeaseStore(db *sql.DB, ttl time.Duration) *leasestore.Store {
 	s, _ := leaseStores.LoadOrStore(storeKey{db, ttl}, leasestore.NewStore(db, ttl))
 	return s.(*leasestore.Store)
+}
+
+// LockedBuffer is an io.Writer that other goroutines may write (a logger,
+// a child process's stderr) while the test reads it with String. The zero
+// value is ready to use.
+type LockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
