@@ -1,7 +1,6 @@
 package labeler
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -53,24 +52,6 @@ func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
 	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
 }
 
-// logBuffer is a zerolog sink safe for the subscriber's goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(substr string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), substr)
-}
-
 // harness is one subscriber against one fake labeler.
 type harness struct {
 	t       *testing.T
@@ -78,14 +59,14 @@ type harness struct {
 	sys     *actor.ActorSystem
 	fake    *fakepeer.Labeler
 	metrics *Metrics
-	logs    *logBuffer
+	logs    *testsupport.LockedBuffer
 	writes  atomic.Int64
 	opts    Options
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &logBuffer{}}
+	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &testsupport.LockedBuffer{}}
 	endpoint, err := SubscribeURL(h.fake.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +271,8 @@ func TestInfoIsLoggedAndErrorFramesAreHandledByCode(t *testing.T) {
 	conn.SendInfo(t, "OutdatedCursor", "cursor is older than retention")
 	conn.SendLabels(t, 10, takedownLabel("did:plc:alice"))
 	h.waitCursor(10)
-	if h.logs.count(`"name":"OutdatedCursor"`) != 1 {
-		t.Fatalf("OutdatedCursor info not logged once:\n%s", h.logs.buf.String())
+	if strings.Count(h.logs.String(), `"name":"OutdatedCursor"`) != 1 {
+		t.Fatalf("OutdatedCursor info not logged once:\n%s", h.logs.String())
 	}
 
 	// ConsumerTooSlow: the labeler drops us; we come back from the stored cursor.
@@ -366,7 +347,7 @@ func TestMalformedFramesAreSkippedLoggedAndCountedAndTheStreamGoesOn(t *testing.
 	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameUnknown)); got != 1 {
 		t.Errorf("frames{kind=unknown} = %v, want 1", got)
 	}
-	if n := h.logs.count("labeler frame skipped"); n != skipLogBurst {
+	if n := strings.Count(h.logs.String(), "labeler frame skipped"); n != skipLogBurst {
 		t.Errorf("logged %d skipped frames, want the sampler's burst of %d", n, skipLogBurst)
 	}
 	select {
@@ -444,7 +425,7 @@ func TestStoppingWhileWaitingToReconnectCancelsTheTimer(t *testing.T) {
 	conn := h.fake.Accept(t, waitFor)
 	conn.Close()
 	testsupport.Eventually(t, "the session to end", func() bool {
-		return h.logs.count("reconnecting") == 1
+		return strings.Count(h.logs.String(), "reconnecting") == 1
 	})
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
@@ -464,8 +445,8 @@ func TestAStaleStreamIsReconnected(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the stale connection was not closed")
 	}
-	if h.logs.count("labeler stream stale") < 1 {
-		t.Fatalf("staleness not logged:\n%s", h.logs.buf.String())
+	if strings.Count(h.logs.String(), "labeler stream stale") < 1 {
+		t.Fatalf("staleness not logged:\n%s", h.logs.String())
 	}
 }
 
@@ -547,9 +528,7 @@ func TestALabelersMessageIsLoggedBounded(t *testing.T) {
 	conn.SendInfo(t, "OutdatedCursor", strings.Repeat("m", 100_000))
 	conn.SendLabels(t, 10, takedownLabel("did:plc:alice"))
 	h.waitCursor(10)
-	h.logs.mu.Lock()
-	logs := h.logs.buf.String()
-	h.logs.mu.Unlock()
+	logs := h.logs.String()
 	for _, line := range strings.Split(logs, "\n") {
 		if strings.Contains(line, `"name":"OutdatedCursor"`) {
 			if len(line) > 4<<10 || !strings.Contains(line, "…[truncated ") {
