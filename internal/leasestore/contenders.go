@@ -70,7 +70,10 @@ type Contenders struct {
 	// transport is Transport's.
 	client    *http.Client
 	transport *http.Transport
-	wg        sync.WaitGroup
+	// refused holds when a contender's refusal of the admin token was
+	// last logged at warn, by nudge URL.
+	refused map[string]time.Time
+	wg      sync.WaitGroup
 }
 
 // knownURLs is one lease's contenders' URLs, read at at.
@@ -96,6 +99,10 @@ type registered struct {
 	at      time.Time
 	healthy bool
 }
+
+// refusalQuiet spaces the warnings about one contender refusing the
+// admin token.
+const refusalQuiet = time.Minute
 
 // NudgeTimeout bounds one nudge request.
 const NudgeTimeout = time.Second
@@ -551,12 +558,25 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 // token is logged at warn: every handover to that contender then waits
 // for its poll (leases.retry_interval) instead of milliseconds, and the
 // only other trace is the contender's appview_admin_auth_failures_total.
+// It is said once per contender per refusalQuiet (a shutdown releases
+// every lease at once: one line, not one per lease); the rest at debug.
 func (c *Contenders) answered(lease, u string, resp *http.Response) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		c.Log.Warn().Str("lease", lease).Str("url", u).Int("status", resp.StatusCode).
+		level := zerolog.WarnLevel
+		c.mu.Lock()
+		if c.refused == nil {
+			c.refused = map[string]time.Time{}
+		}
+		if at, ok := c.refused[u]; ok && time.Since(at) < refusalQuiet {
+			level = zerolog.DebugLevel
+		} else {
+			c.refused[u] = time.Now()
+		}
+		c.mu.Unlock()
+		c.Log.WithLevel(level).Str("lease", lease).Str("url", u).Int("status", resp.StatusCode).
 			Str("answer", logval.String(strings.TrimSpace(string(body)))).
 			Msg("a contender refused the nudge: admin.token differs between instances, so handovers to it wait for its next poll")
 	case resp.StatusCode >= 300:

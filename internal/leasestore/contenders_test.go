@@ -137,28 +137,38 @@ func TestNudgeSurvivesAConnectionDialedAheadAndClosedByTheServer(t *testing.T) {
 }
 
 // A contender that refuses the admin token is named at warn level, on
-// either path of the nudge: handovers to it silently waited for its poll.
-func TestARefusedNudgeIsLoggedAtWarn(t *testing.T) {
+// either path of the nudge (handovers to it silently waited for its
+// poll), once: a shutdown releasing two leases says it one time.
+func TestARefusedNudgeIsLoggedAtWarnOnce(t *testing.T) {
 	for _, prepared := range []bool{false, true} {
 		db := testsupport.OpenDB(t).DB
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "wrong admin token", http.StatusUnauthorized)
 		}))
-		register(t, db, "cleanup", "c", "n-c", srv.URL+"/lease/nudge")
+		for _, lease := range []string{"cleanup", "backfill"} {
+			register(t, db, lease, "c", "n-c", srv.URL+"/lease/nudge")
+		}
 		var log testsupport.LockedBuffer
 		h := holderContenders(db)
-		h.Log = zerolog.New(&log)
-		if prepared {
-			h.Prepare("cleanup")
-			h.WaitPrepared(context.Background(), "cleanup")
+		h.Log = zerolog.New(&log).Level(zerolog.DebugLevel)
+		for _, lease := range []string{"cleanup", "backfill"} {
+			if prepared {
+				h.Prepare(lease)
+				h.WaitPrepared(context.Background(), lease)
+			}
+			h.NudgeOthers(lease)
+			h.Wait()
 		}
-		h.NudgeOthers("cleanup")
-		h.Wait()
 		srv.Close()
 		out := log.String()
-		if !strings.Contains(out, `"level":"warn"`) || !strings.Contains(out, "admin.token differs") ||
-			!strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
+		if !strings.Contains(out, "admin.token differs") || !strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
 			t.Errorf("prepared=%v: log %q, want a warning naming admin.token, the status and the answer", prepared, out)
+		}
+		if n := strings.Count(out, `"level":"warn"`); n != 1 {
+			t.Errorf("prepared=%v: %d warnings for one contender refusing two nudges, want 1 (the second at debug):\n%s", prepared, n, out)
+		}
+		if n := strings.Count(out, "admin.token differs"); n != 2 {
+			t.Errorf("prepared=%v: %d refusals logged in all, want 2", prepared, n)
 		}
 	}
 }
