@@ -117,12 +117,7 @@ func New(o Options) (*System, error) {
 	s.renewer = leasestore.NewRenewer(store)
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
 		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Log: log}
-		s.contenders.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout,
-			Transport: admin.BearerTransport(o.AdminToken, s.contenders.Transport())}
-		if o.AdminToken != "" {
-			s.contenders.Header = http.Header{"Authorization": {"Bearer " + o.AdminToken}}
-		}
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Header: admin.BearerHeader(o.AdminToken), Log: log}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec

@@ -101,27 +101,15 @@ func guard(next http.Handler, opts Options, failures *prometheus.CounterVec) htt
 	})
 }
 
-// BearerTransport returns an http.RoundTripper that adds
-// "Authorization: Bearer <token>" to every request it sends through base
-// (http.DefaultTransport when nil): the client side of the admin token,
-// for nudges between instances. An empty token adds nothing.
-func BearerTransport(token string, base http.RoundTripper) http.RoundTripper {
-	if base == nil {
-		base = http.DefaultTransport
-	}
+// BearerHeader returns the header carrying "Authorization: Bearer
+// <token>": the client side of the admin token, for nudges between
+// instances (leasestore.Contenders.Header). An empty token gives nil.
+func BearerHeader(token string) http.Header {
 	if token == "" {
-		return base
+		return nil
 	}
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+token)
-		return base.RoundTrip(r)
-	})
+	return http.Header{"Authorization": {"Bearer " + token}}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // mountPprof registers net/http/pprof under /debug/pprof/ on mux. (The
 // package also registers itself on http.DefaultServeMux when imported;

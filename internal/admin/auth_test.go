@@ -225,16 +225,23 @@ func TestChunkedOversizedBodyIsCutOff(t *testing.T) {
 	}
 }
 
-func TestBearerTransportCarriesTheToken(t *testing.T) {
+func TestBearerHeaderCarriesTheToken(t *testing.T) {
+	if BearerHeader("") != nil {
+		t.Fatal("an empty token gave a header")
+	}
 	srv, reg := serveGuarded(t, Options{Token: testToken})
-	client := &http.Client{Transport: BearerTransport(testToken, nil)}
-	resp, err := client.Post(srv.URL("")+"/lease/nudge?lease=x", "", nil)
+	req, err := http.NewRequest(http.MethodPost, srv.URL("")+"/lease/nudge?lease=x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = BearerHeader(testToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("nudge through BearerTransport = %d, want 204", resp.StatusCode)
+		t.Fatalf("nudge with BearerHeader = %d, want 204", resp.StatusCode)
 	}
 	if n := testutil.CollectAndCount(reg, "appview_admin_auth_failures_total"); n != 3 {
 		t.Fatalf("failure series = %d, want the 3 reasons pre-created", n)

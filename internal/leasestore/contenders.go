@@ -43,10 +43,8 @@ type Contenders struct {
 	// timeout over Transport. A client given here should use Transport
 	// (as its base) too, or the connections Prepare dials are not used.
 	HTTP *http.Client
-	// Header is added to a nudge written straight onto a connection
-	// Prepare opened (the fast path of NudgeOthers, which bypasses HTTP):
-	// whatever HTTP's transport adds, e.g. the admin token's
-	// Authorization.
+	// Header is added to every nudge, e.g. the admin token's
+	// Authorization (admin.BearerHeader).
 	Header http.Header
 	Log    zerolog.Logger
 
@@ -395,18 +393,18 @@ func (c *Contenders) NudgeOthers(lease string) {
 	}
 	var sent sync.WaitGroup
 	nudged := map[string]bool{}
-	nudgeNew := func(urls []string, now bool) {
+	nudgeNew := func(urls []string) {
 		for _, u := range urls {
 			if !nudged[u] {
 				nudged[u] = true
 				sent.Add(1)
-				if !now || !c.nudgeWarm(lease, u, sent.Done) {
+				if !c.nudgeWarm(lease, u, sent.Done) {
 					c.nudge(lease, u, sent.Done)
 				}
 			}
 		}
 	}
-	nudgeNew(c.knownURLs(lease), true)
+	nudgeNew(c.knownURLs(lease))
 	c.mu.Lock()
 	reading := c.reading[lease]
 	c.mu.Unlock()
@@ -416,7 +414,7 @@ func (c *Contenders) NudgeOthers(lease string) {
 		if reading != nil {
 			select {
 			case <-reading:
-				nudgeNew(c.knownURLs(lease), false)
+				nudgeNew(c.knownURLs(lease))
 			case <-time.After(NudgeTimeout):
 			}
 		}
@@ -426,7 +424,7 @@ func (c *Contenders) NudgeOthers(lease string) {
 			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
 			return
 		}
-		nudgeNew(urls, false)
+		nudgeNew(urls)
 	}()
 }
 
@@ -441,24 +439,13 @@ func (c *Contenders) NudgeOthers(lease string) {
 // connection since it was dialed). It returns false, having done
 // nothing, when there is no such connection.
 func (c *Contenders) nudgeWarm(lease, u string, done func()) bool {
-	target, err := url.Parse(u)
-	if err != nil || target.Scheme != "http" {
+	req, err := c.nudgeRequest(context.Background(), lease, u)
+	if err != nil || req.URL.Scheme != "http" {
 		return false
 	}
-	conn := c.takeWarm(hostPort(target))
+	conn := c.takeWarm(hostPort(req.URL))
 	if conn == nil {
 		return false
-	}
-	q := target.Query()
-	q.Set("lease", lease)
-	target.RawQuery = q.Encode()
-	req, err := http.NewRequest(http.MethodPost, target.String(), nil)
-	if err != nil {
-		_ = conn.Close()
-		return false
-	}
-	for k, vs := range c.Header {
-		req.Header[k] = vs
 	}
 	req.Close = true // one request: the server closes after answering
 	_ = conn.SetDeadline(time.Now().Add(NudgeTimeout))
@@ -482,6 +469,26 @@ func (c *Contenders) nudgeWarm(lease, u string, done func()) bool {
 		done()
 	}()
 	return true
+}
+
+// nudgeRequest is the nudge for lease to nudge URL u: a POST with the
+// lease as a query parameter, carrying Header.
+func (c *Contenders) nudgeRequest(ctx context.Context, lease, u string) (*http.Request, error) {
+	target, err := url.Parse(u)
+	if err != nil {
+		return nil, err
+	}
+	q := target.Query()
+	q.Set("lease", lease)
+	target.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range c.Header {
+		req.Header[k] = vs
+	}
+	return req, nil
 }
 
 // takeWarm returns a connection Prepare opened to addr and nobody has
@@ -533,16 +540,9 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 		defer done()
 		ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
 		defer cancel()
-		target, err := url.Parse(u)
+		req, err := c.nudgeRequest(ctx, lease, u)
 		if err != nil {
 			c.Log.Debug().Err(err).Str("url", u).Msg("unusable nudge URL")
-			return
-		}
-		q := target.Query()
-		q.Set("lease", lease)
-		target.RawQuery = q.Encode()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), nil)
-		if err != nil {
 			return
 		}
 		resp, err := client.Do(req)
