@@ -304,7 +304,7 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 			out = append(out, d)
 		}
 		v.Set(reflect.ValueOf(out))
-	case isInteger(v.Kind()) && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
+	case (v.CanInt() || v.CanUint()) && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
 		// yaml.v3 would truncate 1.5 to 1 (and accept 1048576.7): an
 		// integer key takes an integer.
 		return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
@@ -320,16 +320,6 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		v.Set(fresh.Elem())
 	}
 	return nil
-}
-
-// isInteger reports whether k is a signed or unsigned integer kind.
-func isInteger(k reflect.Kind) bool {
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return true
-	}
-	return false
 }
 
 // parseDuration is time.ParseDuration that also takes a bare "0".
