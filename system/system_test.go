@@ -99,6 +99,15 @@ func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness
 	return h
 }
 
+// takeOver grants lease to another instance for ttl (database clock), with
+// the next fence, as if this one had stalled past its TTL.
+func (h *harness) takeOver(lease string, ttl time.Duration) error {
+	_, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1,
+		acquired_at = `+database.NowMS+`, renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+` + ?2
+		WHERE name = ?1`, lease, ttl.Milliseconds())
+	return err
+}
+
 func (h *harness) start() {
 	h.t.Helper()
 	if err := h.sys.Start(); err != nil {
@@ -498,9 +507,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 			}
 			// Another instance takes the lease (as if this one had stalled
 			// past its TTL); the job's next fenced write finds out.
-			if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1,
-				acquired_at = `+database.NowMS+`, renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+` + ?2
-				WHERE name = ?1`, c.Lease, testTTL.Milliseconds()); err != nil {
+			if err := h.takeOver(c.Lease, testTTL); err != nil {
 				return err
 			}
 			return fence.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { return nil })
@@ -554,9 +561,7 @@ func TestReadyForgetsAWorkersFailedWriteOnceItsLeaseIsLost(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "broken worker")
 	})
 	// Another instance takes the lease for longer than the test.
-	if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1,
-		acquired_at = ` + database.NowMS + `, renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + 3600000
-		WHERE name = 'broken'`); err != nil {
+	if err := h.takeOver("broken", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	h.waitEvent(events.LeaseLost, "broken", 1)
