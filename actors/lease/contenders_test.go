@@ -53,9 +53,14 @@ func newNudgeEndpoint(t *testing.T, sys *actor.ActorSystem, lease string) *nudge
 
 func (e *nudgeEndpoint) url() string { return e.srv.URL + "/lease/nudge" }
 
-func newContenders(t *testing.T, db *sql.DB, instance, url string, ttl time.Duration) *leasestore.Contenders {
+// newContenders returns an instance's contenders; it is waited for once
+// h's LeaseActors have stopped (a release at the test's end still nudges)
+// and before the database closes (opened before h).
+func (h *harness) newContenders(db *sql.DB, instance, url string, ttl time.Duration) *leasestore.Contenders {
 	c := &leasestore.Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
-	t.Cleanup(c.Wait) // before the database closes
+	h.mu.Lock()
+	h.afterStop = append(h.afterStop, c.Wait)
+	h.mu.Unlock()
 	return c
 }
 
@@ -67,11 +72,11 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
 	pa, pb := &probe{}, &probe{}
 	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: leasestore.NewStore(dbA, slowRetry.TTL),
-		Worker: pa.props, Contenders: newContenders(t, dbA, "instance-a", epA.url(), slowRetry.TTL)})
+		Worker: pa.props, Contenders: h.newContenders(dbA, "instance-a", epA.url(), slowRetry.TTL)})
 	epA.pid.Store(ra.pid)
 	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
 	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(dbB, slowRetry.TTL),
-		Worker: pb.props, Contenders: newContenders(t, dbB, "instance-b", epB.url(), slowRetry.TTL)})
+		Worker: pb.props, Contenders: h.newContenders(dbB, "instance-b", epB.url(), slowRetry.TTL)})
 	epB.pid.Store(rb.pid)
 	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
 	testsupport.Eventually(t, "b recorded as a contender", func() bool {

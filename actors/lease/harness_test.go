@@ -151,9 +151,12 @@ type harness struct {
 	sys    *actor.ActorSystem
 	events *eventLog
 
-	mu       sync.Mutex
-	running  []*runner
-	shutOnce sync.Once
+	mu      sync.Mutex
+	running []*runner
+	// afterStop runs at the test's end, once every LeaseActor has stopped
+	// (nothing can start a nudge or a contender write any more).
+	afterStop []func()
+	shutOnce  sync.Once
 }
 
 func newHarness(t *testing.T) *harness {
@@ -163,10 +166,13 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, sys: sys, events: newEventLog(sys)}
 	t.Cleanup(func() {
 		h.mu.Lock()
-		running := h.running
+		running, after := h.running, h.afterStop
 		h.mu.Unlock()
 		for _, r := range running {
 			h.stopAndWait(r)
+		}
+		for _, f := range after {
+			f()
 		}
 		h.shutdown()
 	})

@@ -22,7 +22,7 @@ func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb 
 	start := func(instance string, health *workers.Health, p *probe) {
 		e := newNudgeEndpoint(t, h.sys, name)
 		r := h.start(Options{Name: name, Instance: instance, Timing: fastTiming, Store: leasestore.NewStore(db, fastTiming.TTL),
-			Worker: p.props, Contenders: newContenders(t, db, instance, e.url(), fastTiming.TTL),
+			Worker: p.props, Contenders: h.newContenders(db, instance, e.url(), fastTiming.TTL),
 			Health: health, YieldGrace: grace, MinHold: minHold})
 		e.pid.Store(r.pid)
 	}
