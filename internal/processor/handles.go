@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,16 @@ const (
 	// knownUsersMax bounds the in-process set of DIDs known to have a users
 	// row (cleared when full).
 	knownUsersMax = 100_000
+	// refreshMargin is how much older than the start of a DID's last
+	// refresh an #identity event must be for that refresh to answer it
+	// (refreshCovered): it absorbs the Jetstream host's clock running
+	// behind ours and the directory's lag in publishing a change.
+	refreshMargin = time.Minute
+	// refreshFailedFor is how long a failed refresh still answers the
+	// #identity events older than it (refreshCovered): during a directory
+	// outage each account is tried once a minute, not once a batch (the
+	// resolver caches a failed lookup as long).
+	refreshFailedFor = time.Minute
 	// usersInChunk bounds the DIDs of one IN (...) list (SQLite's variable
 	// limit is far above it).
 	usersInChunk = 500
@@ -52,10 +63,17 @@ func handlesFrom(ctx context.Context) verifiedHandles {
 // opens (the lookups are network requests and must not hold the
 // database's write lock), and returns ctx carrying them for ApplyTx:
 //
-//   - for every #identity event, the DID's cached identity is purged and
-//     its handle verified afresh (AT Protocol: an #identity event means the
-//     DID document or handle may have changed; Bluesky's relay sends it
-//     without a handle, so the event's own handle is not relied on);
+//   - for an #identity event of a DID that has a users row (or gets one
+//     in this batch), the DID's cached identity is purged and its handle
+//     verified afresh (AT Protocol: an #identity event means the DID
+//     document or handle may have changed; Bluesky's relay sends it
+//     without a handle, so the event's own handle is not relied on).
+//     Jetstream delivers #identity events of every account on the network
+//     whatever the collection filter (jetstream filter.go: DID-level events
+//     bypass wantedCollections), and the identity update only changes an
+//     existing users row: the others are not looked up. Nor is one already
+//     covered by an earlier refresh of the same DID (see refreshCovered):
+//     catching up on history, one lookup answers for every older event;
 //   - for every DID with a record in the batch and no users row yet, or a
 //     row without a handle (an earlier lookup failed), its handle is
 //     verified, so a new user's row starts with its handle and a missing
@@ -63,39 +81,67 @@ func handlesFrom(ctx context.Context) verifiedHandles {
 //
 // A lookup that fails (network, directory down) leaves that DID out: the
 // event's handle, if any, is used as before and the row keeps what it had.
-// With no resolver configured, or db nil, it returns ctx unchanged.
+// With no resolver configured it returns ctx unchanged; with db nil (or
+// the users read failing) it looks up no new user's handle and refreshes
+// only the DIDs it knows have a row without asking.
 func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetstream.Event) context.Context {
 	if p.handles == nil {
 		return ctx
 	}
-	refresh := map[string]bool{}
-	var commitDIDs []string
+	// identityUS is each #identity event's DID and the time_us of its
+	// newest #identity event in the batch.
+	identityUS := map[string]int64{}
+	var identityDIDs, commitDIDs []string
 	seen := map[string]bool{}
 	for i := range events {
 		ev := &events[i]
 		switch {
 		case ev.Kind == jetstream.KindIdentity && ev.DID != "":
-			refresh[ev.DID] = true
+			if _, ok := identityUS[ev.DID]; !ok {
+				identityDIDs = append(identityDIDs, ev.DID)
+			}
+			identityUS[ev.DID] = max(identityUS[ev.DID], ev.TimeUS)
 		case ev.Kind == jetstream.KindCommit && ev.Commit != nil && ev.DID != "" && !seen[ev.DID] &&
 			strings.HasPrefix(ev.Commit.Collection, "io.atcr.") && ev.Commit.Operation != jetstream.OpDelete:
 			seen[ev.DID] = true
 			commitDIDs = append(commitDIDs, ev.DID)
 		}
 	}
-	var unknown []string
+	// Which DIDs the database must tell about: commit DIDs not known to
+	// have a handle, and #identity DIDs neither known nor with a record in
+	// this batch (those get a row, so their refresh is needed anyway).
 	commitDIDs = p.notKnown(commitDIDs)
-	if db != nil && len(commitDIDs) > 0 {
-		known, err := knownUsers(ctx, db, commitDIDs)
-		if err != nil {
+	ask := slices.Clone(commitDIDs)
+	for _, d := range p.notKnown(identityDIDs) {
+		if !seen[d] {
+			ask = append(ask, d)
+		}
+	}
+	var rows map[string]bool
+	if db == nil {
+		commitDIDs = nil
+	} else if len(ask) > 0 {
+		var err error
+		if rows, err = knownUsers(ctx, db, ask); err != nil {
+			// Without the answer no new user's handle is looked up, and
+			// only the refreshes known without the database are made.
 			p.sampled.Warn().Err(err).Msg("read users before resolving handles")
-		} else {
-			for _, d := range commitDIDs {
-				if known[d] {
-					p.remember(d)
-				} else if !refresh[d] {
-					unknown = append(unknown, d)
-				}
-			}
+			commitDIDs = nil
+		}
+	}
+	refresh := map[string]bool{}
+	for _, d := range identityDIDs {
+		_, hasRow := rows[d]
+		if (seen[d] || hasRow || p.isKnown(d)) && !p.refreshCovered(d, identityUS[d]) {
+			refresh[d] = true
+		}
+	}
+	var unknown []string
+	for _, d := range commitDIDs {
+		if rows[d] {
+			p.remember(d)
+		} else if !refresh[d] {
+			unknown = append(unknown, d)
 		}
 	}
 	if len(refresh) == 0 && len(unknown) == 0 {
@@ -126,7 +172,12 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 	}
 	for did := range refresh {
 		wg.Add(1)
-		go lookup(did, p.handles.RefreshHandle)
+		go lookup(did, func(ctx context.Context, did string) (string, error) {
+			at := time.Now()
+			h, err := p.handles.RefreshHandle(ctx, did)
+			p.refreshed(did, at, err == nil)
+			return h, err
+		})
 	}
 	for _, did := range unknown {
 		wg.Add(1)
@@ -160,11 +211,12 @@ func (p *Processor) remember(did string) {
 	p.known[did] = true
 }
 
-// knownUsers returns which of dids have a users row with a handle. A row
-// without one (its first lookup failed: directory down, timeout) is not
-// known, so a later batch with a record of that DID verifies its handle
-// again (the resolver caches a failure for a while, so this costs at most
-// one lookup per DID per failure TTL) and ensureUser fills it in.
+// knownUsers returns, for each of dids that has a users row, whether the
+// row has a handle (true) or not (false: its first lookup failed,
+// directory down or timeout). A DID without a handle is not known, so a
+// later batch with a record of that DID verifies its handle again (the
+// resolver caches a failure for a while, so this costs at most one lookup
+// per DID per failure TTL) and ensureUser fills it in.
 func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool, error) {
 	known := map[string]bool{}
 	for start := 0; start < len(dids); start += usersInChunk {
@@ -175,17 +227,20 @@ func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool
 			args[i] = d
 			marks[i] = fmt.Sprintf("?%d", i+1)
 		}
-		rows, err := db.QueryContext(ctx, `SELECT did FROM users WHERE handle <> '' AND did IN (`+strings.Join(marks, ",")+`)`, args...)
+		rows, err := db.QueryContext(ctx, `SELECT did, COALESCE(handle, '') <> '' FROM users WHERE did IN (`+strings.Join(marks, ",")+`)`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read users: %w", err)
 		}
 		for rows.Next() {
-			var d string
-			if err := rows.Scan(&d); err != nil {
+			var (
+				d         string
+				hasHandle bool
+			)
+			if err := rows.Scan(&d, &hasHandle); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read users: %w", err)
 			}
-			known[d] = true
+			known[d] = hasHandle
 		}
 		err = rows.Err()
 		rows.Close()
@@ -194,4 +249,47 @@ func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool
 		}
 	}
 	return known, nil
+}
+
+// isKnown reports whether did is in the set remember keeps.
+func (p *Processor) isKnown(did string) bool {
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	return p.known[did]
+}
+
+// refreshMark is when the last refresh of a DID's handle started and
+// whether it succeeded.
+type refreshMark struct {
+	at time.Time
+	ok bool
+}
+
+// refreshed notes a refresh of did's handle that started at at.
+func (p *Processor) refreshed(did string, at time.Time, ok bool) {
+	p.knownMu.Lock()
+	defer p.knownMu.Unlock()
+	if p.refreshes == nil || len(p.refreshes) >= knownUsersMax {
+		p.refreshes = map[string]refreshMark{}
+	}
+	if m, seen := p.refreshes[did]; !seen || !m.at.After(at) {
+		p.refreshes[did] = refreshMark{at: at, ok: ok}
+	}
+}
+
+// refreshCovered reports whether an earlier refresh of did's handle
+// answers an #identity event at eventUS (its time_us, Unix microseconds):
+// the refresh read the directory after the change the event announces
+// (it started more than refreshMargin after the event), and it succeeded
+// or failed less than refreshFailedFor ago. A live event is always newer
+// than that and gets its own refresh; events replayed from the past (a
+// catch-up, a cursor rewind) are answered by the first one.
+func (p *Processor) refreshCovered(did string, eventUS int64) bool {
+	p.knownMu.Lock()
+	m, seen := p.refreshes[did]
+	p.knownMu.Unlock()
+	if !seen || !time.UnixMicro(eventUS).Before(m.at.Add(-refreshMargin)) {
+		return false
+	}
+	return m.ok || time.Since(m.at) < refreshFailedFor
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -30,6 +32,17 @@ func (f *fakeHandles) Handle(_ context.Context, did string) (string, error) {
 		return "", errors.New("directory unreachable")
 	}
 	return f.handles[did], nil
+}
+
+func (f *fakeHandles) refreshedDIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.refreshed)
+}
+
+func identityEvent(did string, us int64, handle string) jetstream.Event {
+	return jetstream.Event{DID: did, TimeUS: us, Kind: jetstream.KindIdentity,
+		Identity: &jetstream.Identity{DID: did, Handle: handle}}
 }
 
 func (f *fakeHandles) RefreshHandle(ctx context.Context, did string) (string, error) {
@@ -71,11 +84,12 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
 	apply := applyWithHandles(t, db.DB, res)
+	// Live events: each #identity event is newer than the last refresh.
+	now := time.Now().UnixMicro()
 	identity := func(did string, us int64, handle string) jetstream.Event {
-		return jetstream.Event{DID: did, TimeUS: us, Kind: jetstream.KindIdentity,
-			Identity: &jetstream.Identity{DID: did, Handle: handle}}
+		return identityEvent(did, now+us, handle)
 	}
-	apply(commit("did:plc:alice", 10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", "sha256:"+strings.Repeat("a", 64))))
+	apply(commit("did:plc:alice", now+10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", "sha256:"+strings.Repeat("a", 64))))
 	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice.test" {
 		t.Fatalf("a new user's handle = %q, want alice.test from its DID document", h)
 	}
@@ -87,7 +101,7 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice2.test" {
 		t.Fatalf("after #identity: %q, want alice2.test", h)
 	}
-	if len(res.refreshed) != 1 || res.refreshed[0] != "did:plc:alice" {
+	if len(res.refreshedDIDs()) != 1 || res.refreshed[0] != "did:plc:alice" {
 		t.Fatalf("refreshed %v, want the cache of did:plc:alice purged once", res.refreshed)
 	}
 	// An event claiming a handle the DID document does not verify.
@@ -138,5 +152,93 @@ func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 	apply(commit("did:plc:bob", 30, "create", "io.atcr.tag", "t3", tagRecord("app", "v3", digest)))
 	if h := userHandle(t, db.DB, "did:plc:bob"); h != "bob.test" {
 		t.Fatalf("a set handle changed without #identity: %q", h)
+	}
+}
+
+// Jetstream sends every account's #identity events whatever the
+// collection filter, and the consumer looked every one of them up (a DID
+// document and a handle: two directory requests each, the batch waiting
+// on them), though the identity update only changes an existing users
+// row. Only the DIDs with a users row, or getting one in the batch, are
+// refreshed now.
+func TestIdentityEventsOfAccountsWithoutAUsersRowAreNotLookedUp(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test", "did:plc:carol": "carol.test"}, failing: map[string]bool{}}
+	apply := applyWithHandles(t, db.DB, res)
+	now := time.Now().UnixMicro()
+	digest := "sha256:" + strings.Repeat("c", 64)
+	apply(commit("did:plc:alice", now, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	apply(identityEvent("did:plc:stranger", now+1, ""), identityEvent("did:plc:alice", now+2, ""),
+		identityEvent("did:plc:carol", now+3, ""), commit("did:plc:carol", now+4, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	got := res.refreshedDIDs()
+	slices.Sort(got)
+	if want := []string{"did:plc:alice", "did:plc:carol"}; !slices.Equal(got, want) {
+		t.Fatalf("refreshed %v, want %v (a DID with no users row and no record is not looked up)", got, want)
+	}
+	var n int
+	if err := db.DB.QueryRow(`SELECT COUNT(*) FROM users WHERE did = 'did:plc:stranger'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("stranger's users rows = %d (%v), want 0", n, err)
+	}
+	if h := userHandle(t, db.DB, "did:plc:carol"); h != "carol.test" {
+		t.Fatalf("carol's handle = %q, want carol.test", h)
+	}
+}
+
+// Catching up on history (a backfill of the stream, a cursor rewound by
+// hours) an account's every #identity event purged and re-read its DID
+// document: one lookup per event, each delaying its batch. A refresh
+// that started after an event (by more than the margin for clock skew)
+// already read what that event announced; only newer events refresh again.
+func TestOneRefreshAnswersEveryOlderIdentityEventOfTheDID(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
+	apply := applyWithHandles(t, db.DB, res)
+	past := time.Now().Add(-time.Hour).UnixMicro()
+	digest := "sha256:" + strings.Repeat("d", 64)
+	apply(commit("did:plc:alice", past, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	for i := range 5 {
+		apply(identityEvent("did:plc:alice", past+int64(i+1)*1000, ""))
+	}
+	if got := res.refreshedDIDs(); len(got) != 1 {
+		t.Fatalf("%d refreshes for five #identity events an hour old, want 1", len(got))
+	}
+	// A handle change announced live is refreshed.
+	res.mu.Lock()
+	res.handles["did:plc:alice"] = "alice2.test"
+	res.mu.Unlock()
+	apply(identityEvent("did:plc:alice", time.Now().UnixMicro(), ""))
+	if got := res.refreshedDIDs(); len(got) != 2 {
+		t.Fatalf("%d refreshes after a live #identity event, want 2", len(got))
+	}
+	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice2.test" {
+		t.Fatalf("handle %q after a live #identity event, want alice2.test", h)
+	}
+}
+
+// During a directory outage every batch with an old #identity event of a
+// user retried its lookup and waited for it. A failed refresh answers the
+// older events for a minute (as long as the resolver caches a failure);
+// a live event is still tried at once.
+func TestAFailedRefreshIsNotRetriedForOlderEvents(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
+	apply := applyWithHandles(t, db.DB, res)
+	past := time.Now().Add(-time.Hour).UnixMicro()
+	digest := "sha256:" + strings.Repeat("e", 64)
+	apply(commit("did:plc:alice", past, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	res.mu.Lock()
+	res.failing["did:plc:alice"] = true
+	res.mu.Unlock()
+	apply(identityEvent("did:plc:alice", past+1000, ""))
+	apply(identityEvent("did:plc:alice", past+2000, ""))
+	if got := res.refreshedDIDs(); len(got) != 1 {
+		t.Fatalf("%d refreshes while the directory fails, want 1", len(got))
+	}
+	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice.test" {
+		t.Fatalf("outage changed the handle to %q", h)
+	}
+	apply(identityEvent("did:plc:alice", time.Now().UnixMicro(), ""))
+	if got := res.refreshedDIDs(); len(got) != 2 {
+		t.Fatalf("%d refreshes after a live #identity event, want 2", len(got))
 	}
 }

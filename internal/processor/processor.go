@@ -169,6 +169,9 @@ type Processor struct {
 
 	knownMu sync.Mutex
 	known   map[string]bool
+	// refreshes are the DIDs whose handle PrepareBatch refreshed, with
+	// when (bounded like known).
+	refreshes map[string]refreshMark
 }
 
 // New returns a Processor.
