@@ -185,6 +185,9 @@ func workerWrites(lease string) string { return lease + " worker" }
 var healths sync.Map
 
 func healthOf(db *sql.DB) *writeHealth {
+	if h, ok := healths.Load(db); ok { // no allocation on every write
+		return h.(*writeHealth)
+	}
 	h, _ := healths.LoadOrStore(db, &writeHealth{latest: map[string]writeOutcome{}, ended: map[string]int64{}})
 	return h.(*writeHealth)
 }

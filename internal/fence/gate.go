@@ -36,6 +36,9 @@ type writeGate struct {
 var gates sync.Map
 
 func gateOf(db *sql.DB) *writeGate {
+	if g, ok := gates.Load(db); ok { // no allocation on every write
+		return g.(*writeGate)
+	}
 	g, _ := gates.LoadOrStore(db, &writeGate{pending: map[uint64]time.Time{}, changed: make(chan struct{})})
 	return g.(*writeGate)
 }

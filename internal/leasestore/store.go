@@ -454,7 +454,10 @@ var turns sync.Map
 // fraction of one. Queued here, the next write starts the moment the last
 // one commits. Writes of other processes still meet the busy handler.
 func (s *Store) turn(ctx context.Context) (func(), error) {
-	t, _ := turns.LoadOrStore(s.db, make(chan struct{}, 1))
+	t, ok := turns.Load(s.db) // no allocation on every write
+	if !ok {
+		t, _ = turns.LoadOrStore(s.db, make(chan struct{}, 1))
+	}
 	ch := t.(chan struct{})
 	select {
 	case ch <- struct{}{}:
