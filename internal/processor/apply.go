@@ -40,6 +40,101 @@ type applier struct {
 	// database in this transaction (so tombstones holds it, or it has none
 	// but what the transaction's own deletes wrote).
 	loaded map[recordKey]bool
+	// journal, when true, makes every change to the four maps above append
+	// to undo how to take it back (TxSession.Apply's fast path: restoring
+	// the maps after a failed batch costs what the batch changed, where a
+	// copy taken before every batch cost the whole transaction's maps).
+	journal bool
+	undo    []undoEntry
+}
+
+// undoEntry takes back one change to a state map: the key's previous
+// value, or its absence (had false).
+type undoEntry struct {
+	m    stateMap
+	rec  recordKey
+	repo repoKey
+	did  string
+	had  bool
+	at   int64  // touched's previous value
+	ver  string // tombstones' previous value
+}
+
+// stateMap names one of the applier's state maps.
+type stateMap uint8
+
+const (
+	mapTouched stateMap = iota
+	mapUsers
+	mapTombstones
+	mapLoaded
+)
+
+// touch records that k changed at at (ms), keeping the latest.
+func (a *applier) touch(k repoKey, at int64) {
+	old, had := a.touched[k]
+	if had && old >= at {
+		return
+	}
+	if a.journal {
+		a.undo = append(a.undo, undoEntry{m: mapTouched, repo: k, had: had, at: old})
+	}
+	a.touched[k] = at
+}
+
+// setUser records that did's users row exists.
+func (a *applier) setUser(did string) {
+	if a.users[did] {
+		return
+	}
+	if a.journal {
+		a.undo = append(a.undo, undoEntry{m: mapUsers, did: did})
+	}
+	a.users[did] = true
+}
+
+// setTombstone records v as the version of k's latest delete.
+func (a *applier) setTombstone(k recordKey, v string) {
+	old, had := a.tombstones[k]
+	if a.journal {
+		a.undo = append(a.undo, undoEntry{m: mapTombstones, rec: k, had: had, ver: old})
+	}
+	a.tombstones[k] = v
+}
+
+// setLoaded records that k's tombstone has been read.
+func (a *applier) setLoaded(k recordKey) {
+	if a.journal {
+		a.undo = append(a.undo, undoEntry{m: mapLoaded, rec: k})
+	}
+	a.loaded[k] = true
+}
+
+// takeBack undoes, latest first, every change journaled since undo was
+// last emptied, and empties it.
+func (a *applier) takeBack() {
+	for i := len(a.undo) - 1; i >= 0; i-- {
+		u := &a.undo[i]
+		switch u.m {
+		case mapTouched:
+			if u.had {
+				a.touched[u.repo] = u.at
+			} else {
+				delete(a.touched, u.repo)
+			}
+		case mapUsers:
+			delete(a.users, u.did)
+		case mapTombstones:
+			if u.had {
+				a.tombstones[u.rec] = u.ver
+			} else {
+				delete(a.tombstones, u.rec)
+			}
+		case mapLoaded:
+			delete(a.loaded, u.rec)
+		}
+	}
+	a.undo = a.undo[:0]
 }
 
 // txState is what an applier knows of its transaction, carried from one
@@ -53,10 +148,6 @@ type txState struct {
 
 func newTxState() txState {
 	return txState{touched: map[repoKey]int64{}, users: map[string]bool{}, tombstones: map[recordKey]string{}, loaded: map[recordKey]bool{}}
-}
-
-func (s txState) clone() txState {
-	return txState{touched: maps.Clone(s.touched), users: maps.Clone(s.users), tombstones: maps.Clone(s.tombstones), loaded: maps.Clone(s.loaded)}
 }
 
 // use makes s the applier's state.
@@ -187,7 +278,7 @@ func (a *applier) applyOne(o *op) (bool, error) {
 	a.res.HoldStats = append(a.res.HoldStats, a.pendingStats...)
 	a.res.NewManifests = append(a.res.NewManifests, a.pendingManifests...)
 	for _, k := range a.pendingTouched {
-		a.touched[k] = max(a.touched[k], o.ev.TimeUS/1000)
+		a.touch(k, o.ev.TimeUS/1000)
 	}
 	return changed, nil
 }
@@ -222,7 +313,7 @@ func (a *applier) readTombstones(all []recordKey) error {
 	var keys []recordKey
 	for _, k := range all {
 		if !a.loaded[k] {
-			a.loaded[k] = true
+			a.setLoaded(k)
 			keys = append(keys, k)
 		}
 	}
@@ -249,7 +340,7 @@ func (a *applier) readTombstones(all []recordKey) error {
 			if err := rows.Scan(&k.did, &k.collection, &k.rkey, &version); err != nil {
 				return fmt.Errorf("read tombstones: %w", err)
 			}
-			a.tombstones[k] = version
+			a.setTombstone(k, version)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read tombstones: %w", err)
@@ -314,7 +405,7 @@ func (a *applier) readUsers(dids []string) error {
 			if err := rows.Scan(&did); err != nil {
 				return fmt.Errorf("read users: %w", err)
 			}
-			a.users[did] = true
+			a.setUser(did)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read users: %w", err)
@@ -337,7 +428,7 @@ ON CONFLICT (did) DO NOTHING`, o.did, o.ev.TimeUS, o.ev.TimeUS/1000, a.handles[o
 	if err != nil {
 		return fmt.Errorf("ensure user: %w", err)
 	}
-	a.users[o.did] = true
+	a.setUser(o.did)
 	return a.fillHandle(o.did)
 }
 
@@ -689,7 +780,7 @@ WHERE excluded.version > record_tombstones.version`, o.did, o.collection, o.rkey
 		return false, fmt.Errorf("record tombstone: %w", err)
 	}
 	if k := (recordKey{o.did, o.collection, o.rkey}); v > a.tombstones[k] {
-		a.tombstones[k] = v
+		a.setTombstone(k, v)
 	}
 	var n int64
 	switch o.collection {

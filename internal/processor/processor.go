@@ -304,8 +304,8 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 	// If any event fails, roll them back to it, restore what the session
 	// knew before them, and redo them with a savepoint per event, so only
 	// the failing events are lost.
-	saved := s.st.clone()
 	a.use(s.st)
+	a.journal = true
 	res, err := a.run(ops, outs, false)
 	if err != nil && !fatal(err) {
 		if _, rerr := s.tx.ExecContext(s.ctx, "ROLLBACK TO batch"); rerr != nil {
@@ -314,7 +314,8 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 		if _, rerr := s.tx.ExecContext(s.ctx, "RELEASE batch"); rerr != nil {
 			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
 		}
-		a.use(saved)
+		a.takeBack()
+		a.journal = false
 		res, err = a.run(ops, outs, true)
 	}
 	if err != nil {
