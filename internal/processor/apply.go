@@ -110,6 +110,15 @@ func (a *applier) setLoaded(k recordKey) {
 	a.loaded[k] = true
 }
 
+// restore puts old back under k in m, or deletes k when it was absent.
+func restore[K comparable, V any](m map[K]V, k K, old V, had bool) {
+	if had {
+		m[k] = old
+	} else {
+		delete(m, k)
+	}
+}
+
 // takeBack undoes, latest first, every change journaled since undo was
 // last emptied, and empties it.
 func (a *applier) takeBack() {
@@ -117,19 +126,11 @@ func (a *applier) takeBack() {
 		u := &a.undo[i]
 		switch u.m {
 		case mapTouched:
-			if u.had {
-				a.touched[u.repo] = u.at
-			} else {
-				delete(a.touched, u.repo)
-			}
+			restore(a.touched, u.repo, u.at, u.had)
 		case mapUsers:
 			delete(a.users, u.did)
 		case mapTombstones:
-			if u.had {
-				a.tombstones[u.rec] = u.ver
-			} else {
-				delete(a.tombstones, u.rec)
-			}
+			restore(a.tombstones, u.rec, u.ver, u.had)
 		case mapLoaded:
 			delete(a.loaded, u.rec)
 		}
