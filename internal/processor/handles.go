@@ -125,7 +125,7 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 		if rows, err = knownUsers(ctx, db, ask); err != nil {
 			// Without the answer no new user's handle is looked up, and
 			// only the refreshes known without the database are made.
-			p.sampled.Warn().Err(err).Msg("read users before resolving handles")
+			p.lookups.Warn().Err(err).Msg("read users before resolving handles")
 			commitDIDs = nil
 		}
 	}
@@ -163,7 +163,7 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 		defer func() { <-sem }()
 		h, err := fn(bctx, did)
 		if err != nil {
-			p.sampled.Warn().Err(err).Str("did", did).Msg("handle not verified; keeping what the users row has")
+			p.lookups.Warn().Err(err).Str("did", did).Msg("handle not verified; keeping what the users row has")
 			return
 		}
 		mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -240,5 +241,37 @@ func TestAFailedRefreshIsNotRetriedForOlderEvents(t *testing.T) {
 	apply(identityEvent("did:plc:alice", time.Now().UnixMicro(), ""))
 	if got := res.refreshedDIDs(); len(got) != 2 {
 		t.Fatalf("%d refreshes after a live #identity event, want 2", len(got))
+	}
+}
+
+// Failed handle lookups and skipped events shared one sampled logger:
+// during a directory outage its burst went to "handle not verified" and a
+// new user found invalid records counted but never logged. Each now has
+// its own burst.
+func TestFailedLookupsDoNotUseUpTheSkippedEventsLogBurst(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{}, failing: map[string]bool{}}
+	var events []jetstream.Event
+	now := time.Now().UnixMicro()
+	digest := "sha256:" + strings.Repeat("f", 64)
+	for i := range 12 {
+		did := fmt.Sprintf("did:plc:user%02d", i)
+		res.failing[did] = true
+		events = append(events, commit(did, now+int64(i), "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+	}
+	events = append(events, commit("did:plc:user00", now+100, "create", "io.atcr.tag", "bad", map[string]any{"repository": "app"}))
+	var logs testsupport.LockedBuffer
+	p := processor.New(processor.Options{Log: zerolog.New(&logs), Handles: res, LogBurst: 5})
+	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")
+	ctx := p.PrepareBatch(context.Background(), db.DB, events)
+	if _, err := p.Apply(ctx, db.DB, c, events); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "handle not verified"); n != 5 {
+		t.Errorf("%d lookup warnings, want the burst of 5", n)
+	}
+	if !strings.Contains(out, "event skipped") {
+		t.Errorf("the invalid tag was not logged after the lookup warnings:\n%s", out)
 	}
 }

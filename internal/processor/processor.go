@@ -164,6 +164,10 @@ type Options struct {
 type Processor struct {
 	log     zerolog.Logger
 	sampled zerolog.Logger
+	// lookups logs PrepareBatch's failed handle lookups, sampled apart
+	// from the skipped events: a directory outage must not use up the
+	// burst that reports invalid records.
+	lookups zerolog.Logger
 	metrics *Metrics
 	handles HandleResolver
 
@@ -187,6 +191,7 @@ func New(o Options) *Processor {
 	return &Processor{
 		log:     l,
 		sampled: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
+		lookups: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
 		metrics: o.Metrics,
 		handles: o.Handles,
 	}
