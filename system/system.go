@@ -108,11 +108,15 @@ func New(o Options) (*System, error) {
 		err := o.DB.CheckFile()
 		if errors.Is(err, database.ErrFileReplaced) {
 			replaced.Do(func() {
-				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: its leases end at their renew deadline and it cannot recover; restart it")
+				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: its workers stop (their writes are refused, its leases given up at their next renewal) and it cannot recover; restart it")
 			})
 		}
 		return err
 	}
+	// A worker's fenced write into a deleted or replaced file would land
+	// where no other instance reads, under a grant the new file may give
+	// to one of them: refused at its commit.
+	fence.SetFileCheck(o.DB.DB, store.Check)
 	s.store = store
 	s.renewer = leasestore.NewRenewer(store)
 	if cfg.Leases.Enabled && o.NudgeURL != "" {

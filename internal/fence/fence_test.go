@@ -3,6 +3,8 @@ package fence_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,5 +51,41 @@ func TestAnUnfencedTransactionHoldsTheWriteLockBeforeItsWorkRuns(t *testing.T) {
 	}
 	if _, err := other.ExecContext(ctx, insert); err != nil {
 		t.Fatalf("another writer after the commit: %v", err)
+	}
+}
+
+// A worker's fenced write into a database file deleted or replaced under
+// the process lands where no other instance reads, under a grant the new
+// file may already give to another instance: the registered file check
+// refuses it at the commit, and nothing of it is kept.
+func TestAFailingFileCheckRollsTheFencedWriteBack(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE side (n INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	replaced := fmt.Errorf("appview.db: %w", database.ErrFileReplaced)
+	fence.SetFileCheck(db.DB, func() error { return replaced })
+	defer fence.SetFileCheck(db.DB, nil)
+	err := fence.Fenced(ctx, db.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO side (n) VALUES (1)`)
+		return err
+	})
+	if !errors.Is(err, database.ErrFileReplaced) {
+		t.Fatalf("Fenced = %v, want an error wrapping ErrFileReplaced", err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM side`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows written = %d (%v), want 0", n, err)
+	}
+	if fence.Health(db.DB) == nil {
+		t.Error("the refused write is not reported by Health")
+	}
+	fence.SetFileCheck(db.DB, nil)
+	if err := fence.Fenced(ctx, db.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO side (n) VALUES (1)`)
+		return err
+	}); err != nil {
+		t.Fatalf("with the check removed: %v", err)
 	}
 }

@@ -752,6 +752,13 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.lastErr = r.Err
 		m.lose(now, events.ReasonSuperseded, r.Err)
+	case errors.Is(r.Err, database.ErrFileReplaced):
+		// The grant lives in a file no other instance can open any more:
+		// no renewal will ever land where they look, and one of them may
+		// hold the lease in the new file already. Custody ends now, not
+		// at the renew deadline.
+		m.lastErr = r.Err
+		m.lose(now, events.ReasonError, r.Err)
 	default:
 		m.lastErr = r.Err
 		m.custody.nextRenewAt = now + max(m.t.RenewInterval/4, minRenewRetry)

@@ -2,12 +2,14 @@ package machine
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
 )
@@ -439,4 +441,25 @@ func TestAYieldWaitsForTheMinimumHoldThenReleasesAndCoolsDown(t *testing.T) {
 	h.at(released+fastTiming.TTL+time.Millisecond, YieldRequested{})
 	h.none(ReleaseCmd{})
 	h.none(StopWorkerCmd{})
+}
+
+// A renewal refused because the database file was deleted or replaced can
+// never succeed where the other instances look, and one of them may hold
+// the lease in the new file already: custody ends at that answer, not at
+// the renew deadline (the worker went on committing into the deleted file
+// for five seconds before).
+func TestARenewalRefusedForAReplacedFileEndsCustodyAtOnce(t *testing.T) {
+	h := newHolder(t)
+	h.at(fastTiming.RenewInterval, Tick{})
+	renew := h.only(RenewCmd{}).(RenewCmd)
+	h.at(fastTiming.RenewInterval+time.Millisecond, RenewResult{Seq: renew.Seq,
+		Err: fmt.Errorf("renew lease %q: appview.db: %w", "jetstream-consumer", database.ErrFileReplaced)})
+	h.only(StopWorkerCmd{})
+	lost := h.emitted(events.LeaseLost)
+	if len(lost) != 1 || lost[0].Reason != events.ReasonError {
+		t.Fatalf("lost events %+v, want one with reason error", lost)
+	}
+	if h.m.WorkerActive() || h.m.HoldsCustody() {
+		t.Fatalf("custody kept after the file was replaced: phase %s", h.m.Phase())
+	}
 }
