@@ -47,6 +47,9 @@ func TestAdminAuthRules(t *testing.T) {
 		{name: "both token and file", sets: []string{"admin.token=0123456789abcdef", "admin.token_file=" + good}, key: "admin.token_file", reason: "not both"},
 		{name: "missing token file", sets: []string{"admin.token_file=" + filepath.Join(dir, "nope")}, key: "admin.token_file", reason: "no such file"},
 		{name: "empty token file", sets: []string{"admin.token_file=" + empty}, key: "admin.token_file", reason: "empty"},
+		// The reason names the directory once ("read DIR: is a directory",
+		// not "read DIR: read DIR: ...", found by a new user).
+		{name: "token file is a directory", sets: []string{"admin.token_file=" + dir}, key: "admin.token_file", reason: "admin.token_file: read " + dir + ": is a directory"},
 		{name: "oversized token file", sets: []string{"admin.token_file=" + big}, key: "admin.token_file", reason: "larger than"},
 		{name: "protect metrics without token", sets: []string{"admin.protect_metrics=true"}, key: "admin.protect_metrics", reason: "needs admin.token"},
 	} {

@@ -120,7 +120,7 @@ func (c *Config) readTokenFile() error {
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
-		return keyErr("admin.token_file", "read %s: %v", a.TokenFile, err)
+		return keyErr("admin.token_file", "%v", err) // names the op and the file already
 	}
 	if len(data) > MaxTokenFileBytes {
 		return keyErr("admin.token_file", "%s is larger than %d bytes; it should hold only the token", a.TokenFile, MaxTokenFileBytes)
