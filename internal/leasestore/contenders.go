@@ -181,12 +181,12 @@ func (c *Contenders) Refresh() {
 	}()
 }
 
-// readAll reads the nudge URLs of the other instances' recent contenders
-// of every lease.
+// readAll reads the nudge URLs of the other processes' recent contenders
+// of every lease (see urls).
 func (c *Contenders) readAll() (map[string][]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE instance <> ?1 AND seen_at > `+database.NowMS+` - ?2`,
-		c.Instance, (3 * c.TTL).Milliseconds())
+WHERE (instance <> ?1 OR nonce <> ?3) AND seen_at > `+database.NowMS+` - ?2`,
+		c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
 	}
@@ -362,11 +362,13 @@ func (c *Contenders) dial(ctx context.Context, network, addr string) (net.Conn, 
 }
 
 // urls reads the nudge URLs of lease's recent contenders other than this
-// instance.
+// process: another instance, or another process start under this
+// instance_id (two processes an operator gave one instance_id are told
+// apart by their nonce, and each is nudged by the other's release).
 func (c *Contenders) urls(lease string) ([]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE name = ?1 AND instance <> ?2 AND seen_at > `+database.NowMS+` - ?3`,
-		lease, c.Instance, (3 * c.TTL).Milliseconds())
+WHERE name = ?1 AND (instance <> ?2 OR nonce <> ?4) AND seen_at > `+database.NowMS+` - ?3`,
+		lease, c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
 	}
@@ -624,8 +626,9 @@ func (c *Contenders) Wait() {
 // it attempts, and attempts at least every 1.2 retry intervals (<= TTL).
 const contenderFreshness = 2
 
-// HealthyContender reports whether some other instance contending for
-// lease recorded itself healthy within the last two TTLs (health-aware
+// HealthyContender reports whether some other process contending for
+// lease (another instance, or another process start under this
+// instance_id) recorded itself healthy within the last two TTLs (health-aware
 // custody: a holder whose worker is unhealthy yields only to such a
 // contender). The driver ignores ctx.
 func (c *Contenders) HealthyContender(ctx context.Context, lease string) (bool, error) {
@@ -634,8 +637,8 @@ func (c *Contenders) HealthyContender(ctx context.Context, lease string) (bool, 
 	}
 	var one int
 	err := c.DB.QueryRowContext(ctx, `SELECT 1 FROM lease_contenders
-WHERE name = ?1 AND instance <> ?2 AND healthy = 1 AND seen_at > `+database.NowMS+` - ?3 LIMIT 1`,
-		lease, c.Instance, (contenderFreshness * c.TTL).Milliseconds()).Scan(&one)
+WHERE name = ?1 AND (instance <> ?2 OR nonce <> ?4) AND healthy = 1 AND seen_at > `+database.NowMS+` - ?3 LIMIT 1`,
+		lease, c.Instance, (contenderFreshness * c.TTL).Milliseconds(), c.Nonce).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil

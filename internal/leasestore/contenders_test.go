@@ -256,3 +256,28 @@ func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
 		t.Fatalf("cleanup's contender got %d nudges (want 1), backfill's %d (want 0)", n, m)
 	}
 }
+
+// Two processes an operator gave one instance_id (a new user's run): the
+// holder's release never nudged its twin, whose contender record carries
+// the same instance_id, so every handover between them waited for the
+// twin's poll (1.7-2.0 s). Records are told apart by the process nonce
+// now: the twin is nudged, the holder's own record is not.
+func TestAContenderUnderTheHoldersInstanceIDFromAnotherProcessIsNudged(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	twin, self := newNudgeTarget(t), newNudgeTarget(t)
+	register(t, db, "cleanup", "holder", "n-twin", twin.url())
+	register(t, db, "backfill", "holder", "n-holder", self.url())
+	h := holderContenders(db)
+	h.NudgeOthers("cleanup")
+	h.NudgeOthers("backfill")
+	h.Wait()
+	if n, m := twin.nudges.Load(), self.nudges.Load(); n != 1 || m != 0 {
+		t.Fatalf("the twin got %d nudges (want 1), the holder's own record %d (want 0)", n, m)
+	}
+	if ok, err := h.HealthyContender(context.Background(), "cleanup"); err != nil || !ok {
+		t.Fatalf("HealthyContender(cleanup) = %v, %v; want the twin to count", ok, err)
+	}
+	if ok, err := h.HealthyContender(context.Background(), "backfill"); err != nil || ok {
+		t.Fatalf("HealthyContender(backfill) = %v, %v; want the holder's own record not to count", ok, err)
+	}
+}
