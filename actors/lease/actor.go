@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease/internal/machine"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -259,7 +260,9 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, *msg)
 	case *machine.RenewResult:
 		a.late.taken(msg.Seq)
-		if msg.Err != nil && !errors.Is(msg.Err, fence.ErrSuperseded) {
+		// A superseded grant, or one in a deleted or replaced file, is lost
+		// at once (lease.lost says so), not retried.
+		if msg.Err != nil && !errors.Is(msg.Err, fence.ErrSuperseded) && !errors.Is(msg.Err, database.ErrFileReplaced) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
 		a.step(ctx, *msg)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -24,6 +25,10 @@ func TestAdminAuthRules(t *testing.T) {
 	good := write("good", "  s3cret-token-0123456789\n")
 	empty := write("empty", " \n")
 	big := write("big", strings.Repeat("x", MaxTokenFileBytes+1))
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -47,9 +52,11 @@ func TestAdminAuthRules(t *testing.T) {
 		{name: "both token and file", sets: []string{"admin.token=0123456789abcdef", "admin.token_file=" + good}, key: "admin.token_file", reason: "not both"},
 		{name: "missing token file", sets: []string{"admin.token_file=" + filepath.Join(dir, "nope")}, key: "admin.token_file", reason: "no such file"},
 		{name: "empty token file", sets: []string{"admin.token_file=" + empty}, key: "admin.token_file", reason: "empty"},
-		// The reason names the directory once ("read DIR: is a directory",
-		// not "read DIR: read DIR: ...", found by a new user).
-		{name: "token file is a directory", sets: []string{"admin.token_file=" + dir}, key: "admin.token_file", reason: "admin.token_file: read " + dir + ": is a directory"},
+		// Found by new users: a directory was named twice ("read DIR: read
+		// DIR: is a directory"), and a FIFO with no writer hung the start
+		// past every signal. Anything but a regular file is refused.
+		{name: "token file is a directory", sets: []string{"admin.token_file=" + dir}, key: "admin.token_file", reason: "admin.token_file: " + dir + " is not a regular file (d"},
+		{name: "token file is a fifo", sets: []string{"admin.token_file=" + fifo}, key: "admin.token_file", reason: "is not a regular file (p"},
 		{name: "oversized token file", sets: []string{"admin.token_file=" + big}, key: "admin.token_file", reason: "larger than"},
 		{name: "protect metrics without token", sets: []string{"admin.protect_metrics=true"}, key: "admin.protect_metrics", reason: "needs admin.token"},
 	} {

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -103,8 +104,9 @@ func Load(src Sources) (Config, error) {
 }
 
 // readTokenFile fills Admin.Token from Admin.TokenFile (issue 11: a
-// secrets mount). It refuses both set, an unreadable or oversized file
-// and an empty token.
+// secrets mount). It refuses both set, an unreadable or oversized file,
+// anything but a regular file (a directory, a FIFO, a device) and an
+// empty token.
 func (c *Config) readTokenFile() error {
 	a := &c.Admin
 	if a.TokenFile == "" {
@@ -113,11 +115,19 @@ func (c *Config) readTokenFile() error {
 	if a.Token != "" {
 		return keyErr("admin.token_file", "set admin.token or admin.token_file, not both")
 	}
-	f, err := os.Open(a.TokenFile)
+	// Non-blocking, so a FIFO with no writer (a secrets mount not filled
+	// yet) cannot hang the start past every signal; anything but a regular
+	// file is refused once open.
+	f, err := os.OpenFile(a.TokenFile, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return keyErr("admin.token_file", "%v", err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return keyErr("admin.token_file", "%v", err)
+	} else if !st.Mode().IsRegular() {
+		return keyErr("admin.token_file", "%s is not a regular file (%s)", a.TokenFile, st.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
 		return keyErr("admin.token_file", "%v", err) // names the op and the file already
