@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease/internal/machine"
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -260,9 +259,9 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, *msg)
 	case *machine.RenewResult:
 		a.late.taken(msg.Seq)
-		// A superseded grant, or one in a deleted or replaced file, is lost
-		// at once (lease.lost says so), not retried.
-		if msg.Err != nil && !errors.Is(msg.Err, fence.ErrSuperseded) && !errors.Is(msg.Err, database.ErrFileReplaced) {
+		// An error that ends custody at once is reported by lease.lost, not
+		// announced as retried.
+		if msg.Err != nil && !machine.RenewalEndsCustody(msg.Err) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease renewal failed; retrying until the renew deadline")
 		}
 		a.step(ctx, *msg)

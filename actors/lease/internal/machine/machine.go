@@ -717,6 +717,17 @@ func (m *Machine) spawn() {
 	m.emit(events.WorkerStarted, m.custody.fence, "", nil)
 }
 
+// RenewalEndsCustody reports whether a renewal's error ends custody at
+// once rather than being retried until the renew deadline: the row no
+// longer carries this grant (fence.ErrSuperseded), or the grant lives in a
+// database file deleted or replaced under the process
+// (database.ErrFileReplaced), which no other instance can open any more,
+// so no renewal will ever land where they look and one of them may hold
+// the lease in the new file already.
+func RenewalEndsCustody(err error) bool {
+	return errors.Is(err, fence.ErrSuperseded) || errors.Is(err, database.ErrFileReplaced)
+}
+
 func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 	if f, ok := m.call.abandonedRenews[r.Seq]; ok {
 		delete(m.call.abandonedRenews, r.Seq)
@@ -749,16 +760,13 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		m.custody.trustedUntil = max(m.custody.trustedUntil, m.call.start+m.t.RenewDeadline)
 		m.custody.nextRenewAt = m.call.start + m.t.RenewInterval
 		m.emit(events.LeaseRenewed, m.custody.fence, "", nil)
-	case errors.Is(r.Err, fence.ErrSuperseded):
+	case RenewalEndsCustody(r.Err):
 		m.lastErr = r.Err
-		m.lose(now, events.ReasonSuperseded, r.Err)
-	case errors.Is(r.Err, database.ErrFileReplaced):
-		// The grant lives in a file no other instance can open any more:
-		// no renewal will ever land where they look, and one of them may
-		// hold the lease in the new file already. Custody ends now, not
-		// at the renew deadline.
-		m.lastErr = r.Err
-		m.lose(now, events.ReasonError, r.Err)
+		reason := events.ReasonError
+		if errors.Is(r.Err, fence.ErrSuperseded) {
+			reason = events.ReasonSuperseded
+		}
+		m.lose(now, reason, r.Err)
 	default:
 		m.lastErr = r.Err
 		m.custody.nextRenewAt = now + max(m.t.RenewInterval/4, minRenewRetry)
