@@ -181,11 +181,20 @@ func (c *Contenders) Refresh() {
 	}()
 }
 
+// otherProcess is the condition on a lease_contenders row that it was
+// written by another process than this one: another instance, or another
+// process start under this instance_id (two processes an operator gave
+// one instance_id are told apart by their nonce). instance and nonce are
+// the numbers of the parameters carrying c.Instance and c.Nonce.
+func otherProcess(instance, nonce int) string {
+	return fmt.Sprintf("(instance <> ?%d OR nonce <> ?%d)", instance, nonce)
+}
+
 // readAll reads the nudge URLs of the other processes' recent contenders
 // of every lease (see urls).
 func (c *Contenders) readAll() (map[string][]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE (instance <> ?1 OR nonce <> ?3) AND seen_at > `+database.NowMS+` - ?2`,
+WHERE `+otherProcess(1, 3)+` AND seen_at > `+database.NowMS+` - ?2`,
 		c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
@@ -362,12 +371,10 @@ func (c *Contenders) dial(ctx context.Context, network, addr string) (net.Conn, 
 }
 
 // urls reads the nudge URLs of lease's recent contenders other than this
-// process: another instance, or another process start under this
-// instance_id (two processes an operator gave one instance_id are told
-// apart by their nonce, and each is nudged by the other's release).
+// process (otherProcess: a twin under this instance_id is nudged too).
 func (c *Contenders) urls(lease string) ([]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE name = ?1 AND (instance <> ?2 OR nonce <> ?4) AND seen_at > `+database.NowMS+` - ?3`,
+WHERE name = ?1 AND `+otherProcess(2, 4)+` AND seen_at > `+database.NowMS+` - ?3`,
 		lease, c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
@@ -637,7 +644,7 @@ func (c *Contenders) HealthyContender(ctx context.Context, lease string) (bool, 
 	}
 	var one int
 	err := c.DB.QueryRowContext(ctx, `SELECT 1 FROM lease_contenders
-WHERE name = ?1 AND (instance <> ?2 OR nonce <> ?4) AND healthy = 1 AND seen_at > `+database.NowMS+` - ?3 LIMIT 1`,
+WHERE name = ?1 AND `+otherProcess(2, 4)+` AND healthy = 1 AND seen_at > `+database.NowMS+` - ?3 LIMIT 1`,
 		lease, c.Instance, (contenderFreshness * c.TTL).Milliseconds(), c.Nonce).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -69,6 +69,16 @@ func holderContenders(db *sql.DB) *leasestore.Contenders {
 	return c
 }
 
+// preparedHolder is holderContenders once Prepare(lease) has dialed the
+// one contender registered for lease.
+func preparedHolder(t *testing.T, db *sql.DB, lease string) *leasestore.Contenders {
+	t.Helper()
+	h := holderContenders(db)
+	h.Prepare(lease)
+	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
+	return h
+}
+
 // A holder about to release reads its contenders and dials them ahead;
 // the nudge after the release goes over that connection, once per
 // contender, and a contender recorded after the read is nudged too.
@@ -76,9 +86,7 @@ func TestPreparedNudgesUseTheConnectionsDialedAhead(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
 	early, late := newNudgeTarget(t), newNudgeTarget(t)
 	register(t, db, "cleanup", "early", "n-early", early.url())
-	h := holderContenders(db)
-	h.Prepare("cleanup")
-	testsupport.Eventually(t, "a connection dialed ahead to the contender", func() bool { return h.WarmConns() == 1 })
+	h := preparedHolder(t, db, "cleanup")
 	register(t, db, "cleanup", "late", "n-late", late.url())
 
 	h.NudgeOthers("cleanup")
@@ -100,10 +108,8 @@ func TestNudgeOnAConnectionDialedAheadCarriesTheLeaseAndHeader(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
 	target := newNudgeTarget(t)
 	register(t, db, "billing", "c", "n-c", target.url())
-	h := holderContenders(db)
+	h := preparedHolder(t, db, "billing")
 	h.Header = http.Header{"Authorization": {"Bearer s3cret"}}
-	h.Prepare("billing")
-	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
 	h.NudgeOthers("billing")
 	h.Wait()
 	if n := target.nudges.Load(); n != 1 {
@@ -124,9 +130,8 @@ func TestNudgeSurvivesAConnectionDialedAheadAndClosedByTheServer(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
 	target := newNudgeTarget(t)
 	register(t, db, "cleanup", "c", "n-c", target.url())
-	h := holderContenders(db)
-	h.Prepare("cleanup")
-	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 && target.conns.Load() == 1 })
+	h := preparedHolder(t, db, "cleanup")
+	testsupport.Eventually(t, "the contender's side of it", func() bool { return target.conns.Load() == 1 })
 	target.srv.CloseClientConnections()
 	testsupport.Eventually(t, "the server closed it", func() bool { return target.closed.Load() == 1 })
 	h.NudgeOthers("cleanup")
@@ -179,9 +184,7 @@ func TestWaitClosesConnectionsDialedAheadAndNotUsed(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
 	target := newNudgeTarget(t)
 	register(t, db, "cleanup", "c", "n-c", target.url())
-	h := holderContenders(db)
-	h.Prepare("cleanup")
-	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
+	h := preparedHolder(t, db, "cleanup")
 	h.Wait()
 	testsupport.Eventually(t, "the unused connection closed", func() bool { return target.closed.Load() == 1 })
 	if n := target.nudges.Load(); n != 0 {
