@@ -112,7 +112,9 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 	// this batch (those get a row, so their refresh is needed anyway).
 	commitDIDs = p.notKnown(commitDIDs)
 	ask := slices.Clone(commitDIDs)
+	unknownIdentity := map[string]bool{}
 	for _, d := range p.notKnown(identityDIDs) {
+		unknownIdentity[d] = true
 		if !seen[d] {
 			ask = append(ask, d)
 		}
@@ -132,7 +134,7 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 	refresh := map[string]bool{}
 	for _, d := range identityDIDs {
 		_, hasRow := rows[d]
-		if (seen[d] || hasRow || p.isKnown(d)) && !p.refreshCovered(d, identityUS[d]) {
+		if (seen[d] || hasRow || !unknownIdentity[d]) && !p.refreshCovered(d, identityUS[d]) {
 			refresh[d] = true
 		}
 	}
@@ -249,13 +251,6 @@ func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool
 		}
 	}
 	return known, nil
-}
-
-// isKnown reports whether did is in the set remember keeps.
-func (p *Processor) isKnown(did string) bool {
-	p.knownMu.Lock()
-	defer p.knownMu.Unlock()
-	return p.known[did]
 }
 
 // refreshMark is when the last refresh of a DID's handle started and
