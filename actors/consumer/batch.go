@@ -178,6 +178,23 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 	// Handle lookups are network requests: made before the fenced
 	// transaction takes the write lock.
 	ctx = p.PrepareBatch(ctx, db, events)
+	// The first attempt applies the events without savepoints; if one of
+	// them fails, it is rolled back and the batch applied again with each
+	// event isolated (processor.Redo).
+	err = processor.Redo(func(bare bool) (err error) {
+		out, n, err = commitPrefixTx(ctx, db, c, p, enqueue, host, events, maxSeq, high, budget, bare)
+		return err
+	})
+	if err != nil {
+		return committed{}, 0, err
+	}
+	return out, n, nil
+}
+
+// commitPrefixTx is one attempt of commitPrefixAt: its transaction, with
+// the processor session begun bare (processor.BeginBareTx) or not.
+func commitPrefixTx(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
+	host string, events []jetstream.Event, maxSeq, high int64, budget time.Duration, bare bool) (out committed, n int, err error) {
 	err = fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
 		out, n = committed{}, 0
 		start := time.Now()
@@ -194,6 +211,9 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 		// once for the batch, and the aggregates are recomputed once, for
 		// the prefix that commits.
 		session := p.BeginTx(ctx, tx, c)
+		if bare {
+			session = p.BeginBareTx(ctx, tx, c)
+		}
 		if err := session.Preload(events); err != nil {
 			return err
 		}

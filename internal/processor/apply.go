@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -189,19 +190,37 @@ func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, e
 	return err == nil, err
 }
 
+// runMode is how applier.run isolates the events of a batch.
+type runMode uint8
+
+const (
+	// runBare takes no savepoint: the first failing event's error is
+	// returned wrapped in ErrRedo, with the transaction holding whatever
+	// that event (and the ones before it) wrote, for the caller to roll
+	// back whole. No savepoint means no statement sub-journal: SQLite
+	// copies every page a savepoint's statements first touch into it and
+	// walks it at the end of each statement that needs one, which cost a
+	// quarter of the processor's time (docs/performance.md, sixth pass).
+	runBare runMode = iota
+	// runBatch puts the batch under SAVEPOINT batch and stops at the first
+	// failing event, returning its error with the savepoint still open,
+	// for the caller to roll back to and run again with runPerEvent.
+	runBatch
+	// runPerEvent gives each event its own savepoint inside SAVEPOINT
+	// batch: a failing event is rolled back alone and recorded in outs.
+	runPerEvent
+)
+
 // run applies the decoded ops of a batch (nil where decoding skipped the
-// event) inside SAVEPOINT batch, on the applier's state (use). With
-// perEvent false it stops at the first failing event and returns its
-// error with the batch savepoint still open, for the caller to roll back,
-// restore the state it started from, and run again with perEvent true;
-// then each event has its own savepoint and a failing one is rolled back
-// alone and recorded in outs. Only a fatal error is returned with perEvent
-// true. The aggregates of the repositories it touched are left to
-// refreshTouched.
-func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) {
+// event) on the applier's state (use), isolated as mode says. Only a fatal
+// error is returned with runPerEvent. The aggregates of the repositories
+// it touched are left to refreshTouched.
+func (a *applier) run(ops []*op, outs []outcome, mode runMode) (Result, error) {
 	a.res = Result{}
-	if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT batch"); err != nil {
-		return Result{}, &savepointError{err}
+	if mode != runBare {
+		if _, err := a.tx.ExecContext(a.ctx, "SAVEPOINT batch"); err != nil {
+			return Result{}, &savepointError{err}
+		}
 	}
 	if err := a.loadTombstones(ops); err != nil {
 		return Result{}, err
@@ -217,7 +236,7 @@ func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) 
 			changed bool
 			err     error
 		)
-		if perEvent {
+		if mode == runPerEvent {
 			changed, err = a.applyInSavepoint(o)
 		} else {
 			changed, err = a.applyOne(o)
@@ -227,7 +246,9 @@ func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) 
 			outs[i] = outcome{changed: changed}
 		case fatal(err):
 			return Result{}, fmt.Errorf("apply event time_us=%d: %w", o.ev.TimeUS, err)
-		case !perEvent:
+		case mode == runBare:
+			return Result{}, &redoError{timeUS: o.ev.TimeUS, err: err}
+		case mode == runBatch:
 			return Result{}, err
 		default:
 			var ie *invalidError
@@ -238,8 +259,10 @@ func (a *applier) run(ops []*op, outs []outcome, perEvent bool) (Result, error) 
 			}
 		}
 	}
-	if _, err := a.tx.ExecContext(a.ctx, "RELEASE batch"); err != nil {
-		return Result{}, &savepointError{err}
+	if mode != runBare {
+		if _, err := a.tx.ExecContext(a.ctx, "RELEASE batch"); err != nil {
+			return Result{}, &savepointError{err}
+		}
 	}
 	return a.res, nil
 }
@@ -319,16 +342,15 @@ func (a *applier) readTombstones(all []recordKey) error {
 		}
 	}
 	return database.Chunks(len(keys), 3, 0, func(lo, hi int) error {
-		chunk := keys[lo:hi]
-		args := make([]any, 0, 3*database.Bucket(len(chunk)))
-		for _, k := range chunk {
-			args = append(args, k.did, k.collection, k.rkey)
+		tuples := make([][3]string, hi-lo)
+		for i, k := range keys[lo:hi] {
+			tuples[i] = [3]string{k.did, k.collection, k.rkey}
 		}
-		args = database.Pad(args, 3) // a repeated key reads the same row into the map
-		// Each key is a primary-key lookup (EXPLAIN QUERY PLAN: SEARCH t USING PRIMARY KEY).
-		q := `SELECT ` + tombstoneColumns + ` FROM (VALUES ` + database.Values(len(args)/3, 3) +
-			`) AS v JOIN record_tombstones AS t ON t.did = v.column1 AND t.collection = v.column2 AND t.rkey = v.column3`
-		rows, err := a.tx.QueryContext(a.ctx, q, args...)
+		list, err := json.Marshal(tuples)
+		if err != nil {
+			return fmt.Errorf("read tombstones: %w", err)
+		}
+		rows, err := a.tx.QueryContext(a.ctx, readTombstonesSQL, string(list))
 		if err != nil {
 			return fmt.Errorf("read tombstones: %w", err)
 		}
@@ -349,6 +371,15 @@ func (a *applier) readTombstones(all []recordKey) error {
 		return nil
 	})
 }
+
+// readTombstonesSQL reads the tombstones of a JSON array of [did,
+// collection, rkey] keys (a repeated key reads the same row into the map).
+// One parameter whatever the number of keys, so every connection keeps it
+// compiled (a VALUES list of a thousand keys took longer to compile than
+// to run); each key is a primary-key lookup (EXPLAIN QUERY PLAN: SCAN j,
+// SEARCH t USING INDEX sqlite_autoindex_record_tombstones_1).
+var readTombstonesSQL = `SELECT ` + tombstoneColumns + ` FROM json_each(?) AS j
+JOIN record_tombstones AS t ON t.did = j.value ->> 0 AND t.collection = j.value ->> 1 AND t.rkey = j.value ->> 2`
 
 func (a *applier) apply(o *op) (bool, error) {
 	switch {
@@ -606,13 +637,14 @@ func (a *applier) putTag(o *op) (bool, error) {
 		updatedAt = createdAt
 	}
 	// The digest comes from the manifest record the at-uri names, else
-	// from manifestDigest; resolving inside the upsert saves a query. The
-	// LIMIT 1 keeps SQLite from flattening the derived table, which would
-	// copy the manifest lookup into the WHERE and run it twice per tag.
-	n, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
-SELECT ?1, ?2, ?3, d, ?5, ?6, ?7, ?8, ?11 FROM (SELECT COALESCE(
-    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY version DESC LIMIT 1), ?4) AS d LIMIT 1)
-WHERE d <> ''
+	// from manifestDigest; resolving inside the upsert saves a query. With
+	// neither, the digest is NULL and OR IGNORE drops the row (digest is
+	// NOT NULL). A one-row VALUES, not INSERT ... SELECT: SQLite opens a
+	// statement sub-journal for a statement that may write several rows,
+	// which doubled the cost of this one.
+	n, err := a.exec(`INSERT OR IGNORE INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
+VALUES (?1, ?2, ?3, NULLIF(COALESCE(
+    (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY version DESC LIMIT 1), ?4), ''), ?5, ?6, ?7, ?8, ?11)
 ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
   created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
   version = excluded.version
@@ -839,15 +871,15 @@ FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND version <= ?3`,
 func (a *applier) refreshTouched() error {
 	keys := sortedKeys(a.touched)
 	return database.Chunks(len(keys), 3, 1, func(lo, hi int) error {
-		chunk := keys[lo:hi]
-		args := make([]any, 0, 3*database.Bucket(len(chunk))+1)
-		for _, k := range chunk {
-			args = append(args, k.did, k.repository, a.touched[k])
+		tuples := make([][3]any, hi-lo)
+		for i, k := range keys[lo:hi] {
+			tuples[i] = [3]any{k.did, k.repository, a.touched[k]}
 		}
-		args = database.Pad(args, 3) // the statement keeps distinct tuples only
-		n := len(args) / 3
-		args = append(args, a.fence) // after the VALUES: ? parameters bind in text order
-		if _, err := a.tx.ExecContext(a.ctx, fmt.Sprintf(refreshManySQL, database.Values(n, 3)), args...); err != nil {
+		list, err := json.Marshal(tuples)
+		if err == nil {
+			_, err = a.tx.ExecContext(a.ctx, refreshManySQL, string(list), a.fence)
+		}
+		if err != nil {
 			return fmt.Errorf("refresh repository_stats: %w", err)
 		}
 		return nil
@@ -856,15 +888,16 @@ func (a *applier) refreshTouched() error {
 
 // refreshManySQL recomputes the aggregate (docs/spec.md §8
 // repository_stats: sums over holds, saturating with SaturatingSumSQL;
-// the latest last_pull and last_push; the star count) of a list of (did,
-// repository, updated_at) tuples (the %s; a tuple may be repeated, see
-// database.Bucket: only distinct ones count); the last parameter is the
-// fence.
-var refreshManySQL = `WITH v (did, repository, at) AS (VALUES %s), k AS (SELECT DISTINCT did, repository, at FROM v)
+// the latest last_pull and last_push; the star count) of the repositories
+// in ?1, a JSON array of [did, repository, updated_at (ms)] tuples, with
+// ?2 the fence. One parameter for any number of repositories, so the
+// statement stays compiled (see readTombstonesSQL).
+var refreshManySQL = `WITH k AS (SELECT j.value ->> 0 AS did, j.value ->> 1 AS repository, j.value ->> 2 AS at
+  FROM json_each(?1) AS j)
 INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
   MAX(h.last_pull), MAX(h.last_push),
-  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?, k.at
+  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?2, k.at
 FROM k LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
 WHERE true
 GROUP BY k.did, k.repository

@@ -14,8 +14,10 @@
 //	    ... webhooks.EnqueueTx(ctx, tx, pushes(res.NewManifests)) ...
 //	    ... write cursor res.MaxTimeUS ...
 //	})
-//	// the same transaction in chunks (the consumer's commit budget)
-//	s := p.BeginTx(ctx, tx, custody)
+//	// the same transaction in chunks (the consumer's commit budget), first
+//	// without savepoints: on processor.ErrRedo, roll back and run it
+//	// again with p.BeginTx (processor.Redo)
+//	s := p.BeginBareTx(ctx, tx, custody)
 //	_ = s.Preload(batch) // optional: one read for the whole batch
 //	res, err := s.Apply(batch[:25]) ... s.Apply(batch[25:50]) ...
 //	err = s.Finish() // the aggregates, once
@@ -60,10 +62,14 @@
 //     bad_value; the sums over holds saturate at MaxSafeInteger
 //     (SaturatingSumSQL), so no number of holds, nor a row stored before
 //     the check, can make the aggregate fail.
-//   - Isolation: each event runs under its own SAVEPOINT. A record that
-//     breaks its lexicon (missing required field, over a length limit,
-//     wrong format) is skipped before it touches the database; one the
-//     database refuses is rolled back alone. Both are counted by reason
+//   - Isolation: a record that breaks its lexicon (missing required field,
+//     over a length limit, wrong format) is skipped before it touches the
+//     database; one the database refuses (or found invalid only while
+//     writing) is rolled back alone. A BeginTx session gets this with
+//     SAVEPOINTs; Apply and the consumer first run the transaction without
+//     any (BeginBareTx: SQLite then keeps no statement sub-journal) and,
+//     only when an event fails there, roll it back whole and run it again
+//     with them (Redo), so the result is the same either way. Both are counted by reason
 //     and logged at a sampled rate (a burst per period, not one line per
 //     event); the rest of the batch lands and the caller's cursor still
 //     advances past them. Commits outside io.atcr.* are skipped silently

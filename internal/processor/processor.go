@@ -200,19 +200,57 @@ func New(o Options) *Processor {
 // Apply is the one-shot form for callers that have nothing else to commit
 // with the events (the backfill): it applies events in one transaction
 // through fence.Fenced, so it commits only while c is the current custody.
-// Errors wrap fence.ErrSuperseded when custody was lost; see ApplyTx for
-// the rest.
+// The transaction first runs without savepoints (BeginBareTx); if an event
+// fails there, it is rolled back and run again isolating each event
+// (BeginTx). Errors wrap fence.ErrSuperseded when custody was lost; see
+// ApplyTx for the rest.
 func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
 	var res Result
-	err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-		var err error
-		res, err = p.ApplyTx(ctx, tx, c, events)
-		return err
+	err := Redo(func(bare bool) error {
+		return fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
+			s := p.begin(ctx, tx, c, bare)
+			var err error
+			if res, err = s.Apply(events); err != nil {
+				return err
+			}
+			return s.Finish()
+		})
 	})
 	if err != nil {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// ErrRedo is wrapped by the error of a bare session's Apply (BeginBareTx)
+// when one of the events failed (an invalid record found while writing, a
+// value the database refused). The transaction then holds part of what the
+// events before it and the failing event itself wrote: the caller must
+// roll it back whole and apply the same events again in a session begun
+// with BeginTx, which rolls the failing event back alone (Redo does both).
+var ErrRedo = errors.New("an event failed in a transaction without savepoints: roll it back and apply the events again with BeginTx")
+
+// redoError is ErrRedo for the event at timeUS, failing with err.
+type redoError struct {
+	timeUS int64
+	err    error
+}
+
+func (e *redoError) Error() string {
+	return fmt.Sprintf("%v (event time_us=%d: %v)", ErrRedo, e.timeUS, e.err)
+}
+
+func (e *redoError) Is(target error) bool { return target == ErrRedo }
+
+// Redo runs attempt(true) (a transaction whose sessions are begun with
+// BeginBareTx) and, if it fails with ErrRedo, attempt(false) (the same
+// transaction with BeginTx). Other errors are returned as they are.
+func Redo(attempt func(bare bool) error) error {
+	err := attempt(true)
+	if errors.Is(err, ErrRedo) {
+		err = attempt(false)
+	}
+	return err
 }
 
 // ApplyTx applies events, in order, inside tx: the caller's fence.Fenced
@@ -245,11 +283,38 @@ type TxSession struct {
 	tx  *sql.Tx
 	c   fence.Custody
 	st  txState
+	// bare: no savepoints (BeginBareTx).
+	bare bool
+	// reports are the outcomes Apply found, counted and logged by Finish:
+	// a transaction that is rolled back and applied again (ErrRedo, a
+	// fatal error) counts its events once, in the attempt that reached
+	// Finish.
+	reports []pendingReport
 }
 
-// BeginTx starts a session in tx (see ApplyTx for ctx, tx and c).
+// pendingReport is one event's outcome, for Finish to report.
+type pendingReport struct {
+	ev *jetstream.Event
+	o  outcome
+}
+
+// BeginTx starts a session in tx (see ApplyTx for ctx, tx and c) that
+// isolates each event: a failing one is rolled back alone (SAVEPOINTs).
 func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
-	return &TxSession{p: p, ctx: ctx, tx: tx, c: c, st: newTxState()}
+	return p.begin(ctx, tx, c, false)
+}
+
+// BeginBareTx starts a session in tx that takes no savepoint, so SQLite
+// keeps no statement sub-journal (about a third less work per event:
+// docs/performance.md, sixth pass). When an event fails, Apply returns an
+// error wrapping ErrRedo and the caller must roll tx back and apply the
+// events again under BeginTx (Redo). Fatal errors are as for BeginTx.
+func (p *Processor) BeginBareTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
+	return p.begin(ctx, tx, c, true)
+}
+
+func (p *Processor) begin(ctx context.Context, tx *sql.Tx, c fence.Custody, bare bool) *TxSession {
+	return &TxSession{p: p, ctx: ctx, tx: tx, c: c, st: newTxState(), bare: bare}
 }
 
 // Preload reads what the session's Apply calls for events would read one
@@ -285,13 +350,20 @@ func (s *TxSession) Preload(events []jetstream.Event) error {
 // Apply applies events, in order, after those of the session's earlier
 // calls.
 //
-// Each event runs under its own SAVEPOINT: an invalid event is skipped
-// before it touches the database, and an event the database refuses is
-// rolled back alone and counted under ReasonDatabase; the rest of the
-// events still land. Apply returns an error only when the transaction
-// itself is no longer usable (a savepoint cannot be taken or rolled back,
-// the database is locked or failing, ctx is done); the caller must then
-// roll back and retry the whole transaction.
+// In a session begun with BeginTx, each event is isolated: an invalid
+// event is skipped before it touches the database, and an event the
+// database refuses is rolled back alone and counted under ReasonDatabase;
+// the rest of the events still land. (The events first run under one
+// savepoint; only if one fails are they rolled back and run again with a
+// savepoint each.) In a bare session (BeginBareTx) the first event that
+// fails ends Apply with an error wrapping ErrRedo.
+//
+// Apply returns an error only when the transaction itself is no longer
+// usable (a savepoint cannot be taken or rolled back, the database is
+// locked or failing, ctx is done) or, in a bare session, ErrRedo; the
+// caller must then roll back and apply the whole transaction again.
+// Outcomes are counted in the Result at once, and in the metrics and the
+// log by Finish.
 func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 	start := time.Now()
 	outs := make([]outcome, len(events))
@@ -305,23 +377,31 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 		outs[i].err = err
 	}
 	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx)}
-	// Fast path: all events under one savepoint, no savepoint per event.
-	// If any event fails, roll them back to it, restore what the session
-	// knew before them, and redo them with a savepoint per event, so only
-	// the failing events are lost.
 	a.use(s.st)
-	a.journal = true
-	res, err := a.run(ops, outs, false)
-	if err != nil && !fatal(err) {
-		if _, rerr := s.tx.ExecContext(s.ctx, "ROLLBACK TO batch"); rerr != nil {
-			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
+	var (
+		res Result
+		err error
+	)
+	if s.bare {
+		res, err = a.run(ops, outs, runBare)
+	} else {
+		// All events under one savepoint, no savepoint per event. If any
+		// event fails, roll them back to it, restore what the session knew
+		// before them, and redo them with a savepoint per event, so only
+		// the failing events are lost.
+		a.journal = true
+		res, err = a.run(ops, outs, runBatch)
+		if err != nil && !fatal(err) {
+			if _, rerr := s.tx.ExecContext(s.ctx, "ROLLBACK TO batch"); rerr != nil {
+				return Result{}, fmt.Errorf("roll back batch: %w", rerr)
+			}
+			if _, rerr := s.tx.ExecContext(s.ctx, "RELEASE batch"); rerr != nil {
+				return Result{}, fmt.Errorf("roll back batch: %w", rerr)
+			}
+			a.takeBack()
+			a.journal = false
+			res, err = a.run(ops, outs, runPerEvent)
 		}
-		if _, rerr := s.tx.ExecContext(s.ctx, "RELEASE batch"); rerr != nil {
-			return Result{}, fmt.Errorf("roll back batch: %w", rerr)
-		}
-		a.takeBack()
-		a.journal = false
-		res, err = a.run(ops, outs, true)
 	}
 	if err != nil {
 		return Result{}, err
@@ -329,7 +409,8 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 	s.st = a.state()
 	res.Events, res.MaxTimeUS = len(events), maxUS
 	for i := range events {
-		s.p.report(&events[i], &outs[i], &res)
+		count(&outs[i], &res)
+		s.reports = append(s.reports, pendingReport{ev: &events[i], o: outs[i]})
 	}
 	s.p.metrics.batch(time.Since(start))
 	return res, nil
@@ -341,6 +422,11 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 // the aggregate depends only on the persisted rows, and updated_at is the
 // latest event that changed them, so where the calls (or batches) fall
 // does not change the stored row. Errors are the database's.
+//
+// Finish then counts and logs the outcome of every event Apply applied
+// since the last Finish (metrics, sampled skip warnings). A transaction
+// that fails after Finish (its commit) has counted its events; applied
+// again, it counts them again.
 func (s *TxSession) Finish() error {
 	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
 	a.use(s.st)
@@ -348,6 +434,10 @@ func (s *TxSession) Finish() error {
 		return err
 	}
 	clear(s.st.touched)
+	for i := range s.reports {
+		s.p.emit(s.reports[i].ev, &s.reports[i].o)
+	}
+	s.reports = s.reports[:0]
 	return nil
 }
 
@@ -358,20 +448,29 @@ type outcome struct {
 	changed bool
 }
 
-// report counts, meters and (sampled) logs one event's outcome.
-func (p *Processor) report(ev *jetstream.Event, o *outcome, res *Result) {
-	collection, operation := labelsOf(ev)
+// count adds one event's outcome to res.
+func count(o *outcome, res *Result) {
 	switch {
 	case o.reason == "" && o.changed:
 		res.Applied++
+	case o.reason == "":
+		res.Unchanged++
+	default:
+		res.skip(o.reason)
+	}
+}
+
+// emit meters and (sampled) logs one event's outcome.
+func (p *Processor) emit(ev *jetstream.Event, o *outcome) {
+	collection, operation := labelsOf(ev)
+	switch {
+	case o.reason == "" && o.changed:
 		p.metrics.event(collection, operation, OutcomeApplied)
 		return
 	case o.reason == "":
-		res.Unchanged++
 		p.metrics.event(collection, operation, OutcomeUnchanged)
 		return
 	}
-	res.skip(o.reason)
 	p.metrics.event(collection, operation, OutcomeSkipped)
 	p.metrics.skipped(o.reason)
 	var l *zerolog.Event
@@ -431,8 +530,7 @@ func DatabaseFailure(err error) bool {
 // outcome skipped in appview_processor_events_total, and logged at the
 // processor's sampled rate like every other skip.
 func (p *Processor) ReportSkipped(ev *jetstream.Event, reason string, err error) {
-	var res Result
-	p.report(ev, &outcome{reason: reason, err: err}, &res)
+	p.emit(ev, &outcome{reason: reason, err: err})
 }
 
 func rkeyOf(ev *jetstream.Event) string {
