@@ -47,6 +47,12 @@ type applier struct {
 	// copy taken before every batch cost the whole transaction's maps).
 	journal bool
 	undo    []undoEntry
+	// wrote is whether the current event (applyOne) has changed a row: a
+	// statement of it changed rows, or a statement that returns rows
+	// returned one (counted as a write whatever it was). A failing event
+	// that wrote nothing needs no rollback, so a bare run skips it
+	// instead of asking for a redo.
+	wrote bool
 }
 
 // undoEntry takes back one change to a state map: the key's previous
@@ -177,7 +183,11 @@ func (a *applier) exec(query string, args ...any) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return r.RowsAffected()
+	n, err := r.RowsAffected()
+	if err != nil || n > 0 {
+		a.wrote = true
+	}
+	return n, err
 }
 
 // queryRow scans the first row of query into dest; found is false when
@@ -187,6 +197,7 @@ func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, e
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
+	a.wrote = true // an UPDATE or DELETE ... RETURNING that found its row
 	return err == nil, err
 }
 
@@ -194,10 +205,11 @@ func (a *applier) queryRow(query string, args []any, dest ...any) (found bool, e
 type runMode uint8
 
 const (
-	// runBare takes no savepoint: the first failing event's error is
-	// returned wrapped in ErrRedo, with the transaction holding whatever
-	// that event (and the ones before it) wrote, for the caller to roll
-	// back whole. No savepoint means no statement sub-journal: SQLite
+	// runBare takes no savepoint. A failing event that changed nothing
+	// before it failed is recorded in outs and skipped, as runPerEvent
+	// would; the first failing event that had changed a row ends the run
+	// with its error wrapped in ErrRedo, the transaction holding what it
+	// wrote, for the caller to roll back whole. No savepoint means no statement sub-journal: SQLite
 	// copies every page a savepoint's statements first touch into it and
 	// walks it at the end of each statement that needs one, which cost a
 	// quarter of the processor's time (docs/performance.md, sixth pass).
@@ -246,11 +258,14 @@ func (a *applier) run(ops []*op, outs []outcome, mode runMode) (Result, error) {
 			outs[i] = outcome{changed: changed}
 		case fatal(err):
 			return Result{}, fmt.Errorf("apply event time_us=%d: %w", o.ev.TimeUS, err)
-		case mode == runBare:
+		case mode == runBare && a.wrote:
 			return Result{}, &redoError{timeUS: o.ev.TimeUS, err: err}
 		case mode == runBatch:
 			return Result{}, err
 		default:
+			// runPerEvent, or a bare run's event that failed before it
+			// changed anything (a tag whose manifest is not stored, a
+			// first write the database refused): skipped where it stands.
 			var ie *invalidError
 			if errors.As(err, &ie) {
 				outs[i] = outcome{reason: ie.reason, err: err}
@@ -294,6 +309,7 @@ func (a *applier) applyInSavepoint(o *op) (bool, error) {
 
 // applyOne applies one op and, when it succeeds, publishes its effects.
 func (a *applier) applyOne(o *op) (bool, error) {
+	a.wrote = false
 	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
 	changed, err := a.apply(o)
 	if err != nil {
@@ -530,6 +546,7 @@ ON CONFLICT (did, repository, digest) DO NOTHING`,
 	var inserted int64
 	if err == nil {
 		inserted, err = r.RowsAffected()
+		a.wrote = a.wrote || inserted > 0 || err != nil
 	}
 	var id int64
 	if err == nil && inserted > 0 {

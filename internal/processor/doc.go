@@ -67,9 +67,11 @@
 //     database; one the database refuses (or found invalid only while
 //     writing) is rolled back alone. A BeginTx session gets this with
 //     SAVEPOINTs; Apply and the consumer first run the transaction without
-//     any (BeginBareTx: SQLite then keeps no statement sub-journal) and,
-//     only when an event fails there, roll it back whole and run it again
-//     with them (Redo), so the result is the same either way. Both are counted by reason
+//     any (BeginBareTx: SQLite then keeps no statement sub-journal). An
+//     event that fails there before it changed anything is skipped where
+//     it stands; only one that fails after changing a row makes them roll
+//     the transaction back whole and run it again with savepoints (Redo),
+//     so the result is the same either way. Both are counted by reason
 //     and logged at a sampled rate (a burst per period, not one line per
 //     event); the rest of the batch lands and the caller's cursor still
 //     advances past them. Commits outside io.atcr.* are skipped silently

@@ -223,9 +223,9 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, even
 }
 
 // ErrRedo is wrapped by the error of a bare session's Apply (BeginBareTx)
-// when one of the events failed (an invalid record found while writing, a
-// value the database refused). The transaction then holds part of what the
-// events before it and the failing event itself wrote: the caller must
+// when one of the events failed after it had changed a row (a value the
+// database refused in its second statement, say). The transaction then
+// holds part of what that event wrote: the caller must
 // roll it back whole and apply the same events again in a session begun
 // with BeginTx, which rolls the failing event back alone (Redo does both).
 var ErrRedo = errors.New("an event failed in a transaction without savepoints: roll it back and apply the events again with BeginTx")
@@ -306,9 +306,12 @@ func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *T
 
 // BeginBareTx starts a session in tx that takes no savepoint, so SQLite
 // keeps no statement sub-journal (about a third less work per event:
-// docs/performance.md, sixth pass). When an event fails, Apply returns an
-// error wrapping ErrRedo and the caller must roll tx back and apply the
-// events again under BeginTx (Redo). Fatal errors are as for BeginTx.
+// docs/performance.md, sixth pass). An event that fails before it changed
+// anything (an invalid record found while writing, a first write the
+// database refuses) is skipped as under BeginTx. When an event fails after
+// changing a row, Apply returns an error wrapping ErrRedo and the caller
+// must roll tx back and apply the events again under BeginTx (Redo).
+// Fatal errors are as for BeginTx.
 func (p *Processor) BeginBareTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
 	return p.begin(ctx, tx, c, true)
 }
@@ -355,8 +358,10 @@ func (s *TxSession) Preload(events []jetstream.Event) error {
 // database refuses is rolled back alone and counted under ReasonDatabase;
 // the rest of the events still land. (The events first run under one
 // savepoint; only if one fails are they rolled back and run again with a
-// savepoint each.) In a bare session (BeginBareTx) the first event that
-// fails ends Apply with an error wrapping ErrRedo.
+// savepoint each.) In a bare session (BeginBareTx) an event that fails
+// before it changed anything is skipped the same way, and the first event
+// that fails after changing a row ends Apply with an error wrapping
+// ErrRedo.
 //
 // Apply returns an error only when the transaction itself is no longer
 // usable (a savepoint cannot be taken or rolled back, the database is

@@ -18,63 +18,104 @@ import (
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
-// refuseTag makes the database refuse every tag named name (a constraint
-// only these tests have).
-func refuseTag(t *testing.T, db *sql.DB, name string) {
+// refuse makes the database refuse every row of table whose column holds
+// value (a constraint only these tests have).
+func refuse(t *testing.T, db *sql.DB, table, column, value string) {
 	t.Helper()
-	if _, err := db.Exec(`CREATE TRIGGER refuse_` + name + ` BEFORE INSERT ON tags WHEN NEW.tag = '` + name + `'
-BEGIN SELECT RAISE(ABORT, 'tag ` + name + ` is refused'); END`); err != nil {
+	if _, err := db.Exec(fmt.Sprintf(`CREATE TRIGGER "refuse_%[1]s_%[3]s" BEFORE INSERT ON %[1]s WHEN NEW.%[2]s = '%[3]s'
+BEGIN SELECT RAISE(ABORT, '%[1]s %[3]s is refused'); END`, table, column, value)); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestABareSessionStopsAtTheFirstFailingEventWithErrRedo(t *testing.T) {
+// manifestWithLayer is a manifest record of repo app with one layer.
+func manifestWithLayer(digest, layer string) map[string]any {
+	return map[string]any{"repository": "app", "digest": digest, "mediaType": "x", "schemaVersion": 2,
+		"createdAt": "2026-01-01T00:00:00Z", "holdDid": "did:web:hold.example",
+		"layers": []any{map[string]any{"digest": layer, "size": 1, "mediaType": "x"}}}
+}
+
+// bareApply applies events in one bare session and rolls it back.
+func bareApply(t *testing.T, db *sql.DB, p *processor.Processor, events []jetstream.Event) (processor.Result, error) {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return p.BeginBareTx(context.Background(), tx, unfenced).Apply(events)
+}
+
+func TestABareSessionSkipsAFailingEventThatWroteNothing(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	refuseTag(t, db.DB, "boom")
+	refuse(t, db.DB, "tags", "tag", "boom")
 	const alice = "did:plc:alice"
 	events := []jetstream.Event{
 		commit(alice, 10, "create", processor.CollectionTag, "t1", tagRecord("app", "one", "sha256:1")),
+		// Refused at its first write.
 		commit(alice, 11, "create", processor.CollectionTag, "t2", tagRecord("app", "boom", "sha256:2")),
-		commit(alice, 12, "create", processor.CollectionTag, "t3", tagRecord("app", "three", "sha256:3")),
+		// Found invalid while writing, before it changed anything.
+		commit(alice, 12, "create", processor.CollectionTag, "t3",
+			map[string]any{"repository": "app", "tag": "three", "manifest": "at://" + alice + "/io.atcr.manifest/nope"}),
+		commit(alice, 13, "create", processor.CollectionTag, "t4", tagRecord("app", "four", "sha256:4")),
 	}
-	// An invalid record found only while writing (a tag whose manifest is
-	// not stored) fails a bare session the same way.
-	unresolved := commit(alice, 13, "create", processor.CollectionTag, "t4",
-		map[string]any{"repository": "app", "tag": "four", "manifest": "at://" + alice + "/io.atcr.manifest/nope"})
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	for _, batch := range [][]jetstream.Event{events, {unresolved}} {
-		tx, err := db.BeginTx(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := p.BeginBareTx(context.Background(), tx, unfenced)
-		_, err = s.Apply(batch)
-		_ = tx.Rollback()
-		if !errors.Is(err, processor.ErrRedo) {
-			t.Fatalf("bare Apply of %d events: err = %v, want ErrRedo", len(batch), err)
-		}
-		if want := fmt.Sprintf("time_us=%d", batch[len(batch)/2].TimeUS); !strings.Contains(err.Error(), want) {
-			t.Fatalf("err %q does not name the failing event (%s)", err, want)
-		}
-	}
-	// Apply (bare, then isolating each event) loses only the failing ones.
-	res, err := p.Apply(context.Background(), db.DB, unfenced, append(events, unresolved))
+	res, err := bareApply(t, db.DB, p, events)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("bare Apply: %v (events that wrote nothing need no redo)", err)
 	}
 	if res.Applied != 2 || res.Skipped[processor.ReasonDatabase] != 1 || res.Skipped[processor.ReasonUnresolvedManifest] != 1 {
 		t.Fatalf("result %+v: want 2 applied, 1 db_error and 1 unresolved_manifest skip", res)
 	}
 }
 
+func TestABareSessionStopsAtAFailingEventThatWroteWithErrRedo(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	refuse(t, db.DB, "manifest_layers", "digest", "sha256:bad")
+	const alice = "did:plc:alice"
+	events := []jetstream.Event{
+		commit(alice, 10, "create", processor.CollectionTag, "t1", tagRecord("app", "one", "sha256:1")),
+		// The users row and the manifest row are written, then the layer is refused.
+		commit(alice, 11, "create", processor.CollectionManifest, "m1", manifestWithLayer("sha256:m1", "sha256:bad")),
+		commit(alice, 12, "create", processor.CollectionManifest, "m2", manifestWithLayer("sha256:m2", "sha256:good")),
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	_, err := bareApply(t, db.DB, p, events)
+	if !errors.Is(err, processor.ErrRedo) {
+		t.Fatalf("bare Apply: err = %v, want ErrRedo", err)
+	}
+	if !strings.Contains(err.Error(), "time_us=11") {
+		t.Fatalf("err %q does not name the failing event (time_us=11)", err)
+	}
+	// Apply (bare, then isolating each event) loses only the failing one,
+	// with everything it wrote.
+	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied != 2 || res.Skipped[processor.ReasonDatabase] != 1 || len(res.NewManifests) != 1 {
+		t.Fatalf("result %+v: want 2 applied, 1 db_error skip, 1 new manifest", res)
+	}
+	var digests string
+	if err := db.QueryRow(`SELECT group_concat(digest) FROM manifests`).Scan(&digests); err != nil {
+		t.Fatal(err)
+	}
+	if digests != "sha256:m2" {
+		t.Fatalf("manifests = %q, want only sha256:m2", digests)
+	}
+}
+
 func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	refuseTag(t, db.DB, "boom")
+	refuse(t, db.DB, "manifest_layers", "digest", "sha256:bad")
 	const alice = "did:plc:alice"
 	var events []jetstream.Event
-	for i, tag := range []string{"a", "b", "c", "boom", "d"} {
+	for i, tag := range []string{"a", "b", "c"} {
 		events = append(events, commit(alice, int64(10+i), "create", processor.CollectionTag, "t"+tag, tagRecord("app", tag, "sha256:"+tag)))
 	}
+	events = append(events,
+		commit(alice, 20, "create", processor.CollectionManifest, "m1", manifestWithLayer("sha256:m1", "sha256:bad")),
+		commit(alice, 21, "create", processor.CollectionTag, "td", tagRecord("app", "d", "sha256:d")))
 	reg := prometheus.NewRegistry()
 	m, err := processor.NewMetrics(reg)
 	if err != nil {
@@ -113,10 +154,13 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	if got := metricSum(t, reg, "appview_processor_skipped_total"); got != 1 {
 		t.Fatalf("appview_processor_skipped_total = %v, want 1", got)
 	}
-	if n := strings.Count(logs.String(), "tag boom is refused"); n != 1 {
+	if n := strings.Count(logs.String(), "manifest_layers sha256:bad is refused"); n != 1 {
 		t.Fatalf("the refusal is logged %d times, want once:\n%s", n, logs.String())
 	}
 	if n := countRows(t, db.DB, "tags"); n != 4 {
 		t.Fatalf("tags = %d, want 4", n)
+	}
+	if n := countRows(t, db.DB, "manifests"); n != 0 {
+		t.Fatalf("manifests = %d, want 0", n)
 	}
 }
