@@ -64,11 +64,12 @@ func invalid(format string, args ...any) error {
 // g.AllowPrivate); Triggers default to ["push"] and every name must be
 // known. Errors about w wrap ErrInvalid or ErrRefused; a failed DNS lookup
 // other than "no such host" wraps neither.
+//
+// The local checks (DID, secret, triggers) come before the URL's, which
+// may resolve the host: a mistyped trigger is reported as such, not as
+// the DNS failure of a host the machine cannot resolve.
 func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if err := checkDID(w.DID); err != nil {
-		return w, err
-	}
-	if _, err := g.CheckURL(ctx, w.URL); err != nil {
 		return w, err
 	}
 	if err := checkSecret(w.Secret); err != nil {
@@ -76,6 +77,9 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	}
 	triggers, err := normalizeTriggers(w.Triggers)
 	if err != nil {
+		return w, err
+	}
+	if _, err := g.CheckURL(ctx, w.URL); err != nil {
 		return w, err
 	}
 	w.Triggers = triggers

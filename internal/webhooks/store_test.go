@@ -57,6 +57,9 @@ func TestAddRejectsBadDIDTriggerAndURL(t *testing.T) {
 		{Webhook{DID: "did:PLC:x", URL: "http://127.0.0.1/"}, lax, "did:<method>:<id>"},
 		{Webhook{DID: "did:plc:", URL: "http://127.0.0.1/"}, lax, "did:<method>:<id>"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/", Triggers: []string{"pull"}}, lax, `unknown webhook trigger "pull"`},
+		// The trigger is checked before the URL's host is resolved (an
+		// .invalid name never resolves: RFC 6761).
+		{Webhook{DID: "did:plc:a", URL: "http://hooks.example.invalid/", Triggers: []string{"pull"}}, Guard{}, `unknown webhook trigger "pull"`},
 		{Webhook{DID: "did:plc:a", URL: "gopher://127.0.0.1/"}, lax, "scheme must be http or https"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/"}, Guard{}, "loopback"},
 	}
