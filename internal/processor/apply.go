@@ -207,12 +207,14 @@ type runMode uint8
 const (
 	// runBare takes no savepoint. A failing event that changed nothing
 	// before it failed is recorded in outs and skipped, as runPerEvent
-	// would; the first failing event that had changed a row ends the run
-	// with its error wrapped in ErrRedo, the transaction holding what it
-	// wrote, for the caller to roll back whole. No savepoint means no statement sub-journal: SQLite
-	// copies every page a savepoint's statements first touch into it and
-	// walks it at the end of each statement that needs one, which cost a
-	// quarter of the processor's time (docs/performance.md, sixth pass).
+	// would (a failed statement leaves nothing: SQLite undoes it); the
+	// first failing event that had changed a row ends the run with its
+	// error wrapped in ErrRedo, the transaction holding what it wrote, for
+	// the caller to roll back whole. No savepoint means no statement
+	// sub-journal: SQLite copies every page a savepoint's statements first
+	// touch into it and walks it at the end of each statement that needs
+	// one, which cost a quarter of the processor's time
+	// (docs/performance.md, sixth pass).
 	runBare runMode = iota
 	// runBatch puts the batch under SAVEPOINT batch and stops at the first
 	// failing event, returning its error with the savepoint still open,
