@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"fmt"
+	"time"
+
+	"github.com/atcr-io/appview/internal/config"
 
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -53,10 +56,15 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 	}
 	proc := processor.New(processor.Options{Log: d.Log, Metrics: pm, Handles: d.HandleResolver()})
 	health := &workers.Health{}
+	js := d.Config.Jetstream
+	if js.CommitBudget = EffectiveCommitBudget(d.Config); js.CommitBudget != d.Config.Jetstream.CommitBudget {
+		d.Log.Warn().Str("key", "jetstream.commit_budget").Dur("configured", d.Config.Jetstream.CommitBudget).
+			Dur("used", js.CommitBudget).Msg("commit budget shortened to half of database.busy_timeout or of leases.renew_deadline - leases.renew_interval, so other writers and lease renewals are not starved")
+	}
 	o := Options{
 		DB:            d.DB,
 		Log:           d.Log,
-		Jetstream:     d.Config.Jetstream,
+		Jetstream:     js,
 		Processor:     proc,
 		Dispatcher:    disp,
 		ClientMetrics: jm,
@@ -75,4 +83,27 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 			return NewProps(oc)
 		},
 	}, nil
+}
+
+// EffectiveCommitBudget is the consumer's commit budget under cfg:
+// jetstream.commit_budget, but at most half of database.busy_timeout
+// (when set: a file database), since every other writer waits at most
+// that long for the lock, and with leases enabled at most half of
+// leases.renew_deadline - leases.renew_interval: a renewal falls due
+// renew_interval after the last one and may wait a whole budget behind
+// the consumer's transaction; it must still land before renew_deadline,
+// or the holder stops its own workers (a new user's 1h budget with a 2 s
+// TTL lost the lease during catch-up).
+func EffectiveCommitBudget(cfg config.Config) time.Duration {
+	b := cfg.Jetstream.CommitBudget
+	limit := func(l time.Duration) {
+		if l > 0 && b > l {
+			b = l
+		}
+	}
+	limit(cfg.Database.BusyTimeout / 2)
+	if cfg.Leases.Enabled {
+		limit((cfg.Leases.RenewDeadline - cfg.Leases.RenewInterval) / 2)
+	}
+	return b
 }
