@@ -35,6 +35,9 @@ type committed struct {
 	stale int
 	// syncs counts #sync events queued for a re-read.
 	syncs int
+	// session is the processor session of the transaction, whose
+	// outcomes are counted (Committed) once it has committed.
+	session *processor.TxSession
 }
 
 // add merges the effects of a later commit into out.
@@ -188,6 +191,7 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 	if err != nil {
 		return committed{}, 0, err
 	}
+	out.session.Committed()
 	return out, n, nil
 }
 
@@ -214,6 +218,7 @@ func commitPrefixTx(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 		if bare {
 			session = p.BeginBareTx(ctx, tx, c)
 		}
+		out.session = session
 		if err := session.Preload(events); err != nil {
 			return err
 		}

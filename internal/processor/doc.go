@@ -21,6 +21,8 @@
 //	_ = s.Preload(batch) // optional: one read for the whole batch
 //	res, err := s.Apply(batch[:25]) ... s.Apply(batch[25:50]) ...
 //	err = s.Finish() // the aggregates, once
+//	// ... and once the transaction has committed:
+//	s.Committed() // count and log the outcomes
 //	// backfill: one shot
 //	res, err := p.Apply(ctx, db, custody, events)
 //

@@ -205,10 +205,13 @@ func New(o Options) *Processor {
 // (BeginTx). Errors wrap fence.ErrSuperseded when custody was lost; see
 // ApplyTx for the rest.
 func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
-	var res Result
+	var (
+		res Result
+		s   *TxSession
+	)
 	err := Redo(func(bare bool) error {
 		return fence.Fenced(ctx, db, c, func(tx *sql.Tx) error {
-			s := p.begin(ctx, tx, c, bare)
+			s = p.begin(ctx, tx, c, bare)
 			var err error
 			if res, err = s.Apply(events); err != nil {
 				return err
@@ -219,6 +222,7 @@ func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, even
 	if err != nil {
 		return Result{}, err
 	}
+	s.Committed()
 	return res, nil
 }
 
@@ -258,7 +262,8 @@ func Redo(attempt func(bare bool) error) error {
 // deliveries, the cursor, a backfill checkpoint) atomically with the
 // records. c.Fence is stamped on the repository_stats rows the batch
 // writes. ApplyTx never commits or rolls back tx. It is BeginTx, one
-// TxSession.Apply and TxSession.Finish; errors are theirs.
+// TxSession.Apply, TxSession.Finish and TxSession.Committed (so its
+// outcomes are counted before the caller's commit); errors are theirs.
 func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, events []jetstream.Event) (Result, error) {
 	s := p.BeginTx(ctx, tx, c)
 	res, err := s.Apply(events)
@@ -268,6 +273,9 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, ev
 	if err := s.Finish(); err != nil {
 		return Result{}, err
 	}
+	// The caller commits tx: its outcomes are counted now, so a caller
+	// that rolls tx back and applies the events again counts them again.
+	s.Committed()
 	return res, nil
 }
 
@@ -285,10 +293,8 @@ type TxSession struct {
 	st  txState
 	// bare: no savepoints (BeginBareTx).
 	bare bool
-	// reports are the outcomes Apply found, counted and logged by Finish:
-	// a transaction that is rolled back and applied again (ErrRedo, a
-	// fatal error) counts its events once, in the attempt that reached
-	// Finish.
+	// reports are the outcomes Apply found, counted and logged by
+	// Committed.
 	reports []pendingReport
 }
 
@@ -368,7 +374,7 @@ func (s *TxSession) Preload(events []jetstream.Event) error {
 // locked or failing, ctx is done) or, in a bare session, ErrRedo; the
 // caller must then roll back and apply the whole transaction again.
 // Outcomes are counted in the Result at once, and in the metrics and the
-// log by Finish.
+// log by Committed.
 func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 	start := time.Now()
 	outs := make([]outcome, len(events))
@@ -427,11 +433,6 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 // the aggregate depends only on the persisted rows, and updated_at is the
 // latest event that changed them, so where the calls (or batches) fall
 // does not change the stored row. Errors are the database's.
-//
-// Finish then counts and logs the outcome of every event Apply applied
-// since the last Finish (metrics, sampled skip warnings). A transaction
-// that fails after Finish (its commit) has counted its events; applied
-// again, it counts them again.
 func (s *TxSession) Finish() error {
 	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
 	a.use(s.st)
@@ -439,11 +440,22 @@ func (s *TxSession) Finish() error {
 		return err
 	}
 	clear(s.st.touched)
+	return nil
+}
+
+// Committed counts and logs (metrics, sampled skip warnings) the outcome
+// of every event the session applied since the last call: the caller
+// calls it once the transaction has committed, so a transaction that is
+// rolled back and applied again (ErrRedo, a lost fence at commit, a fatal
+// error) counts its events once, in the attempt that committed.
+func (s *TxSession) Committed() {
+	if s == nil {
+		return
+	}
 	for i := range s.reports {
 		s.p.emit(s.reports[i].ev, &s.reports[i].o)
 	}
 	s.reports = s.reports[:0]
-	return nil
 }
 
 // outcome is what happened to one event of a batch.

@@ -127,10 +127,11 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	// bare attempt fails in the second call, after the first was counted
 	// in its Result.
 	attempts := 0
+	var s *processor.TxSession
 	err = processor.Redo(func(bare bool) error {
 		attempts++
 		return fence.Fenced(context.Background(), db.DB, unfenced, func(tx *sql.Tx) error {
-			s := p.BeginTx(context.Background(), tx, unfenced)
+			s = p.BeginTx(context.Background(), tx, unfenced)
 			if bare {
 				s = p.BeginBareTx(context.Background(), tx, unfenced)
 			}
@@ -145,6 +146,7 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.Committed()
 	if attempts != 2 {
 		t.Fatalf("%d attempts, want 2 (bare, then isolated)", attempts)
 	}
@@ -162,5 +164,46 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	}
 	if n := countRows(t, db.DB, "manifests"); n != 0 {
 		t.Fatalf("manifests = %d, want 0", n)
+	}
+}
+
+func TestATransactionThatDoesNotCommitCountsNothing(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	const alice = "did:plc:alice"
+	events := []jetstream.Event{
+		commit(alice, 10, "create", processor.CollectionTag, "t1", tagRecord("app", "one", "sha256:1")),
+		commit(alice, 11, "create", processor.CollectionTag, "t2", map[string]any{"repository": "app"}), // missing tag
+	}
+	reg := prometheus.NewRegistry()
+	m, err := processor.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := processor.New(processor.Options{Log: zerolog.Nop(), Metrics: m})
+	// The consumer after losing custody: applied and finished, then the
+	// commit is refused (here: rolled back) and the next holder applies
+	// the same events again.
+	errLost := errors.New("custody lost at commit")
+	err = fence.Fenced(context.Background(), db.DB, unfenced, func(tx *sql.Tx) error {
+		s := p.BeginBareTx(context.Background(), tx, unfenced)
+		if _, err := s.Apply(events); err != nil {
+			return err
+		}
+		if err := s.Finish(); err != nil {
+			return err
+		}
+		return errLost
+	})
+	if !errors.Is(err, errLost) {
+		t.Fatalf("err = %v", err)
+	}
+	if got := metricSum(t, reg, "appview_processor_events_total"); got != 0 {
+		t.Fatalf("appview_processor_events_total = %v after a transaction that did not commit, want 0", got)
+	}
+	if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricSum(t, reg, "appview_processor_skipped_total"); got != 1 {
+		t.Fatalf("appview_processor_skipped_total = %v, want 1 (the invalid event, once)", got)
 	}
 }
