@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"syscall"
 
 	"github.com/atcr-io/appview/internal/netguard"
@@ -98,6 +99,13 @@ func parseTarget(raw string) (*url.URL, error) {
 	}
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("webhook url %q: no host", raw)
+	}
+	// url.Parse takes any digits for the port; a delivery to 99999 could
+	// only fail at every attempt.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("webhook url %q: port %s is not in 1..65535", raw, p)
+		}
 	}
 	return u, nil
 }
