@@ -182,8 +182,9 @@ func commitPrefixAt(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 	// transaction takes the write lock.
 	ctx = p.PrepareBatch(ctx, db, events)
 	// The first attempt applies the events without savepoints; if one of
-	// them fails, it is rolled back and the batch applied again with each
-	// event isolated (processor.Redo).
+	// them fails after it wrote, the transaction is rolled back and the
+	// batch applied again with each event isolated (processor.Redo). The
+	// outcomes are counted once the transaction committed.
 	err = processor.Redo(func(bare bool) (err error) {
 		out, n, err = commitPrefixTx(ctx, db, c, p, enqueue, host, events, maxSeq, high, budget, bare)
 		return err
