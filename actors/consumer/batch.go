@@ -215,9 +215,11 @@ func commitPrefixTx(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 		// One processor session for the transaction: tombstones are read
 		// once for the batch, and the aggregates are recomputed once, for
 		// the prefix that commits.
-		session := p.BeginTx(ctx, tx, c)
+		var session *processor.TxSession
 		if bare {
 			session = p.BeginBareTx(ctx, tx, c)
+		} else {
+			session = p.BeginTx(ctx, tx, c)
 		}
 		out.session = session
 		if err := session.Preload(events); err != nil {

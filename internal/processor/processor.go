@@ -47,7 +47,8 @@ const (
 	// stored manifest and that carries no manifestDigest.
 	ReasonUnresolvedManifest = "unresolved_manifest"
 	// ReasonDatabase: the database refused the event's writes (e.g. a
-	// constraint); they were rolled back to the event's savepoint.
+	// constraint); they were undone with it (its savepoint rolled back,
+	// or, refused at its first write, the statement itself).
 	ReasonDatabase = "db_error"
 )
 
