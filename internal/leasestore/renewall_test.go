@@ -143,13 +143,13 @@ func TestRenewAllRunsCheckOnceAndFailsEveryGrantWithIt(t *testing.T) {
 // updates it replaces.
 func TestRenewAllLooksEveryGrantUpByItsKey(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
-	list := `[["l0","h",1],["l1","h",1],["l2","h",1]]`
+	list := `{"l0":1,"l1":1,"l2":1}`
 	for _, c := range []struct {
 		query string
 		args  []any
 	}{
-		{leasestore.RenewAllSQL, []any{int64(1000), list}},
-		{leasestore.RenewedSQL, []any{list}},
+		{leasestore.RenewAllSQL, []any{int64(1000), list, "h"}},
+		{leasestore.RenewedSQL, []any{list, "h"}},
 	} {
 		rows, err := db.Query("EXPLAIN QUERY PLAN "+c.query, c.args...)
 		if err != nil {
@@ -404,6 +404,40 @@ func TestRenewerClose(t *testing.T) {
 	}
 	if err := r.Close(context.Background()); err != nil {
 		t.Errorf("Close after the statement answered: %v", err)
+	}
+}
+
+// Grants of two holders listed interleaved in one call (one statement
+// per holder), and one name listed with its current and an old fence:
+// every outcome lands where its grant was listed.
+func TestRenewAllRenewsSeveralHoldersGrantsEachInItsPlace(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	s := leasestore.NewStore(db, ttl)
+	var cs []fence.Custody
+	for i := range 6 {
+		holder := []string{"a", "b"}[i%2]
+		cs = append(cs, acquire(t, s, fmt.Sprintf("mixed-%d", i), holder))
+	}
+	for _, c := range cs {
+		backdate(t, db, c.Lease)
+	}
+	old := cs[4]
+	old.Fence--
+	cs = append(cs, old)
+	errs := s.RenewAll(context.Background(), cs)
+	for i, c := range cs {
+		if i == len(cs)-1 {
+			if !errors.Is(errs[i], fence.ErrSuperseded) {
+				t.Errorf("%s under its old fence %d: %v, want ErrSuperseded", c.Lease, c.Fence, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("%s (%s): %v, want renewed", c.Lease, c.Holder, errs[i])
+		}
+		if got := rowTimes(t, db, c.Lease); got.expires-got.renewed != ttl.Milliseconds() || got.renewed < time.Now().Add(-time.Minute/2).UnixMilli() {
+			t.Errorf("%s (%s) not renewed: %+v", c.Lease, c.Holder, got)
+		}
 	}
 }
 
