@@ -520,12 +520,12 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 	part := events[:n]
 	pos := positionOf(host, part, prefixSeq(events, n, maxSeq), high)
 	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.last > 0 && pos.reached >= c.pos.TimeUS) {
+		if acceptShared(c.pos, pos.host, pos.shared) {
+			c.pos.SharedUS = pos.shared
+		}
 		c.pos.Host, c.pos.Seq = pos.host, pos.seq
 		if pos.last > 0 {
 			c.pos.TimeUS = pos.last
-		}
-		if pos.shared > 0 {
-			c.pos.SharedUS = pos.shared
 		}
 	}
 	last, newest := pos.last, pos.newest

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -126,7 +127,9 @@ type batchPosition struct {
 // another host unconditionally, since the consumer is now reading there
 // (and resumed there by time, behind the old position). A stored time_us
 // beyond cursorLead of the database's clock (written before the guards)
-// is overwritten by the next batch.
+// is overwritten by the next batch. The shared time follows the batch's
+// (sharedTime) except that on the same host it never moves back by more
+// than sharedOutlier (?8, µs): see acceptShared.
 const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us)
 VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7)
 ON CONFLICT (id) DO UPDATE SET
@@ -135,7 +138,8 @@ ON CONFLICT (id) DO UPDATE SET
   fence      = excluded.fence,
   host       = excluded.host,
   seq        = excluded.seq,
-  shared_us  = CASE WHEN ?7 > 0 THEN ?7 ELSE jetstream_cursor.shared_us END
+  shared_us  = CASE WHEN ?7 > 0 AND (jetstream_cursor.host <> excluded.host OR ?7 >= jetstream_cursor.shared_us - ?8)
+                    THEN ?7 ELSE jetstream_cursor.shared_us END
 WHERE jetstream_cursor.host <> excluded.host
    OR (?6 > 0 AND ?6 > jetstream_cursor.seq)
    OR (?6 = 0 AND (?2 >= jetstream_cursor.time_us OR jetstream_cursor.time_us > ` + database.NowUS + ` + ?4))`
@@ -144,7 +148,7 @@ func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int6
 	if p.seq == 0 && p.last == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared); err != nil {
+	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared, sharedOutlier.Microseconds()); err != nil {
 		return fmt.Errorf("save jetstream position: %w", err)
 	}
 	return nil
@@ -159,15 +163,50 @@ func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int6
 // over its events, 0 when none has one. A host that lagged and caught up
 // stamps old events with late time_us; their revs still carry the old
 // time, which is why a switch resumes from this and not from time_us.
+//
+// One event cannot drag the value back: the minimum is taken over the
+// events whose time is at most sharedOutlier below the batch's median,
+// so a commit whose rev comes from a PDS clock hours slow (or an event
+// whose time_us a misbehaving server backdated) is applied like any
+// other but does not move a failover's resume point hours back, into a
+// re-read of everything since or past the new host's oldest event (a
+// gap and a backfill). Leaving it out loses nothing: another host stamps
+// that event when it sees it, among its neighbours, not at its rev's
+// time. Nor can one carry it forward: each time is capped at this
+// host's clock as well.
 func sharedTime(events []jetstream.Event) int64 {
-	var out int64
+	now := time.Now().UnixMicro()
+	ts := make([]int64, 0, len(events))
 	for i := range events {
-		t := eventSharedTime(&events[i])
-		if t > 0 && (out == 0 || t < out) {
-			out = t
+		if t := eventSharedTime(&events[i]); t > 0 {
+			ts = append(ts, min(t, now))
 		}
 	}
-	return out
+	if len(ts) == 0 {
+		return 0
+	}
+	slices.Sort(ts)
+	floor := ts[len(ts)/2] - sharedOutlier.Microseconds()
+	i, _ := slices.BinarySearch(ts, floor)
+	return ts[i]
+}
+
+// sharedOutlier is how far below its batch's median an event's shared
+// time may lie and still count (sharedTime), and how far one batch may
+// move the stored shared time back on the same host (acceptShared): twice
+// the default jetstream.rewind, well beyond the spread of clocks and
+// relay paths among live events (under a second in the shared capture).
+const sharedOutlier = time.Minute
+
+// acceptShared reports whether a batch read from host with shared time
+// shared (0: none) replaces the stored position's shared time. On
+// another host it does (the consumer now reads there); on the same host
+// unless it is more than sharedOutlier below the stored one: a batch
+// whose events all lie that far back (a single backdated event on the
+// live tail) would otherwise undo what the batches before it
+// established. savePositionSQL applies the same rule.
+func acceptShared(stored Position, host string, shared int64) bool {
+	return shared > 0 && (host != stored.Host || shared >= stored.SharedUS-sharedOutlier.Microseconds())
 }
 
 func eventSharedTime(ev *jetstream.Event) int64 {

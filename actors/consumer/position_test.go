@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -355,5 +356,97 @@ func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
 	}
 	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 20 {
 		t.Fatalf("stored position %+v, want a.example seq 20 (the new numbering)", p)
+	}
+}
+
+// backdate makes ev a commit whose rev and time_us both lie d in the past
+// of what they were: a PDS clock that slow, or a server that stamped it so.
+func backdate(ev *jetstream.Event, d time.Duration) {
+	ev.TimeUS -= d.Microseconds()
+	if ev.Commit != nil {
+		ev.Commit.Rev = syntax.NewTID(ev.TimeUS, 7).String()
+	}
+}
+
+// One event far behind its batch (a rev from a PDS clock a year slow, or a
+// backdated time_us) is applied but does not drag the batch's shared time,
+// the failover resume point, back with it; one ahead of this host's clock
+// does not carry it forward. Without the median filter the batch's shared
+// time is the outlier's.
+func TestOneOutlierDoesNotMoveTheBatchsSharedTime(t *testing.T) {
+	events := generateEvents(71, 50)
+	want := sharedTime(events)
+	if want == 0 {
+		t.Fatal("the generated events carry no shared time")
+	}
+	withOld := append(append([]jetstream.Event(nil), events...), events[10])
+	withOld[len(withOld)-1].Commit = ptrCopy(events[10].Commit)
+	backdate(&withOld[len(withOld)-1], 365*24*time.Hour)
+	if got := sharedTime(withOld); got != want {
+		t.Errorf("with one event a year back: shared time %d, want %d (the outlier's is %d)", got, want, eventSharedTime(&withOld[len(withOld)-1]))
+	}
+	ahead := events[20]
+	ahead.TimeUS = time.Now().Add(time.Hour).UnixMicro()
+	if c := events[20].Commit; c != nil {
+		cc := *c
+		cc.Rev = syntax.NewTID(ahead.TimeUS, 7).String()
+		ahead.Commit = &cc
+	}
+	if got, now := sharedTime([]jetstream.Event{ahead}), time.Now().UnixMicro(); got > now {
+		t.Errorf("an event an hour ahead: shared time %d, beyond this host's clock %d", got, now)
+	}
+}
+
+func ptrCopy[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// A batch of one backdated event on the live tail (the whole batch an
+// outlier) leaves the stored shared time where the batches before it put
+// it, in the row and in the consumer's own copy; on another host the
+// shared time follows that host's batches whatever they carry.
+func TestABackdatedEventAloneDoesNotMoveTheStoredSharedTimeBack(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	const a, b = "ws://a.example/subscribe", "ws://b.example/subscribe"
+	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	ctx := context.Background()
+	events := generateEvents(72, 40)
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:30]}); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := LoadPosition(ctx, db.DB)
+	if err != nil || before.SharedUS == 0 {
+		t.Fatalf("position %+v, %v: want a shared time", before, err)
+	}
+	old := events[30]
+	old.Commit = ptrCopy(events[30].Commit)
+	backdate(&old, 365*24*time.Hour)
+	old.TimeUS = events[29].TimeUS + 1 // time_us in order: only the rev is a year slow
+	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: []jetstream.Event{old}}); err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ := LoadPosition(ctx, db.DB)
+	if after.SharedUS != before.SharedUS || cons.pos.SharedUS != before.SharedUS {
+		t.Fatalf("stored shared time %d (consumer's copy %d) after one event a year slow, want %d kept", after.SharedUS, cons.pos.SharedUS, before.SharedUS)
+	}
+	if after.TimeUS != old.TimeUS {
+		t.Errorf("time_us %d, want the event's %d: the position itself still moves past it", after.TimeUS, old.TimeUS)
+	}
+	// Another host: its batches' shared time is taken as it is.
+	moved := generateEvents(73, 5)
+	for i := range moved {
+		moved[i].Commit = ptrCopy(moved[i].Commit)
+		backdate(&moved[i], 2*time.Hour)
+	}
+	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: moved}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "b.example" || p.SharedUS != sharedTime(moved) || cons.pos.SharedUS != p.SharedUS {
+		t.Fatalf("position %+v (consumer's shared %d) after host b's batch, want b.example with its shared time %d", p, cons.pos.SharedUS, sharedTime(moved))
 	}
 }
