@@ -63,7 +63,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			}
 			// Everything about the flags is checked before the database is
 			// opened (and perhaps created): a refused flag is a usage error.
-			guard := webhooks.Guard{AllowPrivate: allowPrivate}
+			guard := webhooks.Guard{AllowPrivate: allowPrivate, Key: "--allow-private"}
 			w, err := webhooks.Check(cmd.Context(), w, guard)
 			if errors.Is(err, webhooks.ErrInvalid) || errors.Is(err, webhooks.ErrRefused) {
 				return cli.Usage(cmd, "%v", err)

@@ -60,6 +60,11 @@ func StrictUsage(root *cobra.Command) {
 				if err == nil || errors.As(err, &ue) {
 					return err
 				}
+				if !cmd.HasSubCommands() && len(args) > 0 && strings.HasPrefix(err.Error(), "unknown command") {
+					// cobra.NoArgs on a leaf says "unknown command" of
+					// what is a misplaced value (webhooks add URL).
+					err = fmt.Errorf("takes no arguments, got %q (its inputs are flags, see --help)", args[0])
+				}
 				return &UsageError{err: err, path: cmd.CommandPath()}
 			}
 		}

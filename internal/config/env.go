@@ -68,3 +68,24 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// suggestKey is the " (did you mean K?)" of an unknown --set key: the
+// known key nearest to key by editDistance, or "" when the nearest is
+// more than a third of key away (a different word, not a typo).
+func suggestKey[V any](key string, known map[string]V) string {
+	names := make([]string, 0, len(known))
+	for n := range known {
+		names = append(names, n)
+	}
+	sort.Strings(names) // ties go to the first in order
+	best, bestDist := "", -1
+	for _, n := range names {
+		if d := editDistance(key, n); bestDist < 0 || d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	if best == "" || bestDist > max(2, len(key)/3) {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}

@@ -83,12 +83,12 @@ func Load(src Sources) (Config, error) {
 	}
 	for _, kv := range src.Sets {
 		key, value, ok := strings.Cut(kv, "=")
-		if !ok {
+		if !ok || strings.TrimSpace(key) == "" {
 			return cfg, keyErr(kv, "--set wants key=value")
 		}
 		field, known := leaves[key]
 		if !known {
-			return cfg, keyErr(key, "unknown key")
+			return cfg, keyErr(key, "unknown key%s", suggestKey(key, leaves))
 		}
 		if err := setFromString(field, key, value); err != nil {
 			return cfg, from(err, "--set")
@@ -323,6 +323,9 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		if err := n.Decode(fresh.Interface()); err != nil {
 			var te *yaml.TypeError
 			if errors.As(err, &te) && len(te.Errors) > 0 {
+				if want := wantedKind(v.Kind()); want != "" && n.Kind == yaml.ScalarNode {
+					return keyErr(key, "expected %s, got %q%s", want, n.Value, at(n))
+				}
 				return keyErr(key, "%s%s", yamlLine.ReplaceAllString(te.Errors[0], ""), at(n))
 			}
 			return keyErr(key, "%v", err)
@@ -330,6 +333,22 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		v.Set(fresh.Elem())
 	}
 	return nil
+}
+
+// wantedKind names what a scalar of kind k must be written as, for the
+// refusal of one that is not (yaml.v3's own words, "cannot unmarshal
+// !!str `maybe` into bool", name its internals); "" for other kinds.
+func wantedKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return ""
 }
 
 // parseDuration is time.ParseDuration that also takes a bare "0".

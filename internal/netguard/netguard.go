@@ -65,8 +65,12 @@ func (e *RefusedError) Error() string {
 	if key == "" {
 		key = DefaultKey
 	}
-	return fmt.Sprintf("refused %s target %s: %s is %s %s address (set %s to permit it)",
-		purpose, e.Target, e.Addr, article(e.Class), e.Class, key)
+	verb := "set"
+	if strings.HasPrefix(key, "-") {
+		verb = "pass" // a command-line flag
+	}
+	return fmt.Sprintf("refused %s target %s: %s is %s %s address (%s %s to permit it)",
+		purpose, e.Target, e.Addr, article(e.Class), e.Class, verb, key)
 }
 
 // Unwrap makes errors.Is(err, ErrRefused) true.

@@ -31,6 +31,10 @@ type Guard struct {
 	AllowPrivate bool
 	// Resolver resolves host names in CheckURL; nil means net.DefaultResolver.
 	Resolver *net.Resolver
+	// Key is what a refusal tells the operator to set to permit the
+	// address; "" means the key webhooks.allow_private (the CLI names its
+	// flag, --allow-private).
+	Key string
 }
 
 // maxRedirects is how many same-host redirects one attempt follows.
@@ -39,7 +43,11 @@ const maxRedirects = 3
 // outbound is the shared guard with the key and purpose webhook refusals
 // name.
 func (g Guard) outbound() netguard.Guard {
-	return netguard.Guard{AllowPrivate: g.AllowPrivate, Key: "webhooks.allow_private", Purpose: "webhook"}
+	key := g.Key
+	if key == "" {
+		key = "webhooks.allow_private"
+	}
+	return netguard.Guard{AllowPrivate: g.AllowPrivate, Key: key, Purpose: "webhook"}
 }
 
 // CheckURL validates a webhook URL when it is added: http or https, a host,
