@@ -28,12 +28,13 @@ type eventLog struct {
 	done    chan struct{}
 	once    sync.Once
 	log     zerolog.Logger
+	waiting map[string]contendedGrant // lease -> the grant last logged as waited for (run's goroutine only)
 	count   *prometheus.CounterVec
 	dropped prometheus.Counter
 }
 
 func newEventLog(es *eventstream.EventStream, log zerolog.Logger, count *prometheus.CounterVec, dropped prometheus.Counter) *eventLog {
-	l := &eventLog{es: es, ch: make(chan events.Custody, eventRelayBuffer),
+	l := &eventLog{es: es, ch: make(chan events.Custody, eventRelayBuffer), waiting: map[string]contendedGrant{},
 		stop: make(chan struct{}), done: make(chan struct{}), log: log, count: count, dropped: dropped}
 	l.sub = es.Subscribe(func(evt any) {
 		e, ok := evt.(events.Custody)
@@ -56,17 +57,46 @@ func (l *eventLog) run() {
 	for {
 		select {
 		case e := <-l.ch:
-			e.Log(l.log)
+			l.write(e)
 		case <-l.stop:
 			for {
 				select {
 				case e := <-l.ch:
-					e.Log(l.log)
+					l.write(e)
 				default:
 					return
 				}
 			}
 		}
+	}
+}
+
+// contendedGrant is a grant another instance holds, as a contender saw it.
+type contendedGrant struct {
+	holder string
+	fence  int64
+}
+
+// write logs e. lease.contended is a debug line (docs/spec.md §5) on
+// every attempt; the first one of each grant waited for (a new holder or
+// fence) is also said at info, with how long the grant has left, so an
+// operator who restarts an instance after a crash sees why its workers
+// do not start for up to a TTL: the crashed process's grants run out
+// first.
+func (l *eventLog) write(e events.Custody) {
+	e.Log(l.log)
+	switch e.Kind {
+	case events.LeaseContended:
+		g := contendedGrant{holder: e.Holder, fence: e.Fence}
+		if e.TimeLeft <= 0 || l.waiting[e.Lease] == g {
+			return
+		}
+		l.waiting[e.Lease] = g
+		l.log.Info().Str("lease", e.Lease).Str("instance", e.Instance).Str("holder", e.Holder).Int64("fence", e.Fence).
+			Int64("time_left_ms", e.TimeLeft.Milliseconds()).
+			Msg("lease held by another instance: waiting for its release or for its grant to run out")
+	case events.LeaseAcquired:
+		delete(l.waiting, e.Lease)
 	}
 }
 

@@ -1,0 +1,50 @@
+package system
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/events"
+)
+
+// A contender logs lease.contended at debug on every attempt and, once
+// per grant it waits for, one info line with the holder and the time the
+// grant has left; an acquire (or a new grant) starts over.
+func TestTheFirstContendedAttemptOfEachGrantIsSaidAtInfo(t *testing.T) {
+	var buf bytes.Buffer
+	l := &eventLog{log: zerolog.New(&buf).Level(zerolog.InfoLevel), waiting: map[string]contendedGrant{}}
+	contended := func(holder string, fence int64, left time.Duration) events.Custody {
+		return events.Custody{Kind: events.LeaseContended, Lease: "cleanup", Instance: "me", Holder: holder, Fence: fence, TimeLeft: left}
+	}
+	for _, e := range []events.Custody{
+		contended("other", 4, 9*time.Second), // said
+		contended("other", 4, 8*time.Second),
+		contended("other", 4, 0),              // ran out: not waited for
+		contended("third", 5, 15*time.Second), // said
+		{Kind: events.LeaseAcquired, Lease: "cleanup", Instance: "me", Fence: 6},
+		contended("third", 5, 15*time.Second), // said again after custody in between
+	} {
+		l.write(e)
+	}
+	var said []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if m["event"] == nil {
+			said = append(said, m["holder"].(string))
+			if m["level"] != "info" || m["lease"] != "cleanup" || m["time_left_ms"] == nil {
+				t.Errorf("waiting line %q: want info with lease, holder and time_left_ms", line)
+			}
+		}
+	}
+	if got := strings.Join(said, ","); got != "other,third,third" {
+		t.Fatalf("waiting lines for holders %q, want other,third,third", got)
+	}
+}
