@@ -4,18 +4,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/atcr-io/appview/internal/config"
-
-	"github.com/atcr-io/appview/internal/workers"
-
-	"github.com/atcr-io/appview/internal/fence"
-
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 // Worker returns the registration of the consumer under lease

@@ -24,7 +24,7 @@ func newBenchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [--quick] [--repeat N] [--only NAME,...] [--sqld PATH] [--dir DIR]",
 		Short: "Measure handover, round trips, renew cost, RSS, ingest ratio and a 1M-event replay; print \"name value unit\" lines",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Bin == "" {
 				exe, err := os.Executable()

@@ -15,7 +15,7 @@ func newSynthCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "synth --events N --out F.jsonl [--seed N] [--expected F.json]",
 		Short: "Write synthetic io.atcr.* Jetstream traffic and the state it must produce",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Events <= 0 {
 				return cli.Refuse("--events", "must be positive")

@@ -20,7 +20,7 @@ func newSynthCheckCommand(open func(context.Context) (*database.DB, error)) *cob
 	cmd := &cobra.Command{
 		Use:   "synth-check --expected F.json",
 		Short: "Compare the database with the state a synth stream must produce; exit 1 on any difference",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if expected == "" {
 				return cli.Refuse("--expected", "is required")

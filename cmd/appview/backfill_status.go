@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/actors/backfill"
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 )
 
@@ -25,7 +26,7 @@ func newBackfillCommand(open func(context.Context) (*database.DB, error)) *cobra
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Print the latest backfill run's progress (a bar on a terminal, plain lines otherwise)",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "backfill_runs", func(ctx context.Context, db *database.DB) error {
 				p, err := backfill.ReadProgress(ctx, db.DB)

@@ -27,7 +27,7 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "healthcheck [--url URL]",
 		Short: "Probe this instance's /readyz; exit 0 when ready (for container health checks)",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
 				cfg, err := flags.Load()

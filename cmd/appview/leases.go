@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
 )
@@ -20,7 +21,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 	cmd := &cobra.Command{
 		Use:   "leases",
 		Short: "Print every lease: name, holder, fence, state (held, expired, released), time left",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "leases", func(ctx context.Context, db *database.DB) error {
 				rows, err := leasestore.ListBounded(ctx, db.DB)

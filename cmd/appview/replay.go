@@ -23,7 +23,7 @@ func newReplayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "jetstream-replay --file F.jsonl [--listen ADDR] [--rate N] [--loop]",
 		Short: "Serve a JSONL capture as a local Jetstream v1 /subscribe endpoint",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.File == "" {
 				return cli.Refuse("--file", "required: the JSONL capture to serve")

@@ -43,7 +43,7 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 	return &cobra.Command{
 		Use:   "serve",
 		Short: "Run an instance until SIGINT/SIGTERM; exit 0 once every lease it held is released",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.Load()
 			if err != nil {

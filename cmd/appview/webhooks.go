@@ -46,7 +46,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			"of standard input, keeping it out of the shell history; it must not be empty.\n" +
 			"The URL must not carry credentials (user:password@): the secret authenticates\n" +
 			"deliveries. A DID gets at most one webhook per URL.",
-		Args: cobra.NoArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := added
 			if w.Secret == "-" {
@@ -110,7 +110,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 	list := &cobra.Command{
 		Use:   "list [--did DID] [--json]",
 		Short: "List webhooks (secrets are never printed)",
-		Args:  cobra.NoArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := openRead(cmd.Context())
 			if err != nil {

@@ -60,11 +60,6 @@ func StrictUsage(root *cobra.Command) {
 				if err == nil || errors.As(err, &ue) {
 					return err
 				}
-				if !cmd.HasSubCommands() && len(args) > 0 && strings.HasPrefix(err.Error(), "unknown command") {
-					// cobra.NoArgs on a leaf says "unknown command" of
-					// what is a misplaced value (webhooks add URL).
-					err = fmt.Errorf("takes no arguments, got %q (its inputs are flags, see --help)", args[0])
-				}
 				return &UsageError{err: err, path: cmd.CommandPath()}
 			}
 		}
@@ -88,6 +83,16 @@ func StrictUsage(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// NoArgs is the Args of a command that takes flags only. Unlike
+// cobra.NoArgs, which calls an argument an "unknown command", it names
+// the argument as a misplaced value (`webhooks add URL` for `--url URL`).
+func NoArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return Usage(cmd, "takes no arguments, got %q (its inputs are flags, see --help)", args[0])
 }
 
 // unknownSubcommand is the Args of a command group: any argument names a

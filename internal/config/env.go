@@ -32,18 +32,26 @@ func isServiceLink(name, value string) bool {
 // key: it says the variable is ignored and suggests the nearest variable
 // that is one (a misspelt APPVIEW_LEASES_TLL gets APPVIEW_LEASES_TTL).
 func unknownEnvWarning(name string, byEnv map[string]string) string {
-	names := make([]string, 0, len(byEnv))
-	for n := range byEnv {
+	best, _ := nearest(name, byEnv)
+	return fmt.Sprintf("environment variable %s is not a config key and is ignored (did you mean %s, key %s?)", name, best, byEnv[best])
+}
+
+// nearest returns the name in known nearest to name by editDistance, and
+// that distance ("", -1 when known is empty). Ties go to the first name
+// in sorted order, so the suggestion is the same every start.
+func nearest[V any](name string, known map[string]V) (string, int) {
+	names := make([]string, 0, len(known))
+	for n := range known {
 		names = append(names, n)
 	}
-	sort.Strings(names) // ties go to the first in order, the same every start
+	sort.Strings(names)
 	best, bestDist := "", -1
 	for _, n := range names {
 		if d := editDistance(name, n); bestDist < 0 || d < bestDist {
 			best, bestDist = n, d
 		}
 	}
-	return fmt.Sprintf("environment variable %s is not a config key and is ignored (did you mean %s, key %s?)", name, best, byEnv[best])
+	return best, bestDist
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes
@@ -73,17 +81,7 @@ func editDistance(a, b string) int {
 // known key nearest to key by editDistance, or "" when the nearest is
 // more than a third of key away (a different word, not a typo).
 func suggestKey[V any](key string, known map[string]V) string {
-	names := make([]string, 0, len(known))
-	for n := range known {
-		names = append(names, n)
-	}
-	sort.Strings(names) // ties go to the first in order
-	best, bestDist := "", -1
-	for _, n := range names {
-		if d := editDistance(key, n); bestDist < 0 || d < bestDist {
-			best, bestDist = n, d
-		}
-	}
+	best, bestDist := nearest(key, known)
 	if best == "" || bestDist > max(2, len(key)/3) {
 		return ""
 	}
