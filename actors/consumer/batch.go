@@ -35,6 +35,10 @@ type committed struct {
 	stale int
 	// syncs counts #sync events queued for a re-read.
 	syncs int
+	// future counts commits dropped for a rev from the future, the last
+	// of them named in lastFuture ("did rev").
+	future     int
+	lastFuture string
 	// session is the processor session of the transaction, whose
 	// outcomes are counted (Committed) once it has committed.
 	session *processor.TxSession
@@ -48,6 +52,10 @@ func (out *committed) add(more committed) {
 	out.skipped += more.skipped
 	out.stale += more.stale
 	out.syncs += more.syncs
+	out.future += more.future
+	if more.lastFuture != "" {
+		out.lastFuture = more.lastFuture
+	}
 }
 
 // isolable reports whether a failed commit is about the events, so that
@@ -250,6 +258,7 @@ func commitPrefixTx(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 		if err := revs.record(ctx, tx); err != nil {
 			return err
 		}
+		out.future, out.lastFuture = revs.future, revs.lastFuture
 		if err := requestResyncs(ctx, tx, syncs, reasonSync); err != nil {
 			return err
 		}

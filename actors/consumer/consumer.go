@@ -539,14 +539,18 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 		c.highUS = max(c.highUS, newest)
 	}
 	c.o.Metrics.committed(len(part), time.Since(start), c.cursor.Load())
-	c.o.Metrics.screened(out.stale, out.syncs, pos.seq)
+	c.o.Metrics.screened(out.stale, out.future, out.syncs, pos.seq)
+	if out.future > 0 {
+		c.sampled.Warn().Int("commits", out.future).Str("last", logval.String(out.lastFuture)).
+			Msg("commits with a rev more than 5 minutes ahead of this host's clock skipped (the reference relay refuses them too)")
+	}
 	if e := c.log.Debug(); e.Enabled() {
 		var first int64
 		if len(part) > 0 {
 			first = part[0].Seq
 		}
 		e.Str("host", host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(part)).
-			Int("failures", failures).Int("stale", out.stale).Msg("jetstream batch committed")
+			Int("failures", failures).Int("stale", out.stale).Int("future_rev", out.future).Msg("jetstream batch committed")
 	}
 	if out.syncs > 0 && c.o.Resync != nil {
 		c.o.Resync.Kick()
@@ -586,6 +590,7 @@ type Metrics struct {
 	cursorTS  prometheus.Gauge
 	seq       prometheus.Gauge
 	stale     prometheus.Counter
+	future    prometheus.Counter
 	syncs     prometheus.Counter
 	gaps      prometheus.Counter
 }
@@ -599,7 +604,9 @@ type Metrics struct {
 // whose unit promlint refuses), appview_jetstream_position_seq (the stored
 // sequence number on its host, 0 in time space),
 // appview_consumer_stale_commits_total (commits older than their
-// repository's rev, skipped), appview_consumer_sync_events_total (#sync
+// repository's rev, skipped), appview_consumer_future_rev_commits_total
+// (commits whose rev lies more than 5 minutes ahead of this host's
+// clock, skipped), appview_consumer_sync_events_total (#sync
 // events queued for a re-read) and appview_jetstream_gaps_total
 // (CursorTooOld refusals that requested a backfill).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -626,6 +633,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appview_consumer_stale_commits_total", Help: "Commits skipped because their rev is older than the repository's newest applied rev.",
 		}),
+		future: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appview_consumer_future_rev_commits_total", Help: "Commits skipped because their rev lies more than 5 minutes ahead of this host's clock.",
+		}),
 		syncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appview_consumer_sync_events_total", Help: "Jetstream #sync events, each queuing a re-read of its repository.",
 		}),
@@ -633,7 +643,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld); each requests a backfill run.",
 		}),
 	}
-	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.syncs, m.gaps} {
+	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register consumer metrics: %w", err)
 		}
@@ -652,11 +662,12 @@ func (m *Metrics) committed(events int, took time.Duration, cursorUS int64) {
 	m.cursorLag.Set(time.Since(time.UnixMicro(cursorUS)).Seconds())
 }
 
-func (m *Metrics) screened(stale, syncs int, seq int64) {
+func (m *Metrics) screened(stale, future, syncs int, seq int64) {
 	if m == nil {
 		return
 	}
 	m.stale.Add(float64(stale))
+	m.future.Add(float64(future))
 	m.syncs.Add(float64(syncs))
 	if seq > 0 {
 		m.seq.Set(float64(seq))

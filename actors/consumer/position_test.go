@@ -244,6 +244,85 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 	}
 }
 
+// A commit whose rev lies years ahead of this host's clock (a PDS clock in
+// 2041, or a hostile PDS) is skipped and counted, as the reference relay
+// refuses it, and is not recorded as the repository's rev: the
+// repository's later commits still apply. Recorded, it made every later
+// commit of that repository stale.
+func TestACommitWithARevFromTheFutureIsSkippedAndDoesNotSilenceItsRepository(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	ctx := context.Background()
+	now := time.Now()
+	tag := func(rkey, rev, tagName string, at time.Time) jetstream.Event {
+		return jetstream.Event{DID: "did:plc:u3", TimeUS: at.UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+			Rev: rev, Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey,
+			Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":%q,"manifestDigest":"sha256:%064d","createdAt":"2026-01-01T00:00:00Z"}`, tagName, 1))}}
+	}
+	rev := func(at time.Time) string { return syntax.NewTIDFromTime(at, 1).String() }
+	future := tag("t1", rev(time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC)), "poison", now)
+	slightlyAhead := tag("t2", rev(now.Add(time.Minute)), "ahead", now.Add(time.Millisecond)) // a PDS clock a minute fast: within the tolerance
+	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{future, slightlyAhead}, 0, 0)
+	if err != nil || out.future != 1 || out.stale != 0 {
+		t.Fatalf("first batch: %v, future %d stale %d, want 1 and 0", err, out.future, out.stale)
+	}
+	later := tag("t3", rev(now.Add(2*time.Minute)), "later", now.Add(2*time.Minute))
+	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{later}, 0, 0)
+	if err != nil || out.stale != 0 || out.future != 0 {
+		t.Fatalf("later commit: %v, stale %d future %d, want both 0: the repository was silenced", err, out.stale, out.future)
+	}
+	var tags string
+	if err := db.QueryRow(`SELECT group_concat(tag, ',') FROM (SELECT tag FROM tags WHERE did = 'did:plc:u3' ORDER BY tag)`).Scan(&tags); err != nil || tags != "ahead,later" {
+		t.Fatalf("tags %q (%v), want ahead,later", tags, err)
+	}
+	var stored string
+	if err := db.QueryRow(`SELECT CAST(rev AS BLOB) FROM repo_revs WHERE did = 'did:plc:u3'`).Scan(&stored); err != nil || stored != later.Commit.Rev {
+		t.Fatalf("recorded rev %q (%v), want the later commit's %q", stored, err, later.Commit.Rev)
+	}
+}
+
+// A re-read whose PDS answers getLatestCommit with a rev from the future
+// fails (and is retried later) instead of recording that rev, which would
+// silence the repository's later commits; the queue row stays.
+func TestAReReadRefusesARevFromTheFuture(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	ctx := context.Background()
+	const did = "did:plc:u4"
+	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{
+		{DID: did, TimeUS: time.Now().UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	future := syntax.NewTIDFromTime(time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC), 1).String()
+	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/xrpc/com.atproto.sync.getLatestCommit":
+			fmt.Fprintf(w, `{"cid":"bafy","rev":%q}`, future)
+		case "/xrpc/com.atproto.repo.listRecords":
+			fmt.Fprint(w, `{"records":[]}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer pds.Close()
+	r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
+	if err := r.one(ctx, c, did); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM repo_revs WHERE did = ?1`, did).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d recorded revs (%v), want none", n, err)
+	}
+	var attempts int
+	var lastErr string
+	if err := db.QueryRow(`SELECT attempts, last_error FROM repo_resyncs WHERE did = ?1`, did).Scan(&attempts, &lastErr); err != nil ||
+		attempts != 1 || !strings.Contains(lastErr, "in the future") {
+		t.Fatalf("queue row: attempts %d, last_error %q (%v); want it kept for a retry, naming the future rev", attempts, lastErr, err)
+	}
+}
+
 // A re-read lists the repository on its PDS, applies what is there and
 // removes what vanished, records the rev and dequeues the repository.
 func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {

@@ -236,6 +236,11 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q is not a TID", did, bounded(latest.Rev))
 	}
 	now := time.Now().UnixMicro()
+	if futureRev(latest.Rev, now) {
+		// Recorded (and carried by the records as their rev), it would
+		// make the repository's later commits stale until that time.
+		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q lies more than %s in the future", did, latest.Rev, futureRevTolerance)
+	}
 	listed := map[string]map[string]bool{}
 	var events []jetstream.Event
 	for _, col := range resyncCollections {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
@@ -35,6 +36,30 @@ type revScreen struct {
 	// to be applied, in first-seen order (recorded by record).
 	applied map[string]string
 	order   []string
+	// future counts the commits dropped for a rev from the future
+	// (futureRev), and lastFuture names the last one ("did rev") for the
+	// log.
+	future     int
+	lastFuture string
+}
+
+// futureRevTolerance is how far ahead of this host's clock a commit's rev
+// may lie: the reference relay's own rule and bound (indigo cmd/relay,
+// futureRevTolerance, 5 minutes), which refuses such a commit as "commit
+// revision in the future".
+const futureRevTolerance = 5 * time.Minute
+
+// futureRev reports whether rev, a TID, lies more than futureRevTolerance
+// ahead of now (Unix µs). Recorded as its repository's newest rev, it
+// would make every later commit of that repository stale until that time
+// (a PDS clock years ahead, or a hostile PDS, would silence the
+// repository).
+func futureRev(rev string, now int64) bool {
+	tid, err := syntax.ParseTID(rev)
+	if err != nil {
+		return false
+	}
+	return tid.Time().UnixMicro() > now+futureRevTolerance.Microseconds()
 }
 
 // newRevScreen reads the stored revs of every repository with a commit in
@@ -65,10 +90,13 @@ func newRevScreen(ctx context.Context, tx *sql.Tx, events []jetstream.Event) (*r
 // resume by time on another host) or a broken upstream, and applying it
 // could only roll the repository back. An equal rev is applied (one
 // commit carries several operations, all with its rev; applying again is
-// idempotent). A rev that is not a TID is never judged stale. Every DID
-// of chunk must have been among newRevScreen's events.
+// idempotent). A rev that is not a TID is never judged stale. A commit
+// whose rev lies in the future (futureRev) is dropped too, as the
+// reference relay drops it, and counted in s.future. Every DID of chunk
+// must have been among newRevScreen's events.
 func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, syncs []string, stale int) {
 	apply = make([]jetstream.Event, 0, len(chunk))
+	now := time.Now().UnixMicro()
 	for i := range chunk {
 		ev := &chunk[i]
 		switch {
@@ -77,6 +105,11 @@ func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, sy
 			continue
 		case ev.Commit != nil && validTID(ev.Commit.Rev):
 			rev := ev.Commit.Rev
+			if futureRev(rev, now) {
+				s.future++
+				s.lastFuture = ev.DID + " " + rev
+				continue
+			}
 			if have, ok := s.newest[ev.DID]; ok && rev < have {
 				stale++
 				continue
