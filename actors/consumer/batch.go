@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -313,10 +314,32 @@ func prefixSeq(events []jetstream.Event, n int, maxSeq int64) int64 {
 // Jetstream for a cursor ahead of every event still to come, and get
 // nothing until then (a backlog skipped; on a live stream, a live tail
 // that skips the restart's gap). Both are 0 when no event counts.
+//
+// Nor does one event stamped far ahead of its batch: an event more than
+// cursorOutlier above the batch's median time_us is applied but moves
+// neither figure (a server that stamped one commit a year ahead in an
+// old capture otherwise moved the stored position a year on, and a
+// restart skipped everything in between). A real jump forward (the host
+// itself was down for a while) carries the figures once most of a batch
+// lies beyond it, one batch later at most.
 func batchCursor(events []jetstream.Event) (last, newest int64) {
 	limit := time.Now().Add(cursorLead).UnixMicro()
+	ts := make([]int64, 0, len(events))
 	for i := range events {
 		if t := events[i].TimeUS; t <= limit {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		return 0, 0
+	}
+	if len(ts) > 2 {
+		sorted := slices.Clone(ts)
+		slices.Sort(sorted)
+		limit = min(limit, sorted[len(sorted)/2]+cursorOutlier.Microseconds())
+	}
+	for _, t := range ts {
+		if t <= limit {
 			last, newest = t, max(newest, t)
 		}
 	}
@@ -325,6 +348,12 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 	}
 	return last, newest
 }
+
+// cursorOutlier is how far above its batch's median time_us an event may
+// be stamped and still move the cursor (batchCursor). Below the default
+// jetstream.rewind (30 s): an event at the bound moves the cursor at most
+// that far ahead of the stream, and a resume by time rewinds further.
+const cursorOutlier = 10 * time.Second
 
 // cursorLead is how far ahead of this host's clock an event may be
 // stamped and still move the cursor, and how far ahead a stored or

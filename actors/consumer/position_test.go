@@ -529,3 +529,40 @@ func TestABackdatedEventAloneDoesNotMoveTheStoredSharedTimeBack(t *testing.T) {
 		t.Fatalf("position %+v (consumer's shared %d) after host b's batch, want b.example with its shared time %d", p, cons.pos.SharedUS, sharedTime(moved))
 	}
 }
+
+// One event stamped a year ahead of its batch (still behind this host's
+// clock: an old capture) is applied, but the stored position stays on the
+// stream, wherever the event falls in the batch; a restart then resumes
+// before the events still to come. Before, the position moved to the
+// outlier's time less a second, and a restart skipped everything between.
+func TestOneEventStampedFarAheadOfItsBatchDoesNotMoveThePosition(t *testing.T) {
+	for _, at := range []int{10, 39} {
+		t.Run(fmt.Sprint("at ", at), func(t *testing.T) {
+			db := testsupport.OpenDB(t)
+			c := acquire(t, db.DB, "me")
+			cons := bareConsumer(t, db.DB, c, 5*time.Second)
+			events := generateEvents(74, 40)
+			ahead := events[at].TimeUS + (365 * 24 * time.Hour).Microseconds()
+			if ahead > time.Now().UnixMicro() {
+				t.Skip("the generated stream is within a year of this host's clock")
+			}
+			events[at].TimeUS = ahead
+			var want int64
+			for i, ev := range events {
+				if i != at {
+					want = max(want, ev.TimeUS)
+				}
+			}
+			if err := cons.handle(context.Background(), jetstream.Batch{URL: "ws://a.example/subscribe", Events: events}); err != nil {
+				t.Fatal(err)
+			}
+			p, _, err := LoadPosition(context.Background(), db.DB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.TimeUS > want || p.TimeUS < want-reorderWindow.Microseconds() {
+				t.Fatalf("stored time_us %d, want the stream's %d (the outlier is at %d)", p.TimeUS, want, ahead)
+			}
+		})
+	}
+}
