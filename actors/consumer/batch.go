@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -334,9 +333,7 @@ func batchCursor(events []jetstream.Event) (last, newest int64) {
 		return 0, 0
 	}
 	if len(ts) > 2 {
-		sorted := slices.Clone(ts)
-		slices.Sort(sorted)
-		limit = min(limit, sorted[len(sorted)/2]+cursorOutlier.Microseconds())
+		limit = min(limit, median(ts)+cursorOutlier.Microseconds())
 	}
 	for _, t := range ts {
 		if t <= limit {

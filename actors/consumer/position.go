@@ -185,10 +185,22 @@ func sharedTime(events []jetstream.Event) int64 {
 	if len(ts) == 0 {
 		return 0
 	}
-	slices.Sort(ts)
-	floor := ts[len(ts)/2] - sharedOutlier.Microseconds()
-	i, _ := slices.BinarySearch(ts, floor)
-	return ts[i]
+	floor := median(ts) - sharedOutlier.Microseconds()
+	var out int64
+	for _, t := range ts {
+		if t >= floor && (out == 0 || t < out) {
+			out = t
+		}
+	}
+	return out
+}
+
+// median returns the middle of ts (the upper one of an even count),
+// leaving ts as it is. ts must not be empty.
+func median(ts []int64) int64 {
+	sorted := slices.Clone(ts)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2]
 }
 
 // sharedOutlier is how far below its batch's median an event's shared
