@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -232,11 +233,12 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 	if err := r.get(ctx, pds, "com.atproto.sync.getLatestCommit", url.Values{"did": {did}}, &latest); err != nil {
 		return 0, 0, 0, err
 	}
-	if !validTID(latest.Rev) {
+	rev, err := syntax.ParseTID(latest.Rev)
+	if err != nil {
 		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q is not a TID", did, bounded(latest.Rev))
 	}
 	now := time.Now().UnixMicro()
-	if futureRev(latest.Rev, now) {
+	if futureRev(rev, now) {
 		// Recorded (and carried by the records as their rev), it would
 		// make the repository's later commits stale until that time.
 		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q lies more than %s in the future", did, latest.Rev, futureRevTolerance)

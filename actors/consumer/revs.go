@@ -49,17 +49,12 @@ type revScreen struct {
 // revision in the future".
 const futureRevTolerance = 5 * time.Minute
 
-// futureRev reports whether rev, a TID, lies more than futureRevTolerance
-// ahead of now (Unix µs). Recorded as its repository's newest rev, it
-// would make every later commit of that repository stale until that time
-// (a PDS clock years ahead, or a hostile PDS, would silence the
-// repository).
-func futureRev(rev string, now int64) bool {
-	tid, err := syntax.ParseTID(rev)
-	if err != nil {
-		return false
-	}
-	return tid.Time().UnixMicro() > now+futureRevTolerance.Microseconds()
+// futureRev reports whether rev lies more than futureRevTolerance ahead
+// of now (Unix µs). Recorded as its repository's newest rev, it would
+// make every later commit of that repository stale until that time (a
+// PDS clock years ahead, or a hostile PDS, would silence the repository).
+func futureRev(rev syntax.TID, now int64) bool {
+	return rev.Time().UnixMicro() > now+futureRevTolerance.Microseconds()
 }
 
 // newRevScreen reads the stored revs of every repository with a commit in
@@ -103,9 +98,13 @@ func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, sy
 		case ev.Kind == jetstream.KindSync:
 			syncs = append(syncs, ev.DID)
 			continue
-		case ev.Commit != nil && validTID(ev.Commit.Rev):
+		case ev.Commit != nil:
 			rev := ev.Commit.Rev
-			if futureRev(rev, now) {
+			tid, err := syntax.ParseTID(rev) // once: the screen runs for every commit
+			if err != nil {
+				break // not a TID: never judged
+			}
+			if futureRev(tid, now) {
 				s.future++
 				s.lastFuture = ev.DID + " " + rev
 				continue
