@@ -175,10 +175,14 @@ func DefaultJetstreamURLs() []string {
 type Jetstream struct {
 	// URLs are Jetstream endpoints, tried in order. The path selects the
 	// wire: /xrpc/network.bsky.jetstream.subscribeEvents the v2 wire,
-	// anything else (/subscribe) the legacy one; both may be mixed.
+	// anything else (/subscribe) the legacy one; both may be mixed. An
+	// empty element, or one endpoint listed twice (compared as
+	// sameEndpoint does: case of scheme and host and a trailing slash
+	// ignored), is refused.
 	URLs []string `yaml:"urls"`
 	// Collections are NSIDs or "prefix.*" wildcards (wantedCollections on
-	// the legacy wire, collections on v2).
+	// the legacy wire, collections on v2). An empty element or one listed
+	// twice is refused.
 	Collections []string `yaml:"collections"`
 	// Compress asks for zstd-compressed binary frames (compress=true on the
 	// legacy wire; the host's getZstdDictionary on v2).
@@ -223,7 +227,9 @@ type Backfill struct {
 	Interval time.Duration `yaml:"interval"`
 	// RerunAfter: with Interval 0, a new holder skips a run completed more recently.
 	RerunAfter time.Duration `yaml:"rerun_after"`
-	// RelayEndpoints serve com.atproto.sync.listReposByCollection, tried in order.
+	// RelayEndpoints serve com.atproto.sync.listReposByCollection, tried
+	// in order. An empty element, or one endpoint listed twice (as for
+	// Jetstream.URLs), is refused.
 	RelayEndpoints []string `yaml:"relay_endpoints"`
 	// Concurrency bounds how many repositories are fetched at once.
 	Concurrency int `yaml:"concurrency"`
@@ -288,7 +294,9 @@ type Health struct {
 type Webhooks struct {
 	// AllowPrivate permits URLs that resolve to loopback/private/link-local addresses.
 	AllowPrivate bool `yaml:"allow_private"`
-	// RetrySchedule is the delay before each attempt; its length is the attempt count.
+	// RetrySchedule is the delay before each attempt; its length is the
+	// attempt count. An empty element is refused; a delay may repeat
+	// (0s, 30s, 30s spaces two retries alike).
 	RetrySchedule []time.Duration `yaml:"retry_schedule"`
 	// Timeout bounds one delivery attempt (docs/spec.md §9: 10 s).
 	Timeout time.Duration `yaml:"timeout"`

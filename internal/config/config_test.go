@@ -150,6 +150,34 @@ var badConfigs = []struct {
 	{name: "--set without a value", sets: []string{"leases.ttl"}, key: "leases.ttl", reason: "--set wants key=value"},
 	{name: "unparsable duration in --set", sets: []string{"leases.ttl=[1s]"}, key: "leases.ttl", reason: "expected a duration such as 15s (from --set)"},
 	{name: "unterminated list in --set", sets: []string{"jetstream.urls=[wss://a.example/subscribe"}, key: "jetstream.urls", reason: "unparsable value"},
+	// Every list-valued key: an empty element or (but for the retry
+	// schedule) a repeated one is refused by position, from every source.
+	{name: "empty element in an environment list", env: []string{"APPVIEW_JETSTREAM_URLS=wss://a.example/subscribe,,wss://b.example/subscribe"},
+		key: "jetstream.urls", reason: "element 2 is empty (from APPVIEW_JETSTREAM_URLS)"},
+	{name: "trailing comma in an environment list", env: []string{"APPVIEW_JETSTREAM_URLS=wss://a.example/subscribe, wss://b.example/subscribe,"},
+		key: "jetstream.urls", reason: "element 3 is empty"},
+	{name: "leading comma in --set", sets: []string{"jetstream.collections=,io.atcr.*"}, key: "jetstream.collections", reason: "element 1 is empty (from --set)"},
+	{name: "blank field in --set", sets: []string{"jetstream.collections=io.atcr.*, ,io.atcr.tag"}, key: "jetstream.collections", reason: "element 2 is empty"},
+	{name: "trailing comma in a flow list in --set", sets: []string{"jetstream.urls=[wss://a.example/subscribe, ]"}, key: "jetstream.urls", reason: "element 2 is empty (a trailing comma)"},
+	{name: "empty string in a flow list from the environment", env: []string{`APPVIEW_BACKFILL_RELAY_ENDPOINTS=["https://r.example", ""]`},
+		key: "backfill.relay_endpoints", reason: "element 2 is empty"},
+	{name: "trailing comma for relay endpoints in --set", sets: []string{"backfill.relay_endpoints=https://r.example,"}, key: "backfill.relay_endpoints", reason: "element 2 is empty"},
+	{name: "blank YAML item", yaml: "jetstream:\n  urls:\n    - wss://a.example/subscribe\n    -\n    - wss://b.example/subscribe\n",
+		key: "jetstream.urls", reason: "element 2 is empty (line 4)"},
+	{name: "empty string in a YAML list", yaml: "jetstream:\n  collections: [\"io.atcr.*\", \"\"]\n", key: "jetstream.collections", reason: "element 2 is empty (line 2)"},
+	{name: "null in a YAML list of durations", yaml: "webhooks:\n  retry_schedule: [0s, ~, 30s]\n", key: "webhooks.retry_schedule", reason: "element 2 is empty (line 2)"},
+	{name: "blank YAML item in a list of durations", yaml: "webhooks:\n  retry_schedule:\n    - 0s\n    -\n", key: "webhooks.retry_schedule", reason: "element 2 is empty (line 4)"},
+	{name: "empty delay from the environment", env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,,30s"}, key: "webhooks.retry_schedule", reason: "element 2 is empty"},
+	{name: "jetstream url listed twice in the file", yaml: "jetstream:\n  urls: [wss://a.example/subscribe, wss://b.example/subscribe, wss://a.example/subscribe]\n",
+		key: "jetstream.urls", reason: `"wss://a.example/subscribe" is listed twice (elements 1 and 3)`},
+	{name: "jetstream url repeated with a trailing slash and another case", env: []string{"APPVIEW_JETSTREAM_URLS=wss://a.example/subscribe,WSS://A.example/subscribe/"},
+		key: "jetstream.urls", reason: `element 2 ("WSS://A.example/subscribe/") is the same endpoint as element 1 ("wss://a.example/subscribe"); list it once`},
+	{name: "collection listed twice in --set", sets: []string{"jetstream.collections=io.atcr.*,io.atcr.tag,io.atcr.*"},
+		key: "jetstream.collections", reason: `"io.atcr.*" is listed twice (elements 1 and 3)`},
+	{name: "relay endpoint repeated with a trailing slash", yaml: "backfill:\n  relay_endpoints: [\"https://r.example\", \"https://r.example/\"]\n",
+		key: "backfill.relay_endpoints", reason: "element 2 (\"https://r.example/\") is the same endpoint as element 1"},
+	{name: "relay endpoint listed twice with backfill disabled", sets: []string{"backfill.enabled=false", "backfill.relay_endpoints=https://r.example,https://r.example"},
+		key: "backfill.relay_endpoints", reason: "listed twice (elements 1 and 2)"},
 }
 
 func TestLoadRefusesInvalidConfigurationNamingTheKeyAndReason(t *testing.T) {
@@ -291,7 +319,7 @@ func TestListsFromTheEnvironmentTakeCommaListsAndFlowSyntax(t *testing.T) {
 	want := []string{"wss://a.example/subscribe", "wss://b.example/subscribe"}
 	for _, v := range []string{
 		"wss://a.example/subscribe,wss://b.example/subscribe",
-		" wss://a.example/subscribe , wss://b.example/subscribe ,",
+		" wss://a.example/subscribe , wss://b.example/subscribe ",
 		"[wss://a.example/subscribe, wss://b.example/subscribe]",
 		`["wss://a.example/subscribe", "wss://b.example/subscribe"]`,
 	} {
@@ -310,6 +338,33 @@ func TestListsFromTheEnvironmentTakeCommaListsAndFlowSyntax(t *testing.T) {
 	cfg := mustLoad(t, "", []string{"APPVIEW_JETSTREAM_COLLECTIONS=io.atcr.manifest,io.atcr.tag"}, nil)
 	if want := []string{"io.atcr.manifest", "io.atcr.tag"}; !reflect.DeepEqual(cfg.Jetstream.Collections, want) {
 		t.Errorf("collections = %q, want %q", cfg.Jetstream.Collections, want)
+	}
+}
+
+func TestListsKeepRepeatedDelaysAndDistinctEndpoints(t *testing.T) {
+	cfg := mustLoad(t, "", []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,30s,30s"}, nil)
+	if want := []time.Duration{0, 30 * time.Second, 30 * time.Second}; !reflect.DeepEqual(cfg.Webhooks.RetrySchedule, want) {
+		t.Errorf("retry_schedule = %v, want %v (a delay may repeat)", cfg.Webhooks.RetrySchedule, want)
+	}
+	// Same host, other path or port: other endpoints.
+	urls := []string{"wss://a.example/subscribe", "wss://a.example/xrpc/network.bsky.jetstream.subscribeEvents", "wss://a.example:6008/subscribe"}
+	cfg = mustLoad(t, "", nil, []string{"jetstream.urls=" + strings.Join(urls, ",")})
+	if !reflect.DeepEqual(cfg.Jetstream.URLs, urls) {
+		t.Errorf("urls = %q, want %q", cfg.Jetstream.URLs, urls)
+	}
+	// A list empty as a whole is a list with no element, not an empty
+	// element (refused, where it is, for being empty).
+	if got := mustLoad(t, "", []string{"APPVIEW_BACKFILL_RELAY_ENDPOINTS= "}, []string{"backfill.enabled=false"}).Backfill.RelayEndpoints; len(got) != 0 {
+		t.Errorf("relay_endpoints = %q, want none", got)
+	}
+}
+
+func TestValidateRefusesAnEmptyListElementOfAConfigBuiltInCode(t *testing.T) {
+	cfg := Default()
+	cfg.Jetstream.URLs = append(cfg.Jetstream.URLs, " ")
+	var ce *Error
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Key != "jetstream.urls" || ce.Reason != "element 4 is empty" {
+		t.Fatalf("Validate = %v, want jetstream.urls: element 4 is empty", err)
 	}
 }
 

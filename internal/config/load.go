@@ -305,6 +305,9 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		if n.Kind != yaml.SequenceNode {
 			return keyErr(key, "expected a list of durations%s", at(n))
 		}
+		if err := noEmptyItems(n, key); err != nil {
+			return err
+		}
 		out := make([]time.Duration, 0, len(n.Content))
 		for _, item := range n.Content {
 			d, err := parseDuration(item.Value)
@@ -319,6 +322,11 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		// integer key takes an integer.
 		return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
 	default:
+		if v.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
+			if err := noEmptyItems(n, key); err != nil {
+				return err
+			}
+		}
 		fresh := reflect.New(v.Type())
 		if err := n.Decode(fresh.Interface()); err != nil {
 			var te *yaml.TypeError
@@ -331,6 +339,22 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 			return keyErr(key, "%v", err)
 		}
 		v.Set(fresh.Elem())
+	}
+	return nil
+}
+
+// noEmptyItems refuses a list with an empty element, naming its
+// position (1-based) and, from the file, its line: a blank YAML item
+// ("-" alone, ~, null, "" or only spaces), or an empty field of a
+// comma-separated environment or --set value (setFromString keeps those
+// as "" for this check). An empty element is a mistake, such as a
+// variable that expanded to nothing, never an entry the operator meant;
+// dropping it silently would hide the mistake.
+func noEmptyItems(n *yaml.Node, key string) error {
+	for i, item := range n.Content {
+		if item.Kind == yaml.ScalarNode && (item.ShortTag() == "!!null" || strings.TrimSpace(item.Value) == "") {
+			return keyErr(key, "element %d is empty%s", i+1, at(item))
+		}
 	}
 	return nil
 }
@@ -365,17 +389,25 @@ func parseDuration(s string) (time.Duration, error) {
 }
 
 // setFromString applies an environment or --set value. Lists take YAML flow
-// syntax ([a, b]) or a comma-separated string.
+// syntax ([a, b]) or a comma-separated string. An empty value is an empty
+// list; an empty field of a comma-separated list (a,,b, a trailing or
+// leading comma) is refused by position, like a trailing comma in the
+// flow syntax ([a, b,], which YAML itself would read as two elements).
 func setFromString(v reflect.Value, key, raw string) error {
+	trimmed := strings.TrimSpace(raw)
+	trailingComma := false
 	switch {
 	case v.Kind() == reflect.String:
 		v.SetString(raw)
 		return nil
-	case v.Kind() == reflect.Slice && !strings.HasPrefix(strings.TrimSpace(raw), "["):
+	case v.Kind() == reflect.Slice && strings.HasPrefix(trimmed, "["):
+		inner, closed := strings.CutSuffix(trimmed, "]")
+		trailingComma = closed && strings.HasSuffix(strings.TrimSpace(inner), ",")
+	case v.Kind() == reflect.Slice:
 		parts := []string{}
-		for _, p := range strings.Split(raw, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				parts = append(parts, strconv.Quote(p))
+		if trimmed != "" {
+			for _, p := range strings.Split(raw, ",") {
+				parts = append(parts, strconv.Quote(strings.TrimSpace(p)))
 			}
 		}
 		raw = "[" + strings.Join(parts, ", ") + "]"
@@ -385,6 +417,12 @@ func setFromString(v reflect.Value, key, raw string) error {
 		return keyErr(key, "unparsable value %q", raw)
 	}
 	forgetLines(doc.Content[0])
+	if n := doc.Content[0]; trailingComma && n.Kind == yaml.SequenceNode {
+		if err := noEmptyItems(n, key); err != nil {
+			return err // an earlier empty element is named first
+		}
+		return keyErr(key, "element %d is empty (a trailing comma)", len(n.Content)+1)
+	}
 	return decodeLeaf(doc.Content[0], v, key)
 }
 
@@ -466,6 +504,9 @@ func (c Config) Validate() error {
 	if len(c.Jetstream.URLs) == 0 {
 		return keyErr("jetstream.urls", "must list at least one endpoint")
 	}
+	if err := checkList("jetstream.urls", c.Jetstream.URLs, sameEndpoint); err != nil {
+		return err
+	}
 	for _, u := range c.Jetstream.URLs {
 		if err := checkURL("jetstream.urls", u, "ws", "wss"); err != nil {
 			return err
@@ -475,6 +516,9 @@ func (c Config) Validate() error {
 		// Jetstream reads an absent wantedCollections as "everything": an
 		// empty list would subscribe this instance to the whole firehose.
 		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
+	}
+	if err := checkList("jetstream.collections", c.Jetstream.Collections, strings.TrimSpace); err != nil {
+		return err
 	}
 	for _, col := range c.Jetstream.Collections {
 		if !nsid.ValidPattern(col) {
@@ -544,6 +588,9 @@ func (c Config) Validate() error {
 	if err := checkURL("webhooks.public_url", c.Webhooks.PublicURL, "http", "https"); err != nil {
 		return err
 	}
+	if err := checkList("backfill.relay_endpoints", c.Backfill.RelayEndpoints, sameEndpoint); err != nil {
+		return err
+	}
 	if c.Backfill.Enabled {
 		if len(c.Backfill.RelayEndpoints) == 0 {
 			return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
@@ -576,6 +623,54 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// checkList refuses an empty element and an element listed twice in the
+// list-valued key key, naming the element's position (1-based). Two
+// elements are the same when same gives them the same form. (Loading
+// already refuses empty elements by position, with the file's line; this
+// covers a Config built in code too.) webhooks.retry_schedule, the one
+// list of durations, is not checked for repeats: a schedule may space
+// several attempts alike (0s, 30s, 30s).
+func checkList(key string, items []string, same func(string) string) error {
+	first := make(map[string]int, len(items))
+	for i, item := range items {
+		if strings.TrimSpace(item) == "" {
+			return keyErr(key, "element %d is empty", i+1)
+		}
+		form := same(item)
+		j, seen := first[form]
+		switch {
+		case !seen:
+			first[form] = i
+		case strings.TrimSpace(items[j]) == strings.TrimSpace(item):
+			return keyErr(key, "%q is listed twice (elements %d and %d)", strings.TrimSpace(item), j+1, i+1)
+		default:
+			return keyErr(key, "element %d (%q) is the same endpoint as element %d (%q); list it once", i+1, item, j+1, items[j])
+		}
+	}
+	return nil
+}
+
+// sameEndpoint is the form in which two endpoint URLs of a list are
+// compared: surrounding whitespace dropped, scheme and host in lower case
+// (both are case-insensitive), and one trailing slash of the path dropped.
+// A trailing slash counts as the same endpoint because the code that uses
+// these lists ignores it too: backfill trims it from a relay's base URL
+// before appending /xrpc/..., and Jetstream's wire is chosen by the path
+// without it. Listing one endpoint twice would only make the consumer or
+// the backfill fail over to the host it is leaving. A URL that does not
+// parse is compared as written (its own check refuses it).
+func sameEndpoint(raw string) string {
+	raw = strings.TrimSpace(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
+	return u.String()
 }
 
 // short renders d as an operator writes it: 1h rather than 1h0m0s.
