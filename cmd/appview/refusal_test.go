@@ -29,8 +29,8 @@ type refusal struct {
 
 func refusals() []refusal {
 	return []refusal{
-		{name: "unknown top-level key", yaml: "instance_idd: web-1\n", key: "instance_idd", reason: "unknown key (line 1)"},
-		{name: "unknown nested key", yaml: "admin:\n  addr: 127.0.0.1:0\nleases:\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 4)"},
+		{name: "unknown top-level key", yaml: "instance_idd: web-1\n", key: "instance_idd", reason: "unknown key (did you mean instance_id?) (line 1)"},
+		{name: "unknown nested key", yaml: "admin:\n  addr: 127.0.0.1:0\nleases:\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (did you mean leases.ttl?) (line 4)"},
 		{name: "duplicate key", yaml: "leases:\n  ttl: 15s\n  ttl: 20s\n", key: "leases.ttl", reason: "duplicate key (line 3)"},
 		{name: "two YAML documents", yaml: "admin:\n  addr: 127.0.0.1:0\n---\nleases:\n  ttl: 20s\n", key: "--config", reason: "more than one YAML document"},
 		{name: "unparsable duration", yaml: "leases:\n  ttl: fifteen seconds\n", key: "leases.ttl", reason: `unparsable duration "fifteen seconds"`},

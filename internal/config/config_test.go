@@ -51,8 +51,11 @@ var badConfigs = []struct {
 	key    string
 	reason string
 }{
-	{name: "unknown top-level key", yaml: "instance_idd: x\n", key: "instance_idd", reason: "unknown key (line 1)"},
-	{name: "unknown nested key", yaml: "leases:\n  ttl: 15s\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (line 3)"},
+	{name: "unknown top-level key", yaml: "instance_idd: x\n", key: "instance_idd", reason: "unknown key (did you mean instance_id?) (line 1)"},
+	{name: "unknown nested key", yaml: "leases:\n  ttl: 15s\n  tll: 15s\n", key: "leases.tll", reason: "unknown key (did you mean leases.ttl?) (line 3)"},
+	{name: "misspelt section in the file", yaml: "lease:\n  ttl: 15s\n", key: "lease", reason: "unknown key (did you mean leases?) (line 1)"},
+	{name: "misspelt list key in the file", yaml: "jetstream:\n  url: [wss://a.example/subscribe]\n", key: "jetstream.url", reason: "unknown key (did you mean jetstream.urls?) (line 2)"},
+	{name: "a key nothing resembles in the file", yaml: "jetstream:\n  firehose_everything: true\n", key: "jetstream.firehose_everything", reason: "unknown key (line 2)"},
 	{name: "scalar where a section belongs", yaml: "leases: 15s\n", key: "leases", reason: "expected a mapping"},
 	{name: "mapping where a scalar belongs", yaml: "jetstream:\n  compress:\n    on: true\n", key: "jetstream.compress", reason: "cannot unmarshal"},
 	{name: "fraction for a byte count in the file", yaml: "jetstream:\n  max_message_bytes: 1048576.9\n", key: "jetstream.max_message_bytes", reason: `expected a whole number, got "1048576.9" (line 2)`},

@@ -198,6 +198,24 @@ func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 	return out
 }
 
+// everyKey is every dotted key a configuration file may hold: the
+// leaves (leases.ttl) and the sections above them (leases), from which
+// an unknown key in the file gets its suggestion, as a --set key does
+// from the leaves.
+func everyKey() map[string]bool {
+	cfg := Default()
+	keys := map[string]bool{}
+	for key := range leafFields(reflect.ValueOf(&cfg).Elem(), "") {
+		keys[key] = true
+		for i, c := range key {
+			if c == '.' {
+				keys[key[:i]] = true
+			}
+		}
+	}
+	return keys
+}
+
 func yamlName(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 	if name == "" {
@@ -255,7 +273,7 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
 			}
 			f, ok := fields[name]
 			if !ok {
-				return keyErr(child, "unknown key%s", at(n.Content[i]))
+				return keyErr(child, "unknown key%s%s", suggestKey(child, everyKey()), at(n.Content[i]))
 			}
 			if seen[name] {
 				return keyErr(child, "duplicate key%s", at(n.Content[i]))
