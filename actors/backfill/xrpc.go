@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/strictjson"
 	"github.com/cenkalti/backoff/v5"
 )
 
@@ -243,7 +244,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 	}
 	body := io.LimitReader(resp.Body, maxResponseBytes)
 	if resp.StatusCode/100 == 2 {
-		if err := json.NewDecoder(body).Decode(out); err != nil {
+		if err := strictjson.UnmarshalRead(body, out); err != nil {
 			return backoff.Permanent(&xrpcError{method: method, host: host, status: resp.StatusCode,
 				message: "decode response: " + err.Error(), class: classDecode})
 		}
@@ -254,7 +255,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
-	if json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&xb) == nil {
+	if strictjson.UnmarshalRead(io.LimitReader(body, 64<<10), &xb) == nil {
 		xe.code, xe.message = xb.Error, xb.Message
 	}
 	switch {

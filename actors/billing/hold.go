@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // UpdateCrewTierPath is the hold XRPC procedure the refresh calls (docs/lexicons.md).
@@ -94,7 +96,7 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 			Error   string `json:"error"`
 			Message string `json:"message"`
 		}
-		if json.Unmarshal(raw, &e) == nil {
+		if strictjson.Unmarshal(raw, &e) == nil {
 			xe.Name, xe.Message = e.Error, e.Message
 		}
 		return "", xe
@@ -102,7 +104,7 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 	var out struct {
 		TierName string `json:"tierName"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
+	if err := strictjson.Unmarshal(raw, &out); err != nil {
 		return "", fmt.Errorf("decode answer: %w", err)
 	}
 	return out.TierName, nil

@@ -13,6 +13,8 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // Tier is a user's billing tier.
@@ -165,12 +167,12 @@ func (s *Stripe) page(ctx context.Context, status, after string) (*stripeList, e
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		_ = json.Unmarshal(body, &e)
+		_ = strictjson.Unmarshal(body, &e)
 		return nil, fmt.Errorf("stripe: list %s subscriptions: HTTP %d: %s %s",
 			status, resp.StatusCode, e.Error.Type, e.Error.Message)
 	}
 	var list stripeList
-	if err := json.Unmarshal(body, &list); err != nil {
+	if err := strictjson.Unmarshal(body, &list); err != nil {
 		return nil, fmt.Errorf("stripe: list %s subscriptions: decode: %w", status, err)
 	}
 	return &list, nil
@@ -181,7 +183,7 @@ func subscriptionTier(sub stripeSubscription) (string, Tier, bool) {
 	did := sub.Metadata[MetadataDID]
 	if did == "" && bytes.HasPrefix(bytes.TrimSpace(sub.Customer), []byte("{")) {
 		var c stripeCustomer
-		if json.Unmarshal(sub.Customer, &c) == nil {
+		if strictjson.Unmarshal(sub.Customer, &c) == nil {
 			did = c.Metadata[MetadataDID]
 		}
 	}

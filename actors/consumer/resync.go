@@ -20,6 +20,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // Re-read limits.
@@ -346,7 +347,7 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 	if len(body) > maxResponseBytes {
 		return fmt.Errorf("%s: answer larger than %d bytes", method, maxResponseBytes)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := strictjson.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package identity
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/strictjson"
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -210,7 +210,7 @@ func (d directory) LookupDID(ctx context.Context, did syntax.DID) (*identity.Ide
 		return nil, err
 	}
 	var doc identity.DIDDocument
-	if err := json.Unmarshal(raw, &doc); err != nil {
+	if err := strictjson.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("resolve %s: decode DID document: %w", did, err)
 	}
 	if doc.DID != did {

@@ -194,3 +194,29 @@ func TestDidWebIsHostLevelOnlyAsTheATProtocolSpecSays(t *testing.T) {
 
 // waitABit yields while polling for a condition a server goroutine sets.
 func waitABit() { runtime.Gosched() }
+
+// A DID document's member names are read exactly and once
+// (internal/strictjson): encoding/json took "AlsoKnownAs" for alsoKnownAs
+// and the last of two, so a document every other resolver reads as
+// declaring no handle, or another one, declared one here.
+func TestDocumentMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
+	docs := map[string]string{
+		didAlice: `{"id":"` + didAlice + `","AlsoKnownAs":["at://alice.test"],"service":[]}`,
+		didBob:   `{"id":"` + didBob + `","alsoKnownAs":["at://bob.test"],"alsoKnownAs":["at://alice.test"],"service":[]}`,
+	}
+	plc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, docs[strings.TrimPrefix(r.URL.Path, "/")])
+	}))
+	t.Cleanup(plc.Close)
+	wk := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, map[string]string{"alice.test": didAlice, "bob.test": didBob}[r.Host])
+	}))
+	t.Cleanup(wk.Close)
+	r := &Resolver{PLCURL: plc.URL, HandleWellKnownURL: wk.URL}
+	if h, err := r.Handle(context.Background(), didAlice); h != "" {
+		t.Errorf("Handle(a document with AlsoKnownAs only) = %q, %v; want none", h, err)
+	}
+	if h, err := r.Handle(context.Background(), didBob); h != "" || err == nil {
+		t.Errorf("Handle(a document with alsoKnownAs twice) = %q, %v; want none and an error", h, err)
+	}
+}

@@ -3,7 +3,6 @@ package jetstream
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/logval"
+	"github.com/atcr-io/appview/internal/strictjson"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -770,7 +770,7 @@ func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict boo
 		Message string `json:"message"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-	if json.Unmarshal(raw, &body) != nil || body.Error == "" {
+	if strictjson.Unmarshal(raw, &body) != nil || body.Error == "" {
 		return end
 	}
 	se := &ServerError{Name: bounded(body.Error), Message: bounded(body.Message), Status: resp.StatusCode}

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // DictionaryID is the zstd dictionary ID of the dictionary Jetstream v1 uses
@@ -106,7 +107,7 @@ func ClassOf(err error) ErrorClass {
 // ClassMalformedJSON or ClassInvalidEvent.
 func Decode(data []byte) (Event, error) {
 	var ev Event
-	if err := json.Unmarshal(data, &ev); err != nil {
+	if err := strictjson.Unmarshal(data, &ev); err != nil {
 		return Event{}, &DecodeError{Class: ClassMalformedJSON, Size: int64(len(data)), Err: err}
 	}
 	if err := Validate(&ev); err != nil {

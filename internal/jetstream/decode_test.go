@@ -164,6 +164,14 @@ func TestDecodeRejectsBadFramesWithTheirClass(t *testing.T) {
 		{"commit no rkey", strings.Replace(valid, `"rkey":"k"`, `"rkey":""`, 1), ClassInvalidEvent},
 		{"create without record", strings.Replace(valid, `"record":{"a":1},`, ``, 1), ClassInvalidEvent},
 		{"update with null record", strings.Replace(strings.Replace(valid, `{"a":1}`, `null`, 1), "create", "update", 1), ClassInvalidEvent},
+		// Member names match exactly and once (internal/strictjson):
+		// encoding/json read "DID" as did and kept the last duplicate.
+		{"did under DID", strings.Replace(valid, `"did"`, `"DID"`, 1), ClassInvalidEvent},
+		{"operation under Operation", strings.Replace(valid, `"operation"`, `"Operation"`, 1), ClassInvalidEvent},
+		{"did twice", strings.Replace(valid, `"did":"did:plc:abc"`, `"did":"did:plc:abc","did":"did:plc:xyz"`, 1), ClassMalformedJSON},
+		{"collection twice", strings.Replace(valid, `"collection":"io.atcr.tag"`, `"collection":"io.atcr.tag","collection":"io.atcr.manifest"`, 1), ClassMalformedJSON},
+		{"record member twice", strings.Replace(valid, `{"a":1}`, `{"a":1,"a":2}`, 1), ClassMalformedJSON},
+		{"invalid UTF-8", strings.Replace(valid, `"rkey":"k"`, "\"rkey\":\"k\xff\"", 1), ClassMalformedJSON},
 	}
 	d := newTestDecoder(t, 0)
 	if _, err := d.Decode([]byte(valid), false); err != nil {

@@ -323,3 +323,28 @@ func TestAHostWhoseSeqsRestartedBelowTheCursorIsReportedAndRedialled(t *testing.
 		t.Fatalf("%v events skipped as regressions: the reset host's stream was thrown away", v)
 	}
 }
+
+// The v2 frame and its payload are read with exact, once-only member
+// names too (internal/strictjson): a "Seq" is no seq, and a second "seq"
+// or "did" is a malformed frame, not a choice of the last one.
+func TestV2MemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
+	base := string(v2Commit(7, "did:plc:a", "3l3qo2vutsw07"))
+	if d, err := decodeV2([]byte(base)); err != nil || d.ev.Seq != 7 {
+		t.Fatalf("the base frame: %+v, %v", d, err)
+	}
+	for name, tc := range map[string]struct {
+		frame string
+		class ErrorClass
+	}{
+		"seq under Seq":         {strings.Replace(base, `"seq":7`, `"Seq":7`, 1), ClassInvalidEvent},
+		"payload under Payload": {strings.Replace(base, `"payload"`, `"Payload"`, 1), ClassMalformedJSON},
+		"seq twice":             {strings.Replace(base, `"seq":7`, `"seq":7,"seq":1000000`, 1), ClassMalformedJSON},
+		"did twice":             {strings.Replace(base, `"did":"did:plc:a"`, `"did":"did:plc:a","did":"did:plc:b"`, 1), ClassMalformedJSON},
+		"$type twice":           {strings.Replace(base, `"$type":"message"`, `"$type":"message","$type":"error"`, 1), ClassMalformedJSON},
+	} {
+		_, err := decodeV2([]byte(tc.frame))
+		if ClassOf(err) != tc.class {
+			t.Errorf("%s: %v (class %q), want class %q", name, err, ClassOf(err), tc.class)
+		}
+	}
+}

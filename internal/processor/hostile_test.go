@@ -200,3 +200,72 @@ func mergeMap(a, b map[string]any) map[string]any {
 	}
 	return a
 }
+
+// rawCommit is a create of rec, the record's JSON exactly as a PDS could
+// have written it.
+func rawCommit(did string, us int64, collection, rkey, rec string) jetstream.Event {
+	return jetstream.Event{DID: did, TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+		Rev: "3lrnqkdzhdqi2", Operation: "create", Collection: collection, RKey: rkey, Record: json.RawMessage(rec)}}
+}
+
+// Record member names are the lexicon's, exactly and once
+// (atproto.com/specs/data-model): encoding/json matched them without
+// regard to case and kept the last of duplicates, so a record another
+// AppView reads as missing a field, or as something else, was applied
+// here as it was not written.
+func TestRecordMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
+	const alice = "did:plc:alice"
+	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	manifest := `{"$type":"io.atcr.manifest","repository":"app","digest":"` + digest + `","mediaType":"x","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z","holdDid":"did:web:hold.example"`
+	for _, tc := range []struct {
+		name   string
+		ev     jetstream.Event
+		reason string
+	}{
+		{"a tag whose name is under TAG", rawCommit(alice, 2, processor.CollectionTag, "t1",
+			`{"$type":"io.atcr.tag","repository":"app","TAG":"latest","manifestDigest":"`+digest+`","createdAt":"2026-01-01T00:00:00Z"}`), processor.ReasonMissingField},
+		{"a tag whose name is twice", rawCommit(alice, 2, processor.CollectionTag, "t1",
+			`{"$type":"io.atcr.tag","repository":"app","tag":"latest","tag":"evil","manifestDigest":"`+digest+`","createdAt":"2026-01-01T00:00:00Z"}`), processor.ReasonMalformedRecord},
+		{"a manifest whose digest is under Digest", rawCommit(alice, 2, processor.CollectionManifest, "m2",
+			`{"$type":"io.atcr.manifest","repository":"app","Digest":"`+digest+`","mediaType":"x","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z","holdDid":"did:web:hold.example"}`), processor.ReasonMissingField},
+		{"a manifest with a layer size twice", rawCommit(alice, 2, processor.CollectionManifest, "m2",
+			manifest+`,"layers":[{"digest":"sha256:2","size":1,"size":2,"mediaType":"x"}]}`), processor.ReasonMalformedRecord},
+		{"a manifest with an annotation twice", rawCommit(alice, 2, processor.CollectionManifest, "m2",
+			manifest+`,"annotations":{"a":"1","a":"2"}}`), processor.ReasonMalformedRecord},
+		{"a star whose subject DID is under DID", rawCommit(alice, 2, processor.CollectionStar, "s1",
+			`{"$type":"io.atcr.sailor.star","subject":{"DID":"did:plc:bob","repository":"app"},"createdAt":"2026-01-01T00:00:00Z"}`), processor.ReasonMissingField},
+		{"hold stats whose owner is under OwnerDid", rawCommit("did:web:hold.example", 2, processor.CollectionStats, "s1",
+			`{"$type":"io.atcr.hold.stats","OwnerDid":"did:plc:alice","repository":"app","pullCount":1,"pushCount":1,"updatedAt":"2026-01-01T00:00:00Z"}`), processor.ReasonMissingField},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := testsupport.OpenDB(t)
+			p := processor.New(processor.Options{Log: zerolog.Nop()})
+			// The first event stores the manifest the tags point at.
+			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`), tc.ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Applied != 1 || res.Skipped[tc.reason] != 1 {
+				t.Fatalf("result %+v: want the manifest applied and the record skipped as %s", res, tc.reason)
+			}
+			for table, want := range map[string]int{"manifests": 1, "tags": 0, "stars": 0, "repository_hold_stats": 0, "manifest_layers": 0, "manifest_annotations": 0} {
+				if n := countRows(t, db.DB, table); n != want {
+					t.Errorf("%s has %d rows, want %d", table, n, want)
+				}
+			}
+		})
+	}
+	// A case variant beside the exact name is an unknown member: the
+	// exact one is what is stored, whichever comes last.
+	db := testsupport.OpenDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`),
+		rawCommit(alice, 2, processor.CollectionTag, "t1", `{"$type":"io.atcr.tag","repository":"app","tag":"latest","Tag":"evil","manifestDigest":"`+digest+`","createdAt":"2026-01-01T00:00:00Z"}`)})
+	if err != nil || res.Applied != 2 {
+		t.Fatalf("apply: %+v, %v: want both applied", res, err)
+	}
+	var tag string
+	if err := db.QueryRow(`SELECT tag FROM tags`).Scan(&tag); err != nil || tag != "latest" {
+		t.Fatalf("stored tag %q (%v), want \"latest\"", tag, err)
+	}
+}

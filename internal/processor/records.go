@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // NSIDs of the io.atcr collections the processor indexes (docs/lexicons.md).
@@ -237,7 +239,7 @@ type manifest struct {
 
 func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	var r manifestRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -352,7 +354,7 @@ type tag struct {
 
 func decodeTag(raw json.RawMessage) (*tag, error) {
 	var r tagRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -419,7 +421,7 @@ type star struct {
 
 func decodeStar(raw json.RawMessage) (*star, error) {
 	var r starRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -432,7 +434,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 	// Two published shapes: an object {did, repository}, or the at-uri of
 	// the starred repository's io.atcr.repo.page record.
 	var uri string
-	if json.Unmarshal(r.Subject, &uri) == nil {
+	if strictjson.Unmarshal(r.Subject, &uri) == nil {
 		did, coll, rkey, ok := parseATURI(uri)
 		if !ok || coll != CollectionRepoPage {
 			return nil, invalid(ReasonBadValue, "subject %q is not an at-uri of an %s record", uri, CollectionRepoPage)
@@ -440,7 +442,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 		s.OwnerDID, s.Repository = did, rkey
 	} else {
 		var obj starSubject
-		if err := json.Unmarshal(r.Subject, &obj); err != nil {
+		if err := strictjson.Unmarshal(r.Subject, &obj); err != nil {
 			return nil, invalid(ReasonMalformedRecord, "subject: %v", err)
 		}
 		s.OwnerDID, s.Repository = obj.DID, obj.Repository
@@ -469,7 +471,7 @@ type profile struct {
 
 func decodeProfile(rkey string, raw json.RawMessage) (*profile, error) {
 	var r profileRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -513,7 +515,7 @@ type repoPage struct {
 
 func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 	var r repoPageRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -557,7 +559,7 @@ type captain struct {
 
 func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
 	var r captainRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -606,7 +608,7 @@ type crew struct {
 
 func decodeCrew(raw json.RawMessage) (*crew, error) {
 	var r crewRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -644,7 +646,7 @@ type statsRecord struct {
 
 func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 	var r statsRecord
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := strictjson.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
