@@ -96,14 +96,18 @@ type Label struct {
 }
 
 // decMode decodes DAG-CBOR strictly: no indefinite lengths, no duplicate
-// map keys, bounded nesting and sizes, so a hostile frame costs little.
+// map keys, bounded nesting and sizes, so a hostile frame costs little;
+// and map keys name struct fields exactly (the data model's keys are
+// case-sensitive: a label's "VAL" is not its "val", where the library's
+// default would fall back to a case-insensitive match).
 var decMode = func() cbor.DecMode {
 	dm, err := cbor.DecOptions{
-		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
-		IndefLength:      cbor.IndefLengthForbidden,
-		MaxNestedLevels:  16,
-		MaxArrayElements: 1 << 16,
-		MaxMapPairs:      1 << 10,
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		FieldNameMatching: cbor.FieldNameMatchingCaseSensitive,
+		IndefLength:       cbor.IndefLengthForbidden,
+		MaxNestedLevels:   16,
+		MaxArrayElements:  1 << 16,
+		MaxMapPairs:       1 << 10,
 	}.DecMode()
 	if err != nil {
 		panic(err) // constant options: a failure is a programming error

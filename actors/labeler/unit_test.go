@@ -9,6 +9,7 @@ import (
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -107,5 +108,35 @@ func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
 	}
 	if _, err := Worker(d); err == nil {
 		t.Fatal("a second Worker on the same metrics registry did not report the duplicate collectors")
+	}
+}
+
+// A label's keys name its fields exactly: the CBOR library's default
+// falls back to a case-insensitive match, so a label carrying "VAL" and
+// no "val" was read as one with that value.
+func TestLabelKeysAreMatchedExactly(t *testing.T) {
+	base := func() map[string]any {
+		return map[string]any{"ver": 1, "src": "did:plc:labeler", "uri": "did:plc:alice", "val": "!takedown", "cts": "2026-01-01T00:00:00Z"}
+	}
+	enc := func(m map[string]any) cbor.RawMessage {
+		b, err := cbor.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if l, err := decodeLabel(enc(base())); err != nil || l.Val != "!takedown" {
+		t.Fatalf("the base label: %+v, %v", l, err)
+	}
+	upper := base()
+	delete(upper, "val")
+	upper["VAL"] = "!takedown"
+	if l, err := decodeLabel(enc(upper)); !errors.Is(err, errMalformed) {
+		t.Errorf("a label with VAL and no val decoded as %+v (%v), want malformed (no val)", l, err)
+	}
+	both := base()
+	both["Val"] = "other"
+	if l, err := decodeLabel(enc(both)); err != nil || l.Val != "!takedown" {
+		t.Errorf("a label with val and Val: %+v, %v; want val's value", l, err)
 	}
 }
