@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,14 +243,21 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 		{"bad did", []string{"--did", "bob", "--url", "https://93.184.216.34/hook"}, `webhook did "bob"`},
 		{"unknown trigger", []string{"--trigger", "pull", "--url", "https://93.184.216.34/hook"}, `unknown webhook trigger "pull"`},
 		{"empty secret on stdin", []string{"--secret", "-", "--url", "https://93.184.216.34/hook"}, "empty secret"},
+		{"url of 100 KB", []string{"--url", "https://93.184.216.34/" + strings.Repeat("a", 100<<10)}, "is 102422 bytes: at most 2048 are accepted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			args := append([]string{"webhooks", "add", "--did", "did:plc:alice"}, tc.args...)
+			args := append([]string{"webhooks", "add"}, tc.args...)
+			if !slices.Contains(tc.args, "--did") { // --did is given once
+				args = append(args, "--did", "did:plc:alice")
+			}
 			r := runAppview(t, dir, childEnv(), args...) // stdin: /dev/null
 			assertUsageRefusal(t, r, tc.reason)
 			if strings.Contains(r.stderr, "hunter2") {
 				t.Errorf("the refusal printed the password: %q", r.stderr)
+			}
+			if len(r.stderr) > 512 {
+				t.Errorf("the refusal is %d bytes; it should quote a long value only in part", len(r.stderr))
 			}
 			assertEmptyDir(t, dir)
 		})

@@ -27,6 +27,15 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"webhooks", "rm"}, "accepts 1 arg(s), received 0 (see appview webhooks rm --help)"},
 		{[]string{"webhooks", "rm", "first"}, `webhook id "first": want a positive integer`},
 		{[]string{"webhooks", "add", "--did", "did:plc:alice"}, `required flag(s) "url" not set (see appview webhooks add --help)`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice", "--url", "https://hooks.example/x", "--secret", ""},
+			`--secret: the secret given is empty or only whitespace (omit --secret for an unsigned webhook) (see appview webhooks add --help)`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice", "--url", "https://hooks.example/x", "--secret", " \t"}, `--secret: the secret given is empty or only whitespace`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice", "--did", "did:plc:bob", "--url", "https://hooks.example/x"},
+			`--did given 2 times (["did:plc:alice" "did:plc:bob"]): a webhook belongs to one DID; run webhooks add once for each`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice", "--url", "https://a.example/x", "--url", "https://b.example/x"},
+			`--url given 2 times (["https://a.example/x" "https://b.example/x"]): a webhook delivers to one URL`},
+		{[]string{"webhooks", "add", "--did", "did:plc:alice", "--url", "https://hooks.example/x", "--secret", "s3cr3t-one", "--secret", "s3cr3t-two"},
+			"--secret given 2 times: a webhook has one secret"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

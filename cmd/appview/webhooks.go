@@ -34,8 +34,9 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 	}
 
 	var (
-		added        webhooks.Webhook
-		allowPrivate bool
+		added              webhooks.Webhook
+		did, hookURL, secr onceFlag
+		allowPrivate       bool
 	)
 	add := &cobra.Command{
 		Use:   "add --did DID --url URL [--secret S] [--trigger push]",
@@ -43,23 +44,51 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		Long: "Add a webhook and print its id. The URL must be http(s) and resolve to public\n" +
 			"addresses unless --allow-private (deliveries are checked again, at connect time,\n" +
 			"against webhooks.allow_private). --secret - reads the secret from the first line\n" +
-			"of standard input, keeping it out of the shell history; it must not be empty.\n" +
-			"The URL must not carry credentials (user:password@): the secret authenticates\n" +
-			"deliveries. A DID gets at most one webhook per URL.",
+			"of standard input, keeping it out of the shell history. A secret given must not\n" +
+			"be empty or blank; omit --secret for an unsigned webhook. The URL must be at most\n" +
+			fmt.Sprint(webhooks.MaxURLBytes) + " bytes and must not carry credentials (user:password@): the secret\n" +
+			"authenticates deliveries. A webhook has one DID and one URL: --did, --url and\n" +
+			"--secret are given once (add one webhook per DID or URL). A DID gets at most one\n" +
+			"webhook per URL.",
 		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A stored webhook has one DID, one URL and one secret
+			// (webhooks table): a repeated flag would silently keep its
+			// last value, so it is refused.
+			for _, f := range []struct {
+				name, what string
+				v          *onceFlag
+				show       bool
+			}{{"did", "belongs to one DID", &did, true}, {"url", "delivers to one URL", &hookURL, true}, {"secret", "has one secret", &secr, false}} {
+				if len(f.v.values) < 2 {
+					continue
+				}
+				given := fmt.Sprintf("%d times", len(f.v.values))
+				if f.show { // never a secret: it would land in the terminal's scrollback and logs
+					given = fmt.Sprintf("%d times (%q)", len(f.v.values), f.v.values)
+				}
+				return cli.Usage(cmd, "--%s given %s: a webhook %s; run webhooks add once for each", f.name, given, f.what)
+			}
 			w := added
+			w.DID, w.URL, w.Secret = did.value(), hookURL.value(), secr.value()
+			signed := cmd.Flags().Changed("secret")
 			if w.Secret == "-" {
 				line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 				if err != nil && line == "" && !errors.Is(err, io.EOF) {
 					return fmt.Errorf("read secret from stdin: %w", err)
 				}
 				w.Secret = strings.TrimRight(line, "\r\n")
-				if w.Secret == "" {
+				if strings.TrimSpace(w.Secret) == "" {
 					// An operator who asked for a secret must not get an
 					// unsigned webhook because stdin was empty.
 					return cli.Usage(cmd, "--secret -: standard input gave an empty secret (omit --secret for an unsigned webhook)")
 				}
+			}
+			if signed && strings.TrimSpace(w.Secret) == "" {
+				// Empty is how the table stores "unsigned": an explicitly
+				// empty secret (an unset variable in --secret "$S") must
+				// not become an unsigned webhook.
+				return cli.Usage(cmd, "--secret: the secret given is empty or only whitespace (omit --secret for an unsigned webhook)")
 			}
 			// Everything about the flags is checked before the database is
 			// opened (and perhaps created): a refused flag is a usage error.
@@ -95,9 +124,9 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		},
 	}
 	af := add.Flags()
-	af.StringVar(&added.DID, "did", "", "DID whose repositories trigger the webhook (required)")
-	af.StringVar(&added.URL, "url", "", "http(s) URL receiving the POSTs (required)")
-	af.StringVar(&added.Secret, "secret", "", `HMAC-SHA256 signing secret ("-": read the first line of stdin, which must not be empty; omitted: unsigned)`)
+	af.Var(&did, "did", "DID whose repositories trigger the webhook (required, once)")
+	af.Var(&hookURL, "url", "http(s) URL receiving the POSTs (required, once)")
+	af.Var(&secr, "secret", `HMAC-SHA256 signing secret, not empty ("-": read the first line of stdin; omitted: unsigned)`)
 	af.StringSliceVar(&added.Triggers, "trigger", []string{webhooks.TriggerPush}, "trigger to subscribe to (repeatable)")
 	af.BoolVar(&allowPrivate, "allow-private", false, "accept a URL that resolves to a loopback/private address")
 	_ = add.MarkFlagRequired("did")
@@ -178,4 +207,23 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 
 	cmd.AddCommand(add, list, rm)
 	return cmd
+}
+
+// onceFlag is a string flag that keeps every value it is given, so that
+// a command can refuse a repetition (pflag's string flag silently keeps
+// the last one). It implements pflag.Value.
+type onceFlag struct{ values []string }
+
+func (f *onceFlag) Set(v string) error { f.values = append(f.values, v); return nil }
+func (f *onceFlag) Type() string       { return "string" }
+
+// String is the last value given ("" when none): what a plain string
+// flag would hold.
+func (f *onceFlag) String() string { return f.value() }
+
+func (f *onceFlag) value() string {
+	if len(f.values) == 0 {
+		return ""
+	}
+	return f.values[len(f.values)-1]
 }

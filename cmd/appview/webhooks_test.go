@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
@@ -97,5 +100,35 @@ func TestWebhooksAddRefusesLoopbackWithoutAllowPrivate(t *testing.T) {
 	}
 	if _, err := runWebhooks(t, path, "", "add", "--url", "https://93.184.216.34/"); err == nil {
 		t.Fatal("add without --did succeeded")
+	}
+}
+
+// An explicit empty secret, from the flag or from stdin, is refused
+// before the database is opened, and a repeated secret is never echoed.
+func TestWebhooksAddRefusesAnEmptySecretAndARepeatedFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "appview.db")
+	add := []string{"add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"--secret", ""}, "omit --secret for an unsigned webhook"},
+		{"", []string{"--secret="}, "--secret: the secret given is empty"},
+		{"", []string{"--secret", "  "}, "--secret: the secret given is empty or only whitespace"},
+		{"\t \n", []string{"--secret", "-"}, "standard input gave an empty secret"},
+		{"", []string{"--secret", "first-secret", "--secret", "second-secret"}, "--secret given 2 times"},
+	} {
+		_, err := runWebhooks(t, path, tc.stdin, append(append([]string{}, add...), tc.args...)...)
+		var ue *cli.UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("add %q (stdin %q): %v, want a usage error containing %q", tc.args, tc.stdin, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "-secret\"") {
+			t.Errorf("add %q: the refusal prints a secret: %v", tc.args, err)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a refused add created the database (stat: %v)", err)
 	}
 }

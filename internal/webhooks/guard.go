@@ -50,8 +50,15 @@ func (g Guard) outbound() netguard.Guard {
 	return netguard.Guard{AllowPrivate: g.AllowPrivate, Key: key, Purpose: "webhook"}
 }
 
-// CheckURL validates a webhook URL when it is added: http or https, a host,
-// no credentials (user:password@: they would be stored and listed in the
+// MaxURLBytes bounds a webhook URL when it is added (CheckURL): 2,048
+// bytes, the length browsers, proxies and most HTTP servers are known to
+// accept in a request line. A longer URL is a mistake (a pasted document,
+// a runaway template), and it would be stored, listed and logged with
+// every delivery.
+const MaxURLBytes = 2048
+
+// CheckURL validates a webhook URL when it is added: at most MaxURLBytes,
+// http or https, a host, no credentials (user:password@: they would be stored and listed in the
 // clear; the signing secret is what authenticates a delivery), and (unless
 // AllowPrivate) every address the host resolves to public. The error is a
 // *RefusedError for a non-public address, or says what is wrong with the
@@ -59,6 +66,10 @@ func (g Guard) outbound() netguard.Guard {
 // this check says nothing about later requests: DNS can change, which is
 // why Control repeats it at dial time.
 func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
+	if len(raw) > MaxURLBytes {
+		// Quote only its start: the refusal is one readable line.
+		return nil, invalid("webhook url %q... is %d bytes: at most %d are accepted", raw[:48], len(raw), MaxURLBytes)
+	}
 	u, err := parseTarget(raw)
 	if err != nil {
 		return nil, &invalidError{err: err}

@@ -64,6 +64,8 @@ func TestAddRejectsBadDIDTriggerAndURL(t *testing.T) {
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1:99999/h"}, lax, "port 99999 is not in 1..65535"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1:0/h"}, lax, "port 0 is not in 1..65535"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/"}, Guard{}, "loopback"},
+		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/" + strings.Repeat("a", 100<<10)}, lax, "is 102417 bytes: at most 2048 are accepted"},
+		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/" + strings.Repeat("a", MaxURLBytes-len("http://127.0.0.1/")+1)}, lax, "is 2049 bytes"},
 	}
 	for _, c := range cases {
 		if _, err := Add(e.ctx, e.db.DB, c.w, c.g); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -72,6 +74,10 @@ func TestAddRejectsBadDIDTriggerAndURL(t *testing.T) {
 	}
 	if all, _ := List(e.ctx, e.db.DB, ""); len(all) != 0 {
 		t.Fatalf("rejected webhooks were stored: %+v", all)
+	}
+	atBound := "http://127.0.0.1/" + strings.Repeat("a", MaxURLBytes-len("http://127.0.0.1/"))
+	if _, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:a", URL: atBound}, lax); err != nil {
+		t.Fatalf("a URL of exactly %d bytes: %v", MaxURLBytes, err)
 	}
 }
 
