@@ -269,3 +269,31 @@ func TestRecordMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 		t.Fatalf("stored tag %q (%v), want \"latest\"", tag, err)
 	}
 }
+
+// A record names its own lexicon: one whose $type is another collection's
+// NSID is skipped as bad_value (the reference AppView refuses it too);
+// one without $type is read as the registry's records are.
+func TestARecordWhoseTypeIsAnotherCollectionIsSkipped(t *testing.T) {
+	const alice = "did:plc:alice"
+	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	manifest := `"repository":"app","digest":"` + digest + `","mediaType":"x","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z","holdDid":"did:web:hold.example"}`
+	db := testsupport.OpenDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		rawCommit(alice, 1, processor.CollectionManifest, "m1", `{"$type":"io.atcr.manifest",`+manifest),
+		rawCommit(alice, 2, processor.CollectionManifest, "m2", `{`+manifest),
+		rawCommit(alice, 3, processor.CollectionManifest, "m3", `{"$type":"io.atcr.tag",`+manifest),
+		rawCommit(alice, 4, processor.CollectionTag, "t1", `{"$type":"io.atcr.manifest","repository":"app","tag":"latest","manifestDigest":"`+digest+`"}`),
+		rawCommit(alice, 5, processor.CollectionTag, "t2", `{"$type":"IO.ATCR.TAG","repository":"app","tag":"v2","manifestDigest":"`+digest+`"}`),
+		rawCommit(alice, 6, processor.CollectionTag, "t3", `{"$type":"io.atcr.tag","repository":"app","tag":"v3","manifestDigest":"`+digest+`"}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied+res.Unchanged != 3 || res.Skipped[processor.ReasonBadValue] != 3 {
+		t.Fatalf("result %+v: want m1, m2 (the same manifest again) and t3 applied, the three others skipped as bad_value", res)
+	}
+	if n := countRows(t, db.DB, "tags"); n != 1 {
+		t.Errorf("%d tags, want 1", n)
+	}
+}

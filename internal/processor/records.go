@@ -85,6 +85,23 @@ func reasonOf(err error) string {
 // check accumulates the first validation failure of a record.
 type check struct{ err error }
 
+// recordType is the $type member every record struct embeds.
+type recordType struct {
+	Type *string `json:"$type"`
+}
+
+// recordType checks a record's $type against the collection it was
+// written to: a record names its own lexicon (atproto.com/specs/lexicon,
+// "record" type), and the reference AppView refuses one whose $type is
+// not its collection's NSID. An absent $type is accepted, as the
+// registry's published records are read (LEXICONS.md); a present one
+// that differs is ReasonBadValue.
+func (c *check) recordType(collection string, t *string) {
+	if c.err == nil && t != nil && *t != collection {
+		c.err = invalid(ReasonBadValue, "$type %q is not the collection %s", *t, collection)
+	}
+}
+
 func (c *check) required(field string, present bool) {
 	if c.err == nil && !present {
 		c.err = invalid(ReasonMissingField, "%s is required", field)
@@ -209,6 +226,7 @@ type manifestRef struct {
 }
 
 type manifestRecord struct {
+	recordType
 	Repository    *string           `json:"repository"`
 	Digest        *string           `json:"digest"`
 	MediaType     *string           `json:"mediaType"`
@@ -243,6 +261,7 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionManifest, r.Type)
 	c.required("repository", r.Repository != nil)
 	c.required("digest", r.Digest != nil)
 	c.required("mediaType", r.MediaType != nil)
@@ -333,6 +352,7 @@ func HoldDIDFromEndpoint(endpoint string) (string, error) {
 }
 
 type tagRecord struct {
+	recordType
 	Repository     *string `json:"repository"`
 	Tag            *string `json:"tag"`
 	Manifest       *string `json:"manifest"`
@@ -358,6 +378,7 @@ func decodeTag(raw json.RawMessage) (*tag, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionTag, r.Type)
 	c.required("repository", r.Repository != nil)
 	c.required("tag", r.Tag != nil)
 	c.nonEmpty("repository", r.Repository)
@@ -409,6 +430,7 @@ type starSubject struct {
 }
 
 type starRecord struct {
+	recordType
 	Subject   json.RawMessage `json:"subject"`
 	CreatedAt *string         `json:"createdAt"`
 }
@@ -425,6 +447,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionStar, r.Type)
 	c.required("subject", len(r.Subject) > 0 && string(r.Subject) != "null")
 	c.required("createdAt", r.CreatedAt != nil)
 	s := &star{CreatedAt: c.datetime("createdAt", r.CreatedAt)}
@@ -456,6 +479,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 }
 
 type profileRecord struct {
+	recordType
 	CreatedAt          *string `json:"createdAt"`
 	UpdatedAt          *string `json:"updatedAt"`
 	DefaultHold        *string `json:"defaultHold"`
@@ -475,6 +499,7 @@ func decodeProfile(rkey string, raw json.RawMessage) (*profile, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionProfile, r.Type)
 	if rkey != "self" {
 		c.err = invalid(ReasonBadValue, "record key %q, want literal self", rkey)
 	}
@@ -500,6 +525,7 @@ type atprotoBlob struct {
 }
 
 type repoPageRecord struct {
+	recordType
 	Repository  *string      `json:"repository"`
 	Description *string      `json:"description"`
 	Avatar      *atprotoBlob `json:"avatar"`
@@ -519,6 +545,7 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionRepoPage, r.Type)
 	c.required("repository", r.Repository != nil)
 	c.required("createdAt", r.CreatedAt != nil)
 	c.required("updatedAt", r.UpdatedAt != nil)
@@ -539,6 +566,7 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 }
 
 type captainRecord struct {
+	recordType
 	Owner              *string `json:"owner"`
 	Public             *bool   `json:"public"`
 	AllowAllCrew       *bool   `json:"allowAllCrew"`
@@ -563,6 +591,7 @@ func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionCaptain, r.Type)
 	if rkey != "self" {
 		c.err = invalid(ReasonBadValue, "record key %q, want literal self", rkey)
 	}
@@ -591,6 +620,7 @@ func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
 }
 
 type crewRecord struct {
+	recordType
 	Member      *string   `json:"member"`
 	Role        *string   `json:"role"`
 	Permissions *[]string `json:"permissions"`
@@ -612,6 +642,7 @@ func decodeCrew(raw json.RawMessage) (*crew, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionCrew, r.Type)
 	c.required("member", r.Member != nil)
 	c.required("role", r.Role != nil)
 	c.required("permissions", r.Permissions != nil)
@@ -635,6 +666,7 @@ func decodeCrew(raw json.RawMessage) (*crew, error) {
 }
 
 type statsRecord struct {
+	recordType
 	OwnerDID   *string `json:"ownerDid"`
 	Repository *string `json:"repository"`
 	PullCount  *int64  `json:"pullCount"`
@@ -650,6 +682,7 @@ func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
+	c.recordType(CollectionStats, r.Type)
 	c.required("ownerDid", r.OwnerDID != nil)
 	c.required("repository", r.Repository != nil)
 	c.required("pullCount", r.PullCount != nil)
