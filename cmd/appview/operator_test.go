@@ -278,16 +278,16 @@ func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T
 	dir := t.TempDir()
 	writeTestFile(t, filepath.Join(dir, "capture.jsonl"), "")
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "capture.jsonl", "--listen", "127.0.0.1:21141x")
-	assertRefusal(t, r, "--listen", "21141x")
+	assertFlagRefusal(t, r, "--listen", "21141x")
 }
 
 // A missing capture is named first, even on an unusable address.
 func TestJetstreamReplayRefusesAMissingCaptureBeforeItsAddress(t *testing.T) {
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "missing.jsonl", "--listen", "127.0.0.1:21141x")
-	assertRefusal(t, r, "--file", "missing.jsonl")
+	assertFlagRefusal(t, r, "--file", "missing.jsonl")
 	r = runAppview(t, dir, childEnv(), "jetstream-replay", "--file", ".")
-	assertRefusal(t, r, "--file", "is a directory")
+	assertFlagRefusal(t, r, "--file", "is a directory")
 }
 
 func TestWebhooksAddRefusesTheSameURLTwiceForOneDIDNamingTheWebhook(t *testing.T) {

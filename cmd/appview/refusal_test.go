@@ -167,6 +167,20 @@ func assertRefusal(t *testing.T, r result, key, reason string) {
 	}
 }
 
+// assertFlagRefusal checks that r is a refusal before anything ran
+// about flag, which is no configuration key: exit 2 and one line
+// "appview: FLAG: ..." containing reason (no "config:").
+func assertFlagRefusal(t *testing.T, r result, flag, reason string) {
+	t.Helper()
+	if r.code != cli.ExitConfig {
+		t.Errorf("exit code %d, want %d", r.code, cli.ExitConfig)
+	}
+	line, ok := strings.CutSuffix(r.stderr, "\n")
+	if prefix := "appview: " + flag + ": "; !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, reason) {
+		t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, reason)
+	}
+}
+
 func TestLeasesRefusesBadConfigurationLikeServe(t *testing.T) {
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv("APPVIEW_LEASES_TTL=1s"), "leases")

@@ -25,11 +25,16 @@ func newReplayCommand() *cobra.Command {
 		Short: "Serve a JSONL capture as a local Jetstream v1 /subscribe endpoint",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.File == "" {
-				return cli.Refuse("--file", "required: the JSONL capture to serve")
-			}
-			if o.Rate < 0 {
-				return cli.Refuse("--rate", "must not be negative")
+			// The command reads no configuration: its refusals name the
+			// flag, a bad value as a usage error, an unusable capture or
+			// address as a refusal to start (cli.Refuse of a flag).
+			switch {
+			case o.File == "":
+				return cli.Usage(cmd, "--file: empty; want the JSONL capture to serve")
+			case o.Rate < 0:
+				return cli.Usage(cmd, "--rate %v: must not be negative", o.Rate)
+			case o.DropAfter < 0:
+				return cli.Usage(cmd, "--drop-after %d: must not be negative", o.DropAfter)
 			}
 			// The capture first: a missing file is the likelier mistake, and
 			// is named even when the address is unusable too.
@@ -70,5 +75,6 @@ func newReplayCommand() *cobra.Command {
 	f.Float64Var(&o.Rate, "rate", 0, "events per second per connection (0: as fast as the client reads)")
 	f.BoolVar(&o.Loop, "loop", false, "replay the file again after its end, time_us shifted, forever")
 	f.IntVar(&o.DropAfter, "drop-after", 0, "test hook: drop each connection after this many events")
+	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }

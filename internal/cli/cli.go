@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -28,10 +29,30 @@ type StartError struct{ Err error }
 func (e *StartError) Error() string { return e.Err.Error() }
 func (e *StartError) Unwrap() error { return e.Err }
 
-// Refuse is a *StartError for configuration key (or flag) key.
+// Refuse is a *StartError about key: a configuration key (leases.ttl,
+// database.url) is reported as a *config.Error, "config: leases.ttl:
+// reason"; a flag (--file, --listen: key starts with "-") as a
+// *FlagError, "--file: reason", since a flag such as jetstream-replay's,
+// or appview-dev's, is no part of the configuration.
 func Refuse(key, format string, args ...any) error {
-	return &StartError{Err: &config.Error{Key: key, Reason: fmt.Sprintf(format, args...)}}
+	reason := fmt.Sprintf(format, args...)
+	if strings.HasPrefix(key, "-") {
+		return &StartError{Err: &FlagError{Flag: key, Reason: reason}}
+	}
+	return &StartError{Err: &config.Error{Key: key, Reason: reason}}
 }
+
+// FlagError is a refusal about the value of a command-line flag that is
+// not a configuration key: a capture that does not exist, an address that
+// cannot be bound. Its line names the flag and the reason.
+type FlagError struct {
+	// Flag is the flag as typed, e.g. "--file".
+	Flag string
+	// Reason says what is wrong with its value.
+	Reason string
+}
+
+func (e *FlagError) Error() string { return e.Flag + ": " + e.Reason }
 
 // Exit prints err as one stderr line prefixed with name and returns the
 // exit code: ExitOK for nil, ExitConfig for a refusal before anything ran
