@@ -12,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Progress is how far the latest backfill run has got (issue 11.6), read
@@ -54,12 +55,42 @@ type Progress struct {
 	ReposPerSecond   float64 `json:"repos_per_second"`
 	RecordsPerSecond float64 `json:"records_per_second"`
 	// ETASeconds estimates the time left at the current repository rate;
-	// -1 when unknown (no repository finished yet), 0 when completed. A
-	// lower bound while ListingDone is false.
+	// -1 when unknown (no repository finished yet, or the run is
+	// StateStopped), 0 when completed. A lower bound while ListingDone is
+	// false.
 	ETASeconds float64 `json:"eta_seconds"`
 	// Fraction is finished / known repositories, 0..1 (1 when completed).
 	Fraction float64 `json:"fraction"`
+	// State is what is known of the run (StateRunning, StateCompleted,
+	// StateStopped or StateUnknown); "" when there is no run. The run's
+	// row outlives the process that worked on it, so an unfinished run is
+	// running only while an instance holds the backfill lease.
+	State string `json:"state,omitempty"`
+	// Lease is the backfill lease as read with the run, at the same
+	// instant of the database clock (its state and time left included);
+	// nil when the lease was never taken (backfill never ran with leases
+	// enabled).
+	Lease *leasestore.Listed `json:"lease,omitempty"`
 }
+
+// Run states (Progress.State).
+const (
+	// StateCompleted: the run finished (completed_at is set).
+	StateCompleted = "completed"
+	// StateRunning: the run is unfinished and an instance holds the
+	// backfill lease: its holder works on the run, or a new holder is
+	// about to resume it.
+	StateRunning = "running"
+	// StateStopped: the run is unfinished and no instance holds the
+	// backfill lease (it was released, its holder's grant expired, or it
+	// was never taken): nothing works on the run, and the next holder
+	// resumes it from its checkpoint.
+	StateStopped = "stopped"
+	// StateUnknown: the run is unfinished and was last written with
+	// leases disabled (fence 0), so no lease says whether an instance
+	// still works on it; UpdatedAt is when it last progressed.
+	StateUnknown = "unknown"
+)
 
 // Finished is ReposDone + ReposFailed.
 func (p Progress) Finished() int64 { return p.ReposDone + p.ReposFailed }
@@ -69,18 +100,23 @@ var progressSQL = `SELECT r.id, ` + database.Text("r.holder") + `, r.fence, r.st
   (SELECT COUNT(*) FROM backfill_repos b WHERE b.run_id = r.id),
   (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id),
   (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id AND c.done = 1),
-  ` + database.NowMS + `
-FROM backfill_runs r ORDER BY r.id DESC LIMIT 1`
+  ` + database.NowMS + `,
+  ` + database.Text("l.holder") + `, l.fence, l.acquired_at, l.renewed_at, l.expires_at
+FROM backfill_runs r LEFT JOIN leases l ON l.name = '` + LeaseName + `'
+ORDER BY r.id DESC LIMIT 1`
 
 // ReadProgress reads the latest run's Progress. It only reads.
 func ReadProgress(ctx context.Context, db *sql.DB) (Progress, error) {
 	var (
-		p                       Progress
-		started, updated, nowMS int64
-		completed               sql.NullInt64
+		p                                     Progress
+		started, updated, nowMS               int64
+		completed                             sql.NullInt64
+		leaseHolder                           sql.NullString
+		leaseFence, acquired, renewed, expiry sql.NullInt64
 	)
 	err := db.QueryRowContext(ctx, progressSQL).Scan(&p.RunID, &p.Holder, &p.Fence, &started, &completed, &updated,
-		&p.ReposDone, &p.ReposFailed, &p.Records, &p.ReposKnown, &p.Collections, &p.CollectionsListed, &nowMS)
+		&p.ReposDone, &p.ReposFailed, &p.Records, &p.ReposKnown, &p.Collections, &p.CollectionsListed, &nowMS,
+		&leaseHolder, &leaseFence, &acquired, &renewed, &expiry)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Progress{ETASeconds: -1}, nil
 	}
@@ -113,6 +149,23 @@ func ReadProgress(ctx context.Context, db *sql.DB) (Progress, error) {
 	if !completed.Valid && p.ReposKnown > 0 {
 		p.Fraction = float64(p.Finished()) / float64(p.ReposKnown)
 	}
+	if leaseHolder.Valid {
+		l := leasestore.Row{Name: LeaseName, Holder: leaseHolder.String, Fence: leaseFence.Int64,
+			AcquiredAt: acquired.Int64, RenewedAt: renewed.Int64, ExpiresAt: expiry.Int64, Now: nowMS}.Listed()
+		p.Lease = &l
+	}
+	switch {
+	case completed.Valid:
+		p.State = StateCompleted
+	case p.Lease != nil && p.Lease.State == leasestore.StateHeld:
+		p.State = StateRunning
+	case p.Fence == 0:
+		p.State = StateUnknown
+	default:
+		// Nothing progresses until a holder resumes the run: the time
+		// left is not known.
+		p.State, p.ETASeconds = StateStopped, -1
+	}
 	return p, nil
 }
 
@@ -132,7 +185,8 @@ type progressCollector struct {
 // appview_backfill_progress_records, appview_backfill_progress_repos_per_second,
 // appview_backfill_progress_records_per_second,
 // appview_backfill_progress_eta_seconds (-1: unknown) and
-// appview_backfill_progress_running (1 while a run is unfinished). When
+// appview_backfill_progress_running (1 while a run is unfinished and an
+// instance holds the backfill lease, see Progress.State). When
 // the database cannot be read the scrape carries none of them.
 func NewProgressCollector(db *sql.DB) prometheus.Collector {
 	return &progressCollector{
@@ -148,7 +202,7 @@ func NewProgressCollector(db *sql.DB) prometheus.Collector {
 		eta: prometheus.NewDesc("appview_backfill_progress_eta_seconds",
 			"Latest backfill run: estimated seconds left at the current rate (-1 unknown, 0 completed; a lower bound while listing).", nil, nil),
 		active: prometheus.NewDesc("appview_backfill_progress_running",
-			"1 while the latest backfill run is unfinished, else 0.", nil, nil),
+			"1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.", nil, nil),
 	}
 }
 
@@ -176,7 +230,7 @@ func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.recordRate, p.RecordsPerSecond)
 	g(c.eta, p.ETASeconds)
 	running := 0.0
-	if p.Run && p.CompletedAt == nil {
+	if p.State == StateRunning || p.State == StateUnknown {
 		running = 1
 	}
 	g(c.active, running)

@@ -9,6 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // TestProgressFollowsARunFromInterruptedToCompleted reads the progress of
@@ -23,7 +26,7 @@ func TestProgressFollowsARunFromInterruptedToCompleted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewProgressCollector(e.db))
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished, else 0.
+# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
 # TYPE appview_backfill_progress_running gauge
 appview_backfill_progress_running 0
 `), "appview_backfill_progress_running"); err != nil {
@@ -44,12 +47,33 @@ appview_backfill_progress_running 0
 	if p.Fraction <= 0.6 || p.Fraction >= 0.7 || p.ETASeconds < 0 {
 		t.Errorf("fraction %v, ETA %v; want 2/3 and a known ETA", p.Fraction, p.ETASeconds)
 	}
+	// instance-a's grant has not run out: as far as the database knows,
+	// it still works on the run.
+	if p.State != StateRunning || p.Lease == nil || p.Lease.Holder != "instance-a" || p.Lease.State != leasestore.StateHeld {
+		t.Errorf("state %q, lease %+v; want running, held by instance-a", p.State, p.Lease)
+	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished, else 0.
+# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
 # TYPE appview_backfill_progress_running gauge
 appview_backfill_progress_running 1
 `), "appview_backfill_progress_running"); err != nil {
 		t.Errorf("mid-run: %v", err)
+	}
+
+	// instance-a is gone and its grant ran out: the run's row still says
+	// instance-a, but nothing runs it.
+	if _, err := e.db.Exec(`UPDATE leases SET renewed_at = renewed_at - 120000, expires_at = renewed_at - 60000 WHERE name = ?1`, LeaseName); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = ReadProgress(context.Background(), e.db); err != nil || p.State != StateStopped || p.ETASeconds != -1 || p.Holder != "instance-a" {
+		t.Fatalf("after the grant ran out: %+v, %v; want stopped, ETA unknown, last holder instance-a", p, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
+# TYPE appview_backfill_progress_running gauge
+appview_backfill_progress_running 0
+`), "appview_backfill_progress_running"); err != nil {
+		t.Errorf("stopped: %v", err)
 	}
 
 	pds.Intercept(nil)
@@ -62,7 +86,7 @@ appview_backfill_progress_running 1
 		t.Fatal(err)
 	}
 	if p.CompletedAt == nil || p.ReposDone != 8 || p.ReposKnown != 8 || p.Records != 40 || !p.ListingDone ||
-		p.Fraction != 1 || p.ETASeconds != 0 || p.Holder != "instance-b" {
+		p.Fraction != 1 || p.ETASeconds != 0 || p.Holder != "instance-b" || p.State != StateCompleted {
 		t.Fatalf("completed progress = %+v; want 8 of 8, 40 records, fraction 1, ETA 0", p)
 	}
 
@@ -72,7 +96,7 @@ appview_backfill_progress_running 1
 	if err := json.Unmarshal(rec.Body.Bytes(), &view); err != nil || rec.Code != 200 {
 		t.Fatalf("/debug/backfill = %d %s", rec.Code, rec.Body)
 	}
-	for _, k := range []string{"repos_done", "repos_known", "records_applied", "repos_per_second", "eta_seconds", "listing_done"} {
+	for _, k := range []string{"repos_done", "repos_known", "records_applied", "repos_per_second", "eta_seconds", "listing_done", "state", "lease"} {
 		if _, ok := view[k]; !ok {
 			t.Errorf("/debug/backfill has no %q: %s", k, rec.Body)
 		}
@@ -88,5 +112,64 @@ appview_backfill_progress_repos{state="known"} 8
 appview_backfill_progress_records 40
 `), "appview_backfill_progress_repos", "appview_backfill_progress_records"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProgressStateSaysWhetherAnInstanceHoldsTheRun: a run's row outlives
+// the process that wrote it, so an unfinished run is "running" only while
+// the backfill lease is held; otherwise the state says what is known.
+func TestProgressStateSaysWhetherAnInstanceHoldsTheRun(t *testing.T) {
+	// lease, when set, is the backfill lease row: its renewed_at and
+	// expires_at relative to the database's now, in ms.
+	type lease struct{ renewed, expires int64 }
+	for _, tc := range []struct {
+		name       string
+		runFence   int64
+		completed  bool
+		lease      *lease
+		state      string
+		leaseState string
+	}{
+		{name: "held by another instance", runFence: 3, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: leasestore.StateHeld},
+		{name: "holder's grant expired", runFence: 3, lease: &lease{-60000, -45000}, state: StateStopped, leaseState: leasestore.StateExpired},
+		{name: "lease released", runFence: 3, lease: &lease{-5000, -5000}, state: StateStopped, leaseState: leasestore.StateReleased},
+		{name: "lease never taken", runFence: 3, state: StateStopped},
+		{name: "completed, lease expired", runFence: 3, completed: true, lease: &lease{-60000, -45000}, state: StateCompleted, leaseState: leasestore.StateExpired},
+		{name: "written with leases disabled", runFence: 0, state: StateUnknown},
+		{name: "written with leases disabled, now held", runFence: 0, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: leasestore.StateHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openDB(t)
+			completed := any(nil)
+			if tc.completed {
+				completed = 3000
+			}
+			if _, err := db.Exec(`INSERT INTO backfill_runs (id, started_at, completed_at, fence, holder, updated_at, repos_done, repos_failed, records)
+VALUES (1, 1000, ?1, ?2, 'appview-1', 2000, 3, 0, 9)`, completed, tc.runFence); err != nil {
+				t.Fatal(err)
+			}
+			if l := tc.lease; l != nil {
+				if _, err := db.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+VALUES (?1, 'appview-2', 4, `+database.NowMS+` - 120000, `+database.NowMS+` + ?2, `+database.NowMS+` + ?3)`, LeaseName, l.renewed, l.expires); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := ReadProgress(context.Background(), db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.State != tc.state {
+				t.Errorf("state %q, want %q", p.State, tc.state)
+			}
+			switch {
+			case tc.leaseState == "" && p.Lease != nil:
+				t.Errorf("lease %+v, want none", p.Lease)
+			case tc.leaseState != "" && (p.Lease == nil || p.Lease.State != tc.leaseState || p.Lease.Holder != "appview-2"):
+				t.Errorf("lease %+v, want %s by appview-2", p.Lease, tc.leaseState)
+			}
+			if p.State == StateStopped && p.ETASeconds != -1 {
+				t.Errorf("a stopped run has ETA %v, want -1 (unknown)", p.ETASeconds)
+			}
+		})
 	}
 }

@@ -15,17 +15,20 @@ import (
 	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // newBackfillCommand is `appview backfill status` (issue 11.6): the latest
-// run's progress from the checkpoint tables. Like `appview leases` it only
+// run's progress from the checkpoint tables, and its state from them and
+// the backfill lease (an unfinished run no instance holds is "stopped",
+// not "running": its row outlives the process). Like `appview leases` it only
 // reads (open must be openExisting), so it is safe beside running instances.
 func newBackfillCommand(open func(context.Context) (*database.DB, error)) *cobra.Command {
 	cmd := &cobra.Command{Use: "backfill", Short: "Backfill helpers"}
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "Print the latest backfill run's progress (a bar on a terminal, plain lines otherwise)",
+		Short: "Print the latest backfill run's progress and whether an instance holds it (a bar on a terminal, plain lines otherwise)",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "backfill_runs", func(ctx context.Context, db *database.DB) error {
@@ -66,10 +69,7 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 		fmt.Fprintln(w, "no backfill run recorded")
 		return
 	}
-	state := "running"
-	if p.CompletedAt != nil {
-		state = "completed"
-	}
+	state := p.State
 	var etaText strings.Builder
 	writeETA(&etaText, p)
 	eta := etaText.String()
@@ -80,7 +80,16 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 	if tty {
 		filled := int(p.Fraction * barWidth)
 		bar := strings.Repeat("█", filled) + strings.Repeat("░", barWidth-filled)
-		fmt.Fprintf(w, "backfill run %d (%s, holder %s, fence %d)\n", p.RunID, state, p.Holder, p.Fence)
+		switch state {
+		case backfill.StateStopped:
+			fmt.Fprintf(w, "backfill run %d (stopped: no instance holds the backfill lease, %s; last holder %s, fence %d)\n",
+				p.RunID, leaseText(p.Lease), p.Holder, p.Fence)
+		case backfill.StateUnknown:
+			fmt.Fprintf(w, "backfill run %d (unknown: written with leases disabled, last progress %s; holder %s)\n",
+				p.RunID, p.UpdatedAt.Format(time.RFC3339), p.Holder)
+		default:
+			fmt.Fprintf(w, "backfill run %d (%s, holder %s, fence %d)\n", p.RunID, state, p.Holder, p.Fence)
+		}
 		fmt.Fprintf(w, "%s %5.1f%%  %d/%s repos  %d failed  %d records  %.1f repos/s  ETA %s\n",
 			bar, p.Fraction*100, p.Finished(), known, p.ReposFailed, p.Records, p.ReposPerSecond, eta)
 		return
@@ -90,7 +99,9 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 		{"state", state},
 		{"holder", p.Holder},
 		{"fence", fmt.Sprint(p.Fence)},
+		{"lease", leaseText(p.Lease)},
 		{"started_at", p.StartedAt.Format(time.RFC3339)},
+		{"updated_at", p.UpdatedAt.Format(time.RFC3339)},
 		{"repos_done", fmt.Sprint(p.ReposDone)},
 		{"repos_failed", fmt.Sprint(p.ReposFailed)},
 		{"repos_known", known},
@@ -102,6 +113,25 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 	}
 	for _, l := range lines {
 		fmt.Fprintf(w, "%s: %s\n", l[0], l[1])
+	}
+}
+
+// leaseText says what the backfill lease row tells of the run's custody,
+// on the database's clock: "held by H (fence F, 12.5s left)", "released
+// by H (fence F) 3m0s ago", "expired: H's grant (fence F) ran out 3m0s
+// ago", or "never taken" when there is no row.
+func leaseText(l *leasestore.Listed) string {
+	if l == nil {
+		return "never taken"
+	}
+	ago := func(ms int64) string { return (time.Duration(l.Now-ms) * time.Millisecond).Round(time.Second).String() }
+	switch l.State {
+	case leasestore.StateHeld:
+		return fmt.Sprintf("held by %s (fence %d, %s left)", l.Holder, l.Fence, l.TimeLeft().Round(100*time.Millisecond))
+	case leasestore.StateReleased:
+		return fmt.Sprintf("released by %s (fence %d) %s ago", l.Holder, l.Fence, ago(l.RenewedAt))
+	default:
+		return fmt.Sprintf("expired: %s's grant (fence %d) ran out %s ago", l.Holder, l.Fence, ago(l.ExpiresAt))
 	}
 }
 

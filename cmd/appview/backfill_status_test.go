@@ -10,6 +10,8 @@ import (
 
 	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -17,7 +19,7 @@ func TestWriteProgressDrawsABarOnATerminalAndPlainLinesOtherwise(t *testing.T) {
 	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	p := backfill.Progress{Run: true, RunID: 3, Holder: "appview-1", Fence: 7, StartedAt: started,
 		ReposDone: 45, ReposFailed: 5, ReposKnown: 100, Records: 900, Fraction: 0.5,
-		ReposPerSecond: 2.5, RecordsPerSecond: 45, ETASeconds: 20, ListingDone: true}
+		ReposPerSecond: 2.5, RecordsPerSecond: 45, ETASeconds: 20, ListingDone: true, State: backfill.StateRunning}
 	var tty, plain bytes.Buffer
 	writeProgress(&tty, p, true, started)
 	writeProgress(&plain, p, false, started)
@@ -42,6 +44,55 @@ func TestWriteProgressDrawsABarOnATerminalAndPlainLinesOtherwise(t *testing.T) {
 	}
 }
 
+// An unfinished run's row outlives its process: the status says whether
+// an instance holds the backfill lease, and what became of the last grant.
+func TestWriteProgressSaysWhatIsKnownOfAnUnfinishedRun(t *testing.T) {
+	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	now := started.Add(10 * time.Minute).UnixMilli()
+	grant := func(state string, renewed, expires int64) *leasestore.Listed {
+		return &leasestore.Listed{Row: leasestore.Row{Name: backfill.LeaseName, Holder: "appview-2", Fence: 8,
+			RenewedAt: now + renewed, ExpiresAt: now + expires, Now: now}, State: state, TimeLeftMS: max(expires, 0)}
+	}
+	for _, tc := range []struct {
+		name  string
+		state string
+		lease *leasestore.Listed
+		plain []string // lines of the plain output
+		tty   string   // in the terminal's header line
+	}{
+		{"held", backfill.StateRunning, grant(leasestore.StateHeld, -2500, 12500),
+			[]string{"state: running\n", "lease: held by appview-2 (fence 8, 12.5s left)\n"}, "(running, holder appview-1, fence 7)"},
+		{"grant expired", backfill.StateStopped, grant(leasestore.StateExpired, -195000, -180000),
+			[]string{"state: stopped\n", "lease: expired: appview-2's grant (fence 8) ran out 3m0s ago\n", "eta: unknown\n"},
+			"(stopped: no instance holds the backfill lease, expired: appview-2's grant (fence 8) ran out 3m0s ago; last holder appview-1, fence 7)"},
+		{"released", backfill.StateStopped, grant(leasestore.StateReleased, -60000, -60000),
+			[]string{"state: stopped\n", "lease: released by appview-2 (fence 8) 1m0s ago\n"}, "(stopped: no instance holds the backfill lease, released by appview-2"},
+		{"never taken", backfill.StateStopped, nil,
+			[]string{"state: stopped\n", "lease: never taken\n"}, "(stopped: no instance holds the backfill lease, never taken; last holder appview-1"},
+		{"leases disabled", backfill.StateUnknown, nil,
+			[]string{"state: unknown\n", "updated_at: 2026-12-01T12:05:00Z\n"}, "(unknown: written with leases disabled, last progress 2026-12-01T12:05:00Z; holder appview-1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := backfill.Progress{Run: true, RunID: 3, Holder: "appview-1", Fence: 7, StartedAt: started, UpdatedAt: started.Add(5 * time.Minute),
+				ReposDone: 45, ReposKnown: 100, Fraction: 0.45, ETASeconds: -1, ListingDone: true, State: tc.state, Lease: tc.lease}
+			var tty, plain bytes.Buffer
+			writeProgress(&tty, p, true, started)
+			writeProgress(&plain, p, false, started)
+			for _, want := range tc.plain {
+				if !strings.Contains(plain.String(), want) {
+					t.Errorf("plain output lacks %q:\n%s", want, plain.String())
+				}
+			}
+			if !strings.Contains(tty.String(), tc.tty) {
+				t.Errorf("terminal output lacks %q:\n%s", tc.tty, tty.String())
+			}
+			if tc.state != backfill.StateRunning && strings.Contains(plain.String()+tty.String(), "running") {
+				t.Errorf("a run no instance is known to hold is shown running:\n%s%s", tty.String(), plain.String())
+			}
+		})
+	}
+}
+
 // TestBackfillStatusReadsTheDatabaseWithoutWriting runs the command on a
 // database holding one unfinished run (a pipe: plain lines).
 func TestBackfillStatusReadsTheDatabaseWithoutWriting(t *testing.T) {
@@ -61,10 +112,21 @@ VALUES (1, 1000, 4, 'appview-2', 2000, 3, 1, 42)`); err != nil {
 	}
 	var before int64
 	_ = db.QueryRow(`SELECT updated_at FROM backfill_runs`).Scan(&before)
+	// No instance holds the backfill lease: appview-2 is gone.
 	r := runAppview(t, dir, env, "backfill", "status")
 	if r.code != 0 || !strings.Contains(r.stdout, "holder: appview-2\n") || !strings.Contains(r.stdout, "repos_done: 3\n") ||
-		!strings.Contains(r.stdout, "records_applied: 42\n") || !strings.Contains(r.stdout, "state: running\n") {
+		!strings.Contains(r.stdout, "records_applied: 42\n") || !strings.Contains(r.stdout, "state: stopped\n") ||
+		!strings.Contains(r.stdout, "lease: never taken\n") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	// appview-3 holds it (it is about to resume the run).
+	if _, err := db.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+VALUES ('backfill', 'appview-3', 5, ` + database.NowMS + `, ` + database.NowMS + `, ` + database.NowMS + ` + 60000)`); err != nil {
+		t.Fatal(err)
+	}
+	r = runAppview(t, dir, env, "backfill", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "state: running\n") || !strings.Contains(r.stdout, "lease: held by appview-3 (fence 5, ") {
+		t.Fatalf("with the lease held: exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 	var after int64
 	_ = db.QueryRow(`SELECT updated_at FROM backfill_runs`).Scan(&after)

@@ -159,7 +159,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 		} else if bp.Run {
 			var out bytes.Buffer
 			writeETA(&out, bp)
-			p.Backfill = statuspage.Backfill{Run: true, RunID: bp.RunID, Holder: bp.Holder, Completed: bp.CompletedAt != nil,
+			p.Backfill = statuspage.Backfill{Run: true, RunID: bp.RunID, Holder: bp.Holder, State: bp.State,
 				Finished: bp.Finished(), Known: bp.ReposKnown, Failed: bp.ReposFailed, Records: bp.Records,
 				Listing: !bp.ListingDone && bp.CompletedAt == nil, Fraction: bp.Fraction, ReposPerSecond: bp.ReposPerSecond, ETA: out.String()}
 		}

@@ -59,10 +59,13 @@ type Jetstream struct {
 
 // Backfill is the latest run's progress.
 type Backfill struct {
-	Run                              bool
-	RunID                            int64
-	Holder                           string
-	Completed                        bool
+	Run    bool
+	RunID  int64
+	Holder string
+	// State is backfill.Progress.State: running, completed, stopped (no
+	// instance holds the backfill lease) or unknown (run with leases
+	// disabled).
+	State                            string
 	Finished, Known, Failed, Records int64
 	// Listing is true while relays are still listing (Known may grow).
 	Listing        bool
@@ -183,7 +186,7 @@ table{border-collapse:collapse}td,th{padding:.2em .8em .2em 0;text-align:left;ve
 <div>{{sparkline .Points}} <span class="muted">lag, last hour</span></div>{{end}}
 
 <h2>Backfill</h2>
-{{with .Backfill}}{{if .Run}}<p id="backfill">run {{.RunID}} ({{if .Completed}}completed{{else}}running{{end}}, <code>{{.Holder}}</code>)
+{{with .Backfill}}{{if .Run}}<p id="backfill">run {{.RunID}} ({{.State}}, <code>{{.Holder}}</code>)
 <span class="bar"><span style="width:{{width .Fraction}}%"></span></span> {{pct .Fraction}} ·
 {{.Finished}}/{{.Known}}{{if .Listing}}+{{end}} repos ({{.Failed}} failed) · {{.Records}} records · {{printf "%.2f" .ReposPerSecond}} repos/s · ETA {{.ETA}}</p>
 {{else}}<p id="backfill" class="muted">no backfill run recorded</p>{{end}}{{end}}

@@ -54,7 +54,7 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 		Handovers: []Handover{{Lease: "backfill", From: "appview-2", To: "appview-1", FromFence: 3, ToFence: 4, Gap: 300 * time.Millisecond}},
 		Jetstream: Jetstream{Known: true, Position: time.Now(), Lag: 2 * time.Second,
 			Points: []Point{{At: time.Now().Add(-time.Minute), Lag: time.Second}, {At: time.Now(), Lag: 3 * time.Second}}},
-		Backfill: Backfill{Run: true, RunID: 1, Finished: 5, Known: 10, Fraction: 0.5, ETA: "10s"},
+		Backfill: Backfill{Run: true, RunID: 1, State: "stopped", Finished: 5, Known: 10, Fraction: 0.5, ETA: "10s"},
 		Outbox:   []StateCount{{"pending", 2}, {"delivered", 7}, {"failed", 1}},
 	}
 	var b bytes.Buffer
@@ -65,7 +65,7 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 	if strings.Contains(out, "<script>") {
 		t.Fatal("an instance id was not escaped")
 	}
-	for _, want := range []string{"appview-1</code> (this page)", "appview-2", "<polyline", "300ms", "5/10 repos", "<td>delivered</td><td>7</td>", "width:50.0%"} {
+	for _, want := range []string{"appview-1</code> (this page)", "appview-2", "<polyline", "300ms", "5/10 repos", "<td>delivered</td><td>7</td>", "width:50.0%", "run 1 (stopped,"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("page lacks %q", want)
 		}
