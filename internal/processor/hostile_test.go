@@ -297,3 +297,36 @@ func TestARecordWhoseTypeIsAnotherCollectionIsSkipped(t *testing.T) {
 		t.Errorf("%d tags, want 1", n)
 	}
 }
+
+// A repo page's avatar is read from either blob form of the data model:
+// the legacy {"cid", "mimeType"} one was stored as no avatar at all. An
+// avatar with no CID in either form is a bad value.
+func TestARepoPageAvatarIsReadFromEitherBlobForm(t *testing.T) {
+	const alice = "did:plc:alice"
+	const cid = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"
+	page := func(repo, avatar string) string {
+		return `{"$type":"io.atcr.repo.page","repository":"` + repo + `","createdAt":"2026-01-01T00:00:00Z","updatedAt":"2026-01-01T00:00:00Z","avatar":` + avatar + `}`
+	}
+	db := testsupport.OpenDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		rawCommit(alice, 1, processor.CollectionRepoPage, "current", page("current", `{"$type":"blob","ref":{"$link":"`+cid+`"},"mimeType":"image/png","size":10}`)),
+		rawCommit(alice, 2, processor.CollectionRepoPage, "legacy", page("legacy", `{"cid":"`+cid+`","mimeType":"image/png"}`)),
+	})
+	if err != nil || res.Applied != 2 {
+		t.Fatalf("apply: %+v, %v: want both applied", res, err)
+	}
+	res, err = p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+		rawCommit(alice, 3, processor.CollectionRepoPage, "nocid", page("nocid", `{"mimeType":"image/png"}`)),
+		rawCommit(alice, 4, processor.CollectionRepoPage, "badcid", page("badcid", `{"$type":"blob","ref":{"$link":"not a cid"},"mimeType":"image/png","size":1}`)),
+	})
+	if err != nil || res.Skipped[processor.ReasonBadValue] != 2 {
+		t.Fatalf("apply: %+v, %v: want both avatars without a CID skipped as bad_value", res, err)
+	}
+	for _, repo := range []string{"current", "legacy"} {
+		var got string
+		if err := db.QueryRow(`SELECT avatar_cid FROM repo_pages WHERE repository = ?`, repo).Scan(&got); err != nil || got != cid {
+			t.Errorf("%s: avatar_cid %q (%v), want %s", repo, got, err, cid)
+		}
+	}
+}

@@ -518,10 +518,26 @@ func decodeProfile(rkey string, raw json.RawMessage) (*profile, error) {
 	return p, c.err
 }
 
+// atprotoBlob is a blob reference in either form the data model has
+// (atproto.com/specs/data-model, "Blob Type"): the current one,
+// {"$type": "blob", "ref": {"$link": CID}, "mimeType", "size"}, or the
+// legacy one still found in old records, {"cid": CID, "mimeType"}, which
+// implementations must keep reading.
 type atprotoBlob struct {
-	Ref struct {
+	Ref *struct {
 		Link string `json:"$link"`
 	} `json:"ref"`
+	// LegacyCID is the legacy form's "cid".
+	LegacyCID string `json:"cid"`
+}
+
+// cid returns the blob's CID, from whichever form it is in ("" for
+// neither).
+func (b *atprotoBlob) cid() string {
+	if b.Ref != nil && b.Ref.Link != "" {
+		return b.Ref.Link
+	}
+	return b.LegacyCID
 }
 
 type repoPageRecord struct {
@@ -560,7 +576,10 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 		UpdatedAt:   c.datetime("updatedAt", r.UpdatedAt),
 	}
 	if r.Avatar != nil {
-		p.AvatarCID = r.Avatar.Ref.Link
+		p.AvatarCID = r.Avatar.cid()
+		if _, err := syntax.ParseCID(p.AvatarCID); err != nil && c.err == nil {
+			c.err = invalid(ReasonBadValue, "avatar: %q is not a CID (in either blob form)", p.AvatarCID)
+		}
 	}
 	return p, c.err
 }
