@@ -3,6 +3,7 @@ package backfill
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -25,13 +26,17 @@ func TestProgressFollowsARunFromInterruptedToCompleted(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewProgressCollector(e.db))
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+	running := func(when string, want int) {
+		t.Helper()
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
 # HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
 # TYPE appview_backfill_progress_running gauge
-appview_backfill_progress_running 0
-`), "appview_backfill_progress_running"); err != nil {
-		t.Fatal(err)
+appview_backfill_progress_running %d
+`, want)), "appview_backfill_progress_running"); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
 	}
+	running("no run", 0)
 
 	_, pds, o, first := e.interruptedRun()
 
@@ -52,13 +57,7 @@ appview_backfill_progress_running 0
 	if p.State != StateRunning || p.Lease == nil || p.Lease.Holder != "instance-a" || p.Lease.State != leasestore.StateHeld {
 		t.Errorf("state %q, lease %+v; want running, held by instance-a", p.State, p.Lease)
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
-# TYPE appview_backfill_progress_running gauge
-appview_backfill_progress_running 1
-`), "appview_backfill_progress_running"); err != nil {
-		t.Errorf("mid-run: %v", err)
-	}
+	running("mid-run", 1)
 
 	// instance-a is gone and its grant ran out: the run's row still says
 	// instance-a, but nothing runs it.
@@ -68,13 +67,7 @@ appview_backfill_progress_running 1
 	if p, err = ReadProgress(context.Background(), e.db); err != nil || p.State != StateStopped || p.ETASeconds != -1 || p.Holder != "instance-a" {
 		t.Fatalf("after the grant ran out: %+v, %v; want stopped, ETA unknown, last holder instance-a", p, err)
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP appview_backfill_progress_running 1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.
-# TYPE appview_backfill_progress_running gauge
-appview_backfill_progress_running 0
-`), "appview_backfill_progress_running"); err != nil {
-		t.Errorf("stopped: %v", err)
-	}
+	running("stopped", 0)
 
 	pds.Intercept(nil)
 	second := e.acquire("instance-b")
