@@ -54,7 +54,8 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "", "readiness URL (default: /readyz on admin.addr, an unspecified host probed on loopback)")
+	cli.SingleVar(cmd.Flags(), &url, "url", "", "readiness URL, given once (default: /readyz on admin.addr, an unspecified host probed on loopback)",
+		"one instance is probed per run; run healthcheck once for each")
 	return cmd
 }
 

@@ -70,8 +70,10 @@ func newReplayCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.File, "file", "", "JSONL capture, one Jetstream v1 event a line")
-	f.StringVar(&o.Listen, "listen", jetstream.DefaultReplayListen, "address to listen on")
+	cli.SingleVar(f, &o.File, "file", "", "JSONL capture, one Jetstream v1 event a line (given once)",
+		"one capture is served; concatenate captures into one file")
+	cli.SingleVar(f, &o.Listen, "listen", jetstream.DefaultReplayListen, "address to listen on (given once)",
+		"one address is listened on; run one jetstream-replay per address")
 	f.Float64Var(&o.Rate, "rate", 0, "events per second per connection (0: as fast as the client reads)")
 	f.BoolVar(&o.Loop, "loop", false, "replay the file again after its end, time_us shifted, forever")
 	f.IntVar(&o.DropAfter, "drop-after", 0, "test hook: drop each connection after this many events")

@@ -21,6 +21,21 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"jetstream-replay"}, `appview: required flag(s) "file" not set (see appview jetstream-replay --help)`},
 		{[]string{"jetstream-replay", "--file", ""}, "appview: --file: empty; want the JSONL capture to serve (see appview jetstream-replay --help)"},
 		{[]string{"serve", "--config"}, "flag needs an argument: --config"},
+		// A flag that chooses what a command works on is given once: pflag
+		// would silently keep the last value (a "base + overlay" pair of
+		// --config ran on the overlay alone, with the default database).
+		{[]string{"serve", "--config", "a.yaml", "--config", "b.yaml"},
+			`--config given twice ("a.yaml", then "b.yaml"): one configuration file is read; put overrides in --set KEY=VALUE or APPVIEW_* variables (see appview serve --help)`},
+		{[]string{"--config=a.yaml", "leases", "--config=b.yaml"}, `--config given twice ("a.yaml", then "b.yaml")`},
+		{[]string{"webhooks", "list", "--config", "a.yaml", "--config", "a.yaml"}, `--config given twice ("a.yaml", then "a.yaml")`},
+		{[]string{"backfill", "status", "--config", "a.yaml", "--config", "b.yaml"}, `--config given twice`},
+		{[]string{"healthcheck", "--config", "a.yaml", "--config", "b.yaml"}, `--config given twice`},
+		{[]string{"config", "init", "--config", "a.yaml", "--config", "b.yaml"}, `--config given twice`},
+		{[]string{"healthcheck", "--url", "http://127.0.0.1:9/readyz", "--url", "http://127.0.0.1:8/readyz"},
+			`--url given twice ("http://127.0.0.1:9/readyz", then "http://127.0.0.1:8/readyz"): one instance is probed per run`},
+		{[]string{"webhooks", "list", "--did", "did:plc:alice", "--did", "did:plc:bob"}, `--did given twice ("did:plc:alice", then "did:plc:bob"): one DID is listed`},
+		{[]string{"jetstream-replay", "--file", "a.jsonl", "--file", "b.jsonl"}, `--file given twice ("a.jsonl", then "b.jsonl"): one capture is served`},
+		{[]string{"jetstream-replay", "--file", "a.jsonl", "--listen", "127.0.0.1:0", "--listen", "127.0.0.1:1"}, `--listen given twice ("127.0.0.1:0", then "127.0.0.1:1")`},
 		{[]string{"serv"}, `unknown command "serv" for "appview" (did you mean serve?)`},
 		{[]string{"webhooks", "lst"}, `unknown command "lst" for "appview webhooks" (did you mean list?)`},
 		{[]string{"config", "bogus"}, `unknown command "bogus" for "appview config"`},

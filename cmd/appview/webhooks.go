@@ -177,7 +177,8 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			return tw.Flush()
 		},
 	}
-	list.Flags().StringVar(&listDID, "did", "", "only webhooks of this DID")
+	cli.SingleVar(list.Flags(), &listDID, "did", "", "only webhooks of this DID (given once)",
+		"one DID is listed; run webhooks list once for each, or omit --did for every webhook")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	rm := &cobra.Command{

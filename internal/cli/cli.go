@@ -82,8 +82,13 @@ type ConfigFlags struct {
 }
 
 // Register adds --config and --set to cmd and every command under it.
+// --config is given at most once (a *RepeatedFlagError otherwise); --set
+// repeats.
 func (f *ConfigFlags) Register(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.file, "config", "", "YAML configuration file (default: built-in defaults)")
+	// One file: a second --config would silently replace the first (an
+	// operator's "base + overlay" would run on the overlay alone).
+	SingleVar(cmd.PersistentFlags(), &f.file, "config", "", "YAML configuration file, given once (default: built-in defaults)",
+		"one configuration file is read; put overrides in --set KEY=VALUE or APPVIEW_* variables")
 	cmd.PersistentFlags().StringArrayVar(&f.sets, "set", nil, "override one key, e.g. --set leases.ttl=20s (beats file and environment)")
 }
 

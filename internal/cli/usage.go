@@ -35,6 +35,12 @@ func Usage(cmd *cobra.Command, format string, args ...any) error {
 // the help and succeeds. Call it once the command tree is complete.
 func StrictUsage(root *cobra.Command) {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// pflag wraps a value's refusal in "invalid argument ... for
+		// ... flag": a repeated flag says it all itself.
+		var rep *RepeatedFlagError
+		if errors.As(err, &rep) {
+			err = rep
+		}
 		return &UsageError{err: err, path: cmd.CommandPath()}
 	})
 	// The default help and completion commands are added while executing;
