@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -328,5 +329,75 @@ func TestARepoPageAvatarIsReadFromEitherBlobForm(t *testing.T) {
 		if err := db.QueryRow(`SELECT avatar_cid FROM repo_pages WHERE repository = ?`, repo).Scan(&got); err != nil || got != cid {
 			t.Errorf("%s: avatar_cid %q (%v), want %s", repo, got, err, cid)
 		}
+	}
+}
+
+// Names and digests are checked as the names and digests they are, not
+// only as keys: a digest has the OCI grammar (algorithm:encoded), a
+// descriptor has one, a repository's path segments stay under its owner
+// (a webhook's repo_url is built from it) and no name carries a control
+// or white-space character. A new user's run stored "hello world" as a
+// digest and sent "../../admin?x=<script>" in a webhook link.
+func TestNamesAndDigestsAreCheckedAsWhatTheyAre(t *testing.T) {
+	const alice = "did:plc:alice"
+	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	manifest := func(repo, dig, extra string) string {
+		b, _ := json.Marshal(repo)
+		d, _ := json.Marshal(dig)
+		return `{"$type":"io.atcr.manifest","repository":` + string(b) + `,"digest":` + string(d) + `,"mediaType":"x","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z","holdDid":"did:web:hold.example"` + extra + `}`
+	}
+	tag := func(repo, name, dig string) string {
+		b, _ := json.Marshal(map[string]any{"$type": "io.atcr.tag", "repository": repo, "tag": name, "manifestDigest": dig, "createdAt": "2026-01-01T00:00:00Z"})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name   string
+		ev     jetstream.Event
+		reason string // "" when applied
+	}{
+		{"an OCI digest", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", digest, "")), ""},
+		{"a repository with a path and Unicode", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("org/café", digest, "")), ""},
+		{"a tag with punctuation", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "v1.0_rc-1", digest)), ""},
+		{"a digest that is not one", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", "hello world", "")), processor.ReasonBadValue},
+		{"a digest without an algorithm", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", ":abc", "")), processor.ReasonBadValue},
+		{"an empty mediaType", rawCommit(alice, 1, processor.CollectionManifest, "m1", strings.Replace(manifest("app", digest, ""), `"mediaType":"x"`, `"mediaType":""`, 1)), processor.ReasonMissingField},
+		{"a negative schemaVersion", rawCommit(alice, 1, processor.CollectionManifest, "m1", strings.Replace(manifest("app", digest, ""), `"schemaVersion":2`, `"schemaVersion":-7`, 1)), processor.ReasonBadValue},
+		{"a layer without a digest", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", digest, `,"layers":[{"size":1,"mediaType":"x"}]`)), processor.ReasonMissingField},
+		{"a layer whose digest is under Digest", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", digest, `,"layers":[{"Digest":"`+digest+`","size":1,"mediaType":"x"}]`)), processor.ReasonMissingField},
+		{"a config digest that is not one", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", digest, `,"config":{"digest":"nocolon","size":1,"mediaType":"x"}`)), processor.ReasonBadValue},
+		{"a layer of negative size", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app", digest, `,"layers":[{"digest":"`+digest+`","size":-1,"mediaType":"x"}]`)), processor.ReasonBadValue},
+		{"a repository climbing out", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("../../admin?x=<script>", digest, "")), processor.ReasonBadValue},
+		{"a repository with an empty segment", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("org//app", digest, "")), processor.ReasonBadValue},
+		{"a repository ending in a slash", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app/", digest, "")), processor.ReasonBadValue},
+		{"a repository with a space", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("my app", digest, "")), processor.ReasonBadValue},
+		{"a tag with CR LF", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "latest\r\nX-Injected: 1", digest)), processor.ReasonBadValue},
+		{"a tag with a slash", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "a/b", digest)), processor.ReasonBadValue},
+		{"a tag that is ..", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "..", digest)), processor.ReasonBadValue},
+		{"a tag's manifestDigest that is not one", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "v1", "xyz")), processor.ReasonBadValue},
+		{"a star of a repository climbing out", rawCommit(alice, 1, processor.CollectionStar, "s1", `{"$type":"io.atcr.sailor.star","subject":{"did":"did:plc:bob","repository":"../x"},"createdAt":"2026-01-01T00:00:00Z"}`), processor.ReasonBadValue},
+		{"hold stats of a repository with a tab", rawCommit("did:web:hold.example", 1, processor.CollectionStats, "s1", `{"$type":"io.atcr.hold.stats","ownerDid":"did:plc:alice","repository":"a\tb","pullCount":1,"pushCount":1,"updatedAt":"2026-01-01T00:00:00Z"}`), processor.ReasonBadValue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := testsupport.OpenDB(t)
+			p := processor.New(processor.Options{Log: zerolog.Nop()})
+			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{tc.ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.reason == "" {
+				if res.Applied != 1 {
+					t.Fatalf("result %+v: want it applied", res)
+				}
+				return
+			}
+			if res.Skipped[tc.reason] != 1 {
+				t.Fatalf("result %+v: want it skipped as %s", res, tc.reason)
+			}
+			for _, table := range registryTables {
+				if n := countRows(t, db.DB, table); n != 0 {
+					t.Errorf("%s has %d rows", table, n)
+				}
+			}
+		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -157,10 +159,67 @@ func (c *check) integer(field string, v int64) {
 	}
 }
 
-// blob checks a blob reference's digest and size.
+// blob checks an OCI descriptor (config, subject, a layer, a manifest of
+// an index): a digest is required and must be one, and the size is a
+// byte count (never negative).
 func (c *check) blob(field string, b *blobRef) {
+	c.required(field+".digest", b.Digest != "")
 	c.key(field+".digest", b.Digest)
-	c.integer(field+".size", b.Size)
+	c.digest(field+".digest", b.Digest)
+	c.count(field+".size", b.Size)
+}
+
+// digestRE is the digest grammar of the OCI image specification
+// (descriptor.md, "Digests"): algorithm ":" encoded, where algorithm is
+// components of [a-z0-9] joined by one of "+._-" and encoded is
+// [a-zA-Z0-9=_-]+. Only the grammar: an algorithm it does not know is
+// not refused, nor an encoded part of another length than the
+// algorithm's.
+var digestRE = regexp.MustCompile(`^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$`)
+
+// digest checks a non-empty digest against digestRE (ReasonBadValue);
+// "" is left to required and nonEmpty.
+func (c *check) digest(field, v string) {
+	if c.err == nil && v != "" && !digestRE.MatchString(v) {
+		c.err = invalid(ReasonBadValue, "%s %q is not a digest (algorithm:encoded, as the OCI image specification writes one)", field, v)
+	}
+}
+
+// name checks a repository or tag name beyond key: no control character
+// (a CR/LF would split a header or a log line built from it) and no white
+// space, which no OCI reference can carry. Other Unicode is kept: the
+// registry's names are not limited to the OCI distribution grammar.
+func (c *check) name(field, v string) {
+	c.key(field, v)
+	if c.err == nil && strings.IndexFunc(v, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0 {
+		c.err = invalid(ReasonBadValue, "%s %q contains a control or white-space character", field, v)
+	}
+}
+
+// repository checks a repository name: a name whose "/"-separated path
+// segments are none empty, "." or "..", so a URL built from it (the
+// webhook's repo_url, the status page's links) stays under the owner's
+// path.
+func (c *check) repository(field, v string) {
+	c.name(field, v)
+	if c.err != nil {
+		return
+	}
+	for seg := range strings.SplitSeq(v, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			c.err = invalid(ReasonBadValue, "%s %q has an empty, \".\" or \"..\" path segment", field, v)
+			return
+		}
+	}
+}
+
+// tagName checks a tag: a name without "/" (a tag is one path segment of
+// an OCI reference) and not "." or "..".
+func (c *check) tagName(field, v string) {
+	c.name(field, v)
+	if c.err == nil && (strings.Contains(v, "/") || v == "." || v == "..") {
+		c.err = invalid(ReasonBadValue, "%s %q is not a single path segment", field, v)
+	}
 }
 
 func validKey(v string) bool {
@@ -272,13 +331,15 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
 	c.maxLen("digest", str(r.Digest), maxDigestLen)
 	c.maxLen("mediaType", str(r.MediaType), maxMediaTypeLen)
-	c.key("repository", str(r.Repository))
+	c.nonEmpty("mediaType", r.MediaType)
+	c.repository("repository", str(r.Repository))
 	c.key("digest", str(r.Digest))
+	c.digest("digest", str(r.Digest))
 	c.elements("layers", len(r.Layers))
 	c.elements("manifests", len(r.Manifests))
 	c.elements("annotations", len(r.Annotations))
 	if r.SchemaVersion != nil {
-		c.integer("schemaVersion", *r.SchemaVersion)
+		c.count("schemaVersion", *r.SchemaVersion)
 	}
 	if r.Config != nil {
 		c.blob("config", r.Config)
@@ -386,9 +447,10 @@ func decodeTag(raw json.RawMessage) (*tag, error) {
 	c.maxLen("repository", str(r.Repository), maxRepositoryLen)
 	c.maxLen("tag", str(r.Tag), maxTagLen)
 	c.maxLen("manifestDigest", str(r.ManifestDigest), maxDigestLen)
-	c.key("repository", str(r.Repository))
-	c.key("tag", str(r.Tag))
+	c.repository("repository", str(r.Repository))
+	c.tagName("tag", str(r.Tag))
 	c.key("manifestDigest", str(r.ManifestDigest))
+	c.digest("manifestDigest", str(r.ManifestDigest))
 	t := &tag{
 		Repository:     str(r.Repository),
 		Tag:            str(r.Tag),
@@ -474,7 +536,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 	}
 	c.did("subject.did", s.OwnerDID)
 	c.maxLen("subject.repository", s.Repository, maxPageRepositoryLen)
-	c.key("subject.repository", s.Repository)
+	c.repository("subject.repository", s.Repository)
 	return s, c.err
 }
 
@@ -568,7 +630,7 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 	c.nonEmpty("repository", r.Repository)
 	c.maxLen("repository", str(r.Repository), maxPageRepositoryLen)
 	c.maxLen("description", str(r.Description), maxDescriptionLen)
-	c.key("repository", str(r.Repository))
+	c.repository("repository", str(r.Repository))
 	p := &repoPage{
 		Repository:  str(r.Repository),
 		Description: str(r.Description),
@@ -713,7 +775,7 @@ func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 	}
 	c.did("ownerDid", *r.OwnerDID)
 	c.maxLen("repository", *r.Repository, maxPageRepositoryLen)
-	c.key("repository", *r.Repository)
+	c.repository("repository", *r.Repository)
 	c.count("pullCount", *r.PullCount)
 	c.count("pushCount", *r.PushCount)
 	s := &HoldStat{
