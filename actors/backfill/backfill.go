@@ -194,7 +194,7 @@ func New(o Options) (*Backfiller, error) {
 	}
 	o.Retry = o.Retry.withDefaults()
 	b := &Backfiller{o: o, log: o.Log.With().Str("worker", LeaseName).Logger()}
-	b.skipLog = b.log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
+	b.skipLog = logval.Sampled(b.log, skipLogBurst, skipLogPeriod, "backfill request retried or deferred")
 	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: newRateLimits(o.Retry.PerHostConcurrency, time.Now),
 		onRetry: func(err error, wait time.Duration) {
 			o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()

@@ -76,9 +76,9 @@ func NewProps(o Options) *actor.Props {
 	o.Dispatcher.Custody = o.Custody
 	return actor.PropsFromProducer(func() actor.Actor {
 		log := o.Log.With().Str("component", "consumer").Str("custody", o.Custody.String()).Logger()
-		c := &consumer{o: o, log: log, sampled: sampled(log), frameLog: map[jetstream.ErrorClass]zerolog.Logger{}}
+		c := &consumer{o: o, log: log, sampled: sampled(log, "consumer warnings"), frameLog: map[jetstream.ErrorClass]zerolog.Logger{}}
 		for _, class := range jetstream.ErrorClasses {
-			c.frameLog[class] = sampled(log)
+			c.frameLog[class] = sampled(log, "undecodable Jetstream frame skipped ("+string(class)+")")
 		}
 		return c
 	}, actor.WithSupervisor(escalate))
@@ -96,8 +96,10 @@ const (
 	logPeriod = time.Minute
 )
 
-func sampled(l zerolog.Logger) zerolog.Logger {
-	return l.Sample(&zerolog.BurstSampler{Burst: logBurst, Period: logPeriod})
+// sampled limits l to logBurst lines per logPeriod and reports, in a
+// later line, how many lines of what it held back (logval.Sampled).
+func sampled(l zerolog.Logger, what string) zerolog.Logger {
+	return logval.Sampled(l, logBurst, logPeriod, what)
 }
 
 // runEnded reports that the client's Run returned.

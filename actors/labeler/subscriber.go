@@ -134,7 +134,7 @@ type sessionEnded struct {
 func newSubscriber(o Options, c fence.Custody) *subscriber {
 	log := o.Log.With().Str("worker", LeaseName).Str("lease", c.Lease).Int64("fence", c.Fence).
 		Str("endpoint", o.Endpoint).Logger()
-	skipLog := log.Sample(&zerolog.BurstSampler{Burst: skipLogBurst, Period: skipLogPeriod})
+	skipLog := logval.Sampled(log, skipLogBurst, skipLogPeriod, "labeler frame skipped")
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     o.ReconnectMin,
 		RandomizationFactor: 0.5,

@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -217,8 +218,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.halting = false
 		a.calls, a.cancel = context.WithCancel(context.Background())
 		a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
-		a.storeErrs = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
-		a.duplicates = a.log.Sample(&zerolog.BurstSampler{Burst: 1, Period: storeErrorLogPeriod})
+		a.storeErrs = logval.Sampled(a.log, 1, storeErrorLogPeriod, "lease store call failed")
+		a.duplicates = logval.Sampled(a.log, 1, storeErrorLogPeriod, "another process holds this lease under this instance_id")
 		a.acquiring, a.renewing = &atomic.Int32{}, &atomic.Int32{}
 		a.late = newLateOutcomes()
 		seed := a.o.Seed

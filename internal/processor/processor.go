@@ -149,8 +149,9 @@ type Options struct {
 	Log zerolog.Logger
 	// Metrics may be nil (no metrics).
 	Metrics *Metrics
-	// LogBurst is how many invalid-record warnings are logged per LogPeriod
-	// before the rest are dropped; 0 means 10 per minute.
+	// LogBurst is how many skipped-event lines of each skip reason are
+	// logged per LogPeriod before the rest are held back (and counted in
+	// a later line, see logval.Sampled); 0 means 10 per minute.
 	LogBurst  uint32
 	LogPeriod time.Duration
 	// Handles verifies handles for PrepareBatch (the process's shared
@@ -163,8 +164,16 @@ type Options struct {
 // (PrepareBatch's shortcut), so one Processor may serve the consumer and
 // the backfill at once.
 type Processor struct {
-	log     zerolog.Logger
-	sampled zerolog.Logger
+	log zerolog.Logger
+	// burst and period limit the skip lines of each reason (and the
+	// lookup failures), see skipLog.
+	burst  uint32
+	period time.Duration
+	// skipLogs are the sampled loggers of skipped events, one per skip
+	// reason (logval.Sampled): a flood of one reason must not hide the
+	// others, and each says how many of its lines it held back.
+	skipLogsMu sync.Mutex
+	skipLogs   map[string]zerolog.Logger
 	// lookups logs PrepareBatch's failed handle lookups, sampled apart
 	// from the skipped events: a directory outage must not use up the
 	// burst that reports invalid records.
@@ -190,12 +199,26 @@ func New(o Options) *Processor {
 	}
 	l := o.Log.With().Str("component", "processor").Logger()
 	return &Processor{
-		log:     l,
-		sampled: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
-		lookups: l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period}),
-		metrics: o.Metrics,
-		handles: o.Handles,
+		log:      l,
+		burst:    burst,
+		period:   period,
+		skipLogs: map[string]zerolog.Logger{},
+		lookups:  logval.Sampled(l, burst, period, "handle lookup failed"),
+		metrics:  o.Metrics,
+		handles:  o.Handles,
 	}
+}
+
+// skipLog returns the sampled logger of the skipped events of reason.
+func (p *Processor) skipLog(reason string) *zerolog.Logger {
+	p.skipLogsMu.Lock()
+	defer p.skipLogsMu.Unlock()
+	l, ok := p.skipLogs[reason]
+	if !ok {
+		l = logval.Sampled(p.log, p.burst, p.period, "event skipped ("+reason+")")
+		p.skipLogs[reason] = l
+	}
+	return &l
 }
 
 // Apply is the one-shot form for callers that have nothing else to commit
@@ -496,9 +519,9 @@ func (p *Processor) emit(ev *jetstream.Event, o *outcome) {
 	case ReasonNotATCR, ReasonUnknownCollection:
 		return
 	case ReasonDatabase:
-		l = p.sampled.Error()
+		l = p.skipLog(o.reason).Error()
 	default:
-		l = p.sampled.Warn()
+		l = p.skipLog(o.reason).Warn()
 	}
 	l.Str("reason", o.reason).Str("collection", collection).Str("operation", operation).
 		Str("did", logval.String(ev.DID)).Str("rkey", logval.String(rkeyOf(ev))).Int64("time_us", ev.TimeUS).

@@ -209,7 +209,7 @@ func newDispatcher(o DispatcherOptions) *dispatcher {
 	retry.InitialInterval = scanRetryInitial
 	retry.MaxInterval = scanRetryMax
 	retry.Reset()
-	noisy := o.Log.Sample(&zerolog.BurstSampler{Burst: noisyBurst, Period: noisyPeriod})
+	noisy := logval.Sampled(o.Log, noisyBurst, noisyPeriod, "webhook delivery warnings")
 	return &dispatcher{o: o, log: o.Log, noisy: noisy, retry: retry}
 }
 
