@@ -7,12 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 )
 
@@ -203,6 +206,38 @@ func TestSystemdUnitPassesSystemdAnalyzeVerify(t *testing.T) {
 	out, err := exec.Command(analyze, "verify", "--man=no", "--root="+root, "appview.service").CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) != 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestSystemdUnitRestartsATransientStartAndNotARefusal checks the unit's
+// restart policy against the exit codes: a refusal (cli.ExitConfig) is
+// not restarted, it would only repeat; a failure (cli.ExitFailure),
+// including a database unavailable at start (sqld not up yet when the host
+// boots, a backup holding the write lock), is restarted, with no start
+// limit that would give up on it.
+func TestSystemdUnitRestartsATransientStartAndNotARefusal(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(deployDir, "appview.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string][]string{}
+	for _, line := range strings.Split(string(unit), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(line, "#") {
+			keys[k] = append(keys[k], strings.Fields(v)...)
+		}
+	}
+	if got := strings.Join(keys["Restart"], " "); got != "on-failure" && got != "always" {
+		t.Errorf("Restart=%s: exit %d (a database unavailable at start) must be restarted", got, cli.ExitFailure)
+	}
+	prevent := keys["RestartPreventExitStatus"]
+	if !slices.Contains(prevent, strconv.Itoa(cli.ExitConfig)) {
+		t.Errorf("RestartPreventExitStatus=%v: exit %d (a refused configuration) would be restarted in a loop", prevent, cli.ExitConfig)
+	}
+	if slices.Contains(prevent, strconv.Itoa(cli.ExitFailure)) {
+		t.Errorf("RestartPreventExitStatus=%v: exit %d (a database unavailable at start) would never be retried", prevent, cli.ExitFailure)
+	}
+	if got := strings.Join(keys["StartLimitIntervalSec"], " "); got != "0" {
+		t.Errorf("StartLimitIntervalSec=%q: the default start limit (5 in 10 s) gives up on a database that is not up yet; want 0", got)
 	}
 }
 

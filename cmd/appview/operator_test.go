@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -105,9 +106,15 @@ func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
 		t.Fatal("opened a database that never answers")
 	}
 	msg := err.Error()
-	want := "config: database.url: cannot open " + url + ": the database gave no answer within 300ms while opening it"
+	// No answer may pass (a paused server): transient, exit 1, restarted.
+	want := "database.url: unavailable at start, transient (exit 1: the service manager retries): cannot open " + url +
+		": the database gave no answer within 300ms while opening it"
 	if !strings.HasPrefix(msg, want) || strings.ContainsAny(msg, "\r\n") {
 		t.Fatalf("err = %q, want one line starting %q", msg, want)
+	}
+	var te *cli.TransientError
+	if !errors.As(err, &te) {
+		t.Fatalf("err is a %T, want a *cli.TransientError (exit 1)", err)
 	}
 }
 

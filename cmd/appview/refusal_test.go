@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -84,9 +86,16 @@ func refusals() []refusal {
 			},
 		},
 		{
-			name: "sqld url with nothing listening", key: "database.url", reason: "Connection refused",
+			// A server that answers, and says the token is wrong: retrying
+			// would not change it (a server not up yet exits 1 instead:
+			// TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted).
+			name: "sqld url refusing the token", key: "database.url", reason: "status=401",
 			setup: func(t *testing.T, dir string) []string {
-				return []string{"--set", "database.url=http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					http.Error(w, "unauthorized", http.StatusUnauthorized)
+				}))
+				t.Cleanup(srv.Close)
+				return []string{"--set", "database.url=" + srv.URL}
 			},
 		},
 		{
@@ -109,6 +118,56 @@ func refusals() []refusal {
 			name: "admin token file missing", key: "admin.token_file", reason: "no such file",
 			args: []string{"--set", "admin.token_file=/nonexistent/appview-token"},
 		},
+	}
+}
+
+// TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted: a database
+// that is not up yet (a host that boots before sqld) or whose write lock
+// a backup holds past busy_timeout is no configuration error. The start
+// fails with one line naming database.url and saying it is transient,
+// and exit 1, which deploy/appview.service restarts (exit 2 it does not).
+func TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		setup  func(t *testing.T, dir string) []string
+		reason string
+	}{
+		{
+			name: "serve, sqld not listening yet", args: []string{"serve"}, reason: "Connection refused",
+			setup: func(t *testing.T, dir string) []string {
+				return []string{"--set", "database.url=http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+			},
+		},
+		{
+			name: "leases, sqld not listening yet", args: []string{"leases"}, reason: "Connection refused",
+			setup: func(t *testing.T, dir string) []string {
+				return []string{"--set", "database.url=http://127.0.0.1:" + strconv.Itoa(freePort(t))}
+			},
+		},
+		{
+			name: "serve, write lock held past busy_timeout", args: []string{"serve"}, reason: "database is locked",
+			setup: func(t *testing.T, dir string) []string {
+				db, _ := migratedWithLease(t, filepath.Join(dir, "appview.db"))
+				holdWriteLock(t, db)
+				return []string{"--set", "database.url=file:appview.db", "--set", "database.busy_timeout=200ms"}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := append(append([]string{}, tc.args...), tc.setup(t, dir)...)
+			r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
+			if r.code != cli.ExitFailure {
+				t.Errorf("exit code %d, want %d (restartable, not a refusal)", r.code, cli.ExitFailure)
+			}
+			line, ok := strings.CutSuffix(r.stderr, "\n")
+			const prefix = "appview: database.url: unavailable at start, transient (exit 1: the service manager retries): "
+			if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, tc.reason) {
+				t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, tc.reason)
+			}
+		})
 	}
 }
 

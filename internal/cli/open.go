@@ -13,8 +13,10 @@ import (
 // OpenTimeout bounds opening and migrating the database at start.
 const OpenTimeout = 20 * time.Second
 
-// OpenDatabase opens and migrates the configured database. Any failure is
-// a start error naming database.url: the instance refuses to start.
+// OpenDatabase opens and migrates the configured database. A failure is
+// a start error naming database.url: a refusal (exit 2) when the
+// configuration or the database is wrong, a *TransientError (exit 1, to
+// be restarted) when the database is only unavailable for now.
 func OpenDatabase(ctx context.Context, cfg config.Config) (*database.DB, error) {
 	return OpenWithin(ctx, cfg, OpenTimeout)
 }
@@ -27,14 +29,45 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout,
 	})
 	if err != nil {
-		return nil, Refuse("database.url", "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within))
+		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within))
 	}
 	err = database.Bounded(ctx, func() error { _, err := db.Migrate(ctx); return err })
 	if err != nil {
 		db.Close()
+		if database.Transient(err) {
+			return nil, refuseDatabase(err, "cannot migrate %s: %v", cfg.Database.URL, noAnswer(err, "migrating", within))
+		}
 		return nil, Refuse("database.url", "cannot migrate (is it writable?) %s: %v", cfg.Database.URL, noAnswer(err, "migrating", within))
 	}
 	return db, nil
+}
+
+// refuseDatabase is the start error of a database that could not be
+// opened or migrated because of err: a *TransientError (exit 1) when err
+// may pass by itself (database.Transient: a server not up yet, a write
+// lock held past busy_timeout), else a refusal of database.url (exit 2).
+func refuseDatabase(err error, format string, args ...any) error {
+	if database.Transient(err) {
+		return &TransientError{Key: "database.url", Reason: fmt.Sprintf(format, args...)}
+	}
+	return Refuse("database.url", format, args...)
+}
+
+// TransientError is a start that failed on a condition that can pass by
+// itself: a database server that is not up yet or does not answer, a
+// write lock a backup held past busy_timeout. The configuration is not
+// wrong, so it is no *StartError: it exits ExitFailure (1), which a
+// service manager restarts (deploy/appview.service prevents a restart
+// only after exit 2). Its line names the key and says so.
+type TransientError struct {
+	// Key is the configuration key of what was unavailable, e.g. "database.url".
+	Key string
+	// Reason says what failed.
+	Reason string
+}
+
+func (e *TransientError) Error() string {
+	return e.Key + ": unavailable at start, transient (exit 1: the service manager retries): " + e.Reason
 }
 
 // noAnswer replaces the bare "context deadline exceeded" of an open or
@@ -50,8 +83,8 @@ func noAnswer(err error, doing string, within time.Duration) error {
 // (`leases`, `webhooks list`): it neither migrates it, so it takes no write
 // lock and works while an instance holds one, nor creates it, so a
 // mistyped path is refused with "no database at PATH" instead of printing
-// an empty table. Every failure refuses database.url like serve (exit 2:
-// an unusable database, nothing ran).
+// an empty table. A failure names database.url like serve's: exit 2 for
+// an unusable database, 1 for one unavailable for now (*TransientError).
 func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) {
 	ctx, cancel := context.WithTimeout(ctx, OpenTimeout)
 	defer cancel()
@@ -62,7 +95,7 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 		return nil, Refuse("database.url", "%v", err)
 	}
 	if err != nil {
-		return nil, Refuse("database.url", "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", OpenTimeout))
+		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", OpenTimeout))
 	}
 	return db, nil
 }

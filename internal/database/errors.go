@@ -186,3 +186,37 @@ func Unavailable(err error) bool {
 	}
 	return false
 }
+
+// Transient reports whether err is a condition that can pass by itself,
+// so that a process that met it while starting should be started again
+// later rather than refused: Unavailable (no answer, connection refused,
+// a name that does not resolve yet, a timeout, busy or locked past
+// busy_timeout, an HTTP 5xx from a proxy in front of a server still
+// starting), except an HTTP answer that retrying does not change: a 4xx
+// other than 408, 425 and 429 (a wrong auth token or path) and a 501 or
+// 505 (the URL names a web server, not a libSQL server).
+func Transient(err error) bool {
+	if !Unavailable(err) {
+		return false
+	}
+	s := driverText(err)
+	i := strings.Index(s, httpStatus)
+	if i < 0 {
+		return true
+	}
+	code := s[i+len(httpStatus):]
+	if len(code) < 3 {
+		return true
+	}
+	switch code = code[:3]; {
+	case code == "408", code == "425", code == "429":
+		return true
+	case code[0] == '4', code == "501", code == "505":
+		return false
+	}
+	return true
+}
+
+// httpStatus precedes the HTTP status of a libSQL server's answer that
+// was not SQL ("Hrana: `api error: `status=401 Unauthorized, body=...").
+const httpStatus = "api error: `status="

@@ -62,3 +62,48 @@ func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
 		}
 	}
 }
+
+// Transient is what a start may wait out (exit 1, restarted by the
+// service manager) rather than refuse (exit 2): Unavailable, less the
+// HTTP answers that say the URL or the token is wrong.
+func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
+	local := func(msg string) error {
+		return fmt.Errorf("migrate: %w", errors.New("failed to execute query BEGIN IMMEDIATE\nerror code = 2: Error executing statement: SQLite failure: `"+msg+"`"))
+	}
+	transport := func(detail string) error {
+		return errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `" + detail + "`")
+	}
+	status := func(line string) error { return transport("api error: `status=" + line + ", body=x`") }
+	for _, tc := range []struct {
+		name      string
+		err       error
+		transient bool
+	}{
+		{"connection refused", transport("http error: `error trying to connect: tcp connect error: Connection refused (os error 111)`"), true},
+		{"name not resolved yet", transport("http error: `error trying to connect: dns error: failed to lookup address information: Name or service not known`"), true},
+		{"no answer in time", fmt.Errorf("open: %w", context.DeadlineExceeded), true},
+		{"locked past busy_timeout", local("database is locked"), true},
+		{"stream expired", transport("stream error: `Error { message: \"The stream has expired due to inactivity\", code: \"STREAM_EXPIRED\" }`"), true},
+		{"503 from a proxy", status("503 Service Unavailable"), true},
+		{"502 from a proxy", status("502 Bad Gateway"), true},
+		{"500", status("500 Internal Server Error"), true},
+		{"408", status("408 Request Timeout"), true},
+		{"429", status("429 Too Many Requests"), true},
+		{"wrong token", status("401 Unauthorized"), false},
+		{"forbidden", status("403 Forbidden"), false},
+		{"wrong path", status("404 Not Found"), false},
+		{"a web server, not sqld", status("501 Not Implemented"), false},
+		{"status cut short", transport("api error: `status=5"), true},
+		{"unwritable", local("attempt to write a readonly database"), false},
+		{"not a database", local("file is not a database"), false},
+		{"cannot open", local("unable to open database file"), false},
+		{"constraint", local("UNIQUE constraint failed: t.b"), false},
+		{"unknown shape", errors.New("database url: scheme must be one of file, http, https, libsql"), false},
+		{"cancelled", context.Canceled, false},
+		{"nil", nil, false},
+	} {
+		if got := Transient(tc.err); got != tc.transient {
+			t.Errorf("%s: Transient = %v, want %v", tc.name, got, tc.transient)
+		}
+	}
+}
