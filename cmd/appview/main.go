@@ -12,13 +12,13 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/stopsignal"
 )
 
 // loggedError is a failure serve has already written as a JSON log line:
@@ -34,17 +34,22 @@ func main() {
 }
 
 func run(args []string) int {
-	sigs := make(chan os.Signal, 2)
+	// SIGINT and SIGTERM have been taken since package initialisation
+	// (package stopsignal), before flags and configuration are read and
+	// before most packages are initialised: until then SIGTERM killed the
+	// process without a word, and SIGINT in a background job of a
+	// non-interactive shell (which starts with it ignored) was discarded.
+	// serve consumes them, including one that arrived already; any other
+	// command gets their default behaviour back (and one that arrived is
+	// acted on now). Only a signal arriving during the Go runtime's own
+	// start, before any package is initialised, can still be missed.
+	sigs := stopsignal.Take()
 	root := newRootCommand(sigs)
 	root.SetArgs(args)
-	// serve takes SIGINT/SIGTERM from its first instant, before flags and
-	// configuration are read: a background job of a non-interactive shell
-	// starts with SIGINT ignored, and until Notify a SIGINT sent to it is
-	// discarded (a stop sent right after the start was lost). Only a signal
-	// arriving during the runtime's own initialisation can still be lost.
 	if c, _, err := root.Find(args); err == nil && c.Name() == "serve" {
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		defer signal.Stop(sigs)
+	} else {
+		stopsignal.Release()
 	}
 	err := root.Execute()
 	var logged *loggedError
@@ -55,7 +60,7 @@ func run(args []string) int {
 }
 
 // newRootCommand builds the command tree; serve reads its stop signals
-// from sigs (run subscribes it to SIGINT and SIGTERM).
+// from sigs (run passes stopsignal's, subscribed to SIGINT and SIGTERM).
 func newRootCommand(sigs chan os.Signal) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "appview",

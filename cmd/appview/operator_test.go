@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -340,6 +341,140 @@ func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
 	}
 	// Nothing is wrong with the command line: the database already holds it.
 	assertFailure(t, runAppview(t, dir, childEnv(), add...), "appview: webhook 1 already delivers to http://127.0.0.1:9/hook for did:plc:alice")
+}
+
+// stopSignalPackage subscribes the process to SIGINT and SIGTERM in its
+// init (main.go run): a GODEBUG=inittrace=1 line names it once it has.
+const stopSignalPackage = "github.com/atcr-io/appview/internal/stopsignal"
+
+// runSignalledAtInit runs `appview args...` in dir with GODEBUG=inittrace=1
+// and sends sig the moment the runtime reports stopSignalPackage
+// initialised: the earliest instant a Go program can take a signal, long
+// before main, flag parsing and the configuration (before it, no Go code
+// runs that could). It returns the exit code (128+N when killed by signal
+// N), stdout, and the stderr lines that are not the init trace.
+func runSignalledAtInit(t *testing.T, dir string, sig syscall.Signal, args ...string) (int, string, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, appviewBin, args...)
+	env, godebug := []string{}, "inittrace=1"
+	for _, kv := range childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0") {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok && v != "" {
+			godebug = v + "," + godebug
+			continue
+		}
+		env = append(env, kv)
+	}
+	cmd.Dir, cmd.Env = dir, append(env, "GODEBUG="+godebug)
+	var stdout testsupport.LockedBuffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sent := false
+	var lines, trace []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "init ") {
+			lines = append(lines, line)
+			continue
+		}
+		trace = append(trace, line)
+		switch {
+		case sent:
+		case strings.HasPrefix(line, "init "+stopSignalPackage+" @"):
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatalf("signal %v: %v", sig, err)
+			}
+			sent = true
+		case strings.HasPrefix(line, "init main @"):
+			// Package main initialised first: nothing took the signals
+			// during initialisation.
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("package main was initialised before %s (or it is not linked): the stop signals are not taken during initialisation\n%s",
+				stopSignalPackage, strings.Join(trace, "\n"))
+		}
+	}
+	err = cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("appview %s: no exit within %s after %v\nstderr:\n%s", strings.Join(args, " "), runTimeout, sig, strings.Join(lines, "\n"))
+	}
+	if !sent {
+		t.Fatalf("the init trace never named %s\n%s", stopSignalPackage, strings.Join(trace, "\n"))
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), lines
+}
+
+// A stop sent at the first instant a Go program can take one ends `serve`
+// the documented way, exit 0 with the aborted start logged: SIGTERM ~5 ms
+// after the start killed it (status 143, no output) while the packages it
+// links were still being initialised, before main subscribed. Any other
+// command keeps the signals' default action, even for a signal that came
+// while the command line was not yet read.
+func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		sig  syscall.Signal
+		// killed: the default action (killed by sig, nothing printed),
+		// else serve's clean exit 0.
+		killed bool
+	}{
+		{"serve, SIGTERM", []string{"serve"}, syscall.SIGTERM, false},
+		{"serve, SIGINT", []string{"serve"}, syscall.SIGINT, false},
+		{"serve with a configuration, SIGTERM", []string{"serve", "--set", "leases.ttl=20s"}, syscall.SIGTERM, false},
+		{"version, SIGTERM", []string{"version"}, syscall.SIGTERM, true},
+		{"config init, SIGINT", []string{"config", "init"}, syscall.SIGINT, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			code, stdout, lines := runSignalledAtInit(t, dir, tc.sig, tc.args...)
+			if tc.killed {
+				if code != 128+int(tc.sig) || stdout != "" {
+					t.Fatalf("exit %d, stdout %q; want killed by %v (128+%d) before printing anything, the signal's default action\nstderr:\n%s",
+						code, stdout, tc.sig, int(tc.sig), strings.Join(lines, "\n"))
+				}
+				return
+			}
+			if code != 0 {
+				t.Fatalf("exit %d after %v at the start, want 0 (nothing was acquired)\nstderr:\n%s", code, tc.sig, strings.Join(lines, "\n"))
+			}
+			assertJSONLog(t, lines)
+			if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "nothing was acquired") }) {
+				t.Errorf("the aborted start was not logged:\n%s", strings.Join(lines, "\n"))
+			}
+		})
+	}
+}
+
+// A command other than serve gives SIGINT and SIGTERM back their default
+// action: a healthcheck stuck on an instance that does not answer is
+// killed by SIGTERM at once, not after its own timeout.
+func TestACommandOtherThanServeIsKilledBySIGTERM(t *testing.T) {
+	url, accepted := silentServer(t)
+	p := startAppview(t, t.TempDir(), childEnv(), "healthcheck", "--url", url+"/readyz")
+	p.waitFor(runTimeout, "the healthcheck to connect", func() bool { return accepted() > 0 })
+	p.signal(syscall.SIGTERM)
+	if code, _ := p.wait(runTimeout); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("healthcheck exit %d after SIGTERM, want %d (killed by it)", code, 128+int(syscall.SIGTERM))
+	}
 }
 
 // A background job of a non-interactive shell (`appview serve &` in a

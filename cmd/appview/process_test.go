@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/stopsignal"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -45,6 +46,10 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// The test binary links package main, and with it the subscription to
+	// SIGINT and SIGTERM that run hands to serve: give them back their
+	// default action, so that an interrupted test run stops.
+	stopsignal.Release()
 	dir, err := os.MkdirTemp("", "appview-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "temp dir:", err)
@@ -131,12 +136,18 @@ type proc struct {
 // startServe starts `appview serve args...` in dir.
 func startServe(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(appviewBin, append([]string{"serve"}, args...)...)
+	return startAppview(t, dir, env, append([]string{"serve"}, args...)...)
+}
+
+// startAppview starts `appview args...` in dir.
+func startAppview(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(appviewBin, args...)
 	cmd.Dir, cmd.Env = dir, env
 	p := &proc{t: t, cmd: cmd, dir: dir, stderr: &testsupport.LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, p.stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start appview serve: %v", err)
+		t.Fatalf("start appview %s: %v", strings.Join(args, " "), err)
 	}
 	go func() {
 		err := cmd.Wait()

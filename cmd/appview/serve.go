@@ -37,8 +37,8 @@ const adminShutdownTimeout = 2 * time.Second
 // later is an operator who will not wait for the leases to be released.
 const secondSignalAfter = 500 * time.Millisecond
 
-// newServeCommand builds `serve`; sigs carries SIGINT/SIGTERM (run
-// subscribes it before anything else runs).
+// newServeCommand builds `serve`; sigs carries SIGINT/SIGTERM (package
+// stopsignal subscribes it during initialisation, before main runs).
 func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
