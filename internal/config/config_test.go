@@ -175,6 +175,19 @@ var badConfigs = []struct {
 		key: "jetstream.urls", reason: `"wss://a.example/subscribe" is listed twice (elements 1 and 3)`},
 	{name: "jetstream url repeated with a trailing slash and another case", env: []string{"APPVIEW_JETSTREAM_URLS=wss://a.example/subscribe,WSS://A.example/subscribe/"},
 		key: "jetstream.urls", reason: `element 2 ("WSS://A.example/subscribe/") is the same endpoint as element 1 ("wss://a.example/subscribe"); list it once`},
+	// A scheme's default port is the URL without one (ws/http 80, wss/https 443).
+	{name: "jetstream url repeated with its default port", yaml: "jetstream:\n  urls: [\"wss://h.example:443/subscribe\", \"wss://h.example/subscribe\"]\n",
+		key: "jetstream.urls", reason: `element 2 ("wss://h.example/subscribe") is the same endpoint as element 1 ("wss://h.example:443/subscribe"); list it once`},
+	{name: "ws jetstream url repeated with port 80", sets: []string{"jetstream.urls=ws://h.example/subscribe,ws://H.example:80/subscribe/"},
+		key: "jetstream.urls", reason: `element 2 ("ws://H.example:80/subscribe/") is the same endpoint as element 1`},
+	{name: "jetstream url repeated with an empty port", sets: []string{"jetstream.urls=wss://h.example:/subscribe,wss://h.example/subscribe"},
+		key: "jetstream.urls", reason: `element 2 ("wss://h.example/subscribe") is the same endpoint as element 1`},
+	{name: "jetstream url on an IPv6 address repeated with its default port", sets: []string{"jetstream.urls=[\"wss://[2001:db8::1]/subscribe\", \"wss://[2001:DB8::1]:443/subscribe\"]"},
+		key: "jetstream.urls", reason: `element 2 ("wss://[2001:DB8::1]:443/subscribe") is the same endpoint as element 1`},
+	{name: "relay endpoint repeated with its default https port", env: []string{"APPVIEW_BACKFILL_RELAY_ENDPOINTS=https://r.example:443,https://r.example/"},
+		key: "backfill.relay_endpoints", reason: `element 2 ("https://r.example/") is the same endpoint as element 1 ("https://r.example:443")`},
+	{name: "http relay endpoint repeated with port 80", sets: []string{"backfill.relay_endpoints=http://r.example,http://r.example:80"},
+		key: "backfill.relay_endpoints", reason: `element 2 ("http://r.example:80") is the same endpoint as element 1`},
 	{name: "collection listed twice in --set", sets: []string{"jetstream.collections=io.atcr.*,io.atcr.tag,io.atcr.*"},
 		key: "jetstream.collections", reason: `"io.atcr.*" is listed twice (elements 1 and 3)`},
 	{name: "relay endpoint repeated with a trailing slash", yaml: "backfill:\n  relay_endpoints: [\"https://r.example\", \"https://r.example/\"]\n",
@@ -349,11 +362,22 @@ func TestListsKeepRepeatedDelaysAndDistinctEndpoints(t *testing.T) {
 	if want := []time.Duration{0, 30 * time.Second, 30 * time.Second}; !reflect.DeepEqual(cfg.Webhooks.RetrySchedule, want) {
 		t.Errorf("retry_schedule = %v, want %v (a delay may repeat)", cfg.Webhooks.RetrySchedule, want)
 	}
-	// Same host, other path or port: other endpoints.
-	urls := []string{"wss://a.example/subscribe", "wss://a.example/xrpc/network.bsky.jetstream.subscribeEvents", "wss://a.example:6008/subscribe"}
-	cfg = mustLoad(t, "", nil, []string{"jetstream.urls=" + strings.Join(urls, ",")})
-	if !reflect.DeepEqual(cfg.Jetstream.URLs, urls) {
-		t.Errorf("urls = %q, want %q", cfg.Jetstream.URLs, urls)
+	// Same host, other path or port: other endpoints. A port is default
+	// only for its own scheme: wss://h:80 is not wss://h, nor ws://h:443
+	// ws://h, nor ws://h wss://h.
+	for _, urls := range [][]string{
+		{"wss://a.example/subscribe", "wss://a.example/xrpc/network.bsky.jetstream.subscribeEvents", "wss://a.example:6008/subscribe"},
+		{"wss://a.example/subscribe", "wss://a.example:80/subscribe", "ws://a.example:443/subscribe", "ws://a.example/subscribe"},
+	} {
+		cfg = mustLoad(t, "", nil, []string{"jetstream.urls=" + strings.Join(urls, ",")})
+		if !reflect.DeepEqual(cfg.Jetstream.URLs, urls) {
+			t.Errorf("urls = %q, want %q", cfg.Jetstream.URLs, urls)
+		}
+	}
+	relays := []string{"https://r.example", "https://r.example:80", "http://r.example:443", "http://r.example"}
+	cfg = mustLoad(t, "", nil, []string{"backfill.relay_endpoints=" + strings.Join(relays, ",")})
+	if !reflect.DeepEqual(cfg.Backfill.RelayEndpoints, relays) {
+		t.Errorf("relay_endpoints = %q, want %q", cfg.Backfill.RelayEndpoints, relays)
 	}
 	// A list empty as a whole is a list with no element, not an empty
 	// element (refused, where it is, for being empty).

@@ -672,7 +672,9 @@ func checkList(key string, items []string, same func(string) string) error {
 
 // sameEndpoint is the form in which two endpoint URLs of a list are
 // compared: surrounding whitespace dropped, scheme and host in lower case
-// (both are case-insensitive), and one trailing slash of the path dropped.
+// (both are case-insensitive), the scheme's default port dropped (ws and
+// http 80, wss and https 443: wss://h:443/x is wss://h/x, and so is an
+// empty port, wss://h:/x), and one trailing slash of the path dropped.
 // A trailing slash counts as the same endpoint because the code that uses
 // these lists ignores it too: backfill trims it from a relay's base URL
 // before appending /xrpc/..., and Jetstream's wire is chosen by the path
@@ -686,10 +688,22 @@ func sameEndpoint(raw string) string {
 		return raw
 	}
 	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	if port := u.Port(); port == "" || port == defaultPorts[u.Scheme] {
+		// Hostname drops an IPv6 address's brackets: put them back.
+		host := u.Hostname()
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		u.Host = host
+	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
 	return u.String()
 }
+
+// defaultPorts are the ports a URL of each endpoint scheme means when it
+// names none.
+var defaultPorts = map[string]string{"http": "80", "ws": "80", "https": "443", "wss": "443"}
 
 // short renders d as an operator writes it: 1h rather than 1h0m0s.
 func short(d time.Duration) string {
