@@ -53,6 +53,8 @@ func refusals() []refusal {
 		{name: "negative retry delay", env: []string{"APPVIEW_WEBHOOKS_RETRY_SCHEDULE=0s,-30s"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
 		{name: "bad value from the environment", env: []string{"APPVIEW_LEASES_TTL=15"}, key: "leases.ttl", reason: "(from APPVIEW_LEASES_TTL)"},
 		{name: "unknown key in --set", args: []string{"--set", "leases.tll=15s"}, key: "leases.tll", reason: "unknown key"},
+		{name: "instance id with a newline", env: []string{"APPVIEW_INSTANCE_ID=web-1\nweb-2"}, key: "instance_id", reason: `"web-1\nweb-2" has a whitespace, control or invisible character`},
+		{name: "advertise url with port 0", args: []string{"--set", "admin.advertise_url=http://10.0.0.5:0"}, key: "admin.advertise_url", reason: "port 0 is not in 1..65535"},
 		{name: "missing config file", args: []string{"--config", "nowhere.yaml"}, key: "--config", reason: "no such file or directory"},
 		{
 			name: "database path under a file", key: "database.url", reason: "not a directory",

@@ -11,7 +11,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/atcr-io/appview/internal/leasestore"
 )
@@ -376,13 +379,68 @@ func keyErr(key, format string, args ...any) *Error {
 	return &Error{Key: key, Reason: fmt.Sprintf(format, args...)}
 }
 
-// NewInstanceID returns <hostname>-<pid>-<6 random hex digits>.
+// NewInstanceID returns <hostname>-<pid>-<6 random hex digits>. A
+// character of the hostname that an instance_id may not hold (see
+// MaxInstanceIDBytes) becomes "-", and the hostname is cut to 64 bytes,
+// so that the id is always valid.
 func NewInstanceID() string {
 	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "appview"
+	if err != nil {
+		host = ""
 	}
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s-%d-%s", idHost(host), os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// idHost is the hostname part of a generated instance_id: the hostname
+// with every character an instance_id may not hold replaced by "-", cut
+// to 64 bytes; "appview" when there is none.
+func idHost(host string) string {
+	host = strings.Map(func(r rune) rune {
+		if !instanceIDRune(r) {
+			return '-'
+		}
+		return r
+	}, strings.ToValidUTF8(host, "-"))
+	for len(host) > 64 {
+		_, n := utf8.DecodeLastRuneInString(host)
+		host = host[:len(host)-n]
+	}
+	if host == "" {
+		return "appview"
+	}
+	return host
+}
+
+// MaxInstanceIDBytes bounds instance_id. The id is written into every
+// lease row, contender row and log line, shown on the status page and in
+// the columns of `appview leases`; a generated one (NewInstanceID) is at
+// most about 80 bytes. An instance_id must also be valid UTF-8 without
+// whitespace, control or format (invisible) characters: those would
+// break the columns, hide two different ids behind one look, or carry
+// terminal escape sequences. Any other character is allowed ("web-1",
+// "appview.eu-west_2", "host:5001").
+const MaxInstanceIDBytes = 128
+
+// instanceIDRune reports whether r may appear in an instance_id.
+func instanceIDRune(r rune) bool {
+	return r != utf8.RuneError && !unicode.IsSpace(r) && !unicode.IsControl(r) && !unicode.Is(unicode.Cf, r)
+}
+
+// checkInstanceID refuses an instance_id that breaks the rules of
+// MaxInstanceIDBytes ("" is fine: Load generates one).
+func checkInstanceID(id string) error {
+	if len(id) > MaxInstanceIDBytes {
+		return keyErr("instance_id", "%d bytes: must be at most %d (it is written into every lease row and log line)", len(id), MaxInstanceIDBytes)
+	}
+	if !utf8.ValidString(id) {
+		return keyErr("instance_id", "%q is not valid UTF-8", id)
+	}
+	for i, r := range id {
+		if !instanceIDRune(r) {
+			return keyErr("instance_id", "%q has a whitespace, control or invisible character (%U at byte %d); use e.g. letters, digits, '-', '.', '_'", id, r, i)
+		}
+	}
+	return nil
 }

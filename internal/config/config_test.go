@@ -188,6 +188,24 @@ var badConfigs = []struct {
 		key: "backfill.relay_endpoints", reason: `element 2 ("https://r.example/") is the same endpoint as element 1 ("https://r.example:443")`},
 	{name: "http relay endpoint repeated with port 80", sets: []string{"backfill.relay_endpoints=http://r.example,http://r.example:80"},
 		key: "backfill.relay_endpoints", reason: `element 2 ("http://r.example:80") is the same endpoint as element 1`},
+	// instance_id is written into lease rows, log lines and the columns of
+	// `appview leases`: printable, no whitespace, at most 128 bytes.
+	{name: "instance id with a space", sets: []string{"instance_id=web 1"}, key: "instance_id", reason: `"web 1" has a whitespace, control or invisible character (U+0020 at byte 3)`},
+	{name: "instance id with a trailing newline from the environment", env: []string{"APPVIEW_INSTANCE_ID=web-1\n"}, key: "instance_id", reason: "U+000A at byte 5"},
+	{name: "instance id with a tab in the file", yaml: "instance_id: \"web\\t1\"\n", key: "instance_id", reason: "U+0009"},
+	{name: "instance id with a terminal escape", sets: []string{"instance_id=web\x1b[31m1"}, key: "instance_id", reason: `"web\x1b[31m1" has a whitespace, control or invisible character (U+001B at byte 3)`},
+	{name: "instance id with DEL", sets: []string{"instance_id=web\x7f"}, key: "instance_id", reason: "U+007F"},
+	{name: "instance id with a zero-width space", sets: []string{"instance_id=web\u200b1"}, key: "instance_id", reason: "U+200B"},
+	{name: "instance id with a no-break space", sets: []string{"instance_id=web\u00a01"}, key: "instance_id", reason: "U+00A0"},
+	{name: "instance id that is not UTF-8", env: []string{"APPVIEW_INSTANCE_ID=web\xff"}, key: "instance_id", reason: "not valid UTF-8"},
+	{name: "instance id over 128 bytes", sets: []string{"instance_id=" + strings.Repeat("w", 129)}, key: "instance_id", reason: "129 bytes: must be at most 128"},
+	// A URL others connect to needs a host name and a port to connect to.
+	{name: "advertise url with port 0", sets: []string{"admin.advertise_url=http://10.0.0.5:0"}, key: "admin.advertise_url", reason: `URL "http://10.0.0.5:0": port 0 is not in 1..65535`},
+	{name: "advertise url with a port above 65535", sets: []string{"admin.advertise_url=http://10.0.0.5:65536"}, key: "admin.advertise_url", reason: "port 65536 is not in 1..65535"},
+	{name: "advertise url without a host", sets: []string{"admin.advertise_url=http://:5001"}, key: "admin.advertise_url", reason: `URL "http://:5001" has no host`},
+	{name: "advertise url with only a path", sets: []string{"admin.advertise_url=http:///lease"}, key: "admin.advertise_url", reason: "has no host"},
+	{name: "jetstream url with port 0", sets: []string{"jetstream.urls=wss://j.example:0/subscribe"}, key: "jetstream.urls", reason: "port 0 is not in 1..65535"},
+	{name: "relay endpoint without a host", sets: []string{"backfill.relay_endpoints=https://:443"}, key: "backfill.relay_endpoints", reason: "has no host"},
 	{name: "collection listed twice in --set", sets: []string{"jetstream.collections=io.atcr.*,io.atcr.tag,io.atcr.*"},
 		key: "jetstream.collections", reason: `"io.atcr.*" is listed twice (elements 1 and 3)`},
 	{name: "relay endpoint repeated with a trailing slash", yaml: "backfill:\n  relay_endpoints: [\"https://r.example\", \"https://r.example/\"]\n",
@@ -467,6 +485,48 @@ func TestEveryKeyCanBeSetFromTheEnvironmentAndFromSet(t *testing.T) {
 		}
 		if _, err := load(t, "", nil, []string{key + "=" + v}); err != nil {
 			t.Errorf("--set %s=%s: %v", key, v, err)
+		}
+	}
+}
+
+// The instance ids the docs, the deploy files and the tests use, and any
+// other printable characters, are accepted up to 128 bytes; so are a
+// default port written out, or left empty, in a URL.
+func TestInstanceIDsAndURLsWithinTheRulesAreAccepted(t *testing.T) {
+	for _, id := range []string{"web-1", "appview-1", "instance-a", "instance-x", "appview.eu-west_2", "host:5001", "café-1", "ノード1",
+		strings.Repeat("w", MaxInstanceIDBytes), strings.Repeat("é", MaxInstanceIDBytes/2)} {
+		if got := mustLoad(t, "", nil, []string{"instance_id=" + id}).InstanceID; got != id {
+			t.Errorf("instance_id = %q, want %q", got, id)
+		}
+	}
+	for _, u := range []string{"http://10.0.0.5:5001", "http://appview-1:5001", "https://appview.example", "http://[::1]:5001", "http://10.0.0.5:65535", "http://h.example:"} {
+		if got := mustLoad(t, "", nil, []string{"admin.advertise_url=" + u}).Admin.AdvertiseURL; got != u {
+			t.Errorf("admin.advertise_url = %q, want %q", got, u)
+		}
+	}
+}
+
+// A generated instance_id is valid whatever the hostname holds.
+func TestAGeneratedInstanceIDIsValid(t *testing.T) {
+	if id := NewInstanceID(); checkInstanceID(id) != nil {
+		t.Fatalf("NewInstanceID() = %q: %v", id, checkInstanceID(id))
+	}
+	for _, tc := range []struct{ host, want string }{
+		{"web-1", "web-1"},
+		{"", "appview"},
+		{"my host", "my-host"},
+		{"web\x1b[31m", "web-[31m"},
+		{"web\xff1", "web-1"},
+		{"café", "café"},
+		{strings.Repeat("h", 70), strings.Repeat("h", 64)},
+		{strings.Repeat("h", 63) + "é", strings.Repeat("h", 63)},
+	} {
+		got := idHost(tc.host)
+		if got != tc.want {
+			t.Errorf("idHost(%q) = %q, want %q", tc.host, got, tc.want)
+		}
+		if id := got + "-4194304-abcdef"; checkInstanceID(id) != nil {
+			t.Errorf("id %q from host %q: %v", id, tc.host, checkInstanceID(id))
 		}
 	}
 }

@@ -460,6 +460,9 @@ const maxWantedCollections = 100
 // Validate checks the relations between keys. It returns the first problem
 // as a *Error.
 func (c Config) Validate() error {
+	if err := checkInstanceID(c.InstanceID); err != nil {
+		return err
+	}
 	l := c.Leases
 	switch {
 	case c.ShutdownTimeout <= 0:
@@ -732,8 +735,16 @@ func checkURL(key, raw string, schemes ...string) error {
 	}
 	for _, s := range schemes {
 		if u.Scheme == s {
-			if u.Host == "" {
+			// "http://:5001" has a Host but no host name in it.
+			if u.Hostname() == "" {
 				return keyErr(key, "URL %q has no host", raw)
+			}
+			// An empty port ("h:") means the scheme's; 0 is no port to
+			// connect to.
+			if p := u.Port(); p != "" {
+				if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+					return keyErr(key, "URL %q: port %s is not in 1..65535", raw, p)
+				}
 			}
 			return nil
 		}

@@ -8,6 +8,7 @@ const Sample = `# appview configuration. Every key can also be set from the envi
 # --set key=value flags beat the environment. Durations: 500ms, 15s, 2m, 24h.
 
 instance_id: ""                 # default: <hostname>-<pid>-<random>; unique per process start
+                                # at most 128 bytes, no whitespace, control or invisible characters
 shutdown_timeout: 30s           # upper bound on a graceful stop (workers drain, leases released)
 log_level: info                 # debug shows lease.renewed and lease.contended
 
