@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/processor"
@@ -116,7 +119,8 @@ type errorJSON struct {
 }
 
 // ServeHTTP answers GET /debug/stats?did=DID&repository=NAME from the
-// running StatsCache: 400 without both parameters, 503 when this instance
+// running StatsCache: 400 without both parameters (or with either twice,
+// a did that is not a DID, a blank repository), 503 when this instance
 // runs no StatsCache (it does not hold the consumer's lease: ask the
 // holder, see /debug/leases) or the cache did not answer in time.
 func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -125,9 +129,9 @@ func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	did, repo := r.URL.Query().Get("did"), r.URL.Query().Get("repository")
-	if did == "" || repo == "" {
-		l.write(w, http.StatusBadRequest, errorJSON{Instance: l.instance, Error: "query parameters did and repository are required"})
+	did, repo, problem := statsQuery(r.URL.Query())
+	if problem != "" {
+		l.write(w, http.StatusBadRequest, errorJSON{Instance: l.instance, Error: problem})
 		return
 	}
 	snap, err := l.get(did, repo)
@@ -139,6 +143,39 @@ func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		DID: snap.OwnerDID, Repository: snap.Repository, PullCount: snap.PullCount, PushCount: snap.PushCount,
 		LastPull: snap.LastPull, LastPush: snap.LastPush, Holds: holds(snap.Holds)}
 	l.write(w, http.StatusOK, out)
+}
+
+// statsQuery reads the did and repository parameters of a /debug/stats
+// request, or says in problem what is wrong with them: each is required
+// once, did must be a DID by the AT Protocol syntax and repository must
+// not be blank. A malformed DID can name no repository, and an answer
+// for it (zero counts, 200) would read as "no pulls yet".
+func statsQuery(q url.Values) (did, repo, problem string) {
+	for _, name := range []string{"did", "repository"} {
+		switch n := len(q[name]); {
+		case n == 0:
+			return "", "", "query parameters did and repository are required"
+		case n > 1:
+			return "", "", fmt.Sprintf("query parameter %s is given %d times; give it once", name, n)
+		}
+	}
+	did, repo = q.Get("did"), q.Get("repository")
+	if _, err := syntax.ParseDID(did); err != nil {
+		return "", "", fmt.Sprintf("did %q is not a DID (want did:<method>:<id>, e.g. did:plc:abc123)", truncate(did))
+	}
+	if strings.TrimSpace(repo) == "" {
+		return "", "", "query parameter repository is empty"
+	}
+	return did, repo, ""
+}
+
+// truncate shortens s for an error message.
+func truncate(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "..."
 }
 
 // errNoCache: this instance runs no StatsCache.

@@ -74,8 +74,25 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 		body.Holds[0].HoldDID != "did:web:h1" || body.Holds[1].PullCount != 7 {
 		t.Fatalf("GET: %+v", body)
 	}
-	if code, _ := getStats(t, mux, "?did=did:plc:o"); code != http.StatusBadRequest {
-		t.Fatalf("without repository: %d, want 400", code)
+	// A query that names no repository is refused with a short reason,
+	// never answered with zero counts (which read as "no pulls yet").
+	for _, tc := range []struct{ query, reason string }{
+		{"?did=did:plc:o", "did and repository are required"},
+		{"?repository=app", "did and repository are required"},
+		{"?did=notadid&repository=y", `did "notadid" is not a DID`},
+		{"?did=DID:plc:o&repository=app", "is not a DID"},
+		{"?did=did:plc:&repository=app", "is not a DID"},
+		{"?did=&repository=app", `did "" is not a DID`},
+		{"?did=did:plc:o&repository=", "repository is empty"},
+		{"?did=did:plc:o&repository=%20%09", "repository is empty"},
+		{"?did=did:plc:o&did=did:plc:p&repository=app", "did is given 2 times"},
+		{"?did=did:plc:o&repository=app&repository=other", "repository is given 2 times"},
+		{"?did=did:plc:" + strings.Repeat("x", 3000) + "&repository=app", "is not a DID"},
+	} {
+		code, body := getStats(t, mux, tc.query)
+		if code != http.StatusBadRequest || body.Instance != "me" || !strings.Contains(body.Error, tc.reason) || len(body.Error) > 200 {
+			t.Errorf("GET %.80s: %d %+v, want 400 with a short error containing %q", tc.query, code, body, tc.reason)
+		}
 	}
 
 	stopped(t, sys, pid)

@@ -50,7 +50,9 @@
 // repository's per-hold numbers and their totals, with the custody (lease,
 // fence) the view is held under. Other instances answer 503 (no cache runs
 // there). It is the same sum repository_stats holds, computed from memory,
-// so an operator can compare the two.
+// so an operator can compare the two. A query without both parameters,
+// with either twice, a did that is not a DID or a blank repository is
+// answered 400 with the reason.
 //
 // Observe applies newer-wins by version in memory, as the SQL did (an
 // equal or older version is ignored; updatedAt is data only, two updates
