@@ -2,7 +2,14 @@ package main
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,4 +81,85 @@ VALUES ('did:web:hold.invalid', 'did:plc:captain', 1, 0, 0, 0)`); err != nil {
 	for _, pr := range problems {
 		t.Errorf("%s: %s", pr.Metric, pr.Text)
 	}
+}
+
+// docMetric matches a metric name of this project in the docs; a name
+// ending in "_" is a prefix ("appview_jetstream_*") and is not matched.
+var docMetric = regexp.MustCompile(`\bappview_[a-z0-9_]*[a-z0-9]\b`)
+
+// retiredMetrics are names that no longer exist, which the docs may give
+// only where they say what replaced them (docs/hygiene.md).
+var retiredMetrics = map[string]string{"appview_jetstream_cursor_time_us": "docs/hygiene.md"}
+
+// Every metric the README and docs/ name is one the shipped binary
+// registers: a string literal "appview_..." in a (non-test) source file
+// it links. A renamed metric left in the docs (docs/jetstream.md listed
+// appview_jetstream_cursor_time_us long after it became
+// _cursor_timestamp_seconds) fails here, not an operator's alert.
+func TestEveryMetricTheDocsNameIsRegistered(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.Dir}}{{range .GoFiles}}\t{{.}}{{end}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	registered := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Split(line, "\t")
+		if len(fields) < 2 || !isModuleDir(fields[0]) {
+			continue
+		}
+		for _, name := range fields[1:] {
+			f, err := parser.ParseFile(fset, filepath.Join(fields[0], name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if v, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(v, "appview_") {
+						registered[v] = true
+					}
+				}
+				return true
+			})
+		}
+	}
+	if len(registered) == 0 {
+		t.Fatal("found no metric name in the binary's sources")
+	}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range append(docs, "../../README.md") {
+		body, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := strings.TrimPrefix(path, "../../")
+		for i, line := range strings.Split(string(body), "\n") {
+			for _, name := range docMetric.FindAllString(line, -1) {
+				base := name
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(name, suffix); ok && registered[b] {
+						base = b
+					}
+				}
+				switch where, retired := retiredMetrics[name]; {
+				case registered[base]:
+				case retired && where == rel:
+				case retired:
+					t.Errorf("%s:%d names %s, which was renamed (see %s)", rel, i+1, name, where)
+				default:
+					t.Errorf("%s:%d names %s, which the binary does not register", rel, i+1, name)
+				}
+			}
+		}
+	}
+}
+
+// isModuleDir reports whether dir is a directory of this module (go list
+// prints absolute directories; the module root is two levels up).
+func isModuleDir(dir string) bool {
+	root, err := filepath.Abs("../..")
+	return err == nil && (dir == root || strings.HasPrefix(dir, root+string(filepath.Separator)))
 }
