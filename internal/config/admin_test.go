@@ -44,6 +44,15 @@ func TestAdminAuthRules(t *testing.T) {
 		{name: "empty host without token", sets: []string{"admin.addr=:5001"}, key: "admin.token", reason: "not a loopback address"},
 		{name: "lan address without token", sets: []string{"admin.addr=10.0.0.5:5001"}, key: "admin.token", reason: "admin.allow_unauthenticated"},
 		{name: "hostname without token", sets: []string{"admin.addr=appview-1:5001"}, key: "admin.token"},
+		// The rule docs/operations.md states: a loopback IP or the name
+		// localhost, in any case, needs no token; no other name does, even
+		// one that resolves to loopback (names are not resolved).
+		{name: "localhost on another port without token", sets: []string{"admin.addr=localhost:5311"}},
+		{name: "LOCALHOST without token", sets: []string{"admin.addr=LOCALHOST:5311"}},
+		{name: "another 127/8 address without token", sets: []string{"admin.addr=127.1.2.3:5001"}},
+		{name: "ipv6 unspecified without token", sets: []string{"admin.addr=[::]:5001"}, key: "admin.token", reason: "not a loopback address"},
+		{name: "a loopback alias name without token", sets: []string{"admin.addr=ip6-localhost:5001"}, key: "admin.token", reason: "not a loopback address"},
+		{name: "a localhost subdomain without token", sets: []string{"admin.addr=app.localhost:5001"}, key: "admin.token", reason: "not a loopback address"},
 		{name: "explicit opt-out", sets: []string{"admin.addr=0.0.0.0:5001", "admin.allow_unauthenticated=true"}},
 		{name: "all interfaces with token", sets: []string{"admin.addr=0.0.0.0:5001", "admin.token=0123456789abcdef"}},
 		{name: "all interfaces with token file", sets: []string{"admin.addr=0.0.0.0:5001", "admin.token_file=" + good}},
