@@ -133,6 +133,13 @@ func TestReplaySkipsABadLineNamingItsNumberAndServesTheRest(t *testing.T) {
 		"not json":      `{"did":`,
 		"invalid event": `{"did":"did:plc:x","time_us":0,"kind":"identity","identity":{}}`,
 		"no time_us":    `{"did":"did:plc:x","kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2024-01-01T00:00:00Z"}}`,
+		// What the README promises the replay drops: whatever the
+		// consumer's decoder refuses, so a capture cannot feed it one.
+		"a member given twice": `{"did":"did:plc:x","did":"did:plc:y","time_us":1700000000000000,"kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2024-01-01T00:00:00Z"}}`,
+		"did in another case":  `{"DID":"did:plc:x","time_us":1700000000000000,"kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2024-01-01T00:00:00Z"}}`,
+		"not UTF-8":            "{\"did\":\"did:plc:x\",\"time_us\":1700000000000000,\"kind\":\"identity\",\"identity\":{\"did\":\"did:plc:x\",\"handle\":\"\xff\",\"seq\":1,\"time\":\"2024-01-01T00:00:00Z\"}}",
+		"time_us before 2023":  `{"did":"did:plc:x","time_us":1600000000000000,"kind":"identity","identity":{"did":"did:plc:x","seq":1,"time":"2024-01-01T00:00:00Z"}}`,
+		"commit without rkey":  `{"did":"did:plc:x","time_us":1700000000000000,"kind":"commit","commit":{"operation":"create","collection":"io.atcr.tag","record":{}}}`,
 	}
 	for name, bad := range cases {
 		p := writeCapture(t, string(good[0]), "", string(good[1]), bad, string(good[2]))
