@@ -19,8 +19,8 @@ import (
 // Exit codes.
 const (
 	ExitOK      = 0
-	ExitFailure = 1 // a runtime failure (or a forced stop)
-	ExitConfig  = 2 // refused at start: bad configuration, unusable database, or a usage error
+	ExitFailure = 1 // a runtime failure, a forced stop, or a database unavailable at start (*TransientError: restart it)
+	ExitConfig  = 2 // refused at start: bad configuration, unusable database, or a usage error (restarting repeats it)
 )
 
 // StartError is a problem found before anything started; it exits 2.
@@ -56,7 +56,8 @@ func (e *FlagError) Error() string { return e.Flag + ": " + e.Reason }
 
 // Exit prints err as one stderr line prefixed with name and returns the
 // exit code: ExitOK for nil, ExitConfig for a refusal before anything ran
-// (a *config.Error, *StartError or *UsageError), else ExitFailure.
+// (a *config.Error, *StartError or *UsageError), else ExitFailure (a
+// *TransientError among them).
 func Exit(name string, err error) int {
 	if err == nil {
 		return ExitOK
