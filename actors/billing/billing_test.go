@@ -800,3 +800,26 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name, outcome string) flo
 	}
 	return 0
 }
+
+// TestStripeListingThatDoesNotAdvanceStopsAtTheSecondPage: a Stripe (or a
+// proxy) that answers has_more with the same last id for every
+// starting_after would cost stripeMaxPages requests a round; the listing
+// stops once a starting_after repeats.
+func TestStripeListingThatDoesNotAdvanceStopsAtTheSecondPage(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "has_more": true,
+			"data": []any{subscription("sub_stuck", "active", map[string]string{MetadataDID: alice}, "cus_a", nil, price(1))}})
+	}))
+	t.Cleanup(srv.Close)
+	s := &Stripe{BaseURL: srv.URL, SecretKey: secretKey, Log: zerolog.Nop()}
+	_, err := s.Tiers(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "does not advance") || !strings.Contains(err.Error(), "sub_stuck") {
+		t.Fatalf("tiers: %v, want a listing that does not advance", err)
+	}
+	if got := requests.Load(); got != 2 {
+		t.Errorf("%d requests to Stripe, want 2 (stopped at the second page)", got)
+	}
+}

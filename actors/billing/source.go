@@ -98,6 +98,11 @@ func (s *Stripe) Tiers(ctx context.Context) (map[string]Tier, error) {
 	var skipped []string
 	for _, status := range stripeStatuses {
 		after := ""
+		// seen holds every starting_after of this listing: a page whose
+		// last id was already a starting_after does not advance, and
+		// asking again would only be answered the same (stripeMaxPages
+		// bounds the set).
+		seen := map[string]bool{}
 		for page := 0; ; page++ {
 			if page == stripeMaxPages {
 				return nil, fmt.Errorf("stripe: more than %d pages of %s subscriptions", stripeMaxPages, status)
@@ -123,6 +128,11 @@ func (s *Stripe) Tiers(ctx context.Context) (map[string]Tier, error) {
 				return nil, fmt.Errorf("stripe: %s subscriptions: has_more with an empty page", status)
 			}
 			after = list.Data[len(list.Data)-1].ID
+			if seen[after] {
+				return nil, fmt.Errorf("stripe: %s subscriptions: page %d does not advance (has_more with starting_after %q again)",
+					status, page+1, after)
+			}
+			seen[after] = true
 		}
 	}
 	if len(skipped) > 0 {
