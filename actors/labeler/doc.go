@@ -9,6 +9,7 @@
 // (atproto.com/specs/event-stream): a header {op, t} and a body.
 //
 //	op  1, t "#labels"  {seq, labels[]}   apply labels, cursor := seq
+//	                                      (seq <= cursor: skip, counted)
 //	op  1, t "#info"    {name, message}   log (OutdatedCursor: warn)
 //	op  1, other t                        ignore (counted)
 //	op -1               {error, message}  the labeler ends the stream:
@@ -17,7 +18,12 @@
 //	                      anything else    reconnect from the stored cursor
 //
 // A frame that does not decode is skipped, logged (sampled: at most 10 a
-// minute) and counted; the stream goes on. A label that cannot be applied
+// minute) and counted; the stream goes on. So is a #labels frame whose seq
+// is not above the last applied one (equal included: that frame has
+// landed already): nothing is written, the cursor does not move, and
+// appview_labeler_frames_total{kind="seq_regression"} counts it. Applying
+// it would re-apply labels a later frame may have negated and move the
+// stored cursor back, so the next connection would replay from there. A label that cannot be applied
 // (malformed, a subject outside the registry, a manifest or tag record not
 // indexed here) is skipped the same way; the rest of its frame still lands.
 //

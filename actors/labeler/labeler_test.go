@@ -541,3 +541,54 @@ func TestALabelersMessageIsLoggedBounded(t *testing.T) {
 	}
 	t.Fatalf("the info frame was not logged:\n%.2000s", logs)
 }
+
+func TestALabelsFrameWhoseSeqDoesNotAdvanceIsSkippedLoggedAndCounted(t *testing.T) {
+	h := newHarness(t)
+	h.start(acquire(t, h.db, "instance-a"))
+	conn := h.fake.Accept(t, waitFor)
+	u0 := takedownLabel("did:plc:u0")
+	conn.SendLabels(t, 1, u0)
+	conn.SendLabels(t, 2, takedownLabel("did:plc:u1"))
+	conn.SendLabels(t, 3, with(u0, "neg", true))
+	h.waitCursor(3)
+
+	conn.SendLabels(t, 2, u0) // a replay going backwards
+	conn.SendLabels(t, 3, u0) // a replay of the last applied seq
+	// A later frame proves the two before it were read and handled.
+	conn.SendLabels(t, 4, takedownLabel("did:plc:u2"))
+	h.waitCursor(4)
+	// Writes are counted after they commit, in frame order: once seq 4's
+	// is counted, any write for the replays has been counted too.
+	testsupport.Eventually(t, "4 writes counted", func() bool { return h.writes.Load() >= 4 })
+	if got := h.writes.Load(); got != 4 {
+		t.Errorf("%d writes, want 4 (seqs 1 to 4, the replays none)", got)
+	}
+	if h.takedowns()[takedown{src, "did:plc:u0", ""}] {
+		t.Error("a replayed seq re-applied the takedown of u0 that seq 3 negated")
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameSeqRegression)); got != 2 {
+		t.Errorf("frames{kind=seq_regression} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameLabels)); got != 4 {
+		t.Errorf("frames{kind=labels} = %v, want 4", got)
+	}
+	if n := strings.Count(h.logs.String(), "seq not above the last applied seq"); n != 2 {
+		t.Errorf("logged %d seq regressions, want 2", n)
+	}
+
+	// The stored cursor is the floor on a new connection too.
+	conn.Close()
+	conn = h.fake.Accept(t, waitFor)
+	if conn.Cursor != "4" {
+		t.Fatalf("reconnected with cursor %q, want 4", conn.Cursor)
+	}
+	conn.SendLabels(t, 4, u0)
+	conn.SendLabels(t, 5, takedownLabel("did:plc:u3"))
+	h.waitCursor(5)
+	if h.takedowns()[takedown{src, "did:plc:u0", ""}] {
+		t.Error("a replay of the cursor's seq after a reconnect re-applied a takedown")
+	}
+	if got := testutil.ToFloat64(h.metrics.Frames.WithLabelValues(frameSeqRegression)); got != 3 {
+		t.Errorf("frames{kind=seq_regression} = %v, want 3", got)
+	}
+}

@@ -10,7 +10,9 @@ import (
 // process (NewMetrics) and share them across grants of custody.
 type Metrics struct {
 	// Frames counts frames received, by kind: labels, info, error,
-	// unknown (a message type this subscriber ignores) and malformed.
+	// unknown (a message type this subscriber ignores), malformed, and
+	// seq_regression (a #labels frame whose seq is not above the last
+	// applied one: skipped, nothing written).
 	Frames *prometheus.CounterVec
 	// Labels counts labels by outcome: takedown, negated, expired,
 	// ignored, unsupported, unresolved, malformed.
@@ -32,6 +34,9 @@ const (
 	frameError     = "error"
 	frameUnknown   = "unknown"
 	frameMalformed = "malformed"
+	// frameSeqRegression is a #labels frame skipped because its seq is not
+	// above the last applied one (the name jetstream uses for its class).
+	frameSeqRegression = "seq_regression"
 )
 
 // NewMetrics builds the collectors and registers them on reg (nil: not
@@ -41,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_labeler_frames_total",
-			Help: "subscribeLabels frames received, by kind (labels, info, error, unknown, malformed).",
+			Help: "subscribeLabels frames received, by kind (labels, info, error, unknown, malformed, seq_regression).",
 		}, []string{"kind"}),
 		Labels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_labeler_labels_total",
@@ -60,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Seq of the last subscribeLabels frame applied.",
 		}),
 	}
-	for _, k := range []string{frameLabels, frameInfo, frameError, frameUnknown, frameMalformed} {
+	for _, k := range []string{frameLabels, frameInfo, frameError, frameUnknown, frameMalformed, frameSeqRegression} {
 		m.Frames.WithLabelValues(k)
 	}
 	for _, o := range labelOutcomes {

@@ -287,6 +287,7 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(s.o.StaleTimeout)) }
 	alive()
 	conn.SetPongHandler(func(string) error { alive(); return nil })
+	last := seq // the seq of the last applied frame: later frames must be above it
 	for {
 		mt, data, err := conn.ReadMessage()
 		if err != nil {
@@ -300,7 +301,7 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, fmt.Errorf("read labeler stream: %w", err)
 		}
 		alive()
-		applied, err := s.handle(ctx, mt, data)
+		applied, err := s.handle(ctx, mt, data, &last)
 		progressed = progressed || applied
 		if err != nil {
 			return progressed, err
@@ -328,8 +329,11 @@ func (s *subscriber) keepalive(ctx context.Context, conn *websocket.Conn) {
 
 // handle processes one websocket message. It returns applied true when a
 // #labels frame was committed, and an error when the session must end: an
-// error frame, a failed write, or lost custody. A bad frame is skipped.
-func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied bool, err error) {
+// error frame, a failed write, or lost custody. A bad frame is skipped, and
+// so is a #labels frame whose seq is not above *last (the seq of the last
+// applied frame, which handle moves): applying it would re-apply labels a
+// later frame may have undone and move the stored cursor backwards.
+func (s *subscriber) handle(ctx context.Context, mt int, data []byte, last *int64) (applied bool, err error) {
 	m := s.o.Metrics
 	if mt != websocket.BinaryMessage {
 		m.Frames.WithLabelValues(frameMalformed).Inc()
@@ -344,10 +348,17 @@ func (s *subscriber) handle(ctx context.Context, mt int, data []byte) (applied b
 	}
 	switch f.kind {
 	case kindLabels:
+		if f.seq <= *last {
+			m.Frames.WithLabelValues(frameSeqRegression).Inc()
+			s.skipLog.Warn().Int64("seq", f.seq).Int64("last_seq", *last).Int("labels", len(f.labels)).
+				Msg("labeler frame skipped: seq not above the last applied seq")
+			return false, nil
+		}
 		outcomes, err := s.store.applyFrame(ctx, f)
 		if err != nil {
 			return false, err
 		}
+		*last = f.seq
 		m.Frames.WithLabelValues(frameLabels).Inc()
 		for outcome, n := range outcomes {
 			m.Labels.WithLabelValues(outcome).Add(float64(n))
