@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
@@ -205,15 +206,101 @@ func (db *DB) Ping(ctx context.Context) error {
 	})
 }
 
-// Close closes the pool and then the native database handle.
+// closeWait bounds how long Close waits for the native connections still
+// in use (a call Bounded abandoned, a connection being opened) to end
+// before it closes the native database.
+const closeWait = 2 * time.Second
+
+// ErrCloseAbandoned is returned by Close when native connections were
+// still busy in the driver after closeWait: the native database handle is
+// then left open (a process exit reclaims it) rather than closed under
+// them.
+var ErrCloseAbandoned = errors.New("database: connections still busy in the driver; the native handle is left open")
+
+// Close closes the pool and then the native database handle, once every
+// native connection has closed: the pool closes an in-use connection only
+// when its call returns, and a call Bounded gave up on (a cancelled start,
+// a stopped instance) may still be running in the driver. libSQL panics
+// (database.rs, unwrap on None) when its database is closed under a
+// connection that is opening or running, which a stop signal during the
+// start's database open did. When they have not ended within closeWait
+// (a driver call stuck on a server that never answers), the handle is
+// left open and ErrCloseAbandoned returned.
 func (db *DB) Close() error {
+	db.connector.live.closing()
 	err := db.DB.Close()
+	if !db.connector.live.wait(closeWait) {
+		return errors.Join(err, ErrCloseAbandoned)
+	}
 	if c, ok := db.connector.inner.(interface{ Close() error }); ok {
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}
 	}
 	return err
+}
+
+// liveConns counts native connections that are open or being opened,
+// and refuses new ones once the database is closing.
+type liveConns struct {
+	mu     sync.Mutex
+	n      int
+	none   chan struct{} // closed while n is 0
+	closed bool
+}
+
+// errClosing is Connect's error once Close has begun: database/sql's
+// connection opener can still ask for a connection after DB.Close, and
+// libSQL panics when asked to connect to a closed database.
+var errClosing = errors.New("database: closed")
+
+// add counts a connection about to be opened; false once closing.
+func (l *liveConns) add() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	if l.n == 0 {
+		l.none = make(chan struct{})
+	}
+	l.n++
+	return true
+}
+
+// closing refuses every later add.
+func (l *liveConns) closing() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
+func (l *liveConns) done() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n--
+	if l.n == 0 {
+		close(l.none)
+	}
+}
+
+// wait reports whether the count reached 0 within d.
+func (l *liveConns) wait(d time.Duration) bool {
+	l.mu.Lock()
+	if l.n == 0 {
+		l.mu.Unlock()
+		return true
+	}
+	none := l.none
+	l.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-none:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Bounded runs fn and returns its error, or ctx.Err() if ctx ends first. The
@@ -260,9 +347,31 @@ type connector struct {
 	remote      bool
 	busyTimeout time.Duration
 	readOnly    bool
+	// live counts the native connections open or being opened (DB.Close).
+	live liveConns
 }
 
+// Connect opens and configures a native connection, counted in c.live
+// from before the driver is asked until the connection is closed; once
+// DB.Close has begun it returns errClosing without asking the driver.
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if !c.live.add() {
+		return nil, errClosing
+	}
+	conn, err := c.connect(ctx)
+	if err != nil {
+		c.live.done()
+		return nil, err
+	}
+	if rc, ok := conn.(*remoteConn); ok {
+		rc.closed = c.live.done
+	} else {
+		c.live.done() // not a libSQL connection (tests): nothing native to wait for
+	}
+	return conn, nil
+}
+
+func (c *connector) connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err

@@ -147,3 +147,48 @@ func TestAReadOnlyPoolLeavesTheJournalModeAndRefusesWrites(t *testing.T) {
 		t.Fatal("a write through a read-only pool landed")
 	}
 }
+
+// Closing a database while a call the caller gave up on still runs in the
+// driver (a stop signal during the start's database open cancelled it)
+// waits for that call: libSQL panicked (unwrap on None in database.rs)
+// when its database was closed under a running connection.
+func TestCloseWaitsForACallItsCallerAbandoned(t *testing.T) {
+	db, err := Open(context.Background(), Options{URL: "file:" + filepath.Join(t.TempDir(), "a.db"), BusyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	abandoned := make(chan error, 1)
+	go func() {
+		abandoned <- Bounded(ctx, func() error {
+			close(started)
+			var n int
+			return db.QueryRow(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT count(*) FROM c`).Scan(&n)
+		})
+	}()
+	<-started
+	cancel()
+	if err := <-abandoned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Bounded returned %v, want the cancellation (the query still running)", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// database/sql's connection opener can still ask for a connection after
+// DB.Close; the connector refuses it instead of asking libSQL, which
+// panics when asked to connect to a closed database.
+func TestAConnectionAskedForAfterCloseIsRefused(t *testing.T) {
+	db, err := Open(context.Background(), Options{URL: "file:" + filepath.Join(t.TempDir(), "a.db"), BusyTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := db.connector.Connect(context.Background()); !errors.Is(err, errClosing) {
+		t.Fatalf("Connect after Close = %v, %v; want errClosing", c, err)
+	}
+}

@@ -52,6 +52,10 @@ type remoteConn struct {
 	retire func(error) bool
 	broken bool
 	cache  *stmtCache // nil: every statement goes through go-libsql
+	// closed, when set, is called once the native connection is closed
+	// (connector.live: DB.Close waits for it before closing the native
+	// database).
+	closed func()
 }
 
 func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote, nil) }
@@ -147,7 +151,12 @@ func (c *remoteConn) Close() error {
 	if c.cache != nil {
 		c.cache.close()
 	}
-	return c.inner.Close()
+	err := c.inner.Close()
+	if c.closed != nil {
+		c.closed()
+		c.closed = nil
+	}
+	return err
 }
 
 // IsValid is asked before the connection goes back to the pool.
