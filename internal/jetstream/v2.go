@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/strictjson"
 )
 
@@ -141,7 +142,7 @@ func decodeV2(data []byte) (decodedV2, error) {
 	switch f.Type {
 	case "message":
 	case "error":
-		return decodedV2{err: &ServerError{Name: f.Error, Message: f.Message}}, nil
+		return decodedV2{err: &ServerError{Name: bounded(f.Error), Message: bounded(f.Message)}}, nil
 	default:
 		return decodedV2{}, &DecodeError{Class: ClassUnknownType, Size: size, Err: fmt.Errorf("frame $type %q", bounded(f.Type))}
 	}
@@ -190,16 +191,12 @@ func decodeV2(data []byte) (decodedV2, error) {
 	return decodedV2{ev: ev}, nil
 }
 
-// maxQuoted bounds a value quoted back in an error (a hostile server
-// chooses it).
-const maxQuoted = 64
-
-func bounded(s string) string {
-	if len(s) <= maxQuoted {
-		return s
-	}
-	return s[:maxQuoted] + "…"
-}
+// bounded bounds a value a server chose (a $type, a time, an #info or
+// error message) before it is quoted in an error or a log line: at most
+// logval.MaxBytes, cut at whole UTF-8 characters, keeping both ends (the
+// end of a message often carries its number: "... starting at seq N").
+// Never a metric label: those go through label (a fixed set).
+func bounded(s string) string { return logval.String(s) }
 
 // zstdMagicDict opens a zstd dictionary; the 4 bytes after it are its ID
 // (little endian), the ID a client sends as zstdDictionary=<id>.

@@ -12,6 +12,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/atcr-io/appview/internal/logval"
+	"github.com/rs/zerolog"
 
 	"github.com/gorilla/websocket"
 	"github.com/klauspost/compress/zstd"
@@ -346,5 +350,51 @@ func TestV2MemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 		if ClassOf(err) != tc.class {
 			t.Errorf("%s: %v (class %q), want class %q", name, err, ClassOf(err), tc.class)
 		}
+	}
+}
+
+func TestV2ServerTextIsBoundedWithoutLosingItsEndOrSplittingACharacter(t *testing.T) {
+	// The floor's seq is at the end, and a two-byte character straddles
+	// byte 64, where the old cut fell.
+	msg := strings.Repeat("x", 63) + "é requested timestamp cursor below retention floor; starting at seq 4242"
+	info, _ := json.Marshal(map[string]any{"$type": "message", "payload": map[string]any{
+		"$type": "network.bsky.jetstream.subscribeEvents#info", "name": "OutdatedCursor", "message": msg}})
+	s := startV2(t, &v2Server{script: script(1), first: [][]byte{info}})
+	lines := make(chan string, 16)
+	log := zerolog.New(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "jetstream #info advisory") {
+			lines <- string(p)
+		}
+		return len(p), nil
+	}))
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Log: log}, k.handle)
+	k.waitEvents(t, 1)
+	select {
+	case line := <-lines:
+		// zerolog writes valid UTF-8 as is and a split character as \ufffd.
+		if !strings.Contains(line, msg) {
+			t.Fatalf("#info line %s does not hold the whole message %q", line, msg)
+		}
+	case <-time.After(testWait):
+		t.Fatal("no #info line")
+	}
+
+	// Longer than the bound: both ends kept, whole characters only.
+	long := strings.Repeat("é", 600) + " starting at seq 4242"
+	for _, d := range [][]byte{
+		[]byte(`{"$type":"message","payload":{"$type":"` + long + `"}}`),
+		[]byte(`{"$type":"` + long + `"}`),
+	} {
+		_, err := decodeV2(d)
+		if err == nil || !utf8.ValidString(err.Error()) || !strings.Contains(err.Error(), "seq 4242") ||
+			len(err.Error()) > logval.MaxBytes+100 {
+			t.Errorf("decodeV2 error %q: want it valid UTF-8, bounded, with its end", err)
+		}
+	}
+	d, err := decodeV2([]byte(`{"$type":"error","error":"ConsumerTooSlow","message":"` + long + `"}`))
+	if err != nil || d.err == nil || d.err.Name != ErrNameConsumerTooSlow ||
+		!utf8.ValidString(d.err.Message) || len(d.err.Message) > logval.MaxBytes+100 || !strings.HasSuffix(d.err.Message, "seq 4242") {
+		t.Errorf("error frame = %+v, %v: want its name, and its message bounded with its end", d.err, err)
 	}
 }
