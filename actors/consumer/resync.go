@@ -19,6 +19,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/strictjson"
 )
@@ -353,14 +354,10 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 	return nil
 }
 
-// bounded cuts a value quoted in a log or error (a peer chooses it).
-func bounded(s string) string {
-	const n = 200
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// bounded bounds a value a peer chose (a rev, an HTTP body) before it is
+// quoted in an error: logval.String, so it keeps both ends and never
+// splits a UTF-8 character.
+func bounded(s string) string { return logval.String(s) }
 
 // ResyncMetrics are the re-read collectors.
 type ResyncMetrics struct {
