@@ -3,6 +3,7 @@ package labeler
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,19 +19,24 @@ import (
 
 func TestSubscribeURLTurnsTheConfiguredURLIntoTheXRPCWebsocket(t *testing.T) {
 	for in, want := range map[string]string{
-		"https://mod.example.com":            "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"https://mod.example.com/":           "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"http://127.0.0.1:8080":              "ws://127.0.0.1:8080/xrpc/com.atproto.label.subscribeLabels",
-		"wss://mod.example.com":              "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"wss://mod.example.com/custom":       "wss://mod.example.com/custom",
-		"wss://mod.example.com/x?cursor=5#f": "wss://mod.example.com/x",
+		"https://mod.example.com":  "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"https://mod.example.com/": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"http://127.0.0.1:8080":    "ws://127.0.0.1:8080/xrpc/com.atproto.label.subscribeLabels",
+		"wss://mod.example.com":    "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels?cursor=5#f": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"https://mod.example.com/xrpc/com.atproto.label.subscribeLabels/":         "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+		"ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels":          "ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels",
 	} {
 		got, err := SubscribeURL(in)
 		if err != nil || got != want {
 			t.Errorf("SubscribeURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"ftp://mod.example.com", "https://", "mod.example.com", "::"} {
+	// A path that is not the XRPC endpoint is a mistake: dialled as given,
+	// it answers 404 forever.
+	for _, bad := range []string{"ftp://mod.example.com", "https://", "mod.example.com", "::",
+		"ws://127.0.0.1:7700/labeler", "wss://mod.example.com/custom", "https://mod.example.com/xrpc",
+		"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels/extra"} {
 		if got, err := SubscribeURL(bad); err == nil {
 			t.Errorf("SubscribeURL(%q) = %q, want an error", bad, got)
 		}
@@ -88,6 +94,10 @@ func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
 	var cerr *config.Error
 	if _, err := Worker(d); !errors.As(err, &cerr) || cerr.Key != "labeler.url" {
 		t.Fatalf("Worker with a bad URL: %v, want a config error on labeler.url", err)
+	}
+	d.Config.Labeler.URL = "ws://127.0.0.1:7700/labeler"
+	if _, err := Worker(d); !errors.As(err, &cerr) || cerr.Key != "labeler.url" || !strings.Contains(err.Error(), "/labeler") {
+		t.Fatalf("Worker with a path that is not subscribeLabels: %v, want a config error on labeler.url naming the path", err)
 	}
 	d.Config.Labeler.URL = "https://mod.example.com"
 	d.Config.Labeler.StaleTimeout = 0

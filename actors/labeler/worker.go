@@ -3,6 +3,7 @@ package labeler
 import (
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -54,11 +55,18 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 }
 
 // SubscribeURL turns labeler.url into the websocket URL of
-// com.atproto.label.subscribeLabels: https://HOST becomes
-// wss://HOST/xrpc/com.atproto.label.subscribeLabels (http → ws, for local
-// labelers); a ws:// or wss:// URL with a path is used as given, without
-// one it gets the XRPC path. Query and fragment are dropped (the cursor
-// is added per connection).
+// com.atproto.label.subscribeLabels. The scheme maps https → wss and
+// http → ws (ws and wss stay). The path must be one of:
+//
+//   - empty or "/": the labeler's base URL; the XRPC path is appended
+//     (https://HOST → wss://HOST/xrpc/com.atproto.label.subscribeLabels);
+//   - a path ending in /xrpc/com.atproto.label.subscribeLabels (one
+//     trailing slash dropped): the full endpoint, used as given, so a
+//     labeler behind a path prefix works (wss://HOST/mod/xrpc/...).
+//
+// Any other path is refused: the subscriber would dial it and retry its
+// 404 forever (ws://HOST/labeler is not a subscribeLabels endpoint).
+// Query and fragment are dropped (the cursor is added per connection).
 func SubscribeURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -76,9 +84,15 @@ func SubscribeURL(raw string) (string, error) {
 	if u.Host == "" {
 		return "", fmt.Errorf("URL %q has no host", raw)
 	}
-	if u.Path == "" || u.Path == "/" {
+	switch p := strings.TrimSuffix(u.Path, "/"); {
+	case p == "":
 		u.Path = subscribePath
+	case strings.HasSuffix(p, subscribePath):
+		u.Path = p
+	default:
+		return "", fmt.Errorf("URL %q: path %q is not %s; give the labeler's base URL (https://HOST) or its full subscribeLabels URL",
+			raw, u.Path, subscribePath)
 	}
-	u.RawQuery, u.Fragment, u.User = "", "", nil
+	u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
 	return u.String(), nil
 }

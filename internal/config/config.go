@@ -251,7 +251,12 @@ type Identity struct {
 
 // Labeler configures the labeler subscriber.
 type Labeler struct {
-	// URL of the labeler service (https://HOST or wss://HOST); empty disables it.
+	// URL of the labeler service; empty disables it. Either its base URL
+	// with no path (https://HOST, wss://HOST: the subscriber appends
+	// /xrpc/com.atproto.label.subscribeLabels) or the full endpoint, whose
+	// path ends in /xrpc/com.atproto.label.subscribeLabels (a prefix before
+	// it is kept). Any other path is refused at start (actors/labeler
+	// SubscribeURL): it would be dialled as given and answer 404 forever.
 	URL string `yaml:"url"`
 	// StaleTimeout reconnects when neither a frame nor a pong to our pings
 	// has arrived for this long (pings go out every StaleTimeout/3), so a

@@ -61,6 +61,8 @@ identity:
   handle_well_known_url: ""     # local test chains only: verify handles at this URL's /.well-known/atproto-did
 
 labeler:
+  # https://HOST (or wss://HOST): /xrpc/com.atproto.label.subscribeLabels is appended; a URL with a path
+  # must end in that path (wss://HOST/prefix/xrpc/com.atproto.label.subscribeLabels); any other path is refused
   url: ""                       # empty disables the labeler subscriber
   stale_timeout: 60s            # reconnect when no frame or pong arrives for this long
 
