@@ -466,6 +466,7 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 		return r.walkAllRepos(ctx, col, relay, rest, repos)
 	}
 	first := true
+	trail := newCursorTrail(cursor)
 	for {
 		params := url.Values{"collection": {col}, "limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
 		if cursor != "" {
@@ -488,9 +489,9 @@ func (r *run) walk(ctx context.Context, col, relay, cursor string, repos *repoSe
 		if page.Cursor == "" || len(page.Repos) == 0 {
 			return nil
 		}
-		if page.Cursor == cursor {
+		if !trail.add(page.Cursor) {
 			return &xrpcError{method: methodListRepos, host: relay, class: classProtocol,
-				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
+				message: cycleMessage("relay", page.Cursor)}
 		}
 		cursor, first = page.Cursor, false
 		if err := r.saveCollection(ctx, col, relay, cursor, false); err != nil {
@@ -524,6 +525,7 @@ func (r *run) setFallback(relay string, why error) {
 // taken-down accounts"). Its cursor is checkpointed with
 // listReposCursorPrefix.
 func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
+	trail := newCursorTrail(cursor)
 	for {
 		params := url.Values{"limit": {strconv.Itoa(r.b.o.RelayPageSize)}}
 		if cursor != "" {
@@ -554,9 +556,9 @@ func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos
 		if page.Cursor == "" || len(page.Repos) == 0 {
 			return nil
 		}
-		if page.Cursor == cursor {
+		if !trail.add(page.Cursor) {
 			return &xrpcError{method: methodListAllRepos, host: relay, class: classProtocol,
-				message: fmt.Sprintf("relay repeated cursor %q", cursor)}
+				message: cycleMessage("relay", page.Cursor)}
 		}
 		cursor = page.Cursor
 		if err := r.saveCollection(ctx, col, relay, listReposCursorPrefix+cursor, false); err != nil {
@@ -727,6 +729,7 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 		}
 	}
 	cursor := repos.get(did).cursor
+	trail := newCursorTrail(cursor)
 	for {
 		params := url.Values{"repo": {did}, "collection": {col}, "limit": {strconv.Itoa(r.b.o.RecordPageSize)}}
 		if cursor != "" {
@@ -736,9 +739,9 @@ func (r *run) repo(ctx context.Context, col, did string, repos *repoSet, describ
 		if err := r.b.xrpc.get(ctx, pds, methodListRecords, params, &page); err != nil {
 			return r.pdsFailed(ctx, pds, col, did, err, repos)
 		}
-		if page.Cursor != "" && page.Cursor == cursor {
+		if page.Cursor != "" && !trail.add(page.Cursor) {
 			return r.failRepo(ctx, col, did, classProtocol,
-				fmt.Errorf("%s on %s repeated cursor %q", methodListRecords, pds, cursor), repos)
+				fmt.Errorf("%s on %s: %s", methodListRecords, pds, cycleMessage("PDS", page.Cursor)), repos)
 		}
 		last := page.Cursor == "" || len(page.Records) == 0
 		if err := r.savePage(ctx, col, did, page, last); err != nil {

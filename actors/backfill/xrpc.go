@@ -40,7 +40,7 @@ const (
 	classNetwork     = "network"        // no HTTP answer: refused, reset, timeout
 	classDecode      = "decode"         // a 2xx whose body is not the expected JSON
 	classResolve     = "resolve"        // the DID did not resolve to a PDS
-	classProtocol    = "protocol"       // a peer repeated a pagination cursor
+	classProtocol    = "protocol"       // a peer's pagination cursors cycle (a cursor of the listing came back)
 	classInvalid     = "invalid_record" // a record whose uri or value is unusable
 	classRelay       = "relay"          // a relay failed; the next one is tried
 	classDatabase    = "db_error"       // a record whose own transaction could not commit; skipped
