@@ -428,31 +428,24 @@ func runSignalledAtInit(t *testing.T, dir string, sig syscall.Signal, args ...st
 // command keeps the signals' default action, even for a signal that came
 // while the command line was not yet read.
 func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
+	// Only serve: a quick command (version, config init) can finish
+	// before a signal sent at this moment arrives, so whether it was
+	// killed says nothing; the default action of a command other than
+	// serve is tested on one that blocks
+	// (TestACommandOtherThanServeIsKilledBySIGTERM).
 	for _, tc := range []struct {
 		name string
 		args []string
 		sig  syscall.Signal
-		// killed: the default action (killed by sig, nothing printed),
-		// else serve's clean exit 0.
-		killed bool
 	}{
-		{"serve, SIGTERM", []string{"serve"}, syscall.SIGTERM, false},
-		{"serve, SIGINT", []string{"serve"}, syscall.SIGINT, false},
-		{"serve with a configuration, SIGTERM", []string{"serve", "--set", "leases.ttl=20s"}, syscall.SIGTERM, false},
-		{"version, SIGTERM", []string{"version"}, syscall.SIGTERM, true},
-		{"config init, SIGINT", []string{"config", "init"}, syscall.SIGINT, true},
+		{"serve, SIGTERM", []string{"serve"}, syscall.SIGTERM},
+		{"serve, SIGINT", []string{"serve"}, syscall.SIGINT},
+		{"serve with a configuration, SIGTERM", []string{"serve", "--set", "leases.ttl=20s"}, syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			code, stdout, lines := runSignalledAtInit(t, dir, tc.sig, tc.args...)
-			if tc.killed {
-				if code != 128+int(tc.sig) || stdout != "" {
-					t.Fatalf("exit %d, stdout %q; want killed by %v (128+%d) before printing anything, the signal's default action\nstderr:\n%s",
-						code, stdout, tc.sig, int(tc.sig), strings.Join(lines, "\n"))
-				}
-				return
-			}
+			code, _, lines := runSignalledAtInit(t, dir, tc.sig, tc.args...)
 			if code != 0 {
 				t.Fatalf("exit %d after %v at the start, want 0 (nothing was acquired)\nstderr:\n%s", code, tc.sig, strings.Join(lines, "\n"))
 			}
