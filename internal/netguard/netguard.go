@@ -204,11 +204,38 @@ func (g Guard) Transport() *http.Transport {
 
 // Client returns an HTTP client on Transport with the given overall
 // timeout per request (0: none; bound requests with their context then).
-// Redirects are followed as net/http does (at most 10); each one dials
-// through the guard again.
+// Redirects follow SameHostRedirect; each one dials through the guard
+// again.
 func (g Guard) Client(timeout time.Duration) *http.Client {
-	return &http.Client{Transport: g.Transport(), Timeout: timeout}
+	return &http.Client{Transport: g.Transport(), Timeout: timeout, CheckRedirect: SameHostRedirect}
 }
+
+// MaxRedirects bounds the redirects SameHostRedirect follows for one
+// request.
+const MaxRedirects = 5
+
+// SameHostRedirect is the redirect rule of every outbound client (an
+// http.Client's CheckRedirect). A redirect is followed only when it keeps
+// the request's meaning: the same host (and port), the same scheme or an
+// upgrade from http to https, the same method (net/http turns a POST into
+// a bodyless GET on 301, 302 and 303), and at most MaxRedirects of them.
+// Any other redirect is not followed: the caller gets the 3xx answer
+// itself, which no caller takes for success.
+func SameHostRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0]
+	if len(via) > MaxRedirects ||
+		req.URL.Host != first.URL.Host ||
+		(req.URL.Scheme != first.URL.Scheme && (first.URL.Scheme != "http" || req.URL.Scheme != "https")) ||
+		req.Method != first.Method {
+		return http.ErrUseLastResponse
+	}
+	return nil
+}
+
+// NoRedirect never follows a redirect (an http.Client's CheckRedirect):
+// the caller gets the 3xx answer itself. It is the rule of requests whose
+// effect must reach exactly the URL named (billing's updateCrewTier POST).
+func NoRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // specialRanges are non-public ranges the netip predicates do not cover
 // (RFC 6890 special-purpose registries), with the class reported.

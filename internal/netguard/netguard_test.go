@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestClassNamesEveryNonRoutableForm(t *testing.T) {
@@ -121,10 +122,14 @@ func TestClientRefusesAtDialTimeUnlessAllowedOrTrusted(t *testing.T) {
 	if err := get(Guard{}.TrustURLs(srv.URL), other); !errors.Is(err, ErrRefused) {
 		t.Fatalf("%s (an untrusted name for a trusted address): %v, want ErrRefused", other, err)
 	}
-	// A redirect from a trusted host to a private one is dialled afresh.
+	// A redirect from a trusted host to a private one is dialled afresh,
+	// even by a client that follows cross-host redirects (Client's own
+	// rule, SameHostRedirect, does not follow it at all).
 	redirect := httptest.NewServer(http.RedirectHandler("http://localhost:1/x", http.StatusFound))
 	defer redirect.Close()
-	if err := get(Guard{}.TrustURLs(redirect.URL), redirect.URL); !errors.Is(err, ErrRefused) {
+	follows := Guard{}.TrustURLs(redirect.URL).Client(0)
+	follows.CheckRedirect = nil
+	if _, err := follows.Get(redirect.URL); !errors.Is(err, ErrRefused) {
 		t.Fatalf("redirect to a private address: %v, want ErrRefused", err)
 	}
 	if hits.Load() != 2 {
@@ -141,5 +146,61 @@ func TestTrustURLsUsesTheSchemesDefaultPort(t *testing.T) {
 		if got := g.trusts(addr); got != want {
 			t.Errorf("trusts(%s) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// Outbound clients followed any redirect (net/http's default: 10, to any
+// host, a POST turned into a bodyless GET on 302). Only a same-host
+// redirect that keeps the method is followed now; any other one leaves
+// the caller with the 3xx itself.
+func TestClientFollowsOnlySameHostRedirectsThatKeepTheMethod(t *testing.T) {
+	var otherHits atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		otherHits.Add(1)
+		_, _ = io.WriteString(w, "other")
+	}))
+	t.Cleanup(other.Close)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.Method+" ok") })
+	mux.HandleFunc("/same", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/cross", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, other.URL+"/", http.StatusFound) })
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := Guard{AllowPrivate: true}.Client(5 * time.Second)
+	t.Cleanup(c.CloseIdleConnections)
+
+	do := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader("{}"))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do(http.MethodGet, "/same"); code != http.StatusOK || body != "GET ok" {
+		t.Errorf("same-host GET redirect: %d %q, want it followed", code, body)
+	}
+	if code, _ := do(http.MethodGet, "/cross"); code != http.StatusFound || otherHits.Load() != 0 {
+		t.Errorf("cross-host redirect: %d, %d requests to the other host; want the 302 and none", code, otherHits.Load())
+	}
+	if code, _ := do(http.MethodPost, "/same"); code != http.StatusFound {
+		t.Errorf("POST answered 302: %d, want the 302 (following it would send a bodyless GET)", code)
+	}
+	if code, _ := do(http.MethodGet, "/loop"); code != http.StatusFound {
+		t.Errorf("redirect loop: %d, want the 302 after %d redirects", code, MaxRedirects)
+	}
+
+	plain := &http.Client{CheckRedirect: NoRedirect}
+	resp, err := plain.Get(srv.URL + "/same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Errorf("NoRedirect: %d, want the 302", resp.StatusCode)
 	}
 }
