@@ -175,6 +175,9 @@ type fakeHold struct {
 	attempts atomic.Int32
 	down     atomic.Bool // 503 to everything
 	authReq  atomic.Bool // AuthRequired to everything
+	// moved answers every push 302 to /moved, which answers a GET 200
+	// with a tierName (a hold that never sees the tier yet says OK).
+	moved atomic.Bool
 	unknown  map[string]bool
 	// answering, when set, runs after a push is accepted and before the
 	// hold answers it (a slow hold, or one the client gives up on).
@@ -200,6 +203,9 @@ func newFakeHold(t *testing.T) *fakeHold {
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = w.Write([]byte(`{"error":"AuthRequired","message":"service auth token required"}`))
 			return
+		case h.moved.Load():
+			http.Redirect(w, r, "/moved", http.StatusFound)
+			return
 		}
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.UserDID == "" || in.TierRank == nil ||
 			r.Header.Get("Content-Type") != "application/json" {
@@ -221,6 +227,9 @@ func newFakeHold(t *testing.T) *fakeHold {
 			h.mu.Lock()
 		}
 		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": fmt.Sprintf("hold-tier-%d", *in.TierRank)})
+	})
+	mux.HandleFunc("GET /moved", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": "moved"})
 	})
 	h.Server = httptest.NewServer(mux)
 	t.Cleanup(h.Close)
@@ -414,9 +423,15 @@ func TestFailingHoldIsRetriedNextInterval(t *testing.T) {
 		name   string
 		fail   func(h *fakeHold, on bool)
 		metric string
+		// plain sends with a client that follows redirects as net/http
+		// does by default (what a caller may pass as Options.HTTP).
+		plain bool
 	}{
-		{"unavailable", func(h *fakeHold, on bool) { h.down.Store(on) }, "failed"},
-		{"auth required", func(h *fakeHold, on bool) { h.authReq.Store(on) }, "auth_required"},
+		{"unavailable", func(h *fakeHold, on bool) { h.down.Store(on) }, "failed", false},
+		{"auth required", func(h *fakeHold, on bool) { h.authReq.Store(on) }, "auth_required", false},
+		// A POST answered 302 became a bodyless GET that the hold
+		// answered 200, and the push was recorded as done.
+		{"redirect", func(h *fakeHold, on bool) { h.moved.Store(on) }, "failed", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -435,6 +450,9 @@ func TestFailingHoldIsRetriedNextInterval(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.o.Metrics = m
+			if tc.plain {
+				r.o.HTTP = &http.Client{Transport: loopback.Transport}
+			}
 
 			tc.fail(bad, true)
 			rep := mustRound(t, r, c)

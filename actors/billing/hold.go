@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/atcr-io/appview/internal/netguard"
 	"github.com/atcr-io/appview/internal/strictjson"
 )
 
@@ -46,15 +47,16 @@ func (e *XRPCError) Error() string {
 }
 
 // holdDown reports whether the error means the hold as a whole is not
-// answering usefully (transport failure, 5xx, 408/429, or a 4xx that is not
-// an XRPC error at all, e.g. a proxy's page), so the rest of its members
-// are not worth trying this round. A named XRPC 4xx is about one member.
+// answering usefully (transport failure, 5xx, 408/429, a redirect, or a
+// 4xx that is not an XRPC error at all, e.g. a proxy's page), so the rest
+// of its members are not worth trying this round. A named XRPC 4xx is
+// about one member.
 func holdDown(err error) bool {
 	var xe *XRPCError
 	if !errors.As(err, &xe) {
 		return true
 	}
-	return xe.Status >= 500 || xe.Status == http.StatusRequestTimeout ||
+	return xe.Status >= 500 || xe.Status/100 == 3 || xe.Status == http.StatusRequestTimeout ||
 		xe.Status == http.StatusTooManyRequests || xe.Name == ""
 }
 
@@ -81,7 +83,13 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
+	// A redirect is never followed: net/http turns a POST answered 301,
+	// 302 or 303 into a bodyless GET, which a hold may answer 200 without
+	// ever seeing the tier. The 3xx is an error (holdDown) and the push
+	// is made again next interval.
+	noRedirect := *client
+	noRedirect.CheckRedirect = netguard.NoRedirect
+	resp, err := noRedirect.Do(req)
 	if err != nil {
 		return "", err
 	}
