@@ -195,7 +195,13 @@ func New(o Options) (*Backfiller, error) {
 	o.Retry = o.Retry.withDefaults()
 	b := &Backfiller{o: o, log: o.Log.With().Str("worker", LeaseName).Logger()}
 	b.skipLog = logval.Sampled(b.log, skipLogBurst, skipLogPeriod, "backfill request retried or deferred")
-	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: newRateLimits(o.Retry.PerHostConcurrency, time.Now),
+	limits := newRateLimits(o.Retry.PerHostConcurrency, time.Now)
+	limits.maxHold = o.Retry.MaxRetryAfter
+	limits.onHold = func(host string, asked, held time.Duration) {
+		b.log.Info().Str("host", logval.String(host)).Int64("asked_ms", asked.Milliseconds()).Int64("held_ms", held.Milliseconds()).
+			Msg("backfill holds requests to a host: its rate limit is spent until the reset (at most the longest wait honoured)")
+	}
+	b.xrpc = &xrpcClient{http: o.HTTP, policy: o.Retry, limits: limits,
 		onRetry: func(err error, wait time.Duration) {
 			o.Metrics.Errors.WithLabelValues(errorClass(err)).Inc()
 			b.skipLog.Debug().Err(logval.Error(err)).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill request retried")

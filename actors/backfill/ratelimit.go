@@ -94,6 +94,15 @@ type hostLimiter struct {
 type rateLimits struct {
 	perHost int
 	now     func() time.Time
+	// maxHold bounds how long one response can hold a host (0: no
+	// bound): the same cap as one request's wait (RetryPolicy.
+	// MaxRetryAfter), so a RateLimit-Reset hours away cannot stall
+	// every request to the host silently for hours.
+	maxHold time.Duration
+	// onHold, when set, is told when a host goes from free to held:
+	// once per hold, with the wait the peer asked for and the wait
+	// applied (at most maxHold).
+	onHold func(host string, asked, held time.Duration)
 
 	mu    sync.Mutex
 	hosts map[string]*hostLimiter
@@ -163,12 +172,20 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	default:
 		return
 	}
+	asked := next.Sub(now)
+	if l.maxHold > 0 && asked > l.maxHold {
+		next = now.Add(l.maxHold)
+	}
 	hl := l.host(host)
 	hl.mu.Lock()
+	wasHeld := hl.notBefore.After(now)
 	if next.After(hl.notBefore) {
 		hl.notBefore = next
 	}
 	hl.mu.Unlock()
+	if !wasHeld && l.onHold != nil && (status == http.StatusTooManyRequests || rl.remaining == 0) {
+		l.onHold(host, asked, next.Sub(now))
+	}
 }
 
 // isDeferral reports whether err is a rate-limit deferral.

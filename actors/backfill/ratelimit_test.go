@@ -177,3 +177,32 @@ func TestRateLimitHeadersTakeUnixOrDeltaResets(t *testing.T) {
 		t.Errorf("no headers: %+v", rl)
 	}
 }
+
+// One RateLimit-Reset hours away (on a 200 with Remaining 0, or a 429) set
+// the host's hold before any cap was applied: every later request to that
+// host waited silently for hours. The hold is now bounded by the longest
+// single wait honoured, and told once per hold.
+func TestAFarRateLimitResetHoldsTheHostAtMostTheCapAndIsToldOnce(t *testing.T) {
+	now := time.Unix(1_767_000_000, 0)
+	l := newRateLimits(2, func() time.Time { return now })
+	l.maxHold = 10 * time.Minute
+	type hold struct{ asked, held time.Duration }
+	var holds []hold
+	l.onHold = func(_ string, asked, held time.Duration) { holds = append(holds, hold{asked, held}) }
+	far := rateLimitHeaders{remaining: 0, reset: now.Add(2 * time.Hour)}
+	l.observe("pds.example", http.StatusOK, far)
+	l.observe("pds.example", http.StatusTooManyRequests, far)
+	hl := l.host("pds.example")
+	if got := hl.notBefore.Sub(now); got != 10*time.Minute {
+		t.Errorf("host held for %s, want the 10m cap", got)
+	}
+	if len(holds) != 1 || holds[0] != (hold{2 * time.Hour, 10 * time.Minute}) {
+		t.Errorf("holds told %+v, want one {2h 10m}", holds)
+	}
+	// Once the hold is over, the next spent window is a new hold.
+	now = now.Add(11 * time.Minute)
+	l.observe("pds.example", http.StatusTooManyRequests, rateLimitHeaders{remaining: 0, reset: now.Add(time.Minute)})
+	if len(holds) != 2 || holds[1].held != time.Minute {
+		t.Errorf("holds told %+v, want a second one of 1m", holds)
+	}
+}
