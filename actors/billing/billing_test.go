@@ -177,8 +177,8 @@ type fakeHold struct {
 	authReq  atomic.Bool // AuthRequired to everything
 	// moved answers every push 302 to /moved, which answers a GET 200
 	// with a tierName (a hold that never sees the tier yet says OK).
-	moved atomic.Bool
-	unknown  map[string]bool
+	moved   atomic.Bool
+	unknown map[string]bool
 	// answering, when set, runs after a push is accepted and before the
 	// hold answers it (a slow hold, or one the client gives up on).
 	answering func(r *http.Request)
