@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -70,6 +71,7 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 		Health:        health,
 		Resync:        NewResyncer(d.DB, d.Resolver(), proc, d.Config.Jetstream.ResyncInterval, d.Log, rm),
 	}
+	o.Resync.HTTP = resyncHTTP(d.Config)
 	return workers.Spec{
 		Name:   LeaseName,
 		Leased: true,
@@ -103,4 +105,14 @@ func EffectiveCommitBudget(cfg config.Config) time.Duration {
 		limit((cfg.Leases.RenewDeadline - cfg.Leases.RenewInterval) / 2)
 	}
 	return b
+}
+
+// resyncHTTP is the client of the consumer's repository re-reads. A
+// re-read asks the PDS a DID document names, which is network data, so
+// its dials are checked like the backfill's (a loopback, private or
+// link-local address is refused unless network.allow_private), and a
+// redirect is followed only on the same host with the same method
+// (netguard.SameHostRedirect).
+func resyncHTTP(cfg config.Config) *http.Client {
+	return workers.Outbound(cfg, "repository re-read").Client(resyncTimeout)
 }
