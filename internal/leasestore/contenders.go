@@ -525,6 +525,13 @@ func hostPort(u *url.URL) string {
 	return u.Host
 }
 
+// noRedirect is the default nudge client's redirect rule: none is
+// followed. A nudge goes to another instance's own endpoint, which never
+// redirects; a 3xx (a URL in lease_contenders pointing elsewhere) is the
+// answer, and a nudge is never sent on, with its bearer token, to a host
+// the contender table does not name.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
 // nudge POSTs one nudge for lease to u, in the background, and calls
 // done when it is answered or has failed.
 func (c *Contenders) nudge(lease, u string, done func()) {
@@ -534,7 +541,7 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 		client = c.client
 		c.mu.Unlock()
 		if client == nil {
-			client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport()}
+			client = &http.Client{Timeout: NudgeTimeout, Transport: c.Transport(), CheckRedirect: noRedirect}
 			c.mu.Lock()
 			if c.client == nil {
 				c.client = client

@@ -284,3 +284,22 @@ func TestAContenderUnderTheHoldersInstanceIDFromAnotherProcessIsNudged(t *testin
 		t.Fatalf("HealthyContender(backfill) = %v, %v; want the holder's own record not to count", ok, err)
 	}
 }
+
+// A nudge is never sent on by a redirect: the contender's URL answering
+// 307 to another host (a lease_contenders row pointing elsewhere) does
+// not reach that host.
+func TestANudgeDoesNotFollowARedirect(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	elsewhere := newNudgeTarget(t)
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.url()+"?"+r.URL.RawQuery, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirecting.Close)
+	register(t, db, "cleanup", "c", "n-c", redirecting.URL+"/lease/nudge")
+	h := &leasestore.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	if n := elsewhere.nudges.Load(); n != 0 {
+		t.Fatalf("the redirect's target got %d nudges, want none", n)
+	}
+}
