@@ -12,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -112,6 +113,14 @@ func New(o Options) (*System, error) {
 			})
 		}
 		return err
+	}
+	var schemaLost sync.Once
+	store.Failed = func(err error) {
+		if database.SchemaLost(err) {
+			schemaLost.Do(func() {
+				log.Error().Err(logval.Error(err)).Msg(database.ErrSchemaLost.Error() + ": lease writes fail, so this process holds no lease and its workers stop; it cannot recover")
+			})
+		}
 	}
 	// A worker's fenced write into a deleted or replaced file would land
 	// where no other instance reads, under a grant the new file may give

@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
@@ -83,6 +84,9 @@ type DB struct {
 	wal  *walWatch
 	// applied and newer: see AppliedMigrations and NewerMigrations.
 	applied, newer []int
+	// migrated is set once Migrate succeeded: a missing table is then
+	// ErrSchemaLost, not a database never migrated.
+	migrated atomic.Bool
 }
 
 // Open opens the database and checks that it answers. The URL takes the

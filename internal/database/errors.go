@@ -57,6 +57,20 @@ var failureMessages = []string{
 	"interrupted",
 }
 
+// ErrSchemaLost means a table the migrations create is missing from a
+// database this process migrated: the file or the libSQL server's data
+// was wiped or replaced under it (a sqld restarted on an empty data
+// directory). Nothing here recreates it while the process runs (the
+// fence floors went with it); a restart migrates the new database.
+var ErrSchemaLost = errors.New("the database has lost its schema (wiped or replaced under this process); restart this instance: its start migrates the database")
+
+// SchemaLost reports whether err is the database saying a table does not
+// exist ("no such table"): on a database this process migrated, that is
+// ErrSchemaLost.
+func SchemaLost(err error) bool {
+	return err != nil && (errors.Is(err, ErrSchemaLost) || strings.Contains(strings.ToLower(driverText(err)), "no such table"))
+}
+
 // remoteFailureCodes are Hrana/SQLite result codes of a libSQL server that
 // mean the same as failureMessages or unavailableMessages.
 var remoteFailureCodes = []string{

@@ -79,7 +79,11 @@ func (db *DB) Migrate(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	return db.apply(ctx, migs)
+	applied, err := db.apply(ctx, migs)
+	if err == nil {
+		db.migrated.Store(true)
+	}
+	return applied, err
 }
 
 // apply is Migrate for a given list of migrations (tests pass their own).
@@ -193,6 +197,9 @@ func (db *DB) Ready(ctx context.Context) error {
 	if err := Bounded(ctx, func() error {
 		var have sql.NullInt64
 		if err := db.QueryRow("SELECT MAX(version) FROM schema_migrations").Scan(&have); err != nil {
+			if db.migrated.Load() && SchemaLost(err) {
+				return fmt.Errorf("%w: %v", ErrSchemaLost, err)
+			}
 			return fmt.Errorf("database not answering: %w", err)
 		}
 		if !have.Valid || have.Int64 < int64(want) {

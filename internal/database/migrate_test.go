@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -273,5 +274,32 @@ func TestMigrateReportsWhatItAppliedAndMigrationsItDoesNotKnow(t *testing.T) {
 	}
 	if got := again.NewerMigrations(); len(got) != 1 || got[0] != newer {
 		t.Fatalf("newer migrations %v, want [%d]", got, newer)
+	}
+}
+
+// A database this process migrated whose tables are gone (a libSQL
+// server restarted on an empty data directory, a file replaced by an
+// empty one) is reported as that, not as a database not answering: it
+// answers, and only a restart (which migrates) recovers. One never
+// migrated is not.
+func TestReadyReportsASchemaLostUnderTheProcess(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	if err := db.Ready(ctx); err == nil || errors.Is(err, ErrSchemaLost) {
+		t.Fatalf("Ready before any migration = %v, want an error that is not ErrSchemaLost", err)
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP TABLE schema_migrations`); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Ready(ctx)
+	if !errors.Is(err, ErrSchemaLost) || !SchemaLost(err) {
+		t.Fatalf("Ready after the schema went = %v, want ErrSchemaLost", err)
+	}
+	_, err = db.ExecContext(ctx, `UPDATE no_such_thing SET x = 1`)
+	if !SchemaLost(err) {
+		t.Errorf("SchemaLost(%v) = false, want true", err)
 	}
 }

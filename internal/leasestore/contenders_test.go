@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
@@ -301,5 +302,26 @@ func TestANudgeDoesNotFollowARedirect(t *testing.T) {
 	h.Wait()
 	if n := elsewhere.nudges.Load(); n != 0 {
 		t.Fatalf("the redirect's target got %d nudges, want none", n)
+	}
+}
+
+// Failed hears every lease write that failed, with its error: the
+// system says once, at error level, that the database lost its schema
+// when a libSQL server's data was wiped under the running instances
+// (they had only warned, rate-limited, for ever).
+func TestFailedHearsAFailedLeaseWrite(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	s := leasestore.NewStore(db, time.Minute)
+	var got []error
+	s.Failed = func(err error) { got = append(got, err) }
+	if _, err := s.Acquire(context.Background(), "cleanup", "a"); err != nil || len(got) != 0 {
+		t.Fatalf("acquire: %v; Failed told %v, want nothing", err, got)
+	}
+	if _, err := db.Exec(`DROP TABLE leases`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Acquire(context.Background(), "cleanup", "a")
+	if err == nil || len(got) != 1 || !database.SchemaLost(got[0]) {
+		t.Fatalf("acquire on a lost schema: %v; Failed told %v, want that error, SchemaLost", err, got)
 	}
 }

@@ -100,6 +100,10 @@ type Store struct {
 	// replaced under the process must end its custody, not leave it
 	// holding leases in a file nobody else sees).
 	Check func() error
+	// Failed, when set, is told the error of every acquire, renewal and
+	// release that failed (the caller sees it too), e.g. to say once at
+	// error level that the database lost its schema.
+	Failed func(error)
 }
 
 // NewStore returns a store granting leases of the given TTL. It draws the
@@ -125,6 +129,9 @@ func (s *Store) Nonce() string { return s.nonce }
 // health (see Healthy). It returns err.
 func (s *Store) note(name string, err error) error {
 	fence.Note(s.db, name+" lease", err)
+	if err != nil && s.Failed != nil {
+		s.Failed(err)
+	}
 	return err
 }
 
