@@ -34,10 +34,11 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 	err = database.Bounded(ctx, func() error { _, err := db.Migrate(ctx); return err })
 	if err != nil {
 		db.Close()
+		format := "cannot migrate (is it writable?) %s: %v"
 		if database.Transient(err) {
-			return nil, refuseDatabase(err, "cannot migrate %s: %v", cfg.Database.URL, noAnswer(err, "migrating", within))
+			format = "cannot migrate %s: %v" // not the file's fault
 		}
-		return nil, Refuse("database.url", "cannot migrate (is it writable?) %s: %v", cfg.Database.URL, noAnswer(err, "migrating", within))
+		return nil, refuseDatabase(err, format, cfg.Database.URL, noAnswer(err, "migrating", within))
 	}
 	return db, nil
 }

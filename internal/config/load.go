@@ -309,6 +309,11 @@ func orRoot(key string) string {
 }
 
 func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
+	if v.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
+		if err := noEmptyItems(n, key); err != nil {
+			return err
+		}
+	}
 	switch {
 	case v.Type() == durationType:
 		if n.Kind != yaml.ScalarNode {
@@ -322,9 +327,6 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 	case v.Kind() == reflect.Slice && v.Type().Elem() == durationType:
 		if n.Kind != yaml.SequenceNode {
 			return keyErr(key, "expected a list of durations%s", at(n))
-		}
-		if err := noEmptyItems(n, key); err != nil {
-			return err
 		}
 		out := make([]time.Duration, 0, len(n.Content))
 		for _, item := range n.Content {
@@ -340,11 +342,6 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		// integer key takes an integer.
 		return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
 	default:
-		if v.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode {
-			if err := noEmptyItems(n, key); err != nil {
-				return err
-			}
-		}
 		fresh := reflect.New(v.Type())
 		if err := n.Decode(fresh.Interface()); err != nil {
 			var te *yaml.TypeError
