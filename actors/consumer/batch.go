@@ -42,6 +42,10 @@ type committed struct {
 	// session is the processor session of the transaction, whose
 	// outcomes are counted (Committed) once it has committed.
 	session *processor.TxSession
+	// pos is the position the transaction saved for the whole prefix
+	// (commitPrefixTx), so the caller need not work it out again; nil
+	// when commitEach saved one per event.
+	pos *batchPosition
 }
 
 // add merges the effects of a later commit into out.
@@ -276,9 +280,11 @@ func commitPrefixTx(ctx context.Context, db *sql.DB, c fence.Custody, p *process
 			}
 			out.enqueued = enqueued
 		}
-		if err := savePositionTx(ctx, tx, positionOf(host, events[:n], prefixSeq(events, n, maxSeq), high), c.Fence); err != nil {
+		pos := positionOf(host, events[:n], prefixSeq(events, n, maxSeq), high)
+		if err := savePositionTx(ctx, tx, pos, c.Fence); err != nil {
 			return err
 		}
+		out.pos = &pos
 		out.syncs = len(syncs)
 		return nil
 	})

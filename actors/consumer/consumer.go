@@ -520,7 +520,12 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 		return 0, fmt.Errorf("commit batch of %d events: %w", len(events), err)
 	}
 	part := events[:n]
-	pos := positionOf(host, part, prefixSeq(events, n, maxSeq), high)
+	var pos batchPosition
+	if out.pos != nil {
+		pos = *out.pos // what the transaction saved
+	} else {
+		pos = positionOf(host, part, prefixSeq(events, n, maxSeq), high)
+	}
 	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.last > 0 && pos.reached >= c.pos.TimeUS) {
 		if acceptShared(c.pos, pos.host, pos.shared) {
 			c.pos.SharedUS = pos.shared
