@@ -177,8 +177,9 @@ func DefaultJetstreamURLs() []string {
 // Jetstream configures the consumer (docs/spec.md §6).
 type Jetstream struct {
 	// URLs are Jetstream endpoints, tried in order. The path selects the
-	// wire: /xrpc/network.bsky.jetstream.subscribeEvents the v2 wire,
-	// anything else (/subscribe) the legacy one; both may be mixed. An
+	// wire: /xrpc/network.bsky.jetstream.subscribeEvents the v2 wire, a
+	// path ending in /subscribe the legacy one; both may be mixed, and any
+	// other path is refused (checkJetstreamPath). An
 	// empty element, or one endpoint listed twice (compared as
 	// sameEndpoint does: case of scheme and host and a trailing slash
 	// ignored), is refused.

@@ -529,6 +529,9 @@ func (c Config) Validate() error {
 		if err := checkURL("jetstream.urls", u, "ws", "wss"); err != nil {
 			return err
 		}
+		if err := checkJetstreamPath(u); err != nil {
+			return err
+		}
 	}
 	if len(c.Jetstream.Collections) == 0 {
 		// Jetstream reads an absent wantedCollections as "everything": an
@@ -747,4 +750,30 @@ func checkURL(key, raw string, schemes ...string) error {
 		}
 	}
 	return keyErr(key, "URL %q: scheme must be one of %s", raw, strings.Join(schemes, ", "))
+}
+
+// The two Jetstream paths (internal/jetstream WireOf; this package does
+// not import it): the v2 XRPC method and the legacy /subscribe.
+const (
+	jetstreamPathV2     = "/xrpc/network.bsky.jetstream.subscribeEvents"
+	jetstreamPathLegacy = "/subscribe"
+)
+
+// checkJetstreamPath refuses a jetstream.urls element whose path is
+// neither Jetstream path (one trailing slash aside): exactly the v2 path
+// (WireOf picks the v2 wire only for it), or one ending in /subscribe (a
+// proxy's prefix before it is kept; the legacy wire dials it as given).
+// Anything else the consumer would dial as the legacy wire and retry its
+// failed handshake for ever (a typo of the v2 path, "/x"), as labeler.url
+// would.
+func checkJetstreamPath(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil // checkURL reported it
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	if p == jetstreamPathV2 || strings.HasSuffix(p, jetstreamPathLegacy) {
+		return nil
+	}
+	return keyErr("jetstream.urls", "%q: path %q is neither %s (Jetstream v2) nor %s (legacy); give the full endpoint URL", raw, u.Path, jetstreamPathV2, jetstreamPathLegacy)
 }

@@ -38,7 +38,7 @@ leases:
   min_hold: 1m                  # a holder keeps a lease at least this long before it may yield it
 
 jetstream:
-  # tried in order; the path picks the wire: /xrpc/network.bsky.jetstream.subscribeEvents (v2) or /subscribe (legacy)
+  # tried in order; the path picks the wire: /xrpc/network.bsky.jetstream.subscribeEvents (v2) or /subscribe (legacy); any other path is refused
   urls: ["wss://jetstream.us-east.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents", "wss://jetstream.us-west.bsky.network/xrpc/network.bsky.jetstream.subscribeEvents", "wss://jetstream2.us-east.bsky.network/subscribe"]
   collections: ["io.atcr.*"]    # at least one (none would mean the whole firehose)
   compress: true                # zstd binary frames (legacy dictionary, or the v2 host's getZstdDictionary)
