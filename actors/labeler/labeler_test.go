@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -404,8 +405,17 @@ func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 	conn.SendLabels(t, 1, takedownLabel("did:plc:alice"))
 	h.waitCursor(1)
 
-	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
+	// A graceful stop sends Drain first; the subscriber has nothing to
+	// finish and says nothing about it (it used to warn "unexpected
+	// message ignored" on every clean stop).
+	// Poisoned, as a LeaseActor stops it: the poison follows Drain in
+	// the mailbox, so Drain has been handled when it stops.
+	h.sys.Root.Send(pid, &workers.Drain{})
+	if err := h.sys.Root.PoisonFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(h.logs.String(), "unexpected message") {
+		t.Errorf("Drain logged as unexpected:\n%s", h.logs.String())
 	}
 	writes := h.writes.Load()
 	select {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
@@ -171,6 +172,9 @@ func (s *subscriber) Receive(ctx actor.Context) {
 		s.connect()
 	case *sessionEnded:
 		s.ended(msg)
+	case *workers.Drain:
+		// A graceful stop is coming: nothing is in flight that needs
+		// custody after this frame's commit; Stopping ends the session.
 	case *actor.Stopping:
 		s.stop()
 	case *actor.Restarting:
