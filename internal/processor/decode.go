@@ -55,6 +55,15 @@ func Prepare(ev *jetstream.Event) {
 	ev.Prepared = &prepared{op: o, reason: reason, err: err}
 }
 
+// preparedInvalid reports whether Prepare found ev invalid (it will be
+// skipped: no users row comes of it, so its DID's handle is not looked
+// up: a flood of invalid records from new DIDs must not become as many
+// directory requests). false when ev was not prepared.
+func preparedInvalid(ev *jetstream.Event) bool {
+	p, ok := ev.Prepared.(*prepared)
+	return ok && p.op == nil
+}
+
 // decodeEvent returns what Prepare worked out for ev, or decodes it now.
 // The op is a copy bound to ev: a retried transaction applies the same
 // events again from the same verdicts.

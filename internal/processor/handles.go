@@ -102,7 +102,8 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetst
 			}
 			identityUS[ev.DID] = max(identityUS[ev.DID], ev.TimeUS)
 		case ev.Kind == jetstream.KindCommit && ev.Commit != nil && ev.DID != "" && !seen[ev.DID] &&
-			strings.HasPrefix(ev.Commit.Collection, "io.atcr.") && ev.Commit.Operation != jetstream.OpDelete:
+			strings.HasPrefix(ev.Commit.Collection, "io.atcr.") && ev.Commit.Operation != jetstream.OpDelete &&
+			!preparedInvalid(ev):
 			seen[ev.DID] = true
 			commitDIDs = append(commitDIDs, ev.DID)
 		}

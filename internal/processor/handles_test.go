@@ -275,3 +275,30 @@ func TestFailedLookupsDoNotUseUpTheSkippedEventsLogBurst(t *testing.T) {
 		t.Errorf("the invalid tag was not logged after the lookup warnings:\n%s", out)
 	}
 }
+
+// A commit the decoder already found invalid makes no users row, so its
+// DID's handle is not looked up: a new user's flood of 500 invalid tags
+// from 500 new DIDs became 500 directory requests a delivery.
+func TestInvalidCommitsCauseNoHandleLookups(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	res := &fakeHandles{handles: map[string]string{}, failing: map[string]bool{}}
+	var events []jetstream.Event
+	now := time.Now().UnixMicro()
+	for i := range 20 {
+		did := fmt.Sprintf("did:plc:bad%02d", i)
+		res.failing[did] = true // a lookup would be logged as failed
+		ev := commit(did, now+int64(i), "create", "io.atcr.tag", "t1", map[string]any{"repository": "app", "TAG": "latest"})
+		processor.Prepare(&ev)
+		events = append(events, ev)
+	}
+	var logs testsupport.LockedBuffer
+	p := processor.New(processor.Options{Log: zerolog.New(&logs), Handles: res})
+	ctx := p.PrepareBatch(context.Background(), db.DB, events)
+	res2, err := p.Apply(ctx, db.DB, acquire(t, db.DB, "jetstream-consumer", "instance-a"), events)
+	if err != nil || res2.Skipped[processor.ReasonMissingField] != 20 {
+		t.Fatalf("apply: %+v, %v; want the 20 invalid tags skipped", res2, err)
+	}
+	if strings.Contains(logs.String(), "handle not verified") {
+		t.Errorf("handles of invalid commits were looked up:\n%s", logs.String())
+	}
+}

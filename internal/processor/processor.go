@@ -203,7 +203,7 @@ func New(o Options) *Processor {
 		burst:    burst,
 		period:   period,
 		skipLogs: map[string]zerolog.Logger{},
-		lookups:  logval.Sampled(l, burst, period, "handle lookup failed"),
+		lookups:  logval.Sampled(l, burst, period, "handle not verified, or users not read before resolving handles"),
 		metrics:  o.Metrics,
 		handles:  o.Handles,
 	}
