@@ -371,6 +371,7 @@ func TestNamesAndDigestsAreCheckedAsWhatTheyAre(t *testing.T) {
 		{"a repository ending in a slash", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("app/", digest, "")), processor.ReasonBadValue},
 		{"a repository with a space", rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest("my app", digest, "")), processor.ReasonBadValue},
 		{"a tag with CR LF", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "latest\r\nX-Injected: 1", digest)), processor.ReasonBadValue},
+		{"a tag with a zero-width space", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "\u200bv1", digest)), processor.ReasonBadValue},
 		{"a tag with a slash", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "a/b", digest)), processor.ReasonBadValue},
 		{"a tag that is ..", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "..", digest)), processor.ReasonBadValue},
 		{"a tag's manifestDigest that is not one", rawCommit(alice, 1, processor.CollectionTag, "t1", tag("app", "v1", "xyz")), processor.ReasonBadValue},

@@ -186,13 +186,17 @@ func (c *check) digest(field, v string) {
 }
 
 // name checks a repository or tag name beyond key: no control character
-// (a CR/LF would split a header or a log line built from it) and no white
-// space, which no OCI reference can carry. Other Unicode is kept: the
-// registry's names are not limited to the OCI distribution grammar.
+// (a CR/LF would split a header or a log line built from it), no white
+// space, which no OCI reference can carry, and no invisible (format)
+// character such as U+200B, which would make two names look alike. Other
+// Unicode is kept: the registry's names are not limited to the OCI
+// distribution grammar.
 func (c *check) name(field, v string) {
 	c.key(field, v)
-	if c.err == nil && strings.IndexFunc(v, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) >= 0 {
-		c.err = invalid(ReasonBadValue, "%s %q contains a control or white-space character", field, v)
+	if c.err == nil && strings.IndexFunc(v, func(r rune) bool {
+		return unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)
+	}) >= 0 {
+		c.err = invalid(ReasonBadValue, "%s %q contains a control, white-space or invisible character", field, v)
 	}
 }
 
