@@ -79,6 +79,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 	"time"
 	"unsafe"
 )
@@ -124,6 +125,26 @@ const stmtSeenSize = 512
 // not kept: their text varies with the batch, and one compile is shared by
 // many rows anyway.
 const stmtCacheMaxArgs = 64
+
+// keepAtOnce holds the statement texts KeepCompiled registered: kept at
+// their first compile on a connection.
+var keepAtOnce sync.Map // string → struct{}
+
+// KeepCompiled registers statement texts that a file connection keeps
+// compiled from their first run on, rather than from their second (the
+// rule that keeps one-off texts out of the cache). It is for the few
+// statements whose first run on a connection is on a latency path: the
+// lease store's acquire, compiled in 90–480 µs on the 2-core VM of
+// docs/performance.md, was compiled again by the acquire of almost every
+// graceful handover (a contender makes only a few attempts before it,
+// over a pool of connections), and was most of the handover's time.
+// Call it from package initialisation; it has no effect on libSQL server
+// connections, which keep nothing.
+func KeepCompiled(queries ...string) {
+	for _, q := range queries {
+		keepAtOnce.Store(q, struct{}{})
+	}
+}
 
 // statementCacheAvailable reports whether the linked libSQL library
 // carries every C function the cache calls.
@@ -258,12 +279,14 @@ func (c *stmtCache) get(query string, nargs int) (*keptStmt, error) {
 	if nargs > stmtCacheMaxArgs {
 		return k, nil
 	}
-	if _, again := c.seen[query]; !again {
-		if len(c.seen) >= stmtSeenSize {
-			clear(c.seen)
+	if _, hot := keepAtOnce.Load(query); !hot {
+		if _, again := c.seen[query]; !again {
+			if len(c.seen) >= stmtSeenSize {
+				clear(c.seen)
+			}
+			c.seen[query] = struct{}{}
+			return k, nil
 		}
-		c.seen[query] = struct{}{}
-		return k, nil
 	}
 	delete(c.seen, query)
 	k.kept = true

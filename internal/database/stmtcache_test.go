@@ -101,6 +101,31 @@ func TestFileConnectionsKeepCompiledStatements(t *testing.T) {
 	}
 }
 
+// A statement registered with KeepCompiled is kept from its first
+// compile; one that is not, from its second.
+func TestKeepCompiledKeepsARegisteredStatementFromItsFirstRun(t *testing.T) {
+	kept, _ := openPair(t, false)
+	c := cacheOf(t, kept)
+	if c == nil {
+		t.Fatal("a file connection keeps no statements")
+	}
+	const hot = "SELECT 1 + ?1 AS kept_at_once"
+	const cold = "SELECT 2 + ?1 AS kept_later"
+	KeepCompiled(hot)
+	for _, q := range []string{hot, cold} {
+		var n int64
+		if err := kept.QueryRow(q, 1).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, in := c.byQuery[hot]; !in {
+		t.Error("the registered statement was not kept at its first run")
+	}
+	if _, in := c.byQuery[cold]; in {
+		t.Error("an unregistered statement was kept at its first run")
+	}
+}
+
 // compare runs the same statement on both and fails if results differ.
 func compareExec(t *testing.T, kept *DB, plain *sql.DB, q string, args ...any) {
 	t.Helper()
