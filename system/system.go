@@ -230,6 +230,33 @@ func (s *System) Nudge(name string) bool {
 	return true
 }
 
+// Standby tells the LeaseActor of lease that its holder is about to
+// release it (leasestore.Contenders.Announce): while it contends, it
+// watches the lease row for a short while and acquires the moment the
+// release lands. It returns once the watch has made its first read, the
+// actor ignored the Standby, or standbyAnswer has passed, and reports
+// whether such a leased worker exists.
+func (s *System) Standby(name string) bool {
+	pid, ok := s.leases[name]
+	if !ok || s.unleased[name] {
+		return false
+	}
+	watching := make(chan struct{})
+	s.actors.Root.Send(pid, &lease.Standby{Watching: watching})
+	t := time.NewTimer(standbyAnswer)
+	defer t.Stop()
+	select {
+	case <-watching:
+	case <-t.C:
+	}
+	return true
+}
+
+// standbyAnswer bounds how long the standby endpoint waits for the watch
+// to begin before it answers anyway: well under the holder's own wait
+// for the answer (10 ms, actors/lease).
+const standbyAnswer = 5 * time.Millisecond
+
 // Statuses asks every LeaseActor for its own view, in name order.
 // HeldLeases returns the names of the leases this instance holds now (by
 // its own custody events), sorted: what a forced exit leaves to run out
@@ -313,19 +340,33 @@ func (s *System) Stop(ctx context.Context) error {
 	return err
 }
 
-// NudgeHandler returns the admin endpoint for nudges: POST /lease/nudge?lease=NAME.
+// NudgeHandler returns the admin endpoint for nudges: POST /lease/nudge?lease=NAME
+// (204; 404 for a name this instance does not contend for under a lease).
 // It can only cause an acquire attempt, which the LeaseActor rate-limits.
 func (s *System) NudgeHandler() http.Handler {
+	return leaseSignal(s.Nudge, http.StatusNoContent)
+}
+
+// StandbyHandler returns the admin endpoint for announced releases: POST
+// /lease/standby?lease=NAME (202; 404 as NudgeHandler). It can only make
+// the LeaseActor read the lease row for a bounded while (see Standby).
+func (s *System) StandbyHandler() http.Handler {
+	return leaseSignal(s.Standby, http.StatusAccepted)
+}
+
+// leaseSignal is a POST endpoint that passes the lease query parameter to
+// signal and answers ok, or 404 when signal reports no such leased worker.
+func leaseSignal(signal func(name string) bool, ok int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
-		if !s.Nudge(r.URL.Query().Get("lease")) {
+		if !signal(r.URL.Query().Get("lease")) {
 			http.Error(w, "no such leased worker", http.StatusNotFound)
 			return
 		}
-		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(ok)
 	})
 }

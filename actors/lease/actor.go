@@ -65,7 +65,9 @@ type Options struct {
 	// MinHold is leases.min_hold: no yield before custody has lasted this
 	// long.
 	MinHold time.Duration
-	Log     zerolog.Logger
+	// StandbyFor bounds one standby (see Standby); 0 means StandbyFor.
+	StandbyFor time.Duration
+	Log        zerolog.Logger
 	// Seed seeds the retry jitter; 0 picks a random seed.
 	Seed uint64
 }
@@ -206,6 +208,8 @@ type leaseActor struct {
 	// checkingYield: a look for a healthy contender is in flight.
 	checkingYield bool
 	yields        int
+	// standby is the watch of the lease row after an announced release.
+	standby standbyState
 }
 
 func (a *leaseActor) now() time.Duration { return time.Since(a.origin) }
@@ -229,6 +233,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.m = machine.New(a.o.Name, a.o.Instance, a.o.Timing, rand.New(rand.NewPCG(seed, seed>>1|1)))
 		a.m.SetMinHold(a.o.MinHold)
 		a.checkingYield, a.yields = false, 0
+		a.standby = standbyState{}
 		if a.o.Metrics != nil {
 			a.o.Metrics.Held.WithLabelValues(a.o.Name).Set(0)
 		}
@@ -247,6 +252,10 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, machine.StopRequested{})
 	case *Nudge:
 		a.step(ctx, machine.Nudge{})
+	case *Standby:
+		a.startStandby(msg.Watching)
+	case *standbyOver:
+		a.standbyEnded(ctx, msg)
 	case *machine.AcquireResult:
 		a.late.taken(msg.Seq)
 		if msg.Err != nil {
@@ -328,6 +337,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.halting = true
 		a.stopTimer()
+		a.stopStandby()
 	case *actor.Stopped:
 		left := append(a.left, a.late.stop()...)
 		a.backstopRelease()
@@ -344,6 +354,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		a.halting = true
 		a.stopTimer()
+		a.stopStandby()
 		a.cancel()
 		if a.m != nil && !a.o.Unleased && (a.m.HoldsCustody() || a.m.Phase() == machine.PhaseReleasing) {
 			a.inc.mu.Lock()
@@ -385,6 +396,9 @@ func (a *leaseActor) step(ctx actor.Context, in machine.Input) {
 	}
 	for _, c := range cmds {
 		a.exec(ctx, c)
+	}
+	if a.m.Phase() != machine.PhaseContending {
+		a.stopStandby()
 	}
 }
 
@@ -615,6 +629,13 @@ type staleReleased struct {
 // longer than that has given them the time already.
 const nudgePrepareWait = 10 * time.Millisecond
 
+// announceWait bounds how long a graceful release waits for its
+// contenders to answer the announcement that it is coming
+// (leasestore.Contenders.Announce): one request on a connection dialed
+// ahead, a fraction of a millisecond on a healthy network. A contender
+// slower than that still gets the nudge after the release.
+const announceWait = 10 * time.Millisecond
+
 func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 	store, sys, self, log := a.o.Store, a.sys, a.self, a.log
 	contenders, name, unleased := a.o.Contenders, a.o.Name, a.o.Unleased
@@ -633,6 +654,11 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 			// so they leave with the release on open connections.
 			wctx, stop := context.WithTimeout(ctx, nudgePrepareWait)
 			contenders.WaitPrepared(wctx, name)
+			stop()
+			// The contenders stand by (Standby) before the release, so
+			// the one that wins is already running when it lands.
+			actx, stop := context.WithTimeout(ctx, announceWait)
+			contenders.Announce(actx, name)
 			stop()
 		}
 		err := store.Release(ctx, c.Custody)

@@ -127,7 +127,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	nudgeURL := ""
 	if srv != nil {
-		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + "/lease/nudge"
+		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + leasestore.NudgePath
 	}
 	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL,
 		AdminToken: cfg.Admin.Token})
@@ -137,7 +137,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if srv != nil {
 		srv.AddReadyCheck(sys.Ready)
 	}
-	mux.Handle("POST /lease/nudge", sys.NudgeHandler())
+	mux.Handle("POST "+leasestore.NudgePath, sys.NudgeHandler())
+	mux.Handle("POST "+leasestore.StandbyPath, sys.StandbyHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
 	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
 	hist := statuspage.NewHistory()

@@ -203,6 +203,14 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
 )
 
+// The lease statements are compiled once per connection and kept: the
+// acquire's first compile on a connection was most of a graceful
+// handover's time (database.KeepCompiled).
+func init() {
+	database.KeepCompiled(acquireSQL, holderSQL, renewSQL, releaseSQL, contendedSQL, vacantSQL, renewAllSQL,
+		"BEGIN IMMEDIATE", "COMMIT")
+}
+
 // The reads of a lease row. holder is an instance_id, which an operator
 // may set to anything, date-like included, so it is read through
 // database.Text to be reported exactly as stored.
@@ -362,6 +370,29 @@ func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody,
 		return fmt.Errorf("%s lease %q (fence %d): %w", op, c.Lease, c.Fence, fence.ErrSuperseded)
 	}
 	return nil
+}
+
+// vacantSQL reads whether a lease is free to acquire, on the database's
+// clock, by acquireSQL's own test (expires_at <= now), and the fence the
+// row carries; no row means free at fence 0.
+var vacantSQL = `SELECT expires_at <= ` + database.NowMS + `, fence FROM leases WHERE name = ?1`
+
+// Vacant reports whether lease name is free to acquire now (no row, or a
+// grant released or run out, on the database's clock) and the fence its
+// row carries (0 without a row). It only reads: a contender standing by
+// for an announced release polls it (actors/lease, Standby) instead of
+// attempting acquires, which would take the write lock the releasing
+// holder needs. It returns the database's error.
+func (s *Store) Vacant(ctx context.Context, name string) (vacant bool, fenceNow int64, err error) {
+	var free int64
+	err = s.db.QueryRowContext(ctx, vacantSQL, name).Scan(&free, &fenceNow)
+	if errors.Is(err, sql.ErrNoRows) {
+		return true, 0, nil
+	}
+	if err != nil {
+		return false, 0, fmt.Errorf("read lease %q: %w", name, err)
+	}
+	return free != 0, fenceNow, nil
 }
 
 // List returns every lease row, read at one instant of the database clock.

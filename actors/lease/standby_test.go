@@ -1,0 +1,130 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// waitClosed fails t unless ch is closed within a bound no healthy run
+// comes near.
+func waitClosed(t *testing.T, what string, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not within 10 s", what)
+	}
+}
+
+// A contender told that the release is coming takes the lease when the
+// release lands, with no nudge and long before its own retry.
+func TestAStandbyAcquiresWhenTheReleaseLandsWithoutANudge(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	const name = "cleanup"
+	holder := leasestore.NewStore(db, time.Minute)
+	c := mustAcquire(t, holder, name, "instance-a")
+	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the standby's first read", watching)
+	if err := holder.Release(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	acquired, _ := h.events.wait(t, 0, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
+	// b's own retry is 8-12 s away and nothing nudges it: an acquire
+	// before that is the standby's.
+	if d := acquired.At.Sub(released); d > 5*time.Second {
+		t.Fatalf("b acquired %s after the release: the standby did not see it", d)
+	}
+	if acquired.Fence != c.Fence+1 {
+		t.Fatalf("b's fence %d after a's %d", acquired.Fence, c.Fence)
+	}
+}
+
+// A holder, or a contender already standing by, answers a Standby at once
+// and changes nothing.
+func TestAStandbyIsIgnoredByAHolderAndByAContenderAlreadyStandingBy(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
+		Worker: (&probe{}).props})
+	h.events.wait(t, 0, "lease.acquired", is(events.LeaseAcquired, "instance-a"))
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the holder's answer", watching)
+
+	store := leasestore.NewStore(db, slowRetry.TTL)
+	b := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: slowRetry, Store: store,
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	first, second := make(chan struct{}), make(chan struct{})
+	h.sys.Root.Send(b.pid, &Standby{Watching: first})
+	waitClosed(t, "the first standby's first read", first)
+	h.sys.Root.Send(b.pid, &Standby{Watching: second})
+	waitClosed(t, "the second standby's answer", second)
+}
+
+// vacancies answers Vacant from a script, then keeps the last answer.
+type vacancies struct {
+	script []vacancy
+	reads  int
+}
+
+type vacancy struct {
+	vacant bool
+	fence  int64
+	err    error
+}
+
+func (v *vacancies) Vacant(context.Context, string) (bool, int64, error) {
+	a := v.script[min(v.reads, len(v.script)-1)]
+	v.reads++
+	return a.vacant, a.fence, a.err
+}
+
+func TestWatchVacancyEndsOnAFreeRowANewGrantAnErrorOrItsContext(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		script    []vacancy
+		want      bool
+		wantReads int
+		wantErr   error
+	}{
+		{"freed on the third read", []vacancy{{false, 4, nil}, {false, 4, nil}, {true, 4, nil}}, true, 3, nil},
+		{"another contender won", []vacancy{{false, 4, nil}, {false, 4, nil}, {false, 5, nil}}, false, 3, nil},
+		{"a read failed", []vacancy{{false, 4, nil}, {false, 0, boom}}, false, 2, boom},
+		{"free at once", []vacancy{{true, 0, nil}}, true, 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &vacancies{script: tc.script}
+			watching := make(chan struct{})
+			got, reads, err := watchVacancy(context.Background(), v, "cleanup", watching)
+			if got != tc.want || reads != tc.wantReads || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("watchVacancy = %v after %d reads, %v; want %v after %d, %v", got, reads, err, tc.want, tc.wantReads, tc.wantErr)
+			}
+			waitClosed(t, "watching", watching)
+		})
+	}
+	t.Run("context ended", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		watching := make(chan struct{})
+		got, reads, err := watchVacancy(ctx, &vacancies{script: []vacancy{{false, 4, nil}}}, "cleanup", watching)
+		if got || reads != 0 || err != nil {
+			t.Fatalf("watchVacancy on an ended context = %v after %d reads, %v; want false after none", got, reads, err)
+		}
+		waitClosed(t, "watching", watching)
+	})
+}

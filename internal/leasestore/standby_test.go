@@ -1,0 +1,180 @@
+package leasestore_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+func TestStandbyURLSitsBesideTheNudgeEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		nudge, want string
+		ok          bool
+	}{
+		{"http://10.0.0.7:5001/lease/nudge", "http://10.0.0.7:5001/lease/standby", true},
+		{"http://h:5001/admin/lease/nudge", "http://h:5001/admin/lease/standby", true},
+		{"http://h:5001/lease/nudge/", "", false},
+		{"http://h:5001/nudge", "", false},
+	} {
+		got, ok := leasestore.StandbyURL(tc.nudge)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("StandbyURL(%q) = %q, %v; want %q, %v", tc.nudge, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// standbyTarget is a contender's admin endpoint that records, in order,
+// the paths POSTed to it with their lease parameter and Authorization,
+// and the remote address of each (one per connection).
+type standbyTarget struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []string // "path lease authorization"
+	rem []string
+	// hold, when not nil, keeps standby requests unanswered until closed.
+	hold chan struct{}
+}
+
+func newStandbyTarget(t *testing.T, hold chan struct{}) *standbyTarget {
+	t.Helper()
+	s := &standbyTarget{hold: hold}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.got = append(s.got, r.URL.Path+" "+r.URL.Query().Get("lease")+" "+r.Header.Get("Authorization"))
+		s.rem = append(s.rem, r.RemoteAddr)
+		s.mu.Unlock()
+		if r.URL.Path == leasestore.StandbyPath {
+			if s.hold != nil {
+				<-s.hold
+			}
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *standbyTarget) requests() ([]string, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...), append([]string(nil), s.rem...)
+}
+
+// An announced release reaches every known contender's standby endpoint,
+// named and authorised like a nudge, before Announce returns; the nudge
+// after the release then goes on the same connection.
+func TestAnnounceReachesTheContendersBeforeItReturnsAndTheNudgeFollowsOnItsConnection(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	target := newStandbyTarget(t, nil)
+	register(t, db, "cleanup", "c", "n-c", target.srv.URL+leasestore.NudgePath)
+	h := preparedHolder(t, db, "cleanup")
+	h.Header = http.Header{"Authorization": {"Bearer s3cret"}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.Announce(ctx, "cleanup")
+	got, _ := target.requests()
+	if len(got) != 1 || got[0] != "/lease/standby cleanup Bearer s3cret" {
+		t.Fatalf("requests when Announce returned: %q; want the standby, named and authorised", got)
+	}
+	h.NudgeOthers("cleanup")
+	h.Wait()
+	got, rem := target.requests()
+	if len(got) != 2 || got[1] != "/lease/nudge cleanup Bearer s3cret" {
+		t.Fatalf("requests: %q; want the standby, then the nudge", got)
+	}
+	if rem[0] != rem[1] {
+		t.Errorf("the nudge came from %s, the standby from %s: want the connection dialed ahead for both", rem[1], rem[0])
+	}
+}
+
+// A contender that does not answer holds the release back no longer than
+// the holder's context allows.
+func TestAnnounceWaitsForASilentContenderOnlyUntilItsContextEnds(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	hold := make(chan struct{})
+	target := newStandbyTarget(t, hold)
+	defer close(hold) // before the server's Close (cleanup) waits for the handler
+	register(t, db, "cleanup", "c", "n-c", target.srv.URL+leasestore.NudgePath)
+	h := preparedHolder(t, db, "cleanup")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	h.Announce(ctx, "cleanup")
+	if ctx.Err() == nil {
+		t.Fatal("Announce returned before the contender answered and before its context ended")
+	}
+	testsupport.Eventually(t, "the standby request received", func() bool {
+		got, _ := target.requests()
+		return len(got) == 1
+	})
+	h.Wait()
+}
+
+// A contender whose nudge URL has another shape, or that answers 404 (an
+// older instance without the endpoint), is only nudged.
+func TestAnnounceSkipsNudgeURLsOfAnotherShapeAndToleratesA404(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	odd := newStandbyTarget(t, nil)
+	old := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(old.Close)
+	register(t, db, "backfill", "odd", "n-odd", odd.srv.URL+"/nudge-me")
+	register(t, db, "backfill", "old", "n-old", old.URL+leasestore.NudgePath)
+	h := holderContenders(db)
+	h.Prepare("backfill")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.WaitPrepared(ctx, "backfill")
+	h.Announce(ctx, "backfill")
+	if got, _ := odd.requests(); len(got) != 0 {
+		t.Errorf("a nudge URL not ending in %s got %q", leasestore.NudgePath, got)
+	}
+	h.NudgeOthers("backfill")
+	h.Wait()
+	if got, _ := odd.requests(); len(got) != 1 || got[0] != "/nudge-me backfill " {
+		t.Errorf("requests to the odd URL: %q; want one nudge", got)
+	}
+}
+
+// Vacant reads what an acquire would find: no row, a live grant, a
+// released one, one run out (on the database's clock).
+func TestVacantReadsWhetherAnAcquireWouldFindTheLeaseFree(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	ctx := context.Background()
+	s := leasestore.NewStore(db, time.Minute)
+	check := func(what string, wantVacant bool, wantFence int64) {
+		t.Helper()
+		v, f, err := s.Vacant(ctx, "cleanup")
+		if err != nil || v != wantVacant || f != wantFence {
+			t.Fatalf("%s: Vacant = %v, fence %d, %v; want %v, fence %d", what, v, f, err, wantVacant, wantFence)
+		}
+	}
+	check("no row", true, 0)
+	g, err := s.Acquire(ctx, "cleanup", "a")
+	if err != nil || !g.Granted {
+		t.Fatal(g, err)
+	}
+	check("held", false, g.Fence)
+	if err := s.Release(ctx, fence.Custody{Lease: "cleanup", Holder: "a", Fence: g.Fence}); err != nil {
+		t.Fatal(err)
+	}
+	check("released", true, g.Fence)
+	g2, err := s.Acquire(ctx, "cleanup", "b")
+	if err != nil || !g2.Granted {
+		t.Fatal(g2, err)
+	}
+	if _, err := db.Exec(`UPDATE leases SET expires_at = expires_at - 120000 WHERE name = 'cleanup'`); err != nil {
+		t.Fatal(err)
+	}
+	check("run out", true, g2.Fence)
+}
+
