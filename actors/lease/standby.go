@@ -86,8 +86,10 @@ func (a *leaseActor) startStandby(watching chan struct{}) {
 		defer late.calls.Done()
 		defer cancel()
 		vacant, polls, err := watchVacancy(ctx, reader, name, watching)
-		log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Msg("lease standby ended")
 		late.sendOr(func() { sys.Root.Send(self, &standbyOver{gen: gen, vacant: vacant}) }, func() {})
+		// Logged after the send: the line is a write to stderr, and the
+		// acquire should not wait for it.
+		log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Msg("lease standby ended")
 	}()
 }
 
