@@ -193,20 +193,21 @@ func (c *consumer) start(ctx actor.Context) {
 	c.disp = ctx.Spawn(webhooks.NewDispatcherProps(c.o.Dispatcher))
 	js := c.o.Jetstream
 	client, err := jetstream.NewClient(jetstream.ClientOptions{
-		URLs:            js.URLs,
-		Collections:     js.Collections,
-		CursorFor:       c.resumeAt,
-		Compress:        js.Compress,
-		MaxMessageBytes: js.MaxMessageBytes,
-		StaleTimeout:    js.StaleTimeout,
-		BatchSize:       c.o.BatchSize,
-		BatchLinger:     c.o.BatchLinger,
-		MinBackoff:      c.o.MinBackoff,
-		MaxBackoff:      c.o.MaxBackoff,
-		Metrics:         c.o.ClientMetrics,
-		Log:             c.o.Log.With().Str("component", "jetstream").Logger(),
-		OnCursorTooOld:  c.cursorTooOld,
-		OnSeqReset:      c.seqReset,
+		URLs:             js.URLs,
+		Collections:      js.Collections,
+		CursorFor:        c.resumeAt,
+		Compress:         js.Compress,
+		MaxMessageBytes:  js.MaxMessageBytes,
+		StaleTimeout:     js.StaleTimeout,
+		BatchSize:        c.o.BatchSize,
+		BatchLinger:      c.o.BatchLinger,
+		MinBackoff:       c.o.MinBackoff,
+		MaxBackoff:       c.o.MaxBackoff,
+		Metrics:          c.o.ClientMetrics,
+		Log:              c.o.Log.With().Str("component", "jetstream").Logger(),
+		OnCursorTooOld:   c.cursorTooOld,
+		OnOutdatedCursor: c.outdatedCursor,
+		OnSeqReset:       c.seqReset,
 		// Records are decoded on the reading goroutine, beside the commits.
 		Prepare: processor.Prepare,
 	}, c.handle)
@@ -424,10 +425,35 @@ func (c *consumer) reportHealth(client *jetstream.Client) {
 func (c *consumer) cursorTooOld(url string, cursor, floor int64) {
 	c.log.Error().Str("url", url).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
 		Msg("Jetstream gap: events between the stored position and the host's oldest event are lost; resuming from the oldest and requesting a backfill run")
+	c.recordGap(url, cursor, floor, nil)
+}
+
+// outdatedCursor is told (on the connection's reader goroutine) that host
+// url clamped the time cursor cursorUS to its oldest event, the first one
+// after the advisory being at firstUS (seq firstSeq): the events between
+// are gone from that host, as with cursorTooOld, but measured in time.
+// The gap is recorded with its times (from_seq 0: no seq was sent) and a
+// backfill run requested, in one fenced transaction.
+func (c *consumer) outdatedCursor(url string, cursorUS, firstUS, firstSeq int64) {
+	c.log.Error().Str("url", url).Int64("cursor_us", cursorUS).Int64("first_us", firstUS).
+		Dur("gap", time.Duration(firstUS-cursorUS)*time.Microsecond).
+		Msg("Jetstream gap: the host no longer has events as old as the time cursor (OutdatedCursor); resuming from its oldest and requesting a backfill run")
+	c.recordGap(url, 0, firstSeq, &[2]int64{cursorUS, firstUS})
+}
+
+// recordGap records a gap of host url, seqs fromSeq to toSeq and, when
+// times is not nil, times[0] to times[1] (Unix µs), and requests a
+// backfill run, in one fenced transaction; it logs a failure.
+func (c *consumer) recordGap(url string, fromSeq, toSeq int64, times *[2]int64) {
 	c.o.Metrics.gap()
+	var fromUS, toUS any
+	if times != nil {
+		fromUS, toUS = times[0], times[1]
+	}
 	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`INSERT INTO jetstream_gaps (host, from_seq, to_seq, detected_at, fence) VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4)`,
-			jetstream.HostOf(url), cursor, floor, c.o.Custody.Fence); err != nil {
+		if _, err := tx.Exec(`INSERT INTO jetstream_gaps (host, from_seq, to_seq, detected_at, fence, from_time_us, to_time_us)
+VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5, ?6)`,
+			jetstream.HostOf(url), fromSeq, toSeq, c.o.Custody.Fence, fromUS, toUS); err != nil {
 			return fmt.Errorf("record gap: %w", err)
 		}
 		if _, err := tx.Exec(requestBackfillSQL, c.o.Custody.Fence, "jetstream-gap"); err != nil {
@@ -647,7 +673,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_consumer_sync_events_total", Help: "Jetstream #sync events, each queuing a re-read of its repository.",
 		}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld); each requests a backfill run.",
+			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld, OutdatedCursor); each requests a backfill run.",
 		}),
 	}
 	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps} {

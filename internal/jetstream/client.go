@@ -165,6 +165,16 @@ type ClientOptions struct {
 	// that host from floor (its oldest event) on the next dial. nil: only
 	// logged and counted.
 	OnCursorTooOld func(url string, cursor, floor int64)
+	// OnOutdatedCursor is told when a v2 host clamped a time cursor to
+	// its oldest event and said so (#info OutdatedCursor): the events
+	// between cursorUS (the time cursor sent, Unix µs) and firstUS (the
+	// time of the first event the host sent after the advisory) are gone
+	// from that host; firstSeq is that event's sequence number (0 on a
+	// wire without one). It runs on the connection's reader goroutine,
+	// once per connection, before that event is queued; an advisory
+	// followed by no later event (the connection ended first) is told
+	// nothing. nil: only logged and counted.
+	OnOutdatedCursor func(url string, cursorUS, firstUS, firstSeq int64)
 	// OnSeqReset is told (on the Run goroutine, before the next dial) that
 	// url's host numbers its events below the seq cursor it was given
 	// (ErrSeqReset): CursorFor must not give that host a seq again before
@@ -627,7 +637,15 @@ type connState struct {
 	// resumed: the connection was dialled with a seq cursor and has not
 	// yet delivered a numbered frame (see ErrSeqReset).
 	resumed bool
+	// timeCursor is the time cursor (Unix µs) the connection was dialled
+	// with, 0 for none or a seq; outdated: the host announced it clamped
+	// it (OutdatedCursor) and no event has come since.
+	timeCursor int64
+	outdated   bool
 }
+
+// infoOutdatedCursor is the v2 #info advisory of a clamped time cursor.
+const infoOutdatedCursor = "OutdatedCursor"
 
 // ErrSeqReset ends a connection resumed from a sequence number whose first
 // event is numbered below it: the host no longer knows that number (its
@@ -658,6 +676,8 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 		if fromFloor {
 			cs.seen = cursor - 1
 		}
+	} else if cursor >= CursorSeqMax {
+		cs.timeCursor = cursor
 	}
 	var target string
 	var err error
@@ -937,6 +957,9 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 				return d.err
 			case d.info != nil:
 				info = true
+				if d.info.Name == infoOutdatedCursor && cs.timeCursor > 0 {
+					cs.outdated = true
+				}
 				c.opts.Metrics.info(d.info.Name)
 				c.opts.Log.Warn().Str("url", base).Str("name", bounded(d.info.Name)).Str("message", bounded(d.info.Message)).
 					Msg("jetstream #info advisory")
@@ -975,6 +998,12 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 		}
 		if it.fail == nil && it.ev.Kind == "" {
 			continue // a replay of an event already delivered
+		}
+		if cs.outdated && it.fail == nil {
+			cs.outdated = false
+			if it.ev.TimeUS > cs.timeCursor && c.opts.OnOutdatedCursor != nil {
+				c.opts.OnOutdatedCursor(base, cs.timeCursor, it.ev.TimeUS, it.ev.Seq)
+			}
 		}
 		if it.fail != nil {
 			c.opts.Metrics.decoded(nil, it.fail)

@@ -210,6 +210,60 @@ func TestV2CursorTooOldResumesFromTheFloorAndTellsTheConsumer(t *testing.T) {
 	}
 }
 
+// A time cursor the host clamped to its oldest event, and said so, is a
+// gap in time: the consumer is told the cursor sent and the first event's
+// time and seq, once, before that event is delivered. An advisory on a
+// connection resumed by seq tells nothing (a seq below the floor is
+// refused instead: CursorTooOld).
+func TestV2OutdatedCursorTellsTheTimeCursorAndTheFirstEventAfterIt(t *testing.T) {
+	info := []byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#info","name":"OutdatedCursor","message":"clamped"}}`)
+	const cursor = int64(1_779_000_000_000_000)
+	for _, tc := range []struct {
+		name   string
+		cursor int64
+		first  [][]byte
+		want   [3]int64
+		told   bool
+	}{
+		{"time cursor, announced", cursor, [][]byte{info}, [3]int64{cursor, 1_780_000_000_000_001, 1}, true},
+		{"time cursor, not announced", cursor, nil, [3]int64{}, false},
+		{"seq cursor, announced", 2, [][]byte{info}, [3]int64{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startV2(t, &v2Server{script: script(3), first: tc.first})
+			k := newSink()
+			var mu sync.Mutex
+			var told [][3]int64
+			var delivered int
+			runClient(t, ClientOptions{URLs: []string{s.url()}, CursorFor: func(string) int64 { return tc.cursor },
+				OnOutdatedCursor: func(u string, cursorUS, firstUS, firstSeq int64) {
+					mu.Lock()
+					defer mu.Unlock()
+					if u != s.url() {
+						t.Errorf("told of url %q, want %q", u, s.url())
+					}
+					told = append(told, [3]int64{cursorUS, firstUS, firstSeq})
+					k.mu.Lock()
+					delivered = len(k.events)
+					k.mu.Unlock()
+				}}, k.handle)
+			k.waitFor(t, "the script's last event", func(evs []Event, _ []*DecodeError) bool {
+				return len(evs) > 0 && evs[len(evs)-1].Seq == 3
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case tc.told && (len(told) != 1 || told[0] != tc.want):
+				t.Fatalf("told %v, want once %v", told, tc.want)
+			case tc.told && delivered != 0:
+				t.Fatalf("told after %d events were delivered, want before the first", delivered)
+			case !tc.told && len(told) != 0:
+				t.Fatalf("told %v, want nothing", told)
+			}
+		})
+	}
+}
+
 func TestV2DictionaryCompressionUsesTheHostsDictionary(t *testing.T) {
 	id, err := DictionaryIDOf(dictionary)
 	if err != nil {

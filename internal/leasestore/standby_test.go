@@ -177,4 +177,3 @@ func TestVacantReadsWhetherAnAcquireWouldFindTheLeaseFree(t *testing.T) {
 	}
 	check("run out", true, g2.Fence)
 }
-

@@ -775,6 +775,65 @@ func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
 	}
 }
 
+// A position by time older than Jetstream's lookback (a resume on another
+// host than the stored one's) is clamped to the host's oldest event and
+// announced (#info OutdatedCursor): appview logs the gap in time, records
+// it with the time cursor and the first event's time and seq, requests a
+// backfill run and keeps consuming.
+func TestOutdatedTimeCursorIsLoggedRecordedAndResumed(t *testing.T) {
+	w := newWorld(t, 1, "--cursor-lookback", "3s", "--compaction-interval", "1s")
+	j := w.js[0]
+	db := filepath.Join(w.dir, "old.db")
+	seed(t, db, "elsewhere.invalid:443", 5)
+	// The stored host is not j: the consumer resumes j by the shared time,
+	// ten minutes ago, far below a 3 s lookback.
+	old := time.Now().Add(-10 * time.Minute).UnixMicro()
+	func() {
+		d, err := database.Open(context.Background(), database.Options{URL: "file:" + db, BusyTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if _, err := d.Exec(`UPDATE jetstream_cursor SET time_us = ?1, shared_us = ?1 WHERE id = 1`, old); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	a := appview(t, w.c, "appview", db, []string{j.v2URL()}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	isGap := func(e harness.Event) bool { return strings.HasPrefix(e.Msg, "Jetstream gap") }
+	gap, err := a.Wait(ctx, isGap)
+	if err != nil {
+		t.Fatalf("no gap logged: %v\n%s", err, a.Tail(20))
+	}
+	cursorUS, firstUS := num(gap, "cursor_us"), num(gap, "first_us")
+	if cursorUS <= 0 || cursorUS > old || firstUS <= cursorUS {
+		t.Fatalf("gap logged from %d to %d µs, want from at most the stored %d to a later first event: %s", cursorUS, firstUS, old, gap.Line)
+	}
+	waitSeq(t, j.addr, 1, 30*time.Second, a)
+	if _, err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d, err := database.Open(context.Background(), database.Options{URL: "file:" + db, MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var fromSeq, toSeq, fromUS, toUS int64
+	if err := d.QueryRow(`SELECT from_seq, to_seq, from_time_us, to_time_us FROM jetstream_gaps WHERE host = ?1`, j.addr).
+		Scan(&fromSeq, &toSeq, &fromUS, &toUS); err != nil {
+		t.Fatalf("gap row of %s: %v", j.addr, err)
+	}
+	var runs int
+	if err := d.QueryRow(`SELECT COUNT(*) FROM backfill_runs WHERE completed_at IS NULL`).Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if fromSeq != 0 || toSeq <= 0 || fromUS != cursorUS || toUS != firstUS || runs != 1 {
+		t.Fatalf("gap row seq %d..%d, time %d..%d, %d pending backfill runs; want seq 0..first, the logged times %d..%d and 1 run",
+			fromSeq, toSeq, fromUS, toUS, runs, cursorUS, firstUS)
+	}
+}
+
 // waitTooOld returns once j refuses cursor as older than its lookback
 // (CursorTooOld at the upgrade), failing the test after within.
 func waitTooOld(t *testing.T, j *jetstreamServer, cursor int64, within time.Duration) {
