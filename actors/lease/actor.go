@@ -489,7 +489,9 @@ func (a *leaseActor) healthy() bool {
 }
 
 func (a *leaseActor) publish(e events.Custody) {
-	e.At = time.Now()
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
 	if e.Kind == events.LeaseYielded {
 		a.yields++
 	}
@@ -532,6 +534,7 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 		defer running.Add(-1)
 		start := time.Now()
 		g, err := store.Acquire(ctx, name, holder)
+		at := time.Now()
 		if metrics != nil {
 			metrics.observeAcquire(name, time.Since(start), g, err)
 		}
@@ -539,7 +542,7 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 		if err == nil && g.Granted {
 			got = lateGrant{c: fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
 		}
-		late.deliver(c.Seq, got, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, Err: err}) },
+		late.deliver(c.Seq, got, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, Err: err, At: at}) },
 			store, callBound, a.lateReleased)
 	}()
 }
@@ -662,6 +665,7 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 			stop()
 		}
 		err := store.Release(ctx, c.Custody)
+		at := time.Now()
 		if err == nil && !unleased {
 			// The lease is free from the commit on: the contenders hear
 			// it now, not after this answer's trip through the mailbox
@@ -679,7 +683,7 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 				func() { a.lateReleased(lateGrant{c: c.Custody, acquired: c.LateAcquire}, err) })
 			return
 		}
-		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err})
+		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err, At: at})
 	}()
 }
 

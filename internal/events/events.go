@@ -84,8 +84,12 @@ type Custody struct {
 	Attempt int
 	// Err is the cause, where there is one.
 	Err error
-	// At is when the event happened (wall clock); the log line's "time" is
-	// when it was written, normally within microseconds.
+	// At is when the event happened (wall clock): for lease.acquired and
+	// lease.released, when the custody change committed (the store call
+	// returned), so a release's At precedes its successor's acquire's even
+	// when the successor's line is written first; for the others, when
+	// the LeaseActor published it. The log line's "time" is when it was
+	// written, normally within microseconds.
 	At time.Time
 }
 

@@ -83,6 +83,9 @@ type (
 		Seq   uint64
 		Grant leasestore.Grant
 		Err   error
+		// At is the wall time the store call returned: a grant's
+		// lease.acquired carries it (zero: the shell stamps its own).
+		At time.Time
 	}
 	// RenewResult answers RenewCmd Seq; Err wraps ErrSuperseded when the
 	// row no longer matched.
@@ -94,6 +97,9 @@ type (
 	ReleaseResult struct {
 		Seq uint64
 		Err error
+		// At is the wall time the store call returned: lease.released
+		// carries it (zero: the shell stamps its own).
+		At time.Time
 	}
 	// WorkerStopped reports that worker Gen has terminated.
 	WorkerStopped struct{ Gen int }
@@ -164,7 +170,8 @@ type (
 		Gen      int
 		Graceful bool
 	}
-	// EmitCmd: publish Event (the shell stamps the wall time).
+	// EmitCmd: publish Event (the shell stamps the wall time unless
+	// Event.At is set: a grant's and a release's commit time).
 	EmitCmd struct{ Event events.Custody }
 	// WakeCmd: deliver Tick at At on the machine's clock (NoWake: nothing due).
 	WakeCmd struct{ At time.Duration }
@@ -438,8 +445,13 @@ func (m *Machine) HoldsCustody() bool {
 }
 
 func (m *Machine) emit(kind events.Kind, fence int64, reason string, err error) {
+	m.emitAt(kind, fence, reason, err, time.Time{})
+}
+
+// emitAt is emit with the event's wall time (zero: the shell's).
+func (m *Machine) emitAt(kind events.Kind, fence int64, reason string, err error, at time.Time) {
 	m.out = append(m.out, EmitCmd{Event: events.Custody{
-		Kind: kind, Lease: m.name, Instance: m.holder, Fence: fence, Reason: reason, Err: err,
+		Kind: kind, Lease: m.name, Instance: m.holder, Fence: fence, Reason: reason, Err: err, At: at,
 	}})
 }
 
@@ -691,7 +703,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.custody.heldFence = max(m.custody.heldFence, g.Fence)
 	m.contend.acquireUnsure = false
 	m.custody.lostFence = 0 // it ran out or was released, or this grant could not be
-	m.emit(events.LeaseAcquired, g.Fence, "", nil)
+	m.emitAt(events.LeaseAcquired, g.Fence, "", nil, r.At)
 	switch {
 	case m.stopRequested:
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
@@ -821,7 +833,7 @@ func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
 	m.release.inFlight = false
 	switch {
 	case r.Err == nil:
-		m.emit(events.LeaseReleased, m.custody.fence, m.release.reason, nil)
+		m.emitAt(events.LeaseReleased, m.custody.fence, m.release.reason, nil, r.At)
 	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.emit(events.LeaseLost, m.custody.fence, events.ReasonSuperseded, r.Err)
 	default:
