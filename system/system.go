@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -56,6 +58,8 @@ type Options struct {
 // EventStream.
 type System struct {
 	o        Options
+	// stopping is set when Stop begins: nudges and standbys are refused.
+	stopping atomic.Bool
 	actors   *actor.ActorSystem
 	root     *actor.PID
 	leases   map[string]*actor.PID
@@ -313,6 +317,7 @@ func (s *System) Stop(ctx context.Context) error {
 			c.Stop(c.Self())
 		}
 	}))
+	s.stopping.Store(true)
 	s.releases.beginStop()
 	s.actors.Root.Send(root, &shutdown{})
 	var err error
@@ -341,29 +346,48 @@ func (s *System) Stop(ctx context.Context) error {
 }
 
 // NudgeHandler returns the admin endpoint for nudges: POST /lease/nudge?lease=NAME
-// (204; 404 for a name this instance does not contend for under a lease).
+// (204; 404 for a name this instance does not contend for under a lease;
+// 400 and 503 as leaseSignal says).
 // It can only cause an acquire attempt, which the LeaseActor rate-limits.
 func (s *System) NudgeHandler() http.Handler {
-	return leaseSignal(s.Nudge, http.StatusNoContent)
+	return s.leaseSignal(s.Nudge, http.StatusNoContent)
 }
 
 // StandbyHandler returns the admin endpoint for announced releases: POST
 // /lease/standby?lease=NAME (202; 404 as NudgeHandler). It can only make
 // the LeaseActor read the lease row for a bounded while (see Standby).
 func (s *System) StandbyHandler() http.Handler {
-	return leaseSignal(s.Standby, http.StatusAccepted)
+	return s.leaseSignal(s.Standby, http.StatusAccepted)
 }
 
 // leaseSignal is a POST endpoint that passes the lease query parameter to
-// signal and answers ok, or 404 when signal reports no such leased worker.
-func leaseSignal(signal func(name string) bool, ok int) http.Handler {
+// signal and answers ok; 400 when the parameter is missing, empty,
+// repeated or not a valid query; 404 when signal reports no such leased
+// worker; 503 once the instance is stopping (its LeaseActors are going
+// away: a signal would be dropped, and a contender that stops contends
+// no more).
+func (s *System) leaseSignal(signal func(name string) bool, ok int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
-		if !signal(r.URL.Query().Get("lease")) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			http.Error(w, "unparsable query: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		names := q["lease"]
+		if len(names) != 1 || names[0] == "" {
+			http.Error(w, "want exactly one non-empty lease parameter", http.StatusBadRequest)
+			return
+		}
+		if s.stopping.Load() {
+			http.Error(w, "instance stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if !signal(names[0]) {
 			http.Error(w, "no such leased worker", http.StatusNotFound)
 			return
 		}
