@@ -16,14 +16,15 @@ import (
 // attempt the moment the row is free, instead of waiting for the nudge
 // that follows the release: waking an idle process costs more than the
 // whole acquire (docs/performance.md). A holder, an actor not contending,
-// or one already standing by ignores it. It only ever reads, and it can
-// only cause an acquire attempt, rate-limited like a nudge's.
+// one already standing by, or one whose last standby began less than
+// standbySpacing ago ignores it. It only ever reads, and it can only
+// cause an acquire attempt, rate-limited like a nudge's.
 type Standby struct {
 	// Watching, when not nil, is closed once the watch has made its first
 	// read (or at once when the actor ignores the Standby), so the admin
 	// endpoint answers the holder only when its release can no longer
 	// land before the watch began.
-	Watching chan struct{}
+	Watching chan struct{} `json:"-"`
 }
 
 // StandbyFor bounds one standby: a holder announces right before its
@@ -38,6 +39,14 @@ const StandbyFor = 50 * time.Millisecond
 // before it pauses between reads (pauser): a holder announces right
 // before its release, which most often lands within a few milliseconds.
 const standbySpin = 10 * time.Millisecond
+
+// standbySpacing is the least time between the starts of two standbys
+// of one lease: a holder announces once per release, so a contender
+// hears at most one a handover; more often is a misbehaving (or, without
+// admin.token, any local) caller, whose standbys would otherwise keep a
+// core busy. One ignored costs nothing but its speed: the nudge follows
+// the release all the same.
+const standbySpacing = time.Second
 
 // VacancyReader is what a standby needs from the lease store besides
 // StoreAPI: *leasestore.Store implements it (Store.Vacant). A store
@@ -55,23 +64,26 @@ type standbyOver struct {
 }
 
 // standby state of a leaseActor: the generation of the watch running (0
-// for none) and its cancel.
+// for none), its cancel, and when the last one started.
 type standbyState struct {
-	gen    uint64
-	next   uint64
-	cancel context.CancelFunc
+	gen     uint64
+	next    uint64
+	cancel  context.CancelFunc
+	started time.Time
 }
 
 // startStandby begins watching the lease row, when this actor contends
 // for a lease it does not hold and no watch runs.
 func (a *leaseActor) startStandby(watching chan struct{}) {
 	reader, ok := a.o.Store.(VacancyReader)
-	if !ok || a.o.Unleased || a.standby.gen != 0 || a.m.Phase() != machine.PhaseContending {
+	spaced := a.standby.started.IsZero() || time.Since(a.standby.started) >= standbySpacing
+	if !ok || a.o.Unleased || a.standby.gen != 0 || !spaced || a.m.Phase() != machine.PhaseContending {
 		if watching != nil {
 			close(watching)
 		}
 		return
 	}
+	a.standby.started = time.Now()
 	a.standby.next++
 	gen := a.standby.next
 	bound := a.o.StandbyFor

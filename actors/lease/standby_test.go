@@ -3,8 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
@@ -73,6 +77,49 @@ func TestAStandbyIsIgnoredByAHolderAndByAContenderAlreadyStandingBy(t *testing.T
 	waitClosed(t, "the first standby's first read", first)
 	h.sys.Root.Send(b.pid, &Standby{Watching: second})
 	waitClosed(t, "the second standby's answer", second)
+}
+
+// countingStore counts the reads of standbys.
+type countingStore struct {
+	*leasestore.Store
+	reads atomic.Int64
+}
+
+func (c *countingStore) Vacant(ctx context.Context, name string) (bool, int64, error) {
+	c.reads.Add(1)
+	return c.Store.Vacant(ctx, name)
+}
+
+// A second standby within standbySpacing of the first's start, after the
+// first ended, starts no watch: a caller cannot keep a core busy.
+func TestStandbysAreSpacedBySpacing(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	mustAcquire(t, leasestore.NewStore(db, time.Minute), "cleanup", "instance-a")
+	store := &countingStore{Store: leasestore.NewStore(db, slowRetry.TTL)}
+	logs := &testsupport.LockedBuffer{}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: slowRetry, Store: store,
+		Worker: (&probe{}).props, StandbyFor: time.Millisecond, Log: zerolog.New(logs)})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	first := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: first})
+	waitClosed(t, "the first standby's first read", first)
+	// The watch hands its end to the actor, then logs it: once the line
+	// is out and a request sent after it is answered, the actor has taken
+	// the end in, and no watch runs.
+	testsupport.Eventually(t, "the first standby ended", func() bool {
+		return strings.Contains(logs.String(), "lease standby ended")
+	})
+	if _, err := h.sys.Root.RequestFuture(r.pid, &StatusRequest{}, 10*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	}
+	before := store.reads.Load()
+	second := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: second})
+	waitClosed(t, "the second standby's answer", second)
+	if n := store.reads.Load(); n != before {
+		t.Fatalf("the second standby, within %v of the first, read the lease (%d reads, %d before it)", standbySpacing, n, before)
+	}
 }
 
 // vacancies answers Vacant from a script, then keeps the last answer.
