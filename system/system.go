@@ -57,7 +57,7 @@ type Options struct {
 // one LeaseActor per registered worker, custody events logged from the
 // EventStream.
 type System struct {
-	o        Options
+	o Options
 	// stopping is set when Stop begins: nudges and standbys are refused.
 	stopping atomic.Bool
 	actors   *actor.ActorSystem
@@ -256,6 +256,12 @@ func (s *System) Standby(name string) bool {
 	return true
 }
 
+// nudgeDrainGrace bounds how long a stopping instance waits for its
+// nudges' answers before it exits (leasestore.Contenders.Drain): a
+// contender answers within milliseconds; one that does not has its
+// nudge written all the same.
+const nudgeDrainGrace = 200 * time.Millisecond
+
 // standbyAnswer bounds how long the standby endpoint waits for the watch
 // to begin before it answers anyway: well under the holder's own wait
 // for the answer (10 ms, actors/lease).
@@ -340,7 +346,7 @@ func (s *System) Stop(ctx context.Context) error {
 	if ferr := s.contenders.Forget(ctx); ferr != nil {
 		s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
 	}
-	s.contenders.Wait()
+	s.contenders.Drain(nudgeDrainGrace)
 	s.actors.Shutdown()
 	return err
 }

@@ -72,6 +72,20 @@ type Contenders struct {
 	// last logged at warn, by nudge URL.
 	refused map[string]time.Time
 	wg      sync.WaitGroup
+	// abandon, made on first use (base), ends the contexts and reads of
+	// the nudges still unanswered when Drain's grace has run out.
+	abandonCtx context.Context
+	abandon    context.CancelFunc
+}
+
+// base is the context every nudge's request and answer derive from.
+func (c *Contenders) base() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandonCtx == nil {
+		c.abandonCtx, c.abandon = context.WithCancel(context.Background())
+	}
+	return c.abandonCtx
 }
 
 // knownURLs is one lease's contenders' URLs, read at at.
@@ -433,7 +447,7 @@ func (c *Contenders) dialAhead(u string) {
 		return
 	}
 	addr := hostPort(target)
-	ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+	ctx, cancel := context.WithTimeout(c.base(), NudgeTimeout)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -577,12 +591,19 @@ func (c *Contenders) nudgeWarm(lease, u string, done func()) bool {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		// Drain gives up on an answer that has not come within its grace.
+		unblock := context.AfterFunc(c.base(), func() { _ = conn.SetDeadline(time.Now()) })
+		defer unblock()
 		resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 		if err == nil {
 			c.answered(lease, u, resp)
 		}
 		_ = conn.Close()
 		if err != nil {
+			if c.base().Err() != nil {
+				done() // given up on at Drain: the request was written
+				return
+			}
 			c.Log.Debug().Err(err).Str("lease", lease).Str("url", u).Msg("nudge on a connection dialed ahead got no answer; sending it again")
 			c.nudge(lease, u, done)
 			return
@@ -666,7 +687,7 @@ func (c *Contenders) nudge(lease, u string, done func()) {
 	go func() {
 		defer c.wg.Done()
 		defer done()
-		ctx, cancel := context.WithTimeout(context.Background(), NudgeTimeout)
+		ctx, cancel := context.WithTimeout(c.base(), NudgeTimeout)
 		defer cancel()
 		req, err := c.nudgeRequest(ctx, lease, u)
 		if err != nil {
@@ -726,12 +747,35 @@ func (c *Contenders) Forget(ctx context.Context) error {
 	return nil
 }
 
-// Wait blocks until every write and nudge in flight has finished (for a
-// clean shutdown and leak-free tests), then closes the connections
-// dialed ahead and not used, and Transport's idle connections.
-func (c *Contenders) Wait() {
+// Wait blocks until every write and nudge in flight has finished (for
+// leak-free tests), then closes the connections dialed ahead and not
+// used, and Transport's idle connections. A stopping instance calls Drain.
+func (c *Contenders) Wait() { c.Drain(-1) }
+
+// Drain is Wait that waits at most grace (negative: for ever) for the
+// nudges still unanswered, then gives them up: their requests were
+// written, and a contender that does not answer (frozen, or its port
+// taken by something that never replies) would otherwise hold a stopping
+// holder's exit for NudgeTimeout. Database writes in flight are always
+// waited for.
+func (c *Contenders) Drain(grace time.Duration) {
 	if c == nil {
 		return
+	}
+	if grace >= 0 {
+		done := make(chan struct{})
+		go func() { c.wg.Wait(); close(done) }()
+		t := time.NewTimer(grace)
+		select {
+		case <-done:
+		case <-t.C:
+			c.base()
+			c.mu.Lock()
+			c.abandon()
+			c.mu.Unlock()
+		}
+		t.Stop()
+		<-done
 	}
 	c.wg.Wait()
 	c.mu.Lock()

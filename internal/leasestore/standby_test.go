@@ -1,9 +1,12 @@
 package leasestore_test
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +179,57 @@ func TestVacantReadsWhetherAnAcquireWouldFindTheLeaseFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("run out", true, g2.Fence)
+}
+
+// A contender that takes the nudge's connection and never answers (a
+// frozen process) holds a stopping holder no longer than Drain's grace;
+// the nudge was written all the same.
+func TestDrainGivesUpOnANudgeNeverAnswered(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	lines := make(chan string, 8)
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+			go func() {
+				line, _ := bufio.NewReader(conn).ReadString('\n')
+				lines <- line
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	register(t, db, "cleanup", "frozen", "n-frozen", "http://"+ln.Addr().String()+leasestore.NudgePath)
+	h := preparedHolder(t, db, "cleanup")
+	h.NudgeOthers("cleanup")
+	select {
+	case line := <-lines:
+		if !strings.HasPrefix(line, "POST /lease/nudge?lease=cleanup ") {
+			t.Fatalf("the contender read %q, want the nudge", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the nudge was not written")
+	}
+	began := time.Now()
+	h.Drain(50 * time.Millisecond)
+	if took := time.Since(began); took >= leasestore.NudgeTimeout {
+		t.Fatalf("Drain took %v: it waited for the unanswered nudge's own timeout (%v)", took, leasestore.NudgeTimeout)
+	}
 }
