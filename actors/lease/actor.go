@@ -65,7 +65,9 @@ type Options struct {
 	// MinHold is leases.min_hold: no yield before custody has lasted this
 	// long.
 	MinHold time.Duration
-	// StandbyFor bounds one standby (see Standby); 0 means StandbyFor.
+	// StandbyFor bounds one standby (see Standby); 0 means StandbyFor,
+	// negative turns standbys off (a libSQL server, where each read is a
+	// round trip and the nudge is quicker).
 	StandbyFor time.Duration
 	Log        zerolog.Logger
 	// Seed seeds the retry jitter; 0 picks a random seed.

@@ -77,7 +77,7 @@ type standbyState struct {
 func (a *leaseActor) startStandby(watching chan struct{}) {
 	reader, ok := a.o.Store.(VacancyReader)
 	spaced := a.standby.started.IsZero() || time.Since(a.standby.started) >= standbySpacing
-	if !ok || a.o.Unleased || a.standby.gen != 0 || !spaced || a.m.Phase() != machine.PhaseContending {
+	if !ok || a.o.Unleased || a.o.StandbyFor < 0 || a.standby.gen != 0 || !spaced || a.m.Phase() != machine.PhaseContending {
 		if watching != nil {
 			close(watching)
 		}

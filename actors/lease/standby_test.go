@@ -122,6 +122,23 @@ func TestStandbysAreSpacedBySpacing(t *testing.T) {
 	}
 }
 
+// With standbys off (a libSQL server), a Standby reads nothing.
+func TestAStandbyIsIgnoredWhenStandbysAreOff(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	mustAcquire(t, leasestore.NewStore(db, time.Minute), "cleanup", "instance-a")
+	store := &countingStore{Store: leasestore.NewStore(db, slowRetry.TTL)}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: slowRetry, Store: store,
+		Worker: (&probe{}).props, StandbyFor: -1})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the answer", watching)
+	if n := store.reads.Load(); n != 0 {
+		t.Fatalf("%d standby reads with standbys off", n)
+	}
+}
+
 // vacancies answers Vacant from a script, then keeps the last answer.
 type vacancies struct {
 	script []vacancy

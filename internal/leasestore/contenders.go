@@ -47,6 +47,10 @@ type Contenders struct {
 	// Authorization (admin.BearerHeader).
 	Header http.Header
 	Log    zerolog.Logger
+	// NoAnnounce makes Announce do nothing: on a libSQL server the
+	// contenders do not stand by (actors/lease.Options.StandbyFor), so the
+	// release need not wait for their answers.
+	NoAnnounce bool
 
 	mu   sync.Mutex
 	seen map[string]registered
@@ -358,7 +362,7 @@ func StandbyURL(u string) (string, bool) {
 // Correctness never depends on it: an unanswered announcement only costs
 // the wait, and the nudge still follows the release.
 func (c *Contenders) Announce(ctx context.Context, lease string) {
-	if c == nil {
+	if c == nil || c.NoAnnounce {
 		return
 	}
 	var answered sync.WaitGroup

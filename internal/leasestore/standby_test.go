@@ -100,6 +100,21 @@ func TestAnnounceReachesTheContendersBeforeItReturnsAndTheNudgeFollowsOnItsConne
 	}
 }
 
+// With NoAnnounce (a libSQL server: contenders do not stand by), Announce
+// sends nothing.
+func TestNoAnnounceSendsNothing(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	target := newStandbyTarget(t, nil)
+	register(t, db, "cleanup", "c", "n-c", target.srv.URL+leasestore.NudgePath)
+	h := preparedHolder(t, db, "cleanup")
+	h.NoAnnounce = true
+	h.Announce(context.Background(), "cleanup")
+	h.Wait()
+	if got, _ := target.requests(); len(got) != 0 {
+		t.Fatalf("requests with NoAnnounce: %q", got)
+	}
+}
+
 // A contender that does not answer holds the release back no longer than
 // the holder's context allows.
 func TestAnnounceWaitsForASilentContenderOnlyUntilItsContextEnds(t *testing.T) {
