@@ -742,14 +742,7 @@ func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
 	if first.first > from {
 		t.Fatalf("first batch after the refusal starts at seq %d, want the floor %d", first.first, from)
 	}
-	if _, err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	d, err := database.Open(context.Background(), database.Options{URL: "file:" + db, MustExist: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := stoppedDB(t, a, db)
 	rows, err := d.Query(`SELECT from_seq, to_seq FROM jetstream_gaps WHERE host = ?1 ORDER BY from_seq`, j.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -811,14 +804,7 @@ func TestOutdatedTimeCursorIsLoggedRecordedAndResumed(t *testing.T) {
 		t.Fatalf("gap logged from %d to %d µs, want from at most the stored %d to a later first event: %s", cursorUS, firstUS, old, gap.Line)
 	}
 	waitSeq(t, j.addr, 1, 30*time.Second, a)
-	if _, err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	d, err := database.Open(context.Background(), database.Options{URL: "file:" + db, MustExist: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := stoppedDB(t, a, db)
 	var fromSeq, toSeq, fromUS, toUS int64
 	if err := d.QueryRow(`SELECT from_seq, to_seq, from_time_us, to_time_us FROM jetstream_gaps WHERE host = ?1`, j.addr).
 		Scan(&fromSeq, &toSeq, &fromUS, &toUS); err != nil {
@@ -832,6 +818,20 @@ func TestOutdatedTimeCursorIsLoggedRecordedAndResumed(t *testing.T) {
 		t.Fatalf("gap row seq %d..%d, time %d..%d, %d pending backfill runs; want seq 0..first, the logged times %d..%d and 1 run",
 			fromSeq, toSeq, fromUS, toUS, runs, cursorUS, firstUS)
 	}
+}
+
+// stoppedDB stops a and opens its file database db, closed when t ends.
+func stoppedDB(t *testing.T, a *harness.Instance, db string) *database.DB {
+	t.Helper()
+	if _, err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d, err := database.Open(context.Background(), database.Options{URL: "file:" + db, MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // waitTooOld returns once j refuses cursor as older than its lookback
