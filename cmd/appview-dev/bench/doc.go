@@ -15,7 +15,8 @@
 //   - graceful_handover_p50_ms, graceful_handover_p99_ms: two instances on
 //     a file database; the holder of the cleanup lease gets SIGTERM; the
 //     figure is the contender's lease.acquired minus the holder's
-//     lease.released, both from the events' own times ("at", µs). A fresh
+//     lease.released, both from the events' own times ("at", µs: when
+//     the acquire and the release statements returned). A fresh
 //     instance replaces the stopped one before the next round.
 //     graceful_handover_p50_ms_sqld and _p99_ms_sqld (step graceful-sqld,
 //     needs --sqld): the same, 20 rounds, on a sqld server started for
