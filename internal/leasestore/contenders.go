@@ -331,9 +331,10 @@ func (c *Contenders) WaitPrepared(ctx context.Context, lease string) {
 	}
 }
 
-// StandbyPath is the path of the standby endpoint beside NudgePath on
-// every instance's admin server: POST StandbyPath?lease=NAME tells a
-// contender that the holder is about to release NAME (Announce).
+// The lease endpoints of every instance's admin server: POST
+// NudgePath?lease=NAME tells a contender that NAME was just released
+// (NudgeOthers); POST StandbyPath?lease=NAME that its holder is about to
+// release it (Announce).
 const (
 	NudgePath   = "/lease/nudge"
 	StandbyPath = "/lease/standby"
