@@ -236,12 +236,18 @@ func (s *System) warnIfInstanceLiveElsewhere() {
 // Nudge tells the LeaseActor of lease that a holder has just released it,
 // so it tries to acquire now. It reports whether such a leased worker exists.
 func (s *System) Nudge(name string) bool {
-	pid, ok := s.leases[name]
-	if !ok || s.unleased[name] {
-		return false
+	pid, ok := s.leasedPID(name)
+	if ok {
+		s.actors.Root.Send(pid, &lease.Nudge{})
 	}
-	s.actors.Root.Send(pid, &lease.Nudge{})
-	return true
+	return ok
+}
+
+// leasedPID returns the LeaseActor of name when name is a leased worker
+// of this instance.
+func (s *System) leasedPID(name string) (*actor.PID, bool) {
+	pid, ok := s.leases[name]
+	return pid, ok && !s.unleased[name]
 }
 
 // Standby tells the LeaseActor of lease that its holder is about to
@@ -251,8 +257,8 @@ func (s *System) Nudge(name string) bool {
 // actor ignored the Standby, or standbyAnswer has passed, and reports
 // whether such a leased worker exists.
 func (s *System) Standby(name string) bool {
-	pid, ok := s.leases[name]
-	if !ok || s.unleased[name] {
+	pid, ok := s.leasedPID(name)
+	if !ok {
 		return false
 	}
 	watching := make(chan struct{})

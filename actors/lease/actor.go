@@ -653,7 +653,7 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		defer late.calls.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), a.o.Timing.RenewDeadline)
 		defer cancel()
-		if !c.Stale {
+		if !c.Stale && !unleased {
 			// The nudges this release is about to send are being readied
 			// (prepareNudges, at the stop or yield): give them a moment,
 			// so they leave with the release on open connections.
