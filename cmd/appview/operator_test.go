@@ -127,7 +127,7 @@ func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchLaterSignals(log, time.Now(), sigs, "second signal", nil, func(code int) { exited <- code })
+		watchLaterSignals(log, time.Now(), sigs, nil, "second signal", nil, func(code int) { exited <- code })
 	}()
 	sigs <- syscall.SIGTERM
 	close(sigs)
@@ -142,13 +142,32 @@ func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) 
 	}
 }
 
+// Once the stop is over (done closed), the watch ends: a signal after it
+// logs nothing after the stop's last line.
+func TestTheWatchOfLaterSignalsEndsWithTheStop(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	var logs testsupport.LockedBuffer
+	log := system.NewLogger(&logs, zerolog.InfoLevel)
+	stopDone, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchLaterSignals(log, time.Now(), sigs, stopDone, "second signal", nil, func(code int) { t.Errorf("exit(%d)", code) })
+	}()
+	close(stopDone)
+	<-watched
+	sigs <- syscall.SIGTERM
+	if logs.String() != "" {
+		t.Fatalf("log = %q after the stop ended, want nothing", logs.String())
+	}
+}
+
 func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	exited := make(chan int, 1)
 	var logs testsupport.LockedBuffer
 	log := system.NewLogger(&logs, zerolog.InfoLevel)
 	first := time.Now().Add(-secondSignalAfter)
-	go watchLaterSignals(log, first, sigs, "second signal: exiting now", nil, func(code int) { exited <- code })
+	go watchLaterSignals(log, first, sigs, nil, "second signal: exiting now", nil, func(code int) { exited <- code })
 	sigs <- syscall.SIGINT
 	if code := <-exited; code != cli.ExitFailure {
 		t.Fatalf("exit(%d), want %d", code, cli.ExitFailure)

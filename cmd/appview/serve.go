@@ -200,7 +200,11 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	stopping := time.Now()
 	log.Info().Stringer("signal", sigOrNone{sig}).Str("timeout", cfg.ShutdownTimeout.String()).Msg("stopping: workers drain, leases are released")
-	go watchLaterSignals(log, stopping, sigs, "second signal: exiting now without waiting for releases; leases still held run out their TTL", sys.HeldLeases, os.Exit)
+	stopDone, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchLaterSignals(log, stopping, sigs, stopDone, "second signal: exiting now without waiting for releases; leases still held run out their TTL", sys.HeldLeases, os.Exit)
+	}()
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopErr := sys.Stop(stopCtx)
@@ -209,6 +213,10 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		_ = srv.Shutdown(actx)
 		acancel()
 	}
+	// The stop is over: the line below is the last (README), so the
+	// watch of later signals ends first.
+	close(stopDone)
+	<-watched
 	if stopErr != nil {
 		log.Error().Err(stopErr).Msg("stop incomplete (see error); a lease not released runs out its TTL")
 		return &loggedError{err: stopErr}
@@ -249,7 +257,7 @@ func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger,
 	cancel()
 	log.Info().Stringer("signal", sig).Str("database", cfg.Database.URL).
 		Msg("signal during start: aborting the database open, nothing was acquired")
-	go watchLaterSignals(log, first, sigs, "second signal: exiting now without waiting for the database open", nil, os.Exit)
+	go watchLaterSignals(log, first, sigs, nil, "second signal: exiting now without waiting for the database open", nil, os.Exit)
 	select {
 	case o := <-done:
 		// Its error, if any, is the cancellation itself.
@@ -278,9 +286,20 @@ func pendingSignal(sigs <-chan os.Signal) os.Signal {
 // arriving within secondSignalAfter of it is part of the same request to
 // stop and is logged; a later one is an operator who will not wait: it is
 // logged as warning msg and exit(cli.ExitFailure) is called. It returns when
-// sigs is closed.
-func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, msg string, held func() []string, exit func(int)) {
-	for s := range sigs {
+// sigs is closed or done is (nil: never), so a signal read after the stop
+// ended logs nothing after the stop's last line.
+func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, done <-chan struct{}, msg string, held func() []string, exit func(int)) {
+	for {
+		var s os.Signal
+		var ok bool
+		select {
+		case <-done:
+			return
+		case s, ok = <-sigs:
+		}
+		if !ok {
+			return
+		}
 		if since := time.Since(first); since < secondSignalAfter {
 			log.Info().Stringer("signal", s).Float64("after_ms", float64(since.Microseconds())/1000).
 				Msg("signal arrived with the first: still stopping gracefully")
