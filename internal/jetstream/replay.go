@@ -208,6 +208,12 @@ func loadCapture(name string, r io.Reader, skip func(lineNo int, err error)) ([]
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("jetstream replay: %s:%d: %w", name, lineNo, err)
 		}
+		if lineNo == 1 {
+			// A UTF-8 byte-order mark, as some editors write one, is not
+			// part of the first event (RFC 8259 §8.1 lets a parser ignore
+			// it).
+			line = bytes.TrimPrefix(line, []byte("\ufeff"))
+		}
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
 			ev, derr := Decode(trimmed)
 			var prefix, suffix []byte

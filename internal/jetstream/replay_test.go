@@ -172,6 +172,24 @@ func TestReplaySkipsABadLineNamingItsNumberAndServesTheRest(t *testing.T) {
 	}
 }
 
+// A capture saved with a UTF-8 byte-order mark keeps its first event: the
+// mark is not part of it. One inside a later line is still malformed.
+func TestReplayIgnoresAByteOrderMarkBeforeTheFirstLine(t *testing.T) {
+	good := captureLines(t, "golden_v1.jsonl")
+	p := writeCapture(t, "\ufeff"+string(good[0]), string(good[1]), "\ufeff"+string(good[2]))
+	var logs bytes.Buffer
+	s, err := NewReplayServer(ReplayOptions{File: p}, zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.events) != 2 || !bytes.Equal(s.events[0].raw, good[0]) {
+		t.Fatalf("%d events loaded, want the first two lines, the first without its mark", len(s.events))
+	}
+	if !strings.Contains(logs.String(), `"line":3`) {
+		t.Errorf("a mark inside line 3 was not reported:\n%s", logs.String())
+	}
+}
+
 func TestReplayServesEveryLineAsCapturedRawAndCompressed(t *testing.T) {
 	s := startReplay(t, ReplayOptions{})
 	lines := captureLines(t, "expected_v1.jsonl")
