@@ -251,16 +251,19 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.step(ctx, machine.Start{})
 	case *StopRequested:
 		a.prepareNudges()
+		a.stopStandby() // a contender's watch: no acquire after it
 		a.step(ctx, machine.StopRequested{})
 	case *Nudge:
 		a.step(ctx, machine.Nudge{})
 	case *Standby:
-		a.startStandby(msg.Watching)
-	case *standbyOver:
-		a.standbyEnded(ctx, msg)
+		a.startStandby(ctx, msg.Watching)
 	case *machine.AcquireResult:
 		a.late.taken(msg.Seq)
-		if msg.Err != nil {
+		if a.standby.cancel != nil && msg.Seq == a.standby.seq {
+			a.standby.cancel(nil) // its watch is over
+			a.standby.cancel = nil
+		}
+		if msg.Err != nil && !errors.Is(msg.Err, machine.ErrNotAttempted) {
 			a.storeErrs.Warn().Err(msg.Err).Msg("lease acquire failed; retrying")
 		}
 		if g := msg.Grant; msg.Err == nil && !g.Granted && g.Holder == a.o.Instance && !g.Own && g.TimeLeft > 0 {
@@ -531,9 +534,35 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	running.Add(1)
 	late := a.late
 	late.calls.Add(1)
+	// A Standby's attempt watches the row first (machine.Standby): the
+	// goroutine that sees it free makes the acquire, with no trip through
+	// the mailbox between the two (20–200 µs on a busy 2-core host).
+	var watch func() bool
+	if c.AfterVacancy {
+		reader, _ := store.(VacancyReader)
+		wctx, cancel := context.WithCancelCause(ctx)
+		wctx, stop := context.WithTimeout(wctx, a.standbyBound())
+		watching, log := a.standby.watching, a.log
+		a.standby.watching, a.standby.cancel, a.standby.seq, a.standby.started = nil, cancel, c.Seq, time.Now()
+		watch = func() bool {
+			defer stop()
+			if reader == nil {
+				if watching != nil {
+					close(watching)
+				}
+				return true
+			}
+			return watchFirst(wctx, ctx, reader, name, watching, log)
+		}
+	}
 	go func() {
 		defer late.calls.Done()
 		defer running.Add(-1)
+		if watch != nil && !watch() {
+			late.deliver(c.Seq, lateGrant{}, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Err: machine.ErrNotAttempted}) },
+				store, callBound, a.lateReleased)
+			return
+		}
 		start := time.Now()
 		g, err := store.Acquire(ctx, name, holder)
 		at := time.Now()

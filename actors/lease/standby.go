@@ -2,9 +2,11 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease/internal/machine"
 )
@@ -12,13 +14,18 @@ import (
 // Standby tells a LeaseActor that its lease's holder is about to release
 // it (send a *Standby; leasestore.Contenders.Announce sends it through
 // the admin endpoint POST /lease/standby). A contender then reads the
-// lease row back to back, for at most StandbyFor, and makes its acquire
-// attempt the moment the row is free, instead of waiting for the nudge
-// that follows the release: waking an idle process costs more than the
-// whole acquire (docs/performance.md). A holder, an actor not contending,
-// one already standing by, or one whose last standby began less than
-// standbySpacing ago ignores it. It only ever reads, and it can only
-// cause an acquire attempt, rate-limited like a nudge's.
+// lease row back to back, for at most StandbyFor (and a quarter of the
+// renew deadline), and makes its acquire attempt the moment the row is
+// free, instead of waiting for the nudge that follows the release: waking
+// an idle process costs more than the whole acquire (docs/performance.md).
+// The attempt is the machine's next one brought forward
+// (machine.Standby), made by the goroutine that saw the row free, with no
+// trip through the mailbox in between; it is made when the watch ends
+// without seeing the row free too, and not at all when the instance stops
+// meanwhile. A holder, an actor not contending or with an attempt in
+// flight, or one whose last standby began less than standbySpacing ago
+// ignores it. So a Standby costs reads and at most one acquire attempt,
+// at most one a standbySpacing.
 type Standby struct {
 	// Watching, when not nil, is closed once the watch has made its first
 	// read (or at once when the actor ignores the Standby), so the admin
@@ -57,52 +64,59 @@ type VacancyReader interface {
 	Vacant(ctx context.Context, name string) (vacant bool, fence int64, err error)
 }
 
-// standbyOver ends standby gen: vacant when the row was seen free.
-type standbyOver struct {
-	gen    uint64
-	vacant bool
-}
+// errStandbyOff is the cause with which stopStandby calls a watch off.
+var errStandbyOff = errors.New("standby called off")
 
-// standby state of a leaseActor: the generation of the watch running (0
-// for none), its cancel, and when the last one started.
+// standby state of a leaseActor: the announcement's channel waiting for
+// the watch to take it, the cancel of the watch running (nil for none),
+// and when the last one started.
 type standbyState struct {
-	gen     uint64
-	next    uint64
-	cancel  context.CancelFunc
-	started time.Time
+	watching chan struct{}
+	cancel   context.CancelCauseFunc
+	seq      uint64 // the AcquireCmd whose watch cancel calls off
+	started  time.Time
 }
 
-// startStandby begins watching the lease row, when this actor contends
-// for a lease it does not hold and no watch runs.
-func (a *leaseActor) startStandby(watching chan struct{}) {
-	reader, ok := a.o.Store.(VacancyReader)
+// startStandby takes an announcement in: when this actor contends for a
+// lease it does not hold, with standbys on and spaced, the machine issues
+// its next attempt as an AcquireCmd with AfterVacancy (machine.Standby;
+// not while an attempt is in flight), whose goroutine watches the row
+// (goAcquire, watchFirst) and takes watching; otherwise watching is
+// closed at once.
+func (a *leaseActor) startStandby(ctx actor.Context, watching chan struct{}) {
+	_, ok := a.o.Store.(VacancyReader)
 	spaced := a.standby.started.IsZero() || time.Since(a.standby.started) >= standbySpacing
-	if !ok || a.o.Unleased || a.o.StandbyFor < 0 || a.standby.gen != 0 || !spaced || a.m.Phase() != machine.PhaseContending {
-		if watching != nil {
-			close(watching)
-		}
-		return
+	if ok && !a.o.Unleased && a.o.StandbyFor >= 0 && spaced && a.m.Phase() == machine.PhaseContending {
+		a.standby.watching = watching
+		a.step(ctx, machine.Standby{})
+		watching, a.standby.watching = a.standby.watching, nil
 	}
-	a.standby.started = time.Now()
-	a.standby.next++
-	gen := a.standby.next
+	if watching != nil {
+		close(watching)
+	}
+}
+
+// standbyBound bounds a standby's watch: StandbyFor (or Options.StandbyFor),
+// and at most a quarter of the renew deadline, so the acquire after it
+// still answers well within the machine's call timeout (half of it).
+func (a *leaseActor) standbyBound() time.Duration {
 	bound := a.o.StandbyFor
 	if bound <= 0 {
 		bound = StandbyFor
 	}
-	ctx, cancel := context.WithTimeout(a.calls, bound)
-	a.standby.gen, a.standby.cancel = gen, cancel
-	sys, self, name, late, log := a.sys, a.self, a.o.Name, a.late, a.log
-	late.calls.Add(1)
-	go func() {
-		defer late.calls.Done()
-		defer cancel()
-		vacant, polls, err := watchVacancy(ctx, reader, name, watching)
-		late.sendOr(func() { sys.Root.Send(self, &standbyOver{gen: gen, vacant: vacant}) }, func() {})
-		// Logged after the send: the line is a write to stderr, and the
-		// acquire should not wait for it.
-		log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Msg("lease standby ended")
-	}()
+	return min(bound, a.o.Timing.RenewDeadline/4)
+}
+
+// watchFirst runs, on an AfterVacancy acquire's goroutine, the watch of
+// the row that comes before the acquire (begun in goAcquire, which gave
+// it wctx and watching). It reports whether the acquire is still to be
+// made: false when the watch was called off (stopStandby: the instance
+// is stopping) or the actor's calls were cancelled.
+func watchFirst(wctx, calls context.Context, reader VacancyReader, name string, watching chan struct{}, log zerolog.Logger) bool {
+	vacant, polls, err := watchVacancy(wctx, reader, name, watching)
+	attempt := calls.Err() == nil && !errors.Is(context.Cause(wctx), errStandbyOff)
+	log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Bool("acquire", attempt).Msg("lease standby ended")
+	return attempt
 }
 
 // watchVacancy reads name's row until it is free (true), another grant
@@ -144,23 +158,12 @@ func watchVacancy(ctx context.Context, r VacancyReader, name string, watching ch
 	return false, polls, nil
 }
 
-// standbyEnded takes the end of a watch in: a row seen free is acted on
-// like a nudge.
-func (a *leaseActor) standbyEnded(ctx actor.Context, msg *standbyOver) {
-	if msg.gen != a.standby.gen {
-		return
-	}
-	a.standby.gen, a.standby.cancel = 0, nil
-	if msg.vacant {
-		a.step(ctx, machine.Nudge{})
-	}
-}
-
-// stopStandby cancels the watch running, if any: the actor no longer
-// contends (it acquired, or is stopping).
+// stopStandby calls the watch running off, if any: the actor no longer
+// contends (it acquired, or is stopping). Its acquire then answers
+// machine.ErrNotAttempted.
 func (a *leaseActor) stopStandby() {
 	if a.standby.cancel != nil {
-		a.standby.cancel()
-		a.standby.gen, a.standby.cancel = 0, nil
+		a.standby.cancel(errStandbyOff)
+		a.standby.cancel = nil
 	}
 }

@@ -192,3 +192,38 @@ func TestWatchVacancyEndsOnAFreeRowANewGrantAnErrorOrItsContext(t *testing.T) {
 		waitClosed(t, "watching", watching)
 	})
 }
+
+// acquireCounter counts the acquires of a store that also reads
+// vacancies.
+type acquireCounter struct {
+	*countingStore
+	acquires atomic.Int64
+}
+
+func (c *acquireCounter) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
+	c.acquires.Add(1)
+	return c.countingStore.Acquire(ctx, name, holder)
+}
+
+// A contender that stops while it stands by calls the watch off at once
+// and makes no acquire after it (the holder never released).
+func TestAStopDuringAStandbyCallsTheWatchOffWithoutAnAcquire(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	mustAcquire(t, leasestore.NewStore(db, time.Minute), "cleanup", "instance-a")
+	store := &acquireCounter{countingStore: &countingStore{Store: leasestore.NewStore(db, slowRetry.TTL)}}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: slowRetry, Store: store,
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	before := store.acquires.Load()
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the standby's first read", watching)
+	h.stopAndWait(r)
+	if n := store.acquires.Load() - before; n != 0 {
+		t.Fatalf("%d acquires after a standby called off by a stop", n)
+	}
+	if n := h.events.count(is(events.LeaseAcquired, "instance-b")); n != 0 {
+		t.Fatalf("instance-b acquired %d times", n)
+	}
+}

@@ -54,6 +54,12 @@ const (
 // have committed.
 var ErrStoreStuck = errors.New("earlier lease store calls have not returned (the database is slow to answer, or another writer holds its write lock); not starting another")
 
+// ErrNotAttempted answers an AcquireCmd with AfterVacancy whose watch was
+// called off (the instance is stopping) before the acquire was made: like
+// ErrStoreStuck, it never reached the database as a write, so it cannot
+// have committed.
+var ErrNotAttempted = errors.New("acquire not attempted: the instance stopped while it waited for the lease to be released")
+
 // errCallTimeout is the error recorded for a store call that did not answer
 // within the call timeout (RenewDeadline/2).
 var errCallTimeout = errors.New("lease store call timed out")
@@ -78,6 +84,13 @@ type (
 	StopRequested struct{}
 	// Nudge says a holder just released: try to acquire now.
 	Nudge struct{}
+	// Standby says the holder announced it is about to release: when no
+	// acquire is in flight (nor due to wait for a cool-down or a stop),
+	// the next attempt is issued now as an AcquireCmd with AfterVacancy,
+	// which the shell makes once it sees the row free (or its watch
+	// ends). A Standby is otherwise ignored; the nudge after the release
+	// still comes.
+	Standby struct{}
 	// AcquireResult answers AcquireCmd Seq.
 	AcquireResult struct {
 		Seq   uint64
@@ -125,6 +138,7 @@ func (YieldRequested) isInput() {}
 func (Tick) isInput()           {}
 func (StopRequested) isInput()  {}
 func (Nudge) isInput()          {}
+func (Standby) isInput()        {}
 func (AcquireResult) isInput()  {}
 func (RenewResult) isInput()    {}
 func (ReleaseResult) isInput()  {}
@@ -137,7 +151,14 @@ type Command interface{ isCommand() }
 // Commands.
 type (
 	// AcquireCmd: call Store.Acquire and answer with AcquireResult{Seq}.
-	AcquireCmd struct{ Seq uint64 }
+	// AfterVacancy (a Standby's attempt): first read the lease row until it
+	// is free, another grant replaces the one first read, or a bound well
+	// inside the call timeout passes, then call Store.Acquire; answer
+	// ErrNotAttempted when the watch is called off before it.
+	AcquireCmd struct {
+		Seq          uint64
+		AfterVacancy bool
+	}
 	// RenewCmd: call Store.Renew(Custody) and answer with RenewResult{Seq}.
 	RenewCmd struct {
 		Seq     uint64
@@ -409,6 +430,8 @@ func (m *Machine) Step(now time.Duration, in Input) []Command {
 		m.onStop(now)
 	case Nudge:
 		m.onNudge(now)
+	case Standby:
+		m.onStandby(now)
 	case AcquireResult:
 		m.onAcquire(now, in)
 	case RenewResult:
@@ -622,6 +645,17 @@ func (m *Machine) onNudge(now time.Duration) {
 	m.nudgeAttempt(now)
 }
 
+// onStandby issues the attempt of an announced release at once (see
+// Standby). The call's start, from which a grant's trust window runs, is
+// now, before the watch: the window can only come out shorter.
+func (m *Machine) onStandby(now time.Duration) {
+	if m.phase != PhaseContending || m.stopRequested || m.call.kind != callNone || now < m.contend.cooldownUntil {
+		return
+	}
+	m.call.kind, m.call.seq, m.call.start = callAcquire, m.nextSeq(), now
+	m.out = append(m.out, AcquireCmd{Seq: m.call.seq, AfterVacancy: true})
+}
+
 // nudgeAttempt brings the next acquire attempt forward to now, or to
 // NudgeSpacing after the last nudged attempt if that is later. Every path
 // by which a nudge causes an attempt goes through here, so a flood costs
@@ -657,7 +691,7 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.contend.nudged = false
 	if r.Err != nil {
 		m.lastErr = r.Err
-		if !errors.Is(r.Err, ErrStoreStuck) && !errors.Is(r.Err, database.ErrFileReplaced) && !m.contend.acquireUnsure {
+		if !errors.Is(r.Err, ErrStoreStuck) && !errors.Is(r.Err, ErrNotAttempted) && !errors.Is(r.Err, database.ErrFileReplaced) && !m.contend.acquireUnsure {
 			// It may have committed before the answer was lost.
 			m.contend.acquireUnsure, m.contend.unsureSince = true, m.call.start
 		}
