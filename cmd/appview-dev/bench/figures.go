@@ -16,10 +16,10 @@ const DefaultRepeat = 5
 // A name given to --only that is not a step selects the step that writes
 // it and keeps only that figure (see selection).
 var stepFigures = map[string][]string{
-	"graceful":        {"graceful_handover_p50_ms", "graceful_handover_p99_ms"},
+	"graceful":        {"graceful_handover_p50_ms", "graceful_handover_p99_ms", "graceful_handover_rtt_ratio"},
 	"rtt-file":        {"acquire_rtt_p50_ms_file", "renew_rtt_p50_ms_file"},
 	"rtt-sqld":        {"acquire_rtt_p50_ms_sqld", "renew_rtt_p50_ms_sqld"},
-	"graceful-sqld":   {"graceful_handover_p50_ms_sqld", "graceful_handover_p99_ms_sqld"},
+	"graceful-sqld":   {"graceful_handover_p50_ms_sqld", "graceful_handover_p99_ms_sqld", "graceful_handover_rtt_ratio_sqld"},
 	"crash":           {"crash_handover_minus_ttl_p50_ms"},
 	"renew-cost":      {"renew_cost_ratio", "renew_cost_ratio_100", "renew_cost_ratio_5"},
 	"rss":             {"idle_rss_mb"},

@@ -141,8 +141,24 @@ func (r *runner) graceful(ctx context.Context, kind string) error {
 		}
 	}
 	r.note("graceful handovers (%s): %d, min %v, max %v", kind, len(samples), percentile(samples, 0.0001), percentile(samples, 100))
-	r.figure("graceful_handover_p50_ms"+suffix, ms(percentile(samples, 50)), "ms")
+	// The target's own ratio (issue 12, item 3), paired: the acquire round
+	// trip is timed in this run, on this database, right after the
+	// handovers (the last holder still running, as a contender would find
+	// it), so each run's ratio compares figures of one moment of the host.
+	reader, err := database.Open(ctx, database.Options{URL: db, BusyTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer reader.Close()
+	acquire, _, err := acquireRoundTrips(ctx, reader.DB, r.n.rtt)
+	if err != nil {
+		return fmt.Errorf("acquire round trips after the handovers: %w", err)
+	}
+	p50, rtt := percentile(samples, 50), percentile(acquire, 50)
+	r.note("graceful (%s): acquire round trip on the same database p50 %v", kind, rtt)
+	r.figure("graceful_handover_p50_ms"+suffix, ms(p50), "ms")
 	r.figure("graceful_handover_p99_ms"+suffix, ms(percentile(samples, 99)), "ms")
+	r.figure("graceful_handover_rtt_ratio"+suffix, p50.Seconds()/rtt.Seconds(), "ratio")
 	return nil
 }
 

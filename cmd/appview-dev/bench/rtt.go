@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -59,34 +60,48 @@ func (r *runner) roundTrips(ctx context.Context, kind string) error {
 		return err
 	}
 	defer closeDB()
-	store := leasestore.NewStore(db.DB, Timing.TTL)
-	var acquire, renew []time.Duration
-	for range r.n.rtt {
-		start := time.Now()
-		g, err := store.Acquire(ctx, "bench-rtt", "bench")
-		d := time.Since(start)
-		if err != nil {
-			return err
-		}
-		if !g.Granted {
-			return fmt.Errorf("acquire of a released lease not granted: %+v", g)
-		}
-		acquire = append(acquire, d)
-		c := fence.Custody{Lease: "bench-rtt", Holder: "bench", Fence: g.Fence}
-		start = time.Now()
-		err = store.Renew(ctx, c)
-		d = time.Since(start)
-		if err != nil {
-			return err
-		}
-		renew = append(renew, d)
-		if err := store.Release(ctx, c); err != nil {
-			return err
-		}
+	acquire, renew, err := acquireRoundTrips(ctx, db.DB, r.n.rtt)
+	if err != nil {
+		return err
 	}
 	r.figure("acquire_rtt_p50_ms_"+kind, ms(percentile(acquire, 50)), "ms")
 	r.figure("renew_rtt_p50_ms_"+kind, ms(percentile(renew, 50)), "ms")
 	return nil
+}
+
+// rttLease is the lease the round-trip loops acquire, renew and release.
+const rttLease = "bench-rtt"
+
+// acquireRoundTrips times rounds acquires of a released lease
+// (leasestore.Store.Acquire, what a contender does at a handover) and as
+// many renewals (Store.Renew) on db, one call at a time, each grant
+// released after its renewal. It returns the durations of both.
+func acquireRoundTrips(ctx context.Context, db *sql.DB, rounds int) (acquire, renew []time.Duration, err error) {
+	store := leasestore.NewStore(db, Timing.TTL)
+	for range rounds {
+		start := time.Now()
+		g, err := store.Acquire(ctx, rttLease, "bench")
+		d := time.Since(start)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !g.Granted {
+			return nil, nil, fmt.Errorf("acquire of a released lease not granted: %+v", g)
+		}
+		acquire = append(acquire, d)
+		c := fence.Custody{Lease: rttLease, Holder: "bench", Fence: g.Fence}
+		start = time.Now()
+		err = store.Renew(ctx, c)
+		d = time.Since(start)
+		if err != nil {
+			return nil, nil, err
+		}
+		renew = append(renew, d)
+		if err := store.Release(ctx, c); err != nil {
+			return nil, nil, err
+		}
+	}
+	return acquire, renew, nil
 }
 
 // renewCostInstances is how many instances (connection pools) renew at once.
