@@ -20,9 +20,10 @@ const standbyPauseFor = 10 * time.Microsecond
 // runtime's monitor took the P back. A timerfd read parks the goroutine
 // on the network poller instead, for about 30 µs (10 µs asked).
 type pauser struct {
-	fd int
-	f  *os.File
-	b  [8]byte
+	spins bool // yields for standbySpin before it pauses (newWatchPauser)
+	fd    int
+	f     *os.File
+	b     [8]byte
 }
 
 // newPauser returns a pauser, or one that only yields the goroutine when
@@ -35,14 +36,18 @@ func newPauser() *pauser {
 	return &pauser{fd: fd, f: os.NewFile(uintptr(fd), "standby-timerfd")}
 }
 
-// pause spaces two reads: within standbySpin of the start it only yields
-// the goroutine, so the process stays on its core and its acquire runs
-// hot when the release lands (a pause between reads let the core go
-// idle, and the acquire that followed took longer than the pause saved:
-// graceful_handover_p50_ms 0.59–0.90 ms with pauses against 0.44–0.57
-// without, three alternating runs each); after it, a timerfd pause.
+// pause spaces two reads: a spinning pauser, within standbySpin of the
+// start, only yields the goroutine, so the process stays on its core and
+// its acquire runs hot when the release lands (a pause between reads let
+// the core go idle, and the acquire that followed took longer than the
+// pause saved: graceful_handover_p50_ms 0.59–0.90 ms with pauses against
+// 0.44–0.57 without, three alternating runs each); after it (giving the
+// spin up), and for the process's other watches, a timerfd pause.
 func (p *pauser) pause(elapsed time.Duration) {
-	if elapsed >= standbySpin && p.f != nil {
+	if p.spins && elapsed >= standbySpin {
+		p.release()
+	}
+	if !p.spins && p.f != nil {
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(standbyPauseFor))}
 		if unix.TimerfdSettime(p.fd, 0, &spec, nil) == nil {
 			if _, err := p.f.Read(p.b[:]); err == nil {
@@ -57,4 +62,5 @@ func (p *pauser) close() {
 	if p.f != nil {
 		_ = p.f.Close()
 	}
+	p.release()
 }

@@ -9,10 +9,15 @@ import (
 
 // pauser spaces a standby's reads; elsewhere than Linux it yields the
 // goroutine (see standby_linux.go).
-type pauser struct{}
+type pauser struct{ spins bool }
 
 func newPauser() *pauser { return &pauser{} }
 
-func (*pauser) pause(time.Duration) { runtime.Gosched() }
+func (p *pauser) pause(elapsed time.Duration) {
+	if p.spins && elapsed >= standbySpin {
+		p.release()
+	}
+	runtime.Gosched()
+}
 
-func (*pauser) close() {}
+func (p *pauser) close() { p.release() }

@@ -227,3 +227,30 @@ func TestAStopDuringAStandbyCallsTheWatchOffWithoutAnAcquire(t *testing.T) {
 		t.Fatalf("instance-b acquired %d times", n)
 	}
 }
+
+// One watch of the process spins at a time: a second one begun while
+// the first spins pauses on a timer, and the spin is free again once the
+// first has spun for standbySpin or ended.
+func TestOneWatchOfTheProcessSpinsAtATime(t *testing.T) {
+	first := newWatchPauser()
+	second := newWatchPauser()
+	if !first.spins || second.spins {
+		t.Fatalf("first spins %v, second %v; want only the first", first.spins, second.spins)
+	}
+	second.close()
+	first.pause(standbySpin) // its spin is over
+	third := newWatchPauser()
+	if !third.spins {
+		t.Fatal("a watch begun after the first stopped spinning does not spin")
+	}
+	first.close()
+	if !third.spins {
+		t.Fatal("closing a pauser that gave its spin up took the spin from another")
+	}
+	third.close()
+	if fourth := newWatchPauser(); !fourth.spins {
+		t.Fatal("the spin was not given back on close")
+	} else {
+		fourth.close()
+	}
+}
