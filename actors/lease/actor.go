@@ -537,20 +537,20 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	// A Standby's attempt watches the row first (machine.Standby): the
 	// goroutine that sees it free makes the acquire, with no trip through
 	// the mailbox between the two (20–200 µs on a busy 2-core host).
-	var watch func() bool
+	var watch func() (bool, func())
 	if c.AfterVacancy {
 		reader, _ := store.(VacancyReader)
 		wctx, cancel := context.WithCancelCause(ctx)
 		wctx, stop := context.WithTimeout(wctx, a.standbyBound())
 		watching, log := a.standby.watching, a.log
 		a.standby.watching, a.standby.cancel, a.standby.seq, a.standby.started = nil, cancel, c.Seq, time.Now()
-		watch = func() bool {
+		watch = func() (bool, func()) {
 			defer stop()
 			if reader == nil {
 				if watching != nil {
 					close(watching)
 				}
-				return true
+				return true, func() {}
 			}
 			return watchFirst(wctx, ctx, reader, name, watching, log)
 		}
@@ -558,10 +558,14 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	go func() {
 		defer late.calls.Done()
 		defer running.Add(-1)
-		if watch != nil && !watch() {
-			late.deliver(c.Seq, lateGrant{}, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Err: machine.ErrNotAttempted}) },
-				store, callBound, a.lateReleased)
-			return
+		if watch != nil {
+			attempt, report := watch()
+			defer report()
+			if !attempt {
+				late.deliver(c.Seq, lateGrant{}, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Err: machine.ErrNotAttempted}) },
+					store, callBound, a.lateReleased)
+				return
+			}
 		}
 		start := time.Now()
 		g, err := store.Acquire(ctx, name, holder)

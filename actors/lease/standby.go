@@ -132,13 +132,16 @@ func (a *leaseActor) standbyBound() time.Duration {
 // watchFirst runs, on an AfterVacancy acquire's goroutine, the watch of
 // the row that comes before the acquire (begun in goAcquire, which gave
 // it wctx and watching). It reports whether the acquire is still to be
-// made: false when the watch was called off (stopStandby: the instance
-// is stopping) or the actor's calls were cancelled.
-func watchFirst(wctx, calls context.Context, reader VacancyReader, name string, watching chan struct{}, log zerolog.Logger) bool {
+// made (false when the watch was called off by stopStandby, the instance
+// stopping, or the actor's calls were cancelled) and a func that logs the
+// watch's end: call it after the acquire, which should not wait for a
+// write to stderr.
+func watchFirst(wctx, calls context.Context, reader VacancyReader, name string, watching chan struct{}, log zerolog.Logger) (bool, func()) {
 	vacant, polls, err := watchVacancy(wctx, reader, name, watching)
 	attempt := calls.Err() == nil && !errors.Is(context.Cause(wctx), errStandbyOff)
-	log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Bool("acquire", attempt).Msg("lease standby ended")
-	return attempt
+	return attempt, func() {
+		log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Bool("acquire", attempt).Msg("lease standby ended")
+	}
 }
 
 // release gives the process's spin back, if this pauser held it.
