@@ -408,7 +408,11 @@ func (c *connector) connect(ctx context.Context) (driver.Conn, error) {
 		}
 		_ = rows.Close()
 	}
-	return wrapFile(conn), nil
+	w := wrapFile(conn)
+	if rc, ok := w.(*remoteConn); ok && rc.cache != nil && !c.readOnly {
+		rc.cache.warm()
+	}
+	return w, nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }

@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -410,5 +411,38 @@ WHERE excluded.version > t.version`
 				}
 			}
 		})
+	}
+}
+
+// A connection opened once the tables exist has the statements
+// registered with KeepCompiled compiled before their first run; one
+// registered statement that cannot compile yet is left for later.
+func TestANewConnectionCompilesTheRegisteredStatementsWhenItOpens(t *testing.T) {
+	const warm = "SELECT fence FROM leases WHERE name = ?1 AND 'warm' = 'warm'"
+	const missing = "SELECT x FROM not_a_table_yet WHERE 'warm' = 'warm'"
+	KeepCompiled(warm, missing)
+	path := filepath.Join(t.TempDir(), "w.db")
+	first := openTemp(t, path)
+	if _, err := first.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(context.Background(), Options{URL: "file:" + path, BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	c := cacheOf(t, db)
+	if c == nil {
+		t.Fatal("a file connection keeps no statements")
+	}
+	if _, in := c.byQuery[warm]; !in {
+		t.Error("a registered statement was not compiled when the connection opened")
+	}
+	if _, in := c.byQuery[missing]; in {
+		t.Error("a statement over a missing table was kept")
+	}
+	var f int64
+	if err := db.QueryRow(warm, "nothing").Scan(&f); err == nil || !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("the warm statement's first run: %v, want no rows", err)
 	}
 }
