@@ -28,7 +28,8 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 	positive := map[string]bool{"ingest_ratio": true, "ingest_cpu_ratio": true, "ingest_events_per_s": true, "bare_rows_per_s": true,
 		"replay_1m_rss_mb_at_10pct": true, "replay_1m_rss_mb_at_50pct": true, "replay_1m_rss_mb_at_100pct": true, "replay_1m_rss_growth_ratio": true,
 		"replay_1m_events_per_s": true, "replay_serve_events_per_s": true,
-		"ingest_ratio_sqld": true, "ingest_events_per_s_sqld": true, "bare_rows_per_s_sqld": true}
+		"ingest_ratio_sqld": true, "ingest_events_per_s_sqld": true, "bare_rows_per_s_sqld": true,
+		"graceful_handover_rtt_ratio": true, "graceful_handover_rtt_ratio_sqld": true}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		f := strings.Fields(line)
@@ -46,8 +47,9 @@ func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 		got[f[0]] = f[2]
 	}
 	for name, unit := range map[string]string{
-		"graceful_handover_p50_ms": "ms", "graceful_handover_p99_ms": "ms",
-		"acquire_rtt_p50_ms_file": "ms", "acquire_rtt_p50_ms_sqld": "ms",
+		"graceful_handover_p50_ms": "ms", "graceful_handover_p99_ms": "ms", "graceful_handover_rtt_ratio": "ratio",
+		"graceful_handover_rtt_ratio_sqld": "ratio",
+		"acquire_rtt_p50_ms_file":          "ms", "acquire_rtt_p50_ms_sqld": "ms",
 		"renew_rtt_p50_ms_file": "ms", "renew_rtt_p50_ms_sqld": "ms",
 		"crash_handover_minus_ttl_p50_ms": "ms", "renew_cost_ratio": "ratio", "idle_rss_mb": "MB",
 		"ingest_ratio": "ratio", "ingest_cpu_ratio": "ratio", "ingest_events_per_s": "events/s", "bare_rows_per_s": "rows/s",
