@@ -92,9 +92,12 @@ func (l *eventLog) write(e events.Custody) {
 			return
 		}
 		l.waiting[e.Lease] = g
+		msg := "lease held by another instance: waiting for its release or for its grant to run out"
+		if e.Reason == events.ReasonStaleGrant {
+			msg = "lease held by an unused grant of this instance's own (an acquire that committed after it was given up): handing it back, then acquiring"
+		}
 		l.log.Info().Str("lease", e.Lease).Str("instance", e.Instance).Str("holder", e.Holder).Int64("fence", e.Fence).
-			Int64("time_left_ms", e.TimeLeft.Milliseconds()).
-			Msg("lease held by another instance: waiting for its release or for its grant to run out")
+			Int64("time_left_ms", e.TimeLeft.Milliseconds()).Msg(msg)
 	case events.LeaseAcquired:
 		delete(l.waiting, e.Lease)
 	}

@@ -48,3 +48,22 @@ func TestTheFirstContendedAttemptOfEachGrantIsSaidAtInfo(t *testing.T) {
 		t.Fatalf("waiting lines for holders %q, want other,third,third", got)
 	}
 }
+
+// A row held by an unused grant of this instance's own (a late acquire
+// being handed back) is not said to be another instance's.
+func TestAContendedOwnLateGrantIsNotCalledAnotherInstances(t *testing.T) {
+	var buf bytes.Buffer
+	l := &eventLog{log: zerolog.New(&buf).Level(zerolog.InfoLevel), waiting: map[string]contendedGrant{}}
+	l.write(events.Custody{Kind: events.LeaseContended, Lease: "cleanup", Instance: "me", Holder: "me", Fence: 16,
+		TimeLeft: 15 * time.Second, Reason: events.ReasonStaleGrant})
+	l.write(events.Custody{Kind: events.LeaseContended, Lease: "backfill", Instance: "me", Holder: "other", Fence: 3,
+		TimeLeft: 15 * time.Second})
+	out := buf.String()
+	own, other, _ := strings.Cut(out, "\n")
+	if strings.Contains(own, "another instance") || !strings.Contains(own, "this instance's own") {
+		t.Fatalf("own late grant said as %q", own)
+	}
+	if !strings.Contains(other, "another instance") {
+		t.Fatalf("another instance's grant said as %q", other)
+	}
+}

@@ -57,7 +57,9 @@ const (
 	// ReasonStaleGrant: a grant that arrived too late to trust (an acquire
 	// or renewal that landed after the LeaseActor stopped waiting for it),
 	// handed back at once. On lease.released it ends such a grant; on
-	// lease.acquired it marks the late grant itself, which no worker used.
+	// lease.acquired it marks the late grant itself, which no worker used;
+	// on lease.contended it says the row holds such a grant of this very
+	// process (its holder is this instance), not another instance's.
 	ReasonStaleGrant = "stale-grant"
 	// ReasonYielded: released to a healthier contender (lease.yielded
 	// came first).

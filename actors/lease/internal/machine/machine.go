@@ -717,8 +717,16 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 			m.handBackOwn(g.Fence, g.Fence > m.custody.heldFence)
 		}
 		m.contend.acquireUnsure = false
+		// A grant of this very process (its nonce) that the machine does
+		// not use: an acquire that committed after it was given up, handed
+		// back when its late answer comes (or just above), or custody given
+		// up. Not "another instance": the event says so (stale-grant).
+		reason := ""
+		if g.Own {
+			reason = events.ReasonStaleGrant
+		}
 		m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.LeaseContended,
-			Lease: m.name, Instance: m.holder, Fence: g.Fence, Holder: g.Holder, TimeLeft: g.TimeLeft}})
+			Lease: m.name, Instance: m.holder, Fence: g.Fence, Holder: g.Holder, TimeLeft: g.TimeLeft, Reason: reason}})
 		if m.stopRequested {
 			m.finish()
 			return

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leasestore"
 )
 
@@ -80,5 +81,29 @@ func TestAStandbyCalledOffByAStopFinishesWithoutAnUnsureAttempt(t *testing.T) {
 	}
 	if m.contend.acquireUnsure {
 		t.Fatal("an attempt never made was taken for one that may have committed")
+	}
+}
+
+// A contended answer naming a grant of this very process (Own) says so
+// (stale-grant), whether or not this answer is the one that hands it
+// back; another instance's grant carries no reason.
+func TestAContendedAnswerMarksThisProcesssOwnGrant(t *testing.T) {
+	for _, tc := range []struct {
+		own  bool
+		want string
+	}{{true, "stale-grant"}, {false, ""}} {
+		m := New("cleanup", "me", slowRetry, rand.New(rand.NewPCG(1, 2)))
+		seq := acquireCmds(m.Step(time.Second, Start{}))[0].Seq
+		cmds := m.Step(time.Second+time.Millisecond, AcquireResult{Seq: seq,
+			Grant: leasestore.Grant{Holder: "me", Fence: 16, TimeLeft: 15 * time.Second, Age: time.Hour, Own: tc.own}})
+		var got []string
+		for _, c := range cmds {
+			if e, ok := c.(EmitCmd); ok && e.Event.Kind == events.LeaseContended {
+				got = append(got, e.Event.Reason)
+			}
+		}
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("own %v: lease.contended reasons %q, want [%q]", tc.own, got, tc.want)
+		}
 	}
 }
