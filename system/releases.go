@@ -25,10 +25,24 @@ type releaseAudit struct {
 	pending  map[string]int64 // held when the stop began, not yet released
 	failed   []string         // "lease (fence N): reason"
 	stopping bool
+	// givenUp are grants this instance gave up before the stop without a
+	// release (lost for a reason other than superseded: a blackout, a
+	// database error, a file replaced), not handed back since and not
+	// followed by a newer grant: they still stand in the database until
+	// their TTL. The stop has nothing of them to release (unreleased
+	// does not count them), but its last line must not say that every
+	// lease was released (givenUpNow).
+	givenUp map[string]givenUpGrant
+}
+
+// givenUpGrant is a grant in releaseAudit.givenUp.
+type givenUpGrant struct {
+	fence  int64
+	reason string
 }
 
 func newReleaseAudit(instance string) *releaseAudit {
-	return &releaseAudit{instance: instance, held: map[string]int64{}}
+	return &releaseAudit{instance: instance, held: map[string]int64{}, givenUp: map[string]givenUpGrant{}}
 }
 
 func (a *releaseAudit) observe(evt any) {
@@ -46,6 +60,14 @@ func (a *releaseAudit) observe(evt any) {
 	if pending, ok := a.pending[e.Lease]; ok && e.Fence < pending {
 		return
 	}
+	if g, ok := a.givenUp[e.Lease]; ok {
+		switch {
+		case e.Fence > g.fence && (e.Kind == events.LeaseAcquired || e.Kind == events.LeaseContended):
+			delete(a.givenUp, e.Lease) // a newer grant: the given-up one is over
+		case e.Fence == g.fence && e.Kind == events.LeaseReleased:
+			delete(a.givenUp, e.Lease) // handed back
+		}
+	}
 	switch e.Kind {
 	case events.LeaseAcquired:
 		a.held[e.Lease] = e.Fence
@@ -57,6 +79,9 @@ func (a *releaseAudit) observe(evt any) {
 	case events.LeaseLost:
 		delete(a.held, e.Lease)
 		if !a.stopping {
+			if e.Reason != events.ReasonSuperseded {
+				a.givenUp[e.Lease] = givenUpGrant{fence: e.Fence, reason: e.Reason}
+			}
 			return
 		}
 		if _, was := a.pending[e.Lease]; !was {
@@ -94,6 +119,19 @@ func (a *releaseAudit) unreleased() error {
 	}
 	sort.Strings(left)
 	return fmt.Errorf("%d lease(s) not released, their grants run out their TTL: %s", len(left), strings.Join(left, "; "))
+}
+
+// givenUpNow names the grants given up before the stop and not handed
+// back ("lease (fence N): reason"), sorted.
+func (a *releaseAudit) givenUpNow() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.givenUp))
+	for name, g := range a.givenUp {
+		out = append(out, fmt.Sprintf("%s (fence %d): %s", name, g.fence, g.reason))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // heldNow returns the leases this instance holds now, sorted.

@@ -41,3 +41,33 @@ func TestReleaseAuditNamesEveryLeaseAStopDidNotRelease(t *testing.T) {
 		t.Fatalf("every lease released, got %v", err)
 	}
 }
+
+// A grant given up before the stop (lost for a reason other than
+// superseded) is named by givenUpNow until it is handed back or a newer
+// grant follows it; the stop itself does not count it.
+func TestTheAuditNamesGrantsGivenUpBeforeTheStopAndNeverHandedBack(t *testing.T) {
+	a := newReleaseAudit("me")
+	ev := func(kind events.Kind, lease string, fence int64, reason string) {
+		a.observe(events.Custody{Kind: kind, Lease: lease, Instance: "me", Fence: fence, Reason: reason})
+	}
+	for _, l := range []string{"cleanup", "backfill", "billing-tier-refresh", "labeler-subscriber"} {
+		ev(events.LeaseAcquired, l, 3, "")
+	}
+	ev(events.LeaseLost, "cleanup", 3, events.ReasonError)              // never handed back
+	ev(events.LeaseLost, "backfill", 3, events.ReasonBlackout)          // handed back below
+	ev(events.LeaseLost, "billing-tier-refresh", 3, events.ReasonError) // another grant followed
+	ev(events.LeaseLost, "labeler-subscriber", 3, events.ReasonSuperseded)
+	ev(events.LeaseReleased, "backfill", 3, events.ReasonStaleGrant)
+	a.observe(events.Custody{Kind: events.LeaseContended, Lease: "billing-tier-refresh", Instance: "me", Holder: "other", Fence: 4})
+	a.beginStop()
+	if err := a.unreleased(); err != nil {
+		t.Fatalf("nothing was held at the stop, got %v", err)
+	}
+	if got := strings.Join(a.givenUpNow(), "; "); got != "cleanup (fence 3): error" {
+		t.Fatalf("given up: %q, want only cleanup's", got)
+	}
+	ev(events.LeaseReleased, "cleanup", 2, events.ReasonStaleGrant) // an older grant's hand-back
+	if len(a.givenUpNow()) != 1 {
+		t.Fatal("an older grant's hand-back cleared the given-up one")
+	}
+}

@@ -289,6 +289,14 @@ const standbyAnswer = 5 * time.Millisecond
 // its TTL.
 func (s *System) HeldLeases() []string { return s.releases.heldNow() }
 
+// GivenUp names the grants this instance gave up before its stop without
+// a release (a blackout, a database error, a replaced file: lease.lost
+// with a reason other than superseded) that were neither handed back nor
+// followed by a newer grant, as "lease (fence N): reason", sorted. They
+// stand in the database until their TTL; Stop does not count them (they
+// were not held when it began), so a stop after them is still clean.
+func (s *System) GivenUp() []string { return s.releases.givenUpNow() }
+
 // Ready returns nil unless the instance's lease writes are failing
 // (leasestore.Store.Healthy): a database that still answers reads, and even a
 // one-page write probe, may refuse every real write (a full disk). With

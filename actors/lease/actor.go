@@ -709,7 +709,11 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		}
 		if c.Stale {
 			if err != nil && !errors.Is(err, fence.ErrSuperseded) {
-				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg("could not hand back a late grant; it will run out its TTL")
+				what := "could not hand back a grant given up earlier; it will run out its TTL"
+				if c.LateAcquire {
+					what = "could not hand back a late grant; it will run out its TTL"
+				}
+				log.Warn().Err(err).Int64("fence", c.Custody.Fence).Msg(what)
 				return
 			}
 			// After Stopped (a hand-back issued as the machine finished)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,5 +103,23 @@ func TestAReplacedDatabaseFileEndsCustodyAtTheNextRenewalNotAtTheDeadline(t *tes
 	}
 	t.Logf("every lease given up %v after the deletion", time.Since(deleted).Round(time.Millisecond))
 	p.signal(syscall.SIGTERM)
-	p.wait(stopBound + 10*time.Second)
+	if code, _ := p.wait(stopBound + 10*time.Second); code != 0 {
+		t.Fatalf("exit %d: nothing was held when the stop began (README: 0)", code)
+	}
+	// The grants given up stand in the deleted file until their TTL (the
+	// hand-backs cannot land): the last line must not say every lease was
+	// released, and names them (a new user read "every lease released"
+	// after three warnings that the hand-backs failed).
+	if _, ok := p.logLine(map[string]string{"msg": "stopped: every lease released"}); ok {
+		t.Fatalf("the stop claimed every lease released:\n%s", strings.Join(p.lines(), "\n"))
+	}
+	last, ok := p.logLine(map[string]string{"level": "warn", "msg": "stopped: every lease held at the stop released; grants given up earlier were never handed back and run out their TTL"})
+	if !ok {
+		t.Fatalf("no last line names the grants given up:\n%s", strings.Join(p.lines(), "\n"))
+	}
+	for _, name := range held {
+		if !strings.Contains(fmt.Sprint(last["given_up"]), name) {
+			t.Errorf("the last line's given_up %v does not name %s", last["given_up"], name)
+		}
+	}
 }

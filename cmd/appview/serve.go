@@ -221,7 +221,14 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		log.Error().Err(stopErr).Msg("stop incomplete (see error); a lease not released runs out its TTL")
 		return &loggedError{err: stopErr}
 	}
-	log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
+	if given := sys.GivenUp(); len(given) > 0 {
+		// Every lease held at the stop was released, but grants given up
+		// earlier still stand: "every lease released" would be untrue.
+		log.Warn().Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
+			Msg("stopped: every lease held at the stop released; grants given up earlier were never handed back and run out their TTL")
+	} else {
+		log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
+	}
 	if adminErr != nil {
 		// Stopped cleanly, but because the admin endpoint failed: a runtime
 		// failure, already logged.
