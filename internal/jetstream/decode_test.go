@@ -148,6 +148,10 @@ func TestDecodeRejectsBadFramesWithTheirClass(t *testing.T) {
 		{"not json", `{"did":`, ClassMalformedJSON},
 		{"trailing garbage", valid + `x`, ClassMalformedJSON},
 		{"array", `[1,2]`, ClassMalformedJSON},
+		// null is not an event (it decoded to a zero event, reported as a
+		// DID "" that is not a DID).
+		{"null", `null`, ClassMalformedJSON},
+		{"null with spaces", " null \n", ClassMalformedJSON},
 		{"time_us as string", `{"did":"did:plc:abc","time_us":"1","kind":"identity","identity":{}}`, ClassMalformedJSON},
 		{"time_us as float", `{"did":"did:plc:abc","time_us":1.5,"kind":"identity","identity":{}}`, ClassMalformedJSON},
 		{"empty object", `{}`, ClassInvalidEvent},

@@ -13,7 +13,11 @@
 //     duplicate keys: atproto.com/specs/data-model; DAG-CBOR cannot carry
 //     them);
 //   - strings must be valid UTF-8 (the data model's strings are Unicode),
-//     where encoding/json replaces invalid bytes with U+FFFD.
+//     where encoding/json replaces invalid bytes with U+FFFD;
+//   - a document that is JSON null where an object is decoded (a struct)
+//     is an error (ErrNull), where encoding/json leaves the struct zero
+//     and says nothing: a Jetstream line "null" was reported as an event
+//     whose DID "" is not a DID.
 //
 // Unknown members are still ignored: lexicons evolve by adding fields.
 // The decoder is github.com/go-json-experiment/json with its default
@@ -22,7 +26,10 @@
 package strictjson
 
 import (
+	"bytes"
+	"errors"
 	"io"
+	"reflect"
 
 	json "github.com/go-json-experiment/json"
 )
@@ -32,7 +39,26 @@ import (
 // value is an error. Errors describe the offending member by its JSON
 // pointer (e.g. within "/layers/0/size").
 func Unmarshal(data []byte, v any) error {
+	if isNull(data) && decodesObject(v) {
+		return ErrNull
+	}
 	return json.Unmarshal(data, v)
+}
+
+// ErrNull is the error for a document that is JSON null where an object
+// is decoded.
+var ErrNull = errors.New("the document is null, not a JSON object")
+
+// isNull reports whether data is the JSON value null (surrounding JSON
+// whitespace allowed).
+func isNull(data []byte) bool {
+	return bytes.Equal(bytes.Trim(data, " \t\r\n"), []byte("null"))
+}
+
+// decodesObject reports whether v points to a struct.
+func decodesObject(v any) bool {
+	t := reflect.TypeOf(v)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct
 }
 
 // UnmarshalRead decodes the single JSON value read from r (to io.EOF)
@@ -40,5 +66,12 @@ func Unmarshal(data []byte, v any) error {
 // non-whitespace is an error. Bound r (io.LimitReader) when it comes from
 // the network.
 func UnmarshalRead(r io.Reader, v any) error {
-	return json.UnmarshalRead(r, v)
+	if !decodesObject(v) {
+		return json.UnmarshalRead(r, v)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	return Unmarshal(data, v)
 }

@@ -2,6 +2,7 @@ package strictjson_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -72,5 +73,41 @@ func TestNamesAreCaseSensitiveUniqueAndUTF8(t *testing.T) {
 	var v1 rec
 	if err := json.Unmarshal([]byte(`{"TAG":"latest","digest":"a","digest":"b"}`), &v1); err != nil || v1.Tag == nil || v1.Digest != "b" {
 		t.Fatalf("encoding/json no longer folds case or keeps the last duplicate (%+v, %v): revisit this package", v1, err)
+	}
+}
+
+// A document that is null where an object is decoded is an error, not a
+// zero struct; null stays a value where one is allowed (any, a map, a
+// pointer).
+func TestANullDocumentIsNotAnObject(t *testing.T) {
+	type obj struct {
+		A string `json:"a"`
+	}
+	for _, doc := range []string{"null", " null\n", "\tnull\r\n"} {
+		var o obj
+		if err := strictjson.Unmarshal([]byte(doc), &o); !errors.Is(err, strictjson.ErrNull) {
+			t.Errorf("strictjson.Unmarshal(%q) into a struct: %v, want strictjson.ErrNull", doc, err)
+		}
+		if err := strictjson.UnmarshalRead(strings.NewReader(doc), &o); !errors.Is(err, strictjson.ErrNull) {
+			t.Errorf("strictjson.UnmarshalRead(%q) into a struct: %v, want strictjson.ErrNull", doc, err)
+		}
+	}
+	var a any = "x"
+	var m map[string]any
+	var p *obj
+	for _, v := range []any{&a, &m, &p} {
+		if err := strictjson.Unmarshal([]byte("null"), v); err != nil {
+			t.Errorf("null into %T: %v", v, err)
+		}
+	}
+	if a != nil || m != nil || p != nil {
+		t.Errorf("null left %v, %v, %v", a, m, p)
+	}
+	var o obj
+	if err := strictjson.UnmarshalRead(strings.NewReader(`{"a":"b"}`), &o); err != nil || o.A != "b" {
+		t.Errorf("UnmarshalRead of an object: %v, %+v", err, o)
+	}
+	if err := strictjson.Unmarshal([]byte(`"null"`), &o); err == nil || errors.Is(err, strictjson.ErrNull) {
+		t.Errorf("the string \"null\" into a struct: %v, want a type error", err)
 	}
 }
