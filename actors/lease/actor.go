@@ -538,20 +538,14 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	// goroutine that sees it free makes the acquire, with no trip through
 	// the mailbox between the two (20–200 µs on a busy 2-core host).
 	var watch func() (bool, func())
-	if c.AfterVacancy {
-		reader, _ := store.(VacancyReader)
+	// startStandby issues AfterVacancy only for a store that reads vacancies.
+	if reader, ok := store.(VacancyReader); c.AfterVacancy && ok {
 		wctx, cancel := context.WithCancelCause(ctx)
 		wctx, stop := context.WithTimeout(wctx, a.standbyBound())
 		watching, log := a.standby.watching, a.log
 		a.standby.watching, a.standby.cancel, a.standby.seq, a.standby.started = nil, cancel, c.Seq, time.Now()
 		watch = func() (bool, func()) {
 			defer stop()
-			if reader == nil {
-				if watching != nil {
-					close(watching)
-				}
-				return true, func() {}
-			}
 			return watchFirst(wctx, ctx, reader, name, watching, log)
 		}
 	}
