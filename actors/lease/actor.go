@@ -313,6 +313,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 		a.handedBack = msg.Custody.Fence
 		for _, e := range staleGrantEvents(lateGrant{c: msg.Custody, acquired: msg.LateAcquire}, msg.err) {
+			e.At = msg.begun
 			a.publish(e)
 		}
 		// The lease is free now, ours to contend for at once.
@@ -350,7 +351,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			if a.m != nil && a.m.HoldsCustody() && g.c.Fence == a.m.Custody().Fence {
 				continue // released just above
 			}
-			a.lateReleased(g, releaseBounded(a.o.Store, g.c, callBound))
+			begun, err := releaseBounded(a.o.Store, g.c, callBound)
+			a.lateReleased(g, begun, err)
 		}
 		if !a.late.wait(callBound) {
 			a.log.Warn().Dur("waited_ms", callBound).Msg("lease store calls still running at stop: a grant one obtains is released by it, unless the process has exited by then (the grant then runs out its TTL)")
@@ -605,7 +607,7 @@ func (a *leaseActor) goRenew(c machine.RenewCmd) {
 // lateReleased logs and publishes the release of a grant a store call
 // obtained after the actor stopped taking answers (see lateOutcomes). It
 // may run on a store call's goroutine: it only logs and publishes.
-func (a *leaseActor) lateReleased(g lateGrant, err error) {
+func (a *leaseActor) lateReleased(g lateGrant, begun time.Time, err error) {
 	if err != nil && !errors.Is(err, fence.ErrSuperseded) {
 		a.log.Warn().Err(err).Int64("fence", g.c.Fence).Msg("could not release a grant obtained as the lease actor stopped; it will run out its TTL")
 		return
@@ -613,9 +615,8 @@ func (a *leaseActor) lateReleased(g lateGrant, err error) {
 	if a.o.Publish == nil || a.o.Unleased {
 		return
 	}
-	at := time.Now()
 	for _, e := range staleGrantEvents(g, err) {
-		e.At = at
+		e.At = begun
 		a.o.Publish(e)
 	}
 }
@@ -651,7 +652,8 @@ func staleGrantEvents(g lateGrant, err error) []events.Custody {
 // ErrSuperseded.
 type staleReleased struct {
 	machine.ReleaseCmd
-	err error
+	begun time.Time
+	err   error
 }
 
 // nudgePrepareWait bounds how long a graceful release waits for its
@@ -693,8 +695,10 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 			contenders.Announce(actx, name)
 			stop()
 		}
+		// A release's lease.released is stamped when it began: before it
+		// committed, so before any successor's grant (events.Custody.At).
+		begun := time.Now()
 		err := store.Release(ctx, c.Custody)
-		at := time.Now()
 		if err == nil && !unleased {
 			// The lease is free from the commit on: the contenders hear
 			// it now, not after this answer's trip through the mailbox
@@ -712,11 +716,11 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 			}
 			// After Stopped (a hand-back issued as the machine finished)
 			// the answer would be dropped: publish it here.
-			late.sendOr(func() { sys.Root.Send(self, &staleReleased{ReleaseCmd: c, err: err}) },
-				func() { a.lateReleased(lateGrant{c: c.Custody, acquired: c.LateAcquire}, err) })
+			late.sendOr(func() { sys.Root.Send(self, &staleReleased{ReleaseCmd: c, begun: begun, err: err}) },
+				func() { a.lateReleased(lateGrant{c: c.Custody, acquired: c.LateAcquire}, begun, err) })
 			return
 		}
-		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err, At: at})
+		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err, At: begun})
 	}()
 }
 
@@ -771,16 +775,16 @@ func (a *leaseActor) backstopRelease() {
 // releaseNow releases c synchronously, bounded by callBound, and publishes
 // the outcome.
 func (a *leaseActor) releaseNow(c fence.Custody, reason string) {
-	err := releaseBounded(a.o.Store, c, callBound)
+	begun, err := releaseBounded(a.o.Store, c, callBound)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("release unanswered after %s", callBound)
 	}
 	if err == nil && !a.o.Unleased {
 		a.o.Contenders.NudgeOthers(c.Lease)
 	}
-	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: reason}
+	e := events.Custody{Kind: events.LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: reason, At: begun}
 	if err != nil {
-		e.Kind, e.Reason, e.Err = events.LeaseLost, events.ReasonError, err
+		e.Kind, e.Reason, e.Err, e.At = events.LeaseLost, events.ReasonError, err, time.Time{}
 	}
 	a.publish(e)
 }

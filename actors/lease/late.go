@@ -40,7 +40,7 @@ func newLateOutcomes() *lateOutcomes { return &lateOutcomes{pending: map[uint64]
 // deliver records the grant c obtained by command seq (Fence 0: nothing
 // was obtained) and sends the answer with send, unless the actor has
 // stopped: then it releases the grant itself, bounded by bound.
-func (l *lateOutcomes) deliver(seq uint64, g lateGrant, send func(), store StoreAPI, bound time.Duration, onLate func(lateGrant, error)) {
+func (l *lateOutcomes) deliver(seq uint64, g lateGrant, send func(), store StoreAPI, bound time.Duration, onLate func(lateGrant, time.Time, error)) {
 	l.mu.Lock()
 	if !l.stopped {
 		if g.c.Fence > 0 {
@@ -52,7 +52,8 @@ func (l *lateOutcomes) deliver(seq uint64, g lateGrant, send func(), store Store
 	}
 	l.mu.Unlock()
 	if g.c.Fence > 0 {
-		onLate(g, releaseBounded(store, g.c, bound))
+		begun, err := releaseBounded(store, g.c, bound)
+		onLate(g, begun, err)
 	}
 }
 
@@ -108,16 +109,18 @@ func (l *lateOutcomes) wait(bound time.Duration) bool {
 }
 
 // releaseBounded releases c on its own context (the caller's may be gone),
-// giving up after bound.
-func releaseBounded(store StoreAPI, c fence.Custody, bound time.Duration) error {
+// giving up after bound. It returns when the release began (the "at" of
+// the lease.released it ends in: see events.Custody.At) and its error.
+func releaseBounded(store StoreAPI, c fence.Custody, bound time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	done := make(chan error, 1)
+	begun := time.Now()
 	go func() { done <- store.Release(ctx, c) }()
 	select {
 	case err := <-done:
-		return err
+		return begun, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return begun, ctx.Err()
 	}
 }

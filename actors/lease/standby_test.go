@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
@@ -252,5 +253,48 @@ func TestOneWatchOfTheProcessSpinsAtATime(t *testing.T) {
 		t.Fatal("the spin was not given back on close")
 	} else {
 		fourth.close()
+	}
+}
+
+// returnLateStore commits each release, then holds its return until let
+// is closed: a releasing goroutine descheduled as its statement returns.
+type returnLateStore struct {
+	*leasestore.Store
+	committed chan struct{}
+	let       chan struct{}
+}
+
+func (s *returnLateStore) Release(ctx context.Context, c fence.Custody) error {
+	err := s.Store.Release(ctx, c)
+	close(s.committed)
+	<-s.let
+	return err
+}
+
+// lease.released's "at" precedes the successor's lease.acquired's even
+// when the release returns only after the successor has its grant
+// (docs/spec.md §5): it is stamped when the release began.
+func TestAReleaseIsStampedBeforeTheGrantThatFollowsIt(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	const name = "cleanup"
+	slow := &returnLateStore{Store: leasestore.NewStore(db, slowRetry.TTL), committed: make(chan struct{}), let: make(chan struct{})}
+	a := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: slow, Worker: (&probe{}).props})
+	h.events.wait(t, 0, "a's lease.acquired", is(events.LeaseAcquired, "instance-a"))
+	b := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "b's lease.contended", is(events.LeaseContended, "instance-b"))
+	watching := make(chan struct{})
+	h.sys.Root.Send(b.pid, &Standby{Watching: watching})
+	waitClosed(t, "the standby's first read", watching)
+
+	h.stop(a)
+	waitClosed(t, "a's release committed", slow.committed)
+	acquired, _ := h.events.wait(t, 0, "b's lease.acquired", is(events.LeaseAcquired, "instance-b"))
+	close(slow.let)
+	released, _ := h.events.wait(t, 0, "a's lease.released", is(events.LeaseReleased, "instance-a"))
+	if !released.At.Before(acquired.At) {
+		t.Fatalf("a's lease.released at %s, b's lease.acquired (fence %d) at %s: the successor's grant is stamped first",
+			released.At.Format(events.AtFormat), acquired.Fence, acquired.At.Format(events.AtFormat))
 	}
 }

@@ -86,12 +86,16 @@ type Custody struct {
 	Attempt int
 	// Err is the cause, where there is one.
 	Err error
-	// At is when the event happened (wall clock): for lease.acquired and
-	// lease.released, when the custody change committed (the store call
-	// returned), so a release's At precedes its successor's acquire's even
-	// when the successor's line is written first; for the others, when
-	// the LeaseActor published it. The log line's "time" is when it was
-	// written, normally within microseconds.
+	// At is when the event happened (wall clock): for lease.acquired, when
+	// the acquire returned (after it committed); for lease.released, when
+	// the release began (before it committed), so on one host's clock a
+	// release's At precedes its successor's grant's even when the
+	// successor's line is written first or the releasing goroutine is
+	// descheduled as its statement returns (it was stamped at the return
+	// once, and a standing-by successor's grant was then stamped up to a
+	// millisecond before it); for the others, when the LeaseActor
+	// published it. The log line's "time" is when it was written,
+	// normally within microseconds.
 	At time.Time
 }
 

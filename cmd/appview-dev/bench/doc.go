@@ -16,7 +16,8 @@
 //     a file database; the holder of the cleanup lease gets SIGTERM; the
 //     figure is the contender's lease.acquired minus the holder's
 //     lease.released, both from the events' own times ("at", µs: when
-//     the acquire and the release statements returned). A fresh
+//     the acquire statement returned and when the release statement
+//     began, so the release's own round trip is inside the figure). A fresh
 //     instance replaces the stopped one before the next round.
 //     graceful_handover_p50_ms_sqld and _p99_ms_sqld (step graceful-sqld,
 //     needs --sqld): the same, 20 rounds, on a sqld server started for

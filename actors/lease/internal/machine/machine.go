@@ -110,8 +110,9 @@ type (
 	ReleaseResult struct {
 		Seq uint64
 		Err error
-		// At is the wall time the store call returned: lease.released
-		// carries it (zero: the shell stamps its own).
+		// At is the wall time the store call began, before the release
+		// committed: lease.released carries it, so it precedes any
+		// successor's lease.acquired (zero: the shell stamps its own).
 		At time.Time
 	}
 	// WorkerStopped reports that worker Gen has terminated.
@@ -192,7 +193,8 @@ type (
 		Graceful bool
 	}
 	// EmitCmd: publish Event (the shell stamps the wall time unless
-	// Event.At is set: a grant's and a release's commit time).
+	// Event.At is set: when a grant's acquire returned, when a release
+	// began; see events.Custody.At).
 	EmitCmd struct{ Event events.Custody }
 	// WakeCmd: deliver Tick at At on the machine's clock (NoWake: nothing due).
 	WakeCmd struct{ At time.Duration }
