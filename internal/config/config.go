@@ -119,6 +119,15 @@ const (
 	MinLeaseRetryInterval = 50 * time.Millisecond
 )
 
+// MinBusyTimeout is the least database.busy_timeout Validate accepts. A
+// file connection waits this long for a lock another connection holds
+// before its statement fails with SQLITE_BUSY; below it an ordinary commit
+// of another instance (a consumer batch holds the lock for milliseconds)
+// fails lease renewals and fenced writes that only had to wait, and 0
+// (or anything under PRAGMA busy_timeout's millisecond) makes every lock
+// a failure. The consumer's commit budget is also capped at half of it.
+const MinBusyTimeout = 10 * time.Millisecond
+
 // Leases tunes the named leases (docs/spec.md §4). Invariants: MinLeaseTTL <= TTL
 // <= MaxLeaseTTL, MinLeaseRenewInterval <= RenewInterval < TTL/2,
 // RenewInterval < RenewDeadline < TTL with RenewDeadline >=

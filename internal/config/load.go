@@ -468,6 +468,9 @@ func (c Config) Validate() error {
 		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
 	case c.Database.BusyTimeout < 0:
 		return keyErr("database.busy_timeout", "must not be negative")
+	case c.Database.BusyTimeout < MinBusyTimeout:
+		return keyErr("database.busy_timeout", "must be at least %s (below it a lock held by an ordinary commit fails lease renewals and writes that only had to wait), got %s",
+			short(MinBusyTimeout), short(c.Database.BusyTimeout))
 	// Operator floors and ceilings first; the relations the custody
 	// guarantee rests on are the lease package's own (Timing.Validate,
 	// also checked by the LeaseActor's constructor).

@@ -15,7 +15,7 @@ log_level: info                 # debug shows lease.renewed and lease.contended
 database:
   url: "file:./data/appview.db" # file:rel/path, file:///abs/path; or http://HOST:PORT / libsql://HOST (sqld or Turso)
   auth_token: ""                # for a libSQL server
-  busy_timeout: 5s              # file databases: wait this long on a lock before failing
+  busy_timeout: 5s              # file databases: wait this long on a lock before failing (at least 10ms)
 
 admin:
   addr: "127.0.0.1:5001"        # /healthz /readyz /metrics /debug/leases /debug/holds; "" disables; port 0 = any
