@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -27,6 +28,20 @@ func waitClosed(t *testing.T, what string, ch chan struct{}) {
 	}
 }
 
+// standingBy starts instance-b contending for lease name on db, waits
+// until it has seen the lease held, and has it stand by (Standby) until
+// its first read of the row.
+func standingBy(t *testing.T, h *harness, db *sql.DB, name string) *runner {
+	t.Helper()
+	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "b's lease.contended", is(events.LeaseContended, "instance-b"))
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the standby's first read", watching)
+	return r
+}
+
 // A contender told that the release is coming takes the lease when the
 // release lands, with no nudge and long before its own retry.
 func TestAStandbyAcquiresWhenTheReleaseLandsWithoutANudge(t *testing.T) {
@@ -35,13 +50,7 @@ func TestAStandbyAcquiresWhenTheReleaseLandsWithoutANudge(t *testing.T) {
 	const name = "cleanup"
 	holder := leasestore.NewStore(db, time.Minute)
 	c := mustAcquire(t, holder, name, "instance-a")
-	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
-		Worker: (&probe{}).props, StandbyFor: time.Minute})
-	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
-
-	watching := make(chan struct{})
-	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
-	waitClosed(t, "the standby's first read", watching)
+	standingBy(t, h, db, name)
 	if err := holder.Release(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -281,12 +290,7 @@ func TestAReleaseIsStampedBeforeTheGrantThatFollowsIt(t *testing.T) {
 	slow := &returnLateStore{Store: leasestore.NewStore(db, slowRetry.TTL), committed: make(chan struct{}), let: make(chan struct{})}
 	a := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: slow, Worker: (&probe{}).props})
 	h.events.wait(t, 0, "a's lease.acquired", is(events.LeaseAcquired, "instance-a"))
-	b := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(db, slowRetry.TTL),
-		Worker: (&probe{}).props, StandbyFor: time.Minute})
-	h.events.wait(t, 0, "b's lease.contended", is(events.LeaseContended, "instance-b"))
-	watching := make(chan struct{})
-	h.sys.Root.Send(b.pid, &Standby{Watching: watching})
-	waitClosed(t, "the standby's first read", watching)
+	standingBy(t, h, db, name)
 
 	h.stop(a)
 	waitClosed(t, "a's release committed", slow.committed)

@@ -20,7 +20,7 @@ import (
 
 const ttl = time.Minute
 
-func acquire(t *testing.T, s *leasestore.Store, name, holder string) fence.Custody {
+func acquire(t testing.TB, s *leasestore.Store, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := s.Acquire(context.Background(), name, holder)
 	if err != nil {

@@ -34,12 +34,7 @@ func BenchmarkRenewFloor(b *testing.B) {
 	store := leasestore.NewStore(db.DB, ttl)
 	var cs []fence.Custody
 	for i := range 5 {
-		name := fmt.Sprintf("l%d", i)
-		g, err := store.Acquire(ctx, name, "h")
-		if err != nil {
-			b.Fatal(err)
-		}
-		cs = append(cs, fence.Custody{Lease: name, Holder: "h", Fence: g.Fence})
+		cs = append(cs, acquire(b, store, fmt.Sprintf("l%d", i), "h"))
 	}
 	const bare = `UPDATE leases SET renewed_at = ?1, expires_at = ?2 WHERE name = ?3`
 	exec := func(b *testing.B, q string, args ...any) {
