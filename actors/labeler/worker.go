@@ -66,12 +66,14 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 //
 // Any other path is refused: the subscriber would dial it and retry its
 // 404 forever (ws://HOST/labeler is not a subscribeLabels endpoint).
-// Query and fragment are dropped (the cursor is added per connection).
+// Query and fragment are dropped (the cursor is added per connection);
+// credentials (user:password@) are refused, never sent nor logged.
 func SubscribeURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("unparsable URL %q: %v", raw, err)
 	}
+	asGiven := u.Redacted() // the password replaced by xxxxx
 	switch u.Scheme {
 	case "https":
 		u.Scheme = "wss"
@@ -84,6 +86,12 @@ func SubscribeURL(raw string) (string, error) {
 	if u.Host == "" {
 		return "", fmt.Errorf("URL %q has no host", raw)
 	}
+	if u.User != nil {
+		// Refused, not dropped: a labeler that needs them would answer
+		// 401 to every connection, retried for ever.
+		return "", fmt.Errorf("URL %s carries credentials (user:password@), which the subscriber does not send: subscribeLabels is public; remove them",
+			asGiven)
+	}
 	switch p := strings.TrimSuffix(u.Path, "/"); {
 	case p == "":
 		u.Path = subscribePath
@@ -93,6 +101,6 @@ func SubscribeURL(raw string) (string, error) {
 		return "", fmt.Errorf("URL %q: path %q is not %s; give the labeler's base URL (https://HOST) or its full subscribeLabels URL",
 			raw, u.Path, subscribePath)
 	}
-	u.RawPath, u.RawQuery, u.Fragment, u.User = "", "", "", nil
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
 	return u.String(), nil
 }
