@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -668,12 +669,21 @@ func checkList(key string, items []string, same func(string) string) error {
 		case !seen:
 			first[form] = i
 		case strings.TrimSpace(items[j]) == strings.TrimSpace(item):
-			return keyErr(key, "%q is listed twice (elements %d and %d)", strings.TrimSpace(item), j+1, i+1)
+			return keyErr(key, "%q is listed twice (elements %d and %d)", redacted(strings.TrimSpace(item)), j+1, i+1)
 		default:
-			return keyErr(key, "element %d (%q) is the same endpoint as element %d (%q); list it once", i+1, item, j+1, items[j])
+			return keyErr(key, "element %d (%q) is the same endpoint as element %d (%q); list it once", i+1, redacted(item), j+1, redacted(items[j]))
 		}
 	}
 	return nil
+}
+
+// redacted is s with a URL's password replaced by xxxxx (s itself when
+// it is not a URL with one), for error messages.
+func redacted(s string) string {
+	if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 // sameEndpoint is the form in which two endpoint URLs of a list are
@@ -736,23 +746,31 @@ func checkURL(key, raw string, schemes ...string) error {
 	if err != nil {
 		return keyErr(key, "unparsable URL %q: %v", raw, err)
 	}
+	shown := u.Redacted() // a password is never echoed
 	for _, s := range schemes {
 		if u.Scheme == s {
 			// "http://:5001" has a Host but no host name in it.
 			if u.Hostname() == "" {
-				return keyErr(key, "URL %q has no host", raw)
+				return keyErr(key, "URL %q has no host", shown)
 			}
 			// An empty port ("h:") means the scheme's; 0 is no port to
 			// connect to.
 			if p := u.Port(); p != "" {
 				if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-					return keyErr(key, "URL %q: port %s is not in 1..65535", raw, p)
+					return keyErr(key, "URL %q: port %s is not in 1..65535", shown, p)
 				}
+			}
+			// A websocket endpoint (jetstream.urls, labeler.url) is dialed
+			// by gorilla/websocket, which refuses a URL with credentials
+			// (RFC 6455 §3 has no userinfo): accepted, it would fail every
+			// dial for ever and log the password with each failure.
+			if u.User != nil && slices.Contains(schemes, "ws") {
+				return keyErr(key, "URL %q carries credentials (user:password@), which a websocket URL cannot send; remove them", shown)
 			}
 			return nil
 		}
 	}
-	return keyErr(key, "URL %q: scheme must be one of %s", raw, strings.Join(schemes, ", "))
+	return keyErr(key, "URL %q: scheme must be one of %s", shown, strings.Join(schemes, ", "))
 }
 
 // The two Jetstream paths (internal/jetstream WireOf; this package does
