@@ -348,3 +348,24 @@ func heldLeases(t *testing.T, db *sql.DB, instance string) []string {
 	}
 	return names
 }
+
+// A crash never exits 2, the code of a refused configuration, which
+// deploy/appview.service does not restart: the runtime's dump ends in
+// SIGABRT instead (main sets the "crash" traceback level), which the unit
+// restarts. SIGQUIT makes the runtime crash the same way a fatal panic
+// does.
+func TestACrashDiesOfSIGABRTNotExit2(t *testing.T) {
+	var env []string
+	for _, kv := range childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0") {
+		if !strings.HasPrefix(kv, "GOTRACEBACK=") {
+			env = append(env, kv)
+		}
+	}
+	p := startServe(t, t.TempDir(), env)
+	p.started()
+	p.signal(syscall.SIGQUIT)
+	if code, _ := p.wait(startTimeout); code != 128+int(syscall.SIGABRT) {
+		t.Fatalf("after SIGQUIT: exit %d, want death by SIGABRT (%d); exit %d would read as a refused configuration",
+			code, 128+int(syscall.SIGABRT), cli.ExitConfig)
+	}
+}
