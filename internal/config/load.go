@@ -451,6 +451,40 @@ func forgetLines(n *yaml.Node) {
 	}
 }
 
+// durationFloor is the least value a duration key takes, and why.
+type durationFloor struct {
+	key      string
+	got, min time.Duration
+	why      string
+}
+
+// durationFloors lists the duration keys whose positive but tiny values
+// (1ns passes "must be positive") would break the instance rather than
+// tune it: a loop with no pause, a timeout no request or stop can meet,
+// a stream dropped before its first event. The floors sit well below any
+// value an operator would mean and below every value the test suites use.
+func durationFloors(c Config) []durationFloor {
+	const (
+		loop    = "a shorter interval runs the loop with no pause"
+		request = "no request completes in less"
+		stream  = "a quieter stream would be dropped and redialed without pause"
+	)
+	ms := time.Millisecond
+	return []durationFloor{
+		{"shutdown_timeout", c.ShutdownTimeout, 100 * ms, "a stop cannot release its leases in less"},
+		{"jetstream.stale_timeout", c.Jetstream.StaleTimeout, 100 * ms, stream},
+		{"jetstream.unhealthy_after", c.Jetstream.UnhealthyAfter, 100 * ms, "a shorter silence is no sign of trouble"},
+		{"jetstream.commit_budget", c.Jetstream.CommitBudget, ms, "a transaction would commit every group of events"},
+		{"cleanup.interval", c.Cleanup.Interval, 100 * ms, loop},
+		{"labeler.stale_timeout", c.Labeler.StaleTimeout, 100 * ms, stream},
+		{"billing.interval", c.Billing.Interval, 100 * ms, loop},
+		{"billing.timeout", c.Billing.Timeout, 10 * ms, request},
+		{"health.check_interval", c.Health.CheckInterval, 100 * ms, loop},
+		{"health.timeout", c.Health.Timeout, 10 * ms, request},
+		{"webhooks.timeout", c.Webhooks.Timeout, 10 * ms, request},
+	}
+}
+
 // maxWantedCollections is Jetstream's limit on wantedCollections (its
 // subscribe handler answers more with HTTP 400).
 const maxWantedCollections = 100
@@ -604,6 +638,11 @@ func (c Config) Validate() error {
 		return keyErr("webhooks.retry_schedule", "must list at least one delay (the first attempt)")
 	case c.Webhooks.Timeout <= 0:
 		return keyErr("webhooks.timeout", "must be positive")
+	}
+	for _, f := range durationFloors(c) {
+		if f.got < f.min {
+			return keyErr(f.key, "must be at least %s (%s), got %s", short(f.min), f.why, f.got)
+		}
 	}
 	for _, d := range c.Webhooks.RetrySchedule {
 		if d < 0 {
