@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 )
 
@@ -16,10 +17,10 @@ func newConfigCommand() *cobra.Command {
 	var force bool
 	initCmd := &cobra.Command{
 		Use:   "init [FILE]",
-		Short: "Write a commented default configuration (to stdout without FILE)",
+		Short: "Write a commented default configuration (to stdout without FILE or with -)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
+			if len(args) == 0 || args[0] == "-" {
 				_, err := fmt.Fprint(cmd.OutOrStdout(), config.Sample)
 				return err
 			}
@@ -29,7 +30,8 @@ func newConfigCommand() *cobra.Command {
 			}
 			f, err := os.OpenFile(args[0], flags, 0o644)
 			if errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("write config: %s exists (use --force to overwrite)", args[0])
+				// Refused before anything was written: exit 2, as a usage error.
+				return cli.Usage(cmd, "%s exists (use --force to overwrite)", args[0])
 			}
 			if err != nil {
 				return fmt.Errorf("write config: %w", err)

@@ -268,6 +268,20 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	if err != nil || string(written) != config.Sample {
 		t.Fatalf("config init FILE wrote something other than config.Sample (read: %v)", err)
 	}
+	// Over an existing file: refused (exit 2, one line), the file kept.
+	if err := os.WriteFile(filepath.Join(dir, "mine.yaml"), []byte("log_level: debug\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runAppview(t, dir, childEnv(), "config", "init", "mine.yaml")
+	if kept, _ := os.ReadFile(filepath.Join(dir, "mine.yaml")); r.code != cli.ExitConfig || !strings.Contains(r.stderr, "--force") || string(kept) != "log_level: debug\n" {
+		t.Fatalf("config init over an existing file: code %d, stderr %q, file now %q; want exit %d naming --force, the file kept",
+			r.code, r.stderr, kept, cli.ExitConfig)
+	}
+	// "-" is standard output, not a file named "-".
+	r = runAppview(t, dir, childEnv(), "config", "init", "-")
+	if _, err := os.Stat(filepath.Join(dir, "-")); r.code != 0 || r.stdout != config.Sample || err == nil {
+		t.Fatalf("config init -: code %d, stdout of %d bytes, a file named - (stat: %v)", r.code, len(r.stdout), err)
+	}
 	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml")})
 	if err != nil {
 		t.Fatalf("load the written file: %v", err)
@@ -278,8 +292,8 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
-	if r.code != cli.ExitFailure || r.stderr != "appview: write config: appview.yaml exists (use --force to overwrite)\n" {
-		t.Fatalf("config init over an existing file: code %d, stderr %q; want 1 and a hint to use --force", r.code, r.stderr)
+	if r.code != cli.ExitConfig || !strings.HasPrefix(r.stderr, "appview: appview.yaml exists (use --force to overwrite)") {
+		t.Fatalf("config init over an existing file: code %d, stderr %q; want 2 (refused, nothing written) and a hint to use --force", r.code, r.stderr)
 	}
 	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
 		t.Fatalf("config init --force over an existing file: code %d, stderr %q", r.code, r.stderr)
