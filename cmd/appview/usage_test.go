@@ -19,7 +19,9 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "-1"}, "appview: --rate -1: must not be negative (see appview jetstream-replay --help)"},
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--drop-after", "-1"}, "appview: --drop-after -1: must not be negative (see appview jetstream-replay --help)"},
 		{[]string{"jetstream-replay"}, `appview: required flag(s) "file" not set (see appview jetstream-replay --help)`},
-		{[]string{"jetstream-replay", "--file", ""}, "appview: --file: empty; want the JSONL capture to serve (see appview jetstream-replay --help)"},
+		{[]string{"serve", "--config", ""}, `invalid argument "" for "--config" flag: empty; give a value or leave --config out`},
+		{[]string{"webhooks", "list", "--did", "bad"}, `appview: --did "bad": not a DID`},
+		{[]string{"jetstream-replay", "--file", ""}, "appview: invalid argument \"\" for \"--file\" flag: empty; give a value or leave --file out (see appview jetstream-replay --help)"},
 		{[]string{"serve", "--config"}, "flag needs an argument: --config"},
 		// A flag that chooses what a command works on is given once: pflag
 		// would silently keep the last value (a "base + overlay" pair of

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/internal/cli"
@@ -141,6 +142,12 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		Short: "List webhooks (secrets are never printed)",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A malformed DID lists nothing; say so, as webhooks add does.
+			if listDID != "" {
+				if _, err := syntax.ParseDID(listDID); err != nil {
+					return cli.Usage(cmd, "--did %q: not a DID (%v)", listDID, err)
+				}
+			}
 			db, err := openRead(cmd.Context())
 			if err != nil {
 				return err

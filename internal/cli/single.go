@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -40,6 +41,12 @@ type single struct {
 func (s *single) Set(v string) error {
 	if s.set {
 		return &RepeatedFlagError{Flag: "--" + s.name, First: *s.p, Then: v, Hint: s.hint}
+	}
+	// An empty value would mean "not given" (built-in defaults, every
+	// webhook, the default URL): a variable that expanded to nothing in a
+	// script is refused rather than run on the default.
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("empty; give a value or leave --%s out", s.name)
 	}
 	*s.p, s.set = v, true
 	return nil
