@@ -99,6 +99,13 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
+	if !loc.Remote() {
+		// SQLite's own answer for a directory is "unable to open database
+		// file" (code 14), which names neither the path nor the cause.
+		if st, err := os.Stat(loc.Path); err == nil && st.IsDir() {
+			return nil, fmt.Errorf("database file %s is a directory; name a file in it (file:%s)", loc.Path, filepath.Join(loc.Path, "appview.db"))
+		}
+	}
 	var inner driver.Connector
 	if loc.Remote() {
 		dsn := *loc.Server

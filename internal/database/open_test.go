@@ -192,3 +192,19 @@ func TestAConnectionAskedForAfterCloseIsRefused(t *testing.T) {
 		t.Fatalf("Connect after Close = %v, %v; want errClosing", c, err)
 	}
 }
+
+// A URL naming a directory is refused with that said, whether the
+// command would create the database or read it.
+func TestADirectoryIsRefusedAsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	for _, mustExist := range []bool{false, true} {
+		db, err := Open(context.Background(), Options{URL: "file:" + dir, BusyTimeout: time.Second, MustExist: mustExist})
+		if err == nil {
+			db.Close()
+			t.Fatalf("MustExist %v: Open of the directory %s succeeded", mustExist, dir)
+		}
+		if !strings.Contains(err.Error(), dir+" is a directory") {
+			t.Fatalf("MustExist %v: err = %v, want it to say %s is a directory", mustExist, err, dir)
+		}
+	}
+}
