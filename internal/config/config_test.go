@@ -122,6 +122,8 @@ var badConfigs = []struct {
 	{name: "negative ttl", sets: []string{"leases.ttl=-15s"}, key: "leases.ttl", reason: "must be positive"},
 	{name: "negative busy timeout", sets: []string{"database.busy_timeout=-1s"}, key: "database.busy_timeout", reason: "must not be negative"},
 	{name: "jetstream url with credentials", sets: []string{"jetstream.urls=[wss://u:secret@js.example.com/subscribe]"}, key: "jetstream.urls", reason: "carries credentials"},
+	{name: "relay with credentials", sets: []string{"backfill.relay_endpoints=https://u:secret@relay.example.com"}, key: "backfill.relay_endpoints", reason: "carries credentials"},
+	{name: "advertised admin url with credentials", sets: []string{"admin.advertise_url=http://u:secret@10.0.0.5:5001"}, key: "admin.advertise_url", reason: "carries credentials"},
 	{name: "labeler url with credentials", sets: []string{"labeler.url=https://u:secret@mod.example.com"}, key: "labeler.url", reason: "carries credentials"},
 	{name: "cleanup interval of a nanosecond", sets: []string{"cleanup.interval=1ns"}, key: "cleanup.interval", reason: "must be at least 100ms"},
 	{name: "stale timeout of a nanosecond", sets: []string{"jetstream.stale_timeout=1ns"}, key: "jetstream.stale_timeout", reason: "must be at least 100ms"},
@@ -238,6 +240,9 @@ func TestLoadRefusesInvalidConfigurationNamingTheKeyAndReason(t *testing.T) {
 			}
 			if strings.ContainsAny(ce.Error(), "\r\n") {
 				t.Fatalf("error spans lines: %q", ce.Error())
+			}
+			if strings.Contains(ce.Error(), ":secret@") {
+				t.Fatalf("the refusal shows a password: %q", ce.Error())
 			}
 		})
 	}

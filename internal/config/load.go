@@ -799,12 +799,20 @@ func checkURL(key, raw string, schemes ...string) error {
 					return keyErr(key, "URL %q: port %s is not in 1..65535", shown, p)
 				}
 			}
-			// A websocket endpoint (jetstream.urls, labeler.url) is dialed
-			// by gorilla/websocket, which refuses a URL with credentials
-			// (RFC 6455 §3 has no userinfo): accepted, it would fail every
-			// dial for ever and log the password with each failure.
-			if u.User != nil && slices.Contains(schemes, "ws") {
-				return keyErr(key, "URL %q carries credentials (user:password@), which a websocket URL cannot send; remove them", shown)
+			// No URL key takes credentials. A websocket endpoint
+			// (jetstream.urls, labeler.url) is dialed by gorilla/websocket,
+			// which refuses a URL with them (RFC 6455 §3 has no userinfo):
+			// accepted, it would fail every dial for ever and log the
+			// password with each failure. The others are public endpoints
+			// (relays, PLC, Stripe's API) or this instance's own URLs,
+			// which are stored in the database (admin.advertise_url, a
+			// backfill's relay) or sent to others (webhooks.public_url):
+			// a password there would be logged, stored or handed out.
+			if u.User != nil {
+				if slices.Contains(schemes, "ws") {
+					return keyErr(key, "URL %q carries credentials (user:password@), which a websocket URL cannot send; remove them", shown)
+				}
+				return keyErr(key, "URL %q carries credentials (user:password@), which would be logged and stored in the clear; remove them", shown)
 			}
 			return nil
 		}
