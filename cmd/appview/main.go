@@ -35,8 +35,10 @@ func main() {
 	// exit 2, the code docs/spec.md §3 gives a refused configuration, which
 	// deploy/appview.service does not restart (RestartPreventExitStatus=2):
 	// a crashed instance would stay down. At the "crash" level the runtime
-	// prints the same dump and then dies of SIGABRT instead, which the unit
-	// restarts (Restart=on-failure) and no one can take for a refusal. A
+	// prints the same dump and then dies of a signal instead (SIGABRT, or
+	// the SIGQUIT itself when it landed on a thread the runtime does not
+	// run), which the unit restarts (Restart=on-failure) and no one can
+	// take for a refusal. A
 	// GOTRACEBACK an operator set asks for more and is left as it is.
 	if os.Getenv("GOTRACEBACK") == "" {
 		debug.SetTraceback("crash")

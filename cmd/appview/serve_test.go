@@ -350,11 +350,11 @@ func heldLeases(t *testing.T, db *sql.DB, instance string) []string {
 }
 
 // A crash never exits 2, the code of a refused configuration, which
-// deploy/appview.service does not restart: the runtime's dump ends in
-// SIGABRT instead (main sets the "crash" traceback level), which the unit
-// restarts. SIGQUIT makes the runtime crash the same way a fatal panic
+// deploy/appview.service does not restart: the runtime's dump ends in a
+// death by signal instead (main sets the "crash" traceback level), which
+// the unit restarts. SIGQUIT makes the runtime crash the same way a fatal panic
 // does.
-func TestACrashDiesOfSIGABRTNotExit2(t *testing.T) {
+func TestACrashDiesOfASignalNotExit2(t *testing.T) {
 	var env []string
 	for _, kv := range childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0") {
 		if !strings.HasPrefix(kv, "GOTRACEBACK=") {
@@ -364,8 +364,12 @@ func TestACrashDiesOfSIGABRTNotExit2(t *testing.T) {
 	p := startServe(t, t.TempDir(), env)
 	p.started()
 	p.signal(syscall.SIGQUIT)
-	if code, _ := p.wait(startTimeout); code != 128+int(syscall.SIGABRT) {
-		t.Fatalf("after SIGQUIT: exit %d, want death by SIGABRT (%d); exit %d would read as a refused configuration",
-			code, 128+int(syscall.SIGABRT), cli.ExitConfig)
+	// The runtime raises SIGABRT, or SIGQUIT again when the signal landed
+	// on a thread it does not run (libSQL's): either is a death by a
+	// signal systemd counts as a failure, never an exit code.
+	code, _ := p.wait(startTimeout)
+	if code != 128+int(syscall.SIGABRT) && code != 128+int(syscall.SIGQUIT) {
+		t.Fatalf("after SIGQUIT: exit %d, want death by SIGABRT (%d) or SIGQUIT (%d); exit %d would read as a refused configuration",
+			code, 128+int(syscall.SIGABRT), 128+int(syscall.SIGQUIT), cli.ExitConfig)
 	}
 }
