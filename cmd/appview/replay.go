@@ -29,8 +29,6 @@ func newReplayCommand() *cobra.Command {
 			// flag, a bad value as a usage error, an unusable capture or
 			// address as a refusal to start (cli.Refuse of a flag).
 			switch {
-			case o.File == "":
-				return cli.Usage(cmd, "--file: empty; want the JSONL capture to serve")
 			case o.Rate < 0:
 				return cli.Usage(cmd, "--rate %v: must not be negative", o.Rate)
 			case o.DropAfter < 0:

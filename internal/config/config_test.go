@@ -128,6 +128,7 @@ var badConfigs = []struct {
 	{name: "cleanup interval of a nanosecond", sets: []string{"cleanup.interval=1ns"}, key: "cleanup.interval", reason: "must be at least 100ms"},
 	{name: "stale timeout of a nanosecond", sets: []string{"jetstream.stale_timeout=1ns"}, key: "jetstream.stale_timeout", reason: "must be at least 100ms"},
 	{name: "shutdown timeout of a nanosecond", sets: []string{"shutdown_timeout=1ns"}, key: "shutdown_timeout", reason: "must be at least 100ms"},
+	{name: "health check interval of a nanosecond", sets: []string{"health.check_interval=1ns"}, key: "health.check_interval", reason: "must be at least 100ms"},
 	{name: "webhook timeout of a nanosecond", sets: []string{"webhooks.timeout=1ns"}, key: "webhooks.timeout", reason: "must be at least 10ms"},
 	{name: "zero busy timeout", sets: []string{"database.busy_timeout=0s"}, key: "database.busy_timeout", reason: "must be at least 10ms"},
 	{name: "busy timeout under a millisecond", sets: []string{"database.busy_timeout=500us"}, key: "database.busy_timeout", reason: "must be at least 10ms"},

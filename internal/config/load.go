@@ -587,6 +587,14 @@ func (c Config) Validate() error {
 	if n := len(c.Jetstream.Collections); n > maxWantedCollections {
 		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", n, maxWantedCollections)
 	}
+	// A key's floor is its own bound, so it comes before the rules relating
+	// keys (health.timeout below health.check_interval); zero and negative
+	// values are left to the "must be positive" cases below.
+	for _, f := range durationFloors(c) {
+		if f.got > 0 && f.got < f.min {
+			return keyErr(f.key, "must be at least %s (%s), got %s", short(f.min), f.why, f.got)
+		}
+	}
 	switch {
 	case c.Jetstream.Rewind < 0:
 		return keyErr("jetstream.rewind", "must not be negative")
@@ -638,11 +646,6 @@ func (c Config) Validate() error {
 		return keyErr("webhooks.retry_schedule", "must list at least one delay (the first attempt)")
 	case c.Webhooks.Timeout <= 0:
 		return keyErr("webhooks.timeout", "must be positive")
-	}
-	for _, f := range durationFloors(c) {
-		if f.got < f.min {
-			return keyErr(f.key, "must be at least %s (%s), got %s", short(f.min), f.why, f.got)
-		}
 	}
 	for _, d := range c.Webhooks.RetrySchedule {
 		if d < 0 {
