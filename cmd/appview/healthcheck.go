@@ -42,13 +42,13 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 			client := &http.Client{Timeout: healthcheckTimeout}
 			resp, err := client.Get(url)
 			if err != nil {
-				return fmt.Errorf("%s: %w", url, err)
+				return err // "Get "URL": ...", a password in it shown as ***
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			line := admin.OneLine(string(body))
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, line)
+				return fmt.Errorf("%s: HTTP %d: %s", resp.Request.URL.Redacted(), resp.StatusCode, line)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", url, line)
 			return err

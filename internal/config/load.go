@@ -813,7 +813,7 @@ func checkURL(key, raw string, schemes ...string) error {
 			// a password there would be logged, stored or handed out.
 			if u.User != nil {
 				if slices.Contains(schemes, "ws") {
-					return keyErr(key, "URL %q carries credentials (user:password@), which a websocket URL cannot send; remove them", shown)
+					return keyErr(key, "URL %q carries credentials (user:password@), which an endpoint dialed as a websocket cannot send; remove them", shown)
 				}
 				return keyErr(key, "URL %q carries credentials (user:password@), which would be logged and stored in the clear; remove them", shown)
 			}

@@ -50,6 +50,12 @@ func Parse(raw string) (Location, error) {
 		}
 		return Location{Path: p}, nil
 	case "http", "https", "libsql":
+		// A libSQL server authenticates with database.auth_token; a
+		// password in the URL would be echoed by every message naming
+		// the URL (each retry of an unavailable server, in the journal).
+		if u.User != nil {
+			return Location{}, fmt.Errorf("URL %q carries credentials (user:password@); give the server's token in database.auth_token instead", u.Redacted())
+		}
 		if u.Host == "" {
 			return Location{}, fmt.Errorf("URL %q has no host", raw)
 		}

@@ -79,3 +79,16 @@ func TestParseRefusesWhatCannotBeOpenedOrShared(t *testing.T) {
 		}
 	}
 }
+
+// A server URL with credentials is refused, its password never quoted:
+// the server takes its token from database.auth_token.
+func TestAServerURLWithCredentialsIsRefusedWithoutItsPassword(t *testing.T) {
+	for _, raw := range []string{"libsql://u:secret@db.example", "http://u:secret@127.0.0.1:8080", "https://u@db.example"} {
+		_, err := Parse(raw)
+		if err == nil || !strings.Contains(err.Error(), "carries credentials") {
+			t.Errorf("Parse(%q) = %v, want a refusal of its credentials", raw, err)
+		} else if strings.Contains(err.Error(), "secret") {
+			t.Errorf("Parse(%q): the error %q shows the password", raw, err)
+		}
+	}
+}
