@@ -348,6 +348,17 @@ func (s *System) Stop(ctx context.Context) error {
 		}
 	}))
 	s.stopping.Store(true)
+	// This instance contends no more: releasing holders need not nudge
+	// it. Forgotten now, while the workers drain, so the delete lands
+	// before any release and never meets a successor's acquire at the
+	// write lock.
+	forgot := make(chan struct{})
+	go func() {
+		defer close(forgot)
+		if ferr := s.contenders.Forget(ctx); ferr != nil {
+			s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
+		}
+	}()
 	s.releases.beginStop()
 	s.actors.Root.Send(root, &shutdown{})
 	var err error
@@ -366,9 +377,9 @@ func (s *System) Stop(ctx context.Context) error {
 	if cerr := s.renewer.Close(ctx); cerr != nil && err == nil {
 		err = cerr
 	}
-	// This instance contends no more: releasing holders need not nudge it.
-	if ferr := s.contenders.Forget(ctx); ferr != nil {
-		s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
+	select {
+	case <-forgot:
+	case <-ctx.Done(): // the driver ignores ctx: the delete may still land
 	}
 	s.contenders.Drain(nudgeDrainGrace)
 	s.actors.Shutdown()

@@ -54,6 +54,11 @@ type Contenders struct {
 
 	mu   sync.Mutex
 	seen map[string]registered
+	// forgotten is set by Forget: Register writes nothing after it.
+	forgotten bool
+	// registering counts Register's writes in flight (Forget waits for
+	// them, so none lands after its delete).
+	registering sync.WaitGroup
 	// known holds, per lease, the nudge URLs of the other instances'
 	// recent contenders as last read (by Refresh for every lease, at
 	// refreshedAt, or by Prepare for one), so a release nudges at once,
@@ -132,6 +137,10 @@ func (c *Contenders) Register(lease string, healthy bool) {
 		return
 	}
 	c.mu.Lock()
+	if c.forgotten {
+		c.mu.Unlock()
+		return
+	}
 	if c.seen == nil {
 		c.seen = map[string]registered{}
 	}
@@ -140,10 +149,12 @@ func (c *Contenders) Register(lease string, healthy bool) {
 		return
 	}
 	c.seen[lease] = registered{at: time.Now(), healthy: healthy}
-	c.mu.Unlock()
 	c.wg.Add(1)
+	c.registering.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
+		defer c.registering.Done()
 		_, err := c.DB.Exec(`INSERT INTO lease_contenders (name, instance, nudge_url, seen_at, nonce, healthy)
 VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5)
 ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_at = excluded.seen_at,
@@ -739,12 +750,22 @@ func (c *Contenders) answered(lease, u string, resp *http.Response) {
 }
 
 // Forget deletes this process's contender records (a stopping instance
-// contends no more), so that releasing holders stop nudging it. It
+// contends no more), so that releasing holders stop nudging it, after the
+// records being written have landed; Register writes none after it. It
 // returns the database's error.
+//
+// A stopping instance forgets as its stop begins, not after its releases:
+// the delete is a write, and right after the releases it met the
+// successor's acquires at the write lock (docs/performance.md, twelfth
+// pass).
 func (c *Contenders) Forget(ctx context.Context) error {
 	if c == nil {
 		return nil
 	}
+	c.mu.Lock()
+	c.forgotten = true
+	c.mu.Unlock()
+	c.registering.Wait()
 	_, err := c.DB.ExecContext(ctx, `DELETE FROM lease_contenders WHERE instance = ?1 AND nonce = ?2`, c.Instance, c.Nonce)
 	if err != nil {
 		return fmt.Errorf("forget this instance's contender records: %w", err)

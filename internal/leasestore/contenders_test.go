@@ -241,6 +241,29 @@ func TestForgetDeletesOnlyThisProcessStartsRecords(t *testing.T) {
 	}
 }
 
+// A process that has forgotten its records writes none again: a contended
+// answer that reaches a stopping LeaseActor after Forget would otherwise
+// leave a record holders nudge until it ages out. A record being written
+// when Forget begins lands before its delete.
+func TestAfterForgetRegisterWritesNothing(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	c := &leasestore.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	c.Register("cleanup", true) // in flight while Forget begins
+	if err := c.Forget(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.Register("backfill", true)
+	c.Register("cleanup", false)
+	c.Wait()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM lease_contenders`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d contender records after Forget, want none", n)
+	}
+}
+
 // Refresh keeps every lease's contenders at hand (one read), so a release
 // nudges them without reading first; the read after the nudges does not
 // nudge them twice.
