@@ -555,6 +555,12 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 		defer late.calls.Done()
 		defer running.Add(-1)
 		if watch != nil {
+			// From the watch's start to the acquire's answer, the acquire
+			// is a pending lease write of this process: its fenced worker
+			// transactions hold back for it (see PendingAcquirer).
+			if p, ok := store.(PendingAcquirer); ok {
+				defer p.PendingAcquire()()
+			}
 			attempt, report := watch()
 			defer report()
 			if !attempt {

@@ -65,6 +65,20 @@ type VacancyReader interface {
 	Vacant(ctx context.Context, name string) (vacant bool, fence int64, err error)
 }
 
+// PendingAcquirer is a VacancyReader that can mark the acquire a standby
+// is about to make as a pending lease write of this process, from the
+// watch's start until done is called: *leasestore.Store implements it
+// (Store.PendingAcquire), and this process's fenced worker transactions
+// hold back for it (fence.LeaseWrite). A process standing by often runs
+// the worker of another lease of the same holder, granted a moment
+// before (a stopping holder releases all it holds); that worker's first
+// transactions took the write lock just as the holder's next release or
+// this acquire needed it, and the one that met the lock slept in SQLite's
+// busy handler (1 ms and more: docs/performance.md, twelfth pass).
+type PendingAcquirer interface {
+	PendingAcquire() (done func())
+}
+
 // spinning is held by the one watch of the process that spins (see
 // newWatchPauser).
 var spinning atomic.Bool

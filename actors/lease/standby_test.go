@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -300,5 +302,73 @@ func TestAReleaseIsStampedBeforeTheGrantThatFollowsIt(t *testing.T) {
 	if !released.At.Before(acquired.At) {
 		t.Fatalf("a's lease.released at %s, b's lease.acquired (fence %d) at %s: the successor's grant is stamped first",
 			released.At.Format(events.AtFormat), acquired.Fence, acquired.At.Format(events.AtFormat))
+	}
+}
+
+// pendingStore records, in order, a standby's pending mark, its reads and
+// its acquire.
+type pendingStore struct {
+	*leasestore.Store
+	mu  sync.Mutex
+	log []string
+}
+
+func (p *pendingStore) note(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.log); n > 0 && p.log[n-1] == s {
+		return // one entry for a run of reads
+	}
+	p.log = append(p.log, s)
+}
+
+func (p *pendingStore) seen() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.log)
+}
+
+func (p *pendingStore) PendingAcquire() func() {
+	p.note("pending")
+	done := p.Store.PendingAcquire()
+	return func() { p.note("done"); done() }
+}
+
+func (p *pendingStore) Vacant(ctx context.Context, name string) (bool, int64, error) {
+	p.note("read")
+	return p.Store.Vacant(ctx, name)
+}
+
+func (p *pendingStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
+	p.note("acquire")
+	g, err := p.Store.Acquire(ctx, name, holder)
+	p.note("answered")
+	return g, err
+}
+
+// A standby's acquire is a pending lease write from the watch's first
+// read until the acquire has answered: this process's fenced worker
+// transactions hold back for it, so a worker of another lease does not
+// take the write lock the acquire (or the holder's release) needs.
+func TestAStandbysAcquireIsAPendingLeaseWriteFromItsWatchOn(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	h := newHarness(t)
+	holder := leasestore.NewStore(db, time.Minute)
+	c := mustAcquire(t, holder, "cleanup", "instance-a")
+	store := &pendingStore{Store: leasestore.NewStore(db, slowRetry.TTL)}
+	r := h.start(Options{Name: "cleanup", Instance: "instance-b", Timing: slowRetry, Store: store,
+		Worker: (&probe{}).props, StandbyFor: time.Minute})
+	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	before := len(store.seen())
+	watching := make(chan struct{})
+	h.sys.Root.Send(r.pid, &Standby{Watching: watching})
+	waitClosed(t, "the standby's first read", watching)
+	if err := holder.Release(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	h.events.wait(t, 0, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
+	testsupport.Eventually(t, "the pending mark's end", func() bool { return slices.Contains(store.seen()[before:], "done") })
+	if got, want := store.seen()[before:], []string{"pending", "read", "acquire", "answered", "done"}; !slices.Equal(got, want) {
+		t.Fatalf("standby's calls %q, want %q", got, want)
 	}
 }

@@ -395,6 +395,15 @@ func (s *Store) Vacant(ctx context.Context, name string) (vacant bool, fenceNow 
 	return free != 0, fenceNow, nil
 }
 
+// PendingAcquire marks an acquire this process is about to make (a
+// standby watching for an announced release: actors/lease) as a pending
+// lease write (fence.LeaseWrite) until done is called: fenced
+// transactions of this process on the database that have not begun wait
+// for it, at most fence's yield bound (500 ms; a standby's watch lasts at
+// most 50 ms). So a worker that has just started under another lease
+// does not take the write lock the acquire needs.
+func (s *Store) PendingAcquire() (done func()) { return fence.LeaseWrite(s.db) }
+
 // List returns every lease row, read at one instant of the database clock.
 func (s *Store) List(ctx context.Context) ([]Row, error) {
 	return List(ctx, s.db)
