@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -399,9 +400,40 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		if durationShaped(s) {
+			return 0, fmt.Errorf("duration %q out of range (at most %s)", s, time.Duration(math.MaxInt64).Truncate(time.Hour))
+		}
 		return 0, fmt.Errorf("unparsable duration %q (want e.g. 500ms, 15s, 2m, 24h)", s)
 	}
 	return d, nil
+}
+
+// durationShaped reports whether s is written as a duration (numbers, each
+// with a unit time.ParseDuration knows), so that ParseDuration refused it
+// only for its size: at most 2562047h fit in a time.Duration.
+func durationShaped(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+		if i <= 0 || strings.Count(s[:i], ".") > 1 || s[:i] == "." {
+			return false // no number, a malformed one, or one without a unit
+		}
+		s = s[i:]
+		unit := false
+		for _, u := range []string{"ns", "us", "µs", "μs", "ms", "s", "m", "h"} {
+			if strings.HasPrefix(s, u) {
+				s, unit = s[len(u):], true
+				break
+			}
+		}
+		if !unit {
+			return false
+		}
+	}
+	return true
 }
 
 // setFromString applies an environment or --set value. Lists take YAML flow
