@@ -90,6 +90,9 @@ func Load(src Sources) (Config, error) {
 		}
 		field, known := leaves[key]
 		if !known {
+			if sub := sectionKeys(key, leaves); len(sub) > 0 {
+				return cfg, keyErr(key, "a section, not a value: set one of its keys (%s)", strings.Join(sub, ", "))
+			}
 			return cfg, keyErr(key, "unknown key%s", suggestKey(key, leaves))
 		}
 		if err := setFromString(field, key, value); err != nil {
@@ -204,6 +207,19 @@ func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 // leaves (leases.ttl) and the sections above them (leases), from which
 // an unknown key in the file gets its suggestion, as a --set key does
 // from the leaves.
+// sectionKeys returns, sorted, the keys of leaves under section key
+// (key + "."), none when key is not a section.
+func sectionKeys[V any](key string, leaves map[string]V) []string {
+	var sub []string
+	for k := range leaves {
+		if strings.HasPrefix(k, key+".") {
+			sub = append(sub, k)
+		}
+	}
+	slices.Sort(sub)
+	return sub
+}
+
 func everyKey() map[string]bool {
 	cfg := Default()
 	keys := map[string]bool{}
@@ -349,6 +365,9 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 			var te *yaml.TypeError
 			if errors.As(err, &te) && len(te.Errors) > 0 {
 				if want := wantedKind(v.Kind()); want != "" && n.Kind == yaml.ScalarNode {
+					if quotedButFits(n, v.Type()) {
+						return keyErr(key, "expected %s, got the quoted string %q%s: write it without quotes", want, n.Value, at(n))
+					}
 					return keyErr(key, "expected %s, got %q%s", want, n.Value, at(n))
 				}
 				return keyErr(key, "%s%s", yamlLine.ReplaceAllString(te.Errors[0], ""), at(n))
@@ -358,6 +377,18 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		v.Set(fresh.Elem())
 	}
 	return nil
+}
+
+// quotedButFits reports whether n is a quoted scalar ("true", '5') that,
+// written without its quotes, would be a value of type t: YAML reads a
+// quoted scalar as a string, which is what the operator is then told.
+func quotedButFits(n *yaml.Node, t reflect.Type) bool {
+	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		return false
+	}
+	plain := *n
+	plain.Style, plain.Tag = 0, ""
+	return plain.Decode(reflect.New(t).Interface()) == nil
 }
 
 // noEmptyItems refuses a list with an empty element, naming its
