@@ -349,9 +349,9 @@ func (s *System) Stop(ctx context.Context) error {
 	}))
 	s.stopping.Store(true)
 	// This instance contends no more: releasing holders need not nudge
-	// it. Forgotten now, while the workers drain, so the delete lands
-	// before any release and never meets a successor's acquire at the
-	// write lock.
+	// it. Forgotten now, while the workers drain, so the delete is done
+	// before the releases (unless every worker stops within it) and does
+	// not meet a successor's acquire at the write lock.
 	forgot := make(chan struct{})
 	go func() {
 		defer close(forgot)

@@ -203,10 +203,6 @@ func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 	return out
 }
 
-// everyKey is every dotted key a configuration file may hold: the
-// leaves (leases.ttl) and the sections above them (leases), from which
-// an unknown key in the file gets its suggestion, as a --set key does
-// from the leaves.
 // sectionKeys returns, sorted, the keys of leaves under section key
 // (key + "."), none when key is not a section.
 func sectionKeys[V any](key string, leaves map[string]V) []string {
@@ -220,6 +216,10 @@ func sectionKeys[V any](key string, leaves map[string]V) []string {
 	return sub
 }
 
+// everyKey is every dotted key a configuration file may hold: the
+// leaves (leases.ttl) and the sections above them (leases), from which
+// an unknown key in the file gets its suggestion, as a --set key does
+// from the leaves.
 func everyKey() map[string]bool {
 	cfg := Default()
 	keys := map[string]bool{}
