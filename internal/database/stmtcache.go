@@ -60,6 +60,53 @@ typedef struct { const char *ptr; int len; } libsql_blob;
 int libsql_get_blob(const void *row, int col, libsql_blob *out_blob, const char **out_err_msg);
 void libsql_free_blob(libsql_blob b);
 
+// bind_arg is one argument staged for bind_all: kind (BIND_*), its
+// position, and its value: i, f, or n bytes at off in the staging bytes
+// (text is NUL-terminated there, as libsql_bind_string reads it).
+typedef struct { int kind; int idx; long long i; double f; size_t off; int n; } bind_arg;
+enum { BIND_NULL = 0, BIND_INT = 1, BIND_FLOAT = 2, BIND_TEXT = 3, BIND_BLOB = 4 };
+
+// bind_all binds count staged arguments in one call from Go (each bind
+// was a cgo crossing, a string's three). On a failure it returns the
+// code, with *failed the argument's index.
+static int bind_all(const void *stmt, const bind_arg *args, int count, const char *bytes, int *failed, const char **err) {
+	for (int k = 0; k < count; k++) {
+		const bind_arg *a = &args[k];
+		int rc;
+		switch (a->kind) {
+		case BIND_INT: rc = libsql_bind_int(stmt, a->idx, a->i, err); break;
+		case BIND_FLOAT: rc = libsql_bind_float(stmt, a->idx, a->f, err); break;
+		case BIND_TEXT: rc = libsql_bind_string(stmt, a->idx, bytes + a->off, err); break;
+		case BIND_BLOB: rc = libsql_bind_blob(stmt, a->idx, (const unsigned char *)(bytes + a->off), a->n, err); break;
+		default: rc = libsql_bind_null(stmt, a->idx, err); break;
+		}
+		if (rc != 0) {
+			*failed = k;
+			return rc;
+		}
+	}
+	*failed = -1;
+	return 0;
+}
+
+// bind_exec is bind_all, then the statement's execution and its rowid and
+// change count: one crossing for a whole Exec. *failed is -1 when the
+// binds succeeded (a failure is then the execution's).
+static int bind_exec(const void *conn, const void *stmt, const bind_arg *args, int count, const char *bytes,
+		int *failed, int64_t *rowid, uint64_t *changes, const char **err) {
+	int rc = bind_all(stmt, args, count, bytes, failed, err);
+	if (rc != 0) {
+		return rc;
+	}
+	rc = libsql_execute_stmt(stmt, err);
+	if (rc != 0) {
+		return rc;
+	}
+	*rowid = libsql_last_insert_rowid(conn);
+	*changes = libsql_changes(conn);
+	return 0;
+}
+
 static int libsql_stmt_api_present(void) {
 	return libsql_prepare && libsql_reset_stmt && libsql_free_stmt &&
 		libsql_execute_stmt && libsql_bind_int && libsql_bind_float &&
@@ -160,6 +207,7 @@ type stmtCache struct {
 	byQuery map[string]*list.Element
 	lru     *list.List          // of *keptStmt, most recently used first
 	seen    map[string]struct{} // compiled once, not kept (stmtSeenSize)
+	staged  staging             // the arguments of the statement being run
 }
 
 // keptStmt is one compiled statement and the highest parameter position
@@ -220,17 +268,24 @@ func (c *stmtCache) exec(query string, args []driver.NamedValue) (driver.Result,
 	// Reset after every run, success or not: a statement left mid-step
 	// would hold its read of the database and keep COMMIT from finishing.
 	defer c.done(k)
-	if err := k.bind(args); err != nil {
+	defer c.trim()
+	n, high, err := c.stage(k, args)
+	if err != nil {
 		return nil, err
 	}
 	var errMsg *C.char
-	if rc := C.libsql_execute_stmt(k.native, &errMsg); rc != 0 {
+	var failed C.int
+	var rowid C.int64_t
+	var changes C.uint64_t
+	if rc := C.bind_exec(c.conn, k.native, c.staged.args, C.int(n), c.staged.bytes, &failed, &rowid, &changes, &errMsg); rc != 0 {
+		if failed >= 0 {
+			return nil, c.bindError(args, high, int(failed), rc, errMsg)
+		}
+		k.bound = max(k.bound, high)
 		return nil, libsqlError("failed to execute query "+query, rc, errMsg)
 	}
-	return result{
-		id:      int64(C.libsql_last_insert_rowid(c.conn)),
-		changes: int64(C.libsql_changes(c.conn)),
-	}, nil
+	k.bound = max(k.bound, high)
+	return result{id: int64(rowid), changes: int64(changes)}, nil
 }
 
 // query runs query with args and returns its rows; the statement is
@@ -240,7 +295,7 @@ func (c *stmtCache) query(query string, args []driver.NamedValue) (driver.Rows, 
 	if err != nil {
 		return nil, err
 	}
-	if err := k.bind(args); err != nil {
+	if err := c.bind(k, args); err != nil {
 		c.done(k)
 		return nil, err
 	}
@@ -349,70 +404,149 @@ func (c *stmtCache) close() {
 	}
 	c.lru.Init()
 	clear(c.byQuery)
+	C.free(unsafe.Pointer(c.staged.args))
+	C.free(unsafe.Pointer(c.staged.bytes))
+	c.staged = staging{}
 }
 
-// bind binds args by position (NamedValue.Ordinal, names ignored, as
-// go-libsql does), converting values the way go-libsql does: int64,
-// float64, string, []byte, nil, bool as 0/1, time.Time as RFC 3339 text.
-// Positions a previous call bound and this one does not get NULL.
-func (k *keptStmt) bind(args []driver.NamedValue) error {
-	high := 0
+// staging is a connection's C memory for the arguments of its next
+// statement (a connection runs one statement at a time): bind_arg
+// entries and the bytes of text and blob values, grown as needed, freed
+// with the cache. C memory, so that the one call binding them all passes
+// no Go pointers.
+type staging struct {
+	args   *C.bind_arg
+	nargs  int
+	bytes  *C.char
+	nbytes int
+}
+
+// stage writes args (by position: NamedValue.Ordinal, names ignored, as
+// go-libsql does) into the connection's staging, converting values the
+// way go-libsql does: int64, float64, string, []byte, nil, bool as 0/1,
+// time.Time as RFC 3339 text; positions k's previous run bound and this
+// one does not get NULL. It returns how many entries it staged and the
+// highest position args bind, or an error for a value of another type.
+// Text is NUL-terminated for libsql_bind_string, which (like go-libsql's
+// C.CString) ends it at a NUL byte.
+func (c *stmtCache) stage(k *keptStmt, args []driver.NamedValue) (n, high int, err error) {
+	size := 0
 	for _, arg := range args {
-		if err := k.bindOne(arg.Ordinal, arg.Value); err != nil {
-			return err
-		}
 		high = max(high, arg.Ordinal)
-	}
-	for i := high + 1; i <= k.bound; i++ {
-		if err := k.bindOne(i, nil); err != nil {
-			return err
+		switch v := arg.Value.(type) {
+		case int64, float64, nil, bool:
+		case string:
+			size += len(v) + 1
+		case []byte:
+			size += len(v)
+		case time.Time:
+			size += len(v.Format(time.RFC3339Nano)) + 1
+		default:
+			return 0, 0, fmt.Errorf("unsupported type %T", arg.Value)
 		}
+	}
+	n = len(args) + max(k.bound-high, 0)
+	c.grow(n, size+1)
+	entries := unsafe.Slice(c.staged.args, c.staged.nargs)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(c.staged.bytes)), c.staged.nbytes)
+	off := 0
+	text := func(e *C.bind_arg, b []byte) {
+		e.kind, e.off = C.BIND_TEXT, C.size_t(off)
+		off += copy(buf[off:], b)
+		buf[off] = 0
+		off++
+	}
+	for j, arg := range args {
+		e := &entries[j]
+		*e = C.bind_arg{idx: C.int(arg.Ordinal)}
+		switch v := arg.Value.(type) {
+		case int64:
+			e.kind, e.i = C.BIND_INT, C.longlong(v)
+		case float64:
+			e.kind, e.f = C.BIND_FLOAT, C.double(v)
+		case bool:
+			e.kind = C.BIND_INT
+			if v {
+				e.i = 1
+			}
+		case string:
+			text(e, unsafe.Slice(unsafe.StringData(v), len(v)))
+		case time.Time:
+			text(e, []byte(v.Format(time.RFC3339Nano)))
+		case []byte:
+			e.kind, e.off, e.n = C.BIND_BLOB, C.size_t(off), C.int(len(v))
+			off += copy(buf[off:], v)
+		case nil:
+			e.kind = C.BIND_NULL
+		}
+	}
+	for j := len(args); j < n; j++ {
+		entries[j] = C.bind_arg{kind: C.BIND_NULL, idx: C.int(high + 1 + j - len(args))}
+	}
+	return n, high, nil
+}
+
+// stagingKeep is the most staging memory a connection keeps between
+// statements: a larger one (a statement with a long JSON parameter) is
+// freed once its values are bound (libsql copies them), so an idle
+// connection holds at most this much.
+const stagingKeep = 64 << 10
+
+// trim frees staging memory above stagingKeep.
+func (c *stmtCache) trim() {
+	if c.staged.nbytes > stagingKeep {
+		C.free(unsafe.Pointer(c.staged.bytes))
+		c.staged.bytes, c.staged.nbytes = nil, 0
+	}
+	if c.staged.nargs*int(unsafe.Sizeof(C.bind_arg{})) > stagingKeep {
+		C.free(unsafe.Pointer(c.staged.args))
+		c.staged.args, c.staged.nargs = nil, 0
+	}
+}
+
+// grow makes the staging hold at least n entries and size bytes.
+func (c *stmtCache) grow(n, size int) {
+	if n > c.staged.nargs {
+		n = max(n, 2*c.staged.nargs, 16)
+		c.staged.args = (*C.bind_arg)(C.realloc(unsafe.Pointer(c.staged.args), C.size_t(n)*C.size_t(unsafe.Sizeof(C.bind_arg{}))))
+		if c.staged.args == nil {
+			panic("database: out of C memory for statement arguments")
+		}
+		c.staged.nargs = n
+	}
+	if size > c.staged.nbytes {
+		size = max(size, 2*c.staged.nbytes, 256)
+		c.staged.bytes = (*C.char)(C.realloc(unsafe.Pointer(c.staged.bytes), C.size_t(size)))
+		if c.staged.bytes == nil {
+			panic("database: out of C memory for statement arguments")
+		}
+		c.staged.nbytes = size
+	}
+}
+
+// bind binds args to k (stage, then one call).
+func (c *stmtCache) bind(k *keptStmt, args []driver.NamedValue) error {
+	defer c.trim()
+	n, high, err := c.stage(k, args)
+	if err != nil {
+		return err
+	}
+	var errMsg *C.char
+	var failed C.int
+	if rc := C.bind_all(k.native, c.staged.args, C.int(n), c.staged.bytes, &failed, &errMsg); rc != 0 {
+		return c.bindError(args, high, int(failed), rc, errMsg)
 	}
 	k.bound = max(k.bound, high)
 	return nil
 }
 
-func (k *keptStmt) bindOne(idx int, value driver.Value) error {
-	var errMsg *C.char
-	var rc C.int
-	s, i := k.native, C.int(idx)
-	switch v := value.(type) {
-	case int64:
-		rc = C.libsql_bind_int(s, i, C.longlong(v), &errMsg)
-	case float64:
-		rc = C.libsql_bind_float(s, i, C.double(v), &errMsg)
-	case []byte:
-		// libsql_bind_blob copies the bytes before returning; an empty
-		// slice still needs a valid pointer.
-		var empty [1]byte
-		p := (*C.uchar)(unsafe.Pointer(&empty[0]))
-		if len(v) > 0 {
-			p = (*C.uchar)(unsafe.Pointer(&v[0]))
-		}
-		rc = C.libsql_bind_blob(s, i, p, C.int(len(v)), &errMsg)
-	case string:
-		cs := C.CString(v)
-		rc = C.libsql_bind_string(s, i, cs, &errMsg)
-		C.free(unsafe.Pointer(cs))
-	case nil:
-		rc = C.libsql_bind_null(s, i, &errMsg)
-	case bool:
-		b := 0
-		if v {
-			b = 1
-		}
-		rc = C.libsql_bind_int(s, i, C.longlong(b), &errMsg)
-	case time.Time:
-		cs := C.CString(v.Format(time.RFC3339Nano))
-		rc = C.libsql_bind_string(s, i, cs, &errMsg)
-		C.free(unsafe.Pointer(cs))
-	default:
-		return fmt.Errorf("unsupported type %T", value)
+// bindError words the failure of staged entry j, in go-libsql's words.
+func (c *stmtCache) bindError(args []driver.NamedValue, high, j int, rc C.int, errMsg *C.char) error {
+	idx, value := high+1+j-len(args), driver.Value(nil)
+	if j < len(args) {
+		idx, value = args[j].Ordinal, args[j].Value
 	}
-	if rc != 0 {
-		return libsqlError(fmt.Sprintf("failed to bind argument no. %d with value %v and type %T", idx, value, value), rc, errMsg)
-	}
-	return nil
+	return libsqlError(fmt.Sprintf("failed to bind argument no. %d with value %v and type %T", idx, value, value), rc, errMsg)
 }
 
 // libsqlError words a C API failure the way go-libsql does, so the

@@ -209,6 +209,21 @@ func TestKeptStatementsAnswerAsGoLibsqlDoes(t *testing.T) {
 		compareExec(t, kept, plain, `UPDATE v SET i = COALESCE(i, 0) + 1`)
 		// unknown argument type
 		compareExec(t, kept, plain, `SELECT ?`, struct{}{})
+		// more arguments than parameters: the bind fails, naming the argument
+		compareExec(t, kept, plain, `INSERT INTO v (k) VALUES (?1)`, base+10, int64(2))
+		// long values (the staging grows), a NUL in text (both end it there)
+		long := strings.Repeat("ü", 3000)
+		compareExec(t, kept, plain, `INSERT INTO v (k, s, b) VALUES (?, ?, ?)`, base+11, long, []byte(long))
+		huge := strings.Repeat("x", 200<<10) // above what a connection keeps staged
+		compareExec(t, kept, plain, `INSERT INTO v (k, s) VALUES (?, ?)`, base+14, huge)
+		compareExec(t, kept, plain, `UPDATE v SET s = ? WHERE k = ?`, "after", base+14)
+		compareExec(t, kept, plain, `INSERT INTO v (k, s) VALUES (?, ?)`, base+12, "a\x00b")
+		// many arguments
+		many := []any{base + 13}
+		for i := range 40 {
+			many = append(many, int64(i))
+		}
+		compareExec(t, kept, plain, `INSERT INTO v (k, i) SELECT ?, max(`+strings.TrimSuffix(strings.Repeat("?,", 40), ",")+`)`, many...)
 		// syntax error
 		compareExec(t, kept, plain, `INSERT INTO nowhere VALUES (?)`, 1)
 		compareExec(t, kept, plain, `UPDATE v SET n = NULL WHERE n = 'dup'`)
