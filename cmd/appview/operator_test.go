@@ -81,6 +81,23 @@ func assertUsageRefusal(t *testing.T, r result, reason string) {
 	}
 }
 
+// A hang-up (the terminal running serve closed, or kill -HUP) stops serve
+// as SIGTERM does: it used to kill it (129) with every lease held, left
+// to run out its TTL.
+func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
+	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
+	p.started()
+	p.waitLog(startTimeout, map[string]string{"event": "lease.acquired", "lease": "cleanup"})
+	p.signal(syscall.SIGHUP)
+	if code, _ := p.wait(runTimeout); code != 0 {
+		t.Fatalf("exit %d after SIGHUP, want 0", code)
+	}
+	if _, ok := p.logLine(map[string]string{"event": "lease.released", "lease": "cleanup"}); !ok {
+		t.Fatal("cleanup's lease was not released at the SIGHUP")
+	}
+	assertJSONLog(t, p.lines())
+}
+
 func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
 	url, accepted := silentServer(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))
@@ -459,6 +476,7 @@ func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
 	}{
 		{"serve, SIGTERM", []string{"serve"}, syscall.SIGTERM},
 		{"serve, SIGINT", []string{"serve"}, syscall.SIGINT},
+		{"serve, SIGHUP", []string{"serve"}, syscall.SIGHUP},
 		{"serve with a configuration, SIGTERM", []string{"serve", "--set", "leases.ttl=20s"}, syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package stopsignal subscribes the process to SIGINT and SIGTERM while
+// Package stopsignal subscribes the process to SIGINT, SIGTERM and SIGHUP while
 // it is being initialised, before main runs. Until a Go program calls
 // signal.Notify, the runtime's own handler kills it on SIGTERM or SIGINT
 // (status 143/130, no output); initialising the packages the appview
@@ -20,7 +20,7 @@ import (
 	"syscall"
 )
 
-// sigs has received SIGINT and SIGTERM since the process started. Two
+// sigs has received the stop signals (stops) since the process started. Two
 // slots: two signals often arrive together as one request to stop.
 var sigs = make(chan os.Signal, 2)
 
@@ -29,19 +29,31 @@ var sigs = make(chan os.Signal, 2)
 // behaviour is to be ignored, which Notify ends until Release.
 var ignoredAtStart = map[os.Signal]bool{}
 
+// stops are the signals `serve` stops gracefully on: SIGINT, SIGTERM,
+// and SIGHUP (a closed terminal, or kill -HUP: its default action killed
+// the process with every lease still held, to run out its TTL) unless
+// the process started with SIGHUP ignored (nohup), which keeps it
+// ignored.
+var stops = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
 func init() {
-	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM} {
+	var taken []os.Signal
+	for _, s := range stops {
 		ignoredAtStart[s] = signal.Ignored(s)
+		if s == syscall.SIGHUP && ignoredAtStart[s] {
+			continue
+		}
+		taken = append(taken, s)
 	}
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, taken...)
 }
 
-// Take returns the channel that has received SIGINT and SIGTERM since the
+// Take returns the channel that has received the stop signals since the
 // process started, for the command that stops on them (`appview serve`).
 // A signal that arrived before the caller looked is waiting in it.
 func Take() chan os.Signal { return sigs }
 
-// Release gives SIGINT and SIGTERM back the behaviour they would have had
+// Release gives the stop signals back the behaviour they would have had
 // without this package, for a command that does not take them: the
 // default action (terminate), or none when the signal was ignored at
 // start (SIGINT in a background job of a non-interactive shell). A signal
