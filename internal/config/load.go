@@ -355,6 +355,26 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 			out = append(out, d)
 		}
 		v.Set(reflect.ValueOf(out))
+	case v.Kind() == reflect.Bool:
+		// Only YAML 1.2's own booleans. yaml.v3 also takes YAML 1.1's
+		// yes/no/on/off (and a blank value as false), so a blank
+		// "enabled:" left by a template, or a typo of "on", turned
+		// leases.enabled off without a word: the one switch that lets two
+		// instances run every worker at once.
+		switch {
+		case n.Kind != yaml.ScalarNode:
+			return keyErr(key, "expected true or false%s", at(n))
+		case n.ShortTag() == "!!null" && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0:
+			return keyErr(key, "expected true or false, got no value%s", at(n))
+		case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 && slices.Contains([]string{"true", "True", "TRUE"}, n.Value):
+			v.SetBool(true)
+		case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 && slices.Contains([]string{"false", "False", "FALSE"}, n.Value):
+			v.SetBool(false)
+		case quotedButFits(n, v.Type()) && slices.Contains([]string{"true", "True", "TRUE", "false", "False", "FALSE"}, n.Value):
+			return keyErr(key, "expected true or false, got the quoted string %q%s: write it without quotes", n.Value, at(n))
+		default:
+			return keyErr(key, "expected true or false, got %q%s", n.Value, at(n))
+		}
 	case (v.CanInt() || v.CanUint()) && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
 		// yaml.v3 would truncate 1.5 to 1 (and accept 1048576.7): an
 		// integer key takes an integer.
