@@ -98,6 +98,32 @@ func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
 	assertJSONLog(t, p.lines())
 }
 
+// An instance with leases off on a database where another instance holds
+// leases is refused at start: it would run every worker unfenced beside
+// that one's (found by a new-user pass: two consumers, two backfills on
+// one database). Once the holder has released, it starts.
+func TestLeasesOffBesideALiveHolderIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	holder := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=holder"))
+	holder.started()
+	holder.waitLog(startTimeout, map[string]string{"event": "lease.acquired", "lease": "cleanup"})
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=unleased"), "serve", "--set", "leases.enabled=false")
+	assertUsageRefusal(t, r, "leases.enabled: false, but leases are held on this database now (")
+	if !strings.Contains(r.stderr, "cleanup by holder (fence 1,") {
+		t.Errorf("the refusal does not name the held lease and its holder: %q", r.stderr)
+	}
+	holder.signal(syscall.SIGTERM)
+	if code, _ := holder.wait(runTimeout); code != 0 {
+		t.Fatalf("holder exit %d", code)
+	}
+	after := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=unleased"), "--set", "leases.enabled=false")
+	after.started()
+	after.signal(syscall.SIGTERM)
+	if code, _ := after.wait(runTimeout); code != 0 {
+		t.Fatalf("unleased instance after the holder's release: exit %d", code)
+	}
+}
+
 func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
 	url, accepted := silentServer(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))

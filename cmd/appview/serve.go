@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	stdlog "log"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/internal/cli"
@@ -98,6 +100,9 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		return err
 	}
 	defer db.Close()
+	if err := unleasedBesideHolders(db, cfg, log); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	if err := registerBuildInfo(reg); err != nil {
@@ -369,4 +374,37 @@ func debugLeases(db *database.DB, instance string, sys *system.System) http.Hand
 		}
 		admin.JSON(w, out)
 	})
+}
+
+// leaseCheckBound bounds unleasedBesideHolders' read of the lease table.
+const leaseCheckBound = 5 * time.Second
+
+// unleasedBesideHolders refuses leases.enabled false (exit 2) on a
+// database where a lease is held now: an instance runs its workers there
+// under fences, and this one would run every worker unfenced beside it
+// (two consumers, two backfills: doubled webhooks, overwritten stats). A
+// grant of this instance's previous run refuses it too until it runs
+// out. When the table cannot be read, the start goes on (the workers'
+// own writes will say what is wrong) after a warning.
+func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logger) error {
+	if cfg.Leases.Enabled {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
+	defer cancel()
+	rows, err := leasestore.ListBounded(ctx, db.DB)
+	if err != nil {
+		log.Warn().Err(err).Msg("leases.enabled is false and the lease table could not be read to see whether another instance holds a lease here")
+		return nil
+	}
+	var held []string
+	for _, r := range rows {
+		if r.State() == leasestore.StateHeld {
+			held = append(held, fmt.Sprintf("%s by %s (fence %d, %s left)", r.Name, r.Holder, r.Fence, r.TimeLeft().Round(time.Millisecond)))
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return cli.Refuse("leases.enabled", "false, but leases are held on this database now (%s): another instance runs its workers here under fences, and this one would run every worker unfenced beside it; stop it, or set leases.enabled: true (a grant of this instance's own earlier run clears when its TTL runs out)", strings.Join(held, "; "))
 }
