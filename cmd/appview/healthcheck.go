@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,12 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 		Short: "Probe this instance's /readyz; exit 0 when ready (for container health checks)",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if url != "" {
+				u, err := neturl.Parse(url)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return cli.Usage(cmd, "--url %q: want an http:// or https:// URL with a host", redactedURL(url, u))
+				}
+			}
 			if url == "" {
 				cfg, err := flags.Load()
 				if err != nil {
@@ -74,4 +81,14 @@ func probeAddr(addr string) string {
 		}
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}
+
+// redactedURL is raw with any password shown as xxxxx, when it parsed
+// (u); raw as given when it did not (it then has no user part Go could
+// find either).
+func redactedURL(raw string, u *neturl.URL) string {
+	if u == nil {
+		return raw
+	}
+	return u.Redacted()
 }

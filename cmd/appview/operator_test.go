@@ -583,3 +583,15 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 		t.Fatalf("a SIGINT sent while serve read its configuration was lost: still running after %s\nstderr:\n%s", startTimeout, stderr.String())
 	}
 }
+
+// A --url that is not an http(s) URL is a usage error (exit 2), not a
+// failed probe (exit 1), and its password is not echoed.
+func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
+	for _, u := range []string{"notaurl", "ftp://u:secret@x/readyz", "http:///readyz"} {
+		r := runAppview(t, t.TempDir(), childEnv(), "healthcheck", "--url", u)
+		assertUsageRefusal(t, r, "want an http:// or https:// URL with a host")
+		if strings.Contains(r.stderr, "secret") {
+			t.Errorf("the refusal echoes the password: %q", r.stderr)
+		}
+	}
+}
