@@ -88,6 +88,9 @@ func Load(src Sources) (Config, error) {
 		if !ok || strings.TrimSpace(key) == "" {
 			return cfg, keyErr(kv, "--set wants key=value")
 		}
+		if trimmed := strings.TrimSpace(key); trimmed != key {
+			return cfg, keyErr(key, "--set key with spaces around it (write %s=...)", trimmed)
+		}
 		field, known := leaves[key]
 		if !known {
 			if sub := sectionKeys(key, leaves); len(sub) > 0 {
@@ -333,6 +336,11 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		}
 	}
 	switch {
+	case v.Kind() == reflect.Slice && n.Kind == yaml.ScalarNode && n.ShortTag() != "!!null" && at(n) != "":
+		// From the file (--set and the environment also take a
+		// comma-separated string, setFromString): a scalar where a list
+		// belongs.
+		return keyErr(key, "expected a list such as [a, b], got %q%s", n.Value, at(n))
 	case v.Type() == durationType:
 		if n.Kind != yaml.ScalarNode {
 			return keyErr(key, "expected a duration such as 15s%s", at(n))
