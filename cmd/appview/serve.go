@@ -99,7 +99,13 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	// Closing the pool waits for every statement running on it: after a
+	// stop that ran out of shutdown_timeout, one may be stuck in SQLite's
+	// busy handler (a release meeting another process's write lock) for
+	// up to database.busy_timeout, and the exit must not wait for it
+	// (the process ends; SQLite recovers as from any exit).
+	closeWait := adminShutdownTimeout
+	defer func() { closeBounded(db, closeWait) }()
 	if err := unleasedBesideHolders(db, cfg, log); err != nil {
 		return err
 	}
@@ -213,6 +219,9 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopErr := sys.Stop(stopCtx)
+	if stopErr != nil {
+		closeWait = 0
+	}
 	if srv != nil {
 		actx, acancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
 		_ = srv.Shutdown(actx)
@@ -407,4 +416,18 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 		return nil
 	}
 	return cli.Refuse("leases.enabled", "false, but leases are held on this database now (%s): another instance runs its workers here under fences, and this one would run every worker unfenced beside it; stop it, or set leases.enabled: true (a grant of this instance's own earlier run clears when its TTL runs out)", strings.Join(held, "; "))
+}
+
+// closeBounded closes db, waiting at most wait for it (the statements
+// still running on it; 0: not at all, the close goes on in the
+// background while the process exits).
+func closeBounded(db *database.DB, wait time.Duration) {
+	done := make(chan struct{})
+	go func() { defer close(done); db.Close() }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
