@@ -378,6 +378,14 @@ func TestWebhooksAddRefusesTheSameURLTwiceForOneDIDNamingTheWebhook(t *testing.T
 	if err == nil || !strings.Contains(err.Error(), "webhook 1 already delivers to http://127.0.0.1:9/hook") {
 		t.Fatalf("second add of the same url: %v, want a refusal naming webhook 1", err)
 	}
+	// Other spellings of the same receiver (found by a new-user pass:
+	// each was a webhook of its own, each event delivered three times).
+	for _, u := range []string{"HTTP://127.0.0.1:9/hook", "http://127.0.0.1:9/hook#x"} {
+		_, err := runWebhooks(t, path, "", "add", "--did", "did:plc:alice", "--url", u, "--allow-private")
+		if err == nil || !strings.Contains(err.Error(), "webhook 1 already delivers to http://127.0.0.1:9/hook") {
+			t.Fatalf("add of %s: %v, want a refusal naming webhook 1", u, err)
+		}
+	}
 	// Another DID may use the same URL.
 	other := []string{"add", "--did", "did:plc:bob", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
 	if out, err := runWebhooks(t, path, "", other...); err != nil || strings.TrimSpace(out) != "2" {

@@ -106,13 +106,14 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				return err
 			}
 			defer db.Close()
-			// The same URL twice for one DID would deliver every event twice.
+			// The same URL twice for one DID (in any spelling of it:
+			// SameURL) would deliver every event twice.
 			existing, err := webhooks.List(cmd.Context(), db.DB, w.DID)
 			if err != nil {
 				return err
 			}
 			for _, h := range existing {
-				if h.URL == w.URL {
+				if webhooks.SameURL(h.URL, w.URL) {
 					return fmt.Errorf("webhook %d already delivers to %s for %s (remove it first with `appview webhooks rm %d`)", h.ID, h.URL, h.DID, h.ID)
 				}
 			}

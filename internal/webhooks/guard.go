@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/atcr-io/appview/internal/netguard"
@@ -127,6 +128,44 @@ func parseTarget(raw string) (*url.URL, error) {
 		}
 	}
 	return u, nil
+}
+
+// canonicalURL is u as a delivery requests it: scheme and host in lower
+// case, the scheme's default port (80, 443) left out, "/" for an empty
+// path, and no fragment (an HTTP client never sends one). Two webhook
+// URLs with one canonical form are one receiver.
+func canonicalURL(u *url.URL) string {
+	c := *u
+	c.Scheme = strings.ToLower(c.Scheme)
+	host, port := strings.ToLower(c.Hostname()), c.Port()
+	if (c.Scheme == "http" && port == "80") || (c.Scheme == "https" && port == "443") {
+		port = ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	c.Host = host
+	if port != "" {
+		c.Host += ":" + port
+	}
+	if c.Path == "" && c.Opaque == "" {
+		c.Path = "/"
+	}
+	c.Fragment, c.RawFragment = "", ""
+	return c.String()
+}
+
+// SameURL reports whether webhook URLs a and b name one receiver: equal
+// canonical forms (scheme and host case, a default port, an empty path,
+// a fragment make no difference), or equal strings when either does not
+// parse.
+func SameURL(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return canonicalURL(ua) == canonicalURL(ub)
 }
 
 // Control is a net.Dialer Control function that refuses a non-public

@@ -53,3 +53,27 @@ func TestCheckURLRefusesNonPublicTargetsWithAClearError(t *testing.T) {
 		t.Errorf("public IP literal refused: %v", err)
 	}
 }
+
+// One receiver is one URL whatever its spelling: scheme and host case, a
+// default port, an empty path and a fragment make no difference; the
+// path's case, the query and another port do.
+func TestSameURLComparesCanonicalForms(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"http://127.0.0.1/h", "HTTP://127.0.0.1:80/h", true},
+		{"https://Example.COM/h", "https://example.com:443/h", true},
+		{"https://example.com", "https://example.com/", true},
+		{"https://example.com/h#frag", "https://example.com/h", true},
+		{"http://[::1]:80/h", "http://[::1]/h", true},
+		{"https://example.com/H", "https://example.com/h", false},
+		{"https://example.com/h?a=1", "https://example.com/h", false},
+		{"https://example.com:8443/h", "https://example.com/h", false},
+		{"http://example.com:443/h", "https://example.com/h", false},
+	} {
+		if got := SameURL(c.a, c.b); got != c.same {
+			t.Errorf("SameURL(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}

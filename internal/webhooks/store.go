@@ -59,7 +59,8 @@ func invalid(format string, args ...any) error {
 }
 
 // Check validates w as Add does, without storing it, and returns it with
-// its triggers normalized. The DID must look like did:<method>:<id>; the
+// its triggers normalized and its URL in canonical form (SameURL: scheme
+// and host in lower case, no default port, no fragment). The DID must look like did:<method>:<id>; the
 // URL must pass g.CheckURL (a non-public address is a *RefusedError unless
 // g.AllowPrivate); Triggers default to ["push"] and every name must be
 // known. Errors about w wrap ErrInvalid or ErrRefused; a failed DNS lookup
@@ -79,9 +80,11 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if err != nil {
 		return w, err
 	}
-	if _, err := g.CheckURL(ctx, w.URL); err != nil {
+	u, err := g.CheckURL(ctx, w.URL)
+	if err != nil {
 		return w, err
 	}
+	w.URL = canonicalURL(u)
 	w.Triggers = triggers
 	return w, nil
 }
