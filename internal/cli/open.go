@@ -8,6 +8,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/database/dburl"
 )
 
 // OpenTimeout bounds opening and migrating the database at start.
@@ -29,7 +30,7 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout,
 	})
 	if err != nil {
-		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within))
+		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within, cfg.Database.URL))
 	}
 	err = database.Bounded(ctx, func() error { _, err := db.Migrate(ctx); return err })
 	if err != nil {
@@ -38,7 +39,7 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 		if database.Transient(err) {
 			format = "cannot migrate %s: %v" // not the file's fault
 		}
-		return nil, refuseDatabase(err, format, cfg.Database.URL, noAnswer(err, "migrating", within))
+		return nil, refuseDatabase(err, format, cfg.Database.URL, noAnswer(err, "migrating", within, cfg.Database.URL))
 	}
 	return db, nil
 }
@@ -73,11 +74,17 @@ func (e *TransientError) Error() string {
 
 // noAnswer replaces the bare "context deadline exceeded" of an open or
 // migration that ran out of its time (within) with what timed out.
-func noAnswer(err error, doing string, within time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("the database gave no answer within %s while %s it (a server that accepts connections but is stopped or paused?)", within, doing)
+// On a file database the likely cause is another process holding its
+// write lock (the wait in SQLite's busy handler is what ran out), on a
+// server one that accepts connections and does not answer.
+func noAnswer(err error, doing string, within time.Duration, url string) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
 	}
-	return err
+	if loc, perr := dburl.Parse(url); perr == nil && !loc.Remote() {
+		return fmt.Errorf("the database gave no answer within %s while %s it (another process holding its write lock: a backup, an sqlite3 shell, an instance migrating it?)", within, doing)
+	}
+	return fmt.Errorf("the database gave no answer within %s while %s it (a server that accepts connections but is stopped or paused?)", within, doing)
 }
 
 // OpenExisting opens the configured database for a read-only command
@@ -96,7 +103,7 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 		return nil, Refuse("database.url", "%v", err)
 	}
 	if err != nil {
-		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", OpenTimeout))
+		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", OpenTimeout, cfg.Database.URL))
 	}
 	return db, nil
 }
