@@ -352,6 +352,32 @@ func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
 	}
 }
 
+// Another program's SQLite database at database.url, with tables named as
+// appview's, is refused as such (exit 2) by serve and by the read-only
+// commands: serve failed half-way with "cannot migrate (is it
+// writable?) … table leases already exists", and `appview leases`
+// printed a raw SQL error with exit 1 (found by a new-user pass).
+func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "data", "appview.db")
+	other := testsupport.OpenUnmigrated(t, path)
+	for _, q := range []string{`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`, `CREATE TABLE webhooks (id INTEGER PRIMARY KEY)`} {
+		if _, err := other.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other.Close()
+	for _, args := range [][]string{{"serve"}, {"leases"}, {"webhooks", "list"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="), args...)
+			assertRefusal(t, r, "database.url", "not an appview database")
+			if strings.Contains(r.stderr, "is it writable") || strings.Contains(r.stderr, "no such column") {
+				t.Errorf("the refusal names another cause: %q", r.stderr)
+			}
+		})
+	}
+}
+
 func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T) {
 	dir := t.TempDir()
 	writeTestFile(t, filepath.Join(dir, "capture.jsonl"), "")

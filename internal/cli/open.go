@@ -36,8 +36,8 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 	if err != nil {
 		db.Close()
 		format := "cannot migrate (is it writable?) %s: %v"
-		if database.Transient(err) {
-			format = "cannot migrate %s: %v" // not the file's fault
+		if database.Transient(err) || errors.Is(err, database.ErrForeignDatabase) {
+			format = "cannot migrate %s: %v" // not a matter of permissions
 		}
 		return nil, refuseDatabase(err, format, cfg.Database.URL, noAnswer(err, "migrating", within, cfg.Database.URL))
 	}
@@ -120,12 +120,23 @@ func RequireTable(ctx context.Context, db *database.DB, table string) error {
 	if err != nil {
 		return fmt.Errorf("read the schema: %w", err)
 	}
+	where := db.Path
+	if db.Remote {
+		where = "the database server"
+	}
 	if n == 0 {
-		where := db.Path
-		if db.Remote {
-			where = "the database server"
-		}
 		return Refuse("database.url", "no %s table in %s: has appview serve run against it?", table, where)
+	}
+	// Another program's database may have a table of that name; appview's
+	// own has schema_migrations beside it.
+	err = database.Bounded(ctx, func() error {
+		return db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n)
+	})
+	if err != nil {
+		return fmt.Errorf("read the schema: %w", err)
+	}
+	if n == 0 {
+		return Refuse("database.url", "%s is %v: it has a %s table but no schema_migrations (another program's database?)", where, database.ErrForeignDatabase, table)
 	}
 	return nil
 }

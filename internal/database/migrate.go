@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -113,7 +114,50 @@ func (db *DB) apply(ctx context.Context, migs []Migration) ([]int, error) {
 // when the database was already up to date).
 func (db *DB) AppliedMigrations() []int { return db.applied }
 
+// ErrForeignDatabase refuses to migrate a database that holds tables but
+// no schema_migrations: another program's database (a database.url
+// pointing at the wrong file), into which appview would otherwise create
+// its tables, or fail half-way on a table of the same name.
+var ErrForeignDatabase = errors.New("not an appview database")
+
+// checkNotForeign returns ErrForeignDatabase (wrapped, naming up to five of
+// its tables) when the database has tables but no schema_migrations.
+func checkNotForeign(ctx context.Context, conn *sql.Conn) error {
+	rows, err := conn.QueryContext(ctx, `SELECT `+Text("name")+` FROM sqlite_master
+WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	if err != nil {
+		return fmt.Errorf("migrate: read the schema: %w", err)
+	}
+	defer rows.Close()
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("migrate: read the schema: %w", err)
+		}
+		if name == "schema_migrations" {
+			return nil
+		}
+		tables = append(tables, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrate: read the schema: %w", err)
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	shown := tables[:min(len(tables), 5)]
+	more := ""
+	if len(tables) > len(shown) {
+		more = fmt.Sprintf(" and %d more", len(tables)-len(shown))
+	}
+	return fmt.Errorf("%w: it has tables (%s%s) but no schema_migrations: another program's database? appview migrates only an empty database or its own", ErrForeignDatabase, strings.Join(shown, ", "), more)
+}
+
 func (db *DB) migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migration) ([]int, error) {
+	if err := checkNotForeign(ctx, conn); err != nil {
+		return nil, err
+	}
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,

@@ -303,3 +303,33 @@ func TestReadyReportsASchemaLostUnderTheProcess(t *testing.T) {
 		t.Errorf("SchemaLost(%v) = false, want true", err)
 	}
 }
+
+// A database.url pointing at another program's database is refused, and
+// nothing is written into it: appview migrates only an empty database or
+// its own (found by a new-user pass: a file with its own leases table
+// failed half-way with "table leases already exists").
+func TestMigrateRefusesAnotherProgramsDatabaseAndWritesNothing(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "other.db"))
+	ctx := context.Background()
+	if _, err := db.Exec(`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.Migrate(ctx)
+	if !errors.Is(err, ErrForeignDatabase) || !strings.Contains(err.Error(), "it has tables (leases) but no schema_migrations") {
+		t.Fatalf("Migrate on another program's database: %v, want ErrForeignDatabase naming its tables", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d tables after the refused migration, want the program's own 1", n)
+	}
+	// An empty database is migrated, and then again (its own).
+	own := openTemp(t, filepath.Join(t.TempDir(), "own.db"))
+	for range 2 {
+		if _, err := own.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
