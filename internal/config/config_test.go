@@ -69,6 +69,7 @@ var badConfigs = []struct {
 	{name: "duration too long in parts", yaml: "leases:\n  ttl: 2562047h60m\n", key: "leases.ttl", reason: "out of range"},
 	{name: "two points in a duration", yaml: "leases:\n  ttl: 1.5.3h\n", key: "leases.ttl", reason: `unparsable duration "1.5.3h"`},
 	{name: "scalar where a list belongs", yaml: "jetstream:\n  urls: wss://a.example/subscribe\n", key: "jetstream.urls", reason: `expected a list such as [a, b], got "wss://a.example/subscribe" (line 2)`},
+	{name: "whole number too large", yaml: "health:\n  concurrency: 99999999999999999999\n", key: "health.concurrency", reason: `99999999999999999999 out of range for this key (line 2)`},
 	{name: "quoted boolean", yaml: "leases:\n  enabled: \"true\"\n", key: "leases.enabled", reason: `expected true or false, got the quoted string "true" (line 2): write it without quotes`},
 	{name: "quoted whole number", yaml: "backfill:\n  concurrency: '4'\n", key: "backfill.concurrency", reason: `expected a whole number, got the quoted string "4" (line 2): write it without quotes`},
 	{name: "blank boolean", yaml: "leases:\n  enabled:\n", key: "leases.enabled", reason: "expected true or false, got no value (line 2)"},

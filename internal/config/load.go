@@ -385,7 +385,11 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		}
 	case (v.CanInt() || v.CanUint()) && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
 		// yaml.v3 would truncate 1.5 to 1 (and accept 1048576.7): an
-		// integer key takes an integer.
+		// integer key takes an integer. (It also reads a whole number
+		// too large for int64 as a float.)
+		if wholeNumber(n.Value) {
+			return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
+		}
 		return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
 	default:
 		fresh := reflect.New(v.Type())
@@ -396,6 +400,9 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 					if quotedButFits(n, v.Type()) {
 						return keyErr(key, "expected %s, got the quoted string %q%s: write it without quotes", want, n.Value, at(n))
 					}
+					if (v.CanInt() || v.CanUint()) && wholeNumber(n.Value) && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+						return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
+					}
 					return keyErr(key, "expected %s, got %q%s", want, n.Value, at(n))
 				}
 				return keyErr(key, "%s%s", yamlLine.ReplaceAllString(te.Errors[0], ""), at(n))
@@ -405,6 +412,14 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		v.Set(fresh.Elem())
 	}
 	return nil
+}
+
+// wholeNumber reports whether s is written as a whole number (an
+// optional sign, then digits), so that a refusal of it for an integer key
+// is about its size.
+func wholeNumber(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // quotedButFits reports whether n is a quoted scalar ("true", '5') that,
