@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"github.com/atcr-io/appview/internal/logval"
 	"io"
 	"net"
 	"net/http"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,8 +34,16 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url != "" {
 				u, err := neturl.Parse(url)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 					return cli.Usage(cmd, "--url %q: want an http:// or https:// URL with a host", redactedURL(url, u))
+				}
+				if u.User != nil {
+					return cli.Usage(cmd, "--url %q: must not carry credentials (user:password@), like every URL key", u.Redacted())
+				}
+				if p := u.Port(); p != "" {
+					if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+						return cli.Usage(cmd, "--url %q: port %s is not in 1..65535", u.Redacted(), p)
+					}
 				}
 			}
 			if url == "" {
@@ -88,7 +98,7 @@ func probeAddr(addr string) string {
 // find either).
 func redactedURL(raw string, u *neturl.URL) string {
 	if u == nil {
-		return raw
+		return logval.MaskURL(raw)
 	}
 	return u.Redacted()
 }

@@ -629,9 +629,17 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 // A --url that is not an http(s) URL is a usage error (exit 2), not a
 // failed probe (exit 1), and its password is not echoed.
 func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
-	for _, u := range []string{"notaurl", "ftp://u:secret@x/readyz", "http:///readyz"} {
+	for u, reason := range map[string]string{
+		"notaurl":                             "want an http:// or https:// URL with a host",
+		"ftp://u:secret@x/readyz":             "want an http:// or https:// URL with a host",
+		"http:///readyz":                      "want an http:// or https:// URL with a host",
+		"http://user:secret PW@127.0.0.1/":    "want an http:// or https:// URL with a host",
+		"http://user:secret@127.0.0.1/readyz": "must not carry credentials",
+		"http://127.0.0.1:99999/readyz":       "port 99999 is not in 1..65535",
+		"http://127.0.0.1:0/readyz":           "port 0 is not in 1..65535",
+	} {
 		r := runAppview(t, t.TempDir(), childEnv(), "healthcheck", "--url", u)
-		assertUsageRefusal(t, r, "want an http:// or https:// URL with a host")
+		assertUsageRefusal(t, r, reason)
 		if strings.Contains(r.stderr, "secret") {
 			t.Errorf("the refusal echoes the password: %q", r.stderr)
 		}

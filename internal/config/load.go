@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/atcr-io/appview/internal/logval"
 	"io"
 	"math"
 	"net"
@@ -831,7 +832,7 @@ func redacted(s string) string {
 	if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
 		return u.Redacted()
 	}
-	return s
+	return logval.MaskURL(s)
 }
 
 // sameEndpoint is the form in which two endpoint URLs of a list are
@@ -892,7 +893,7 @@ func validLogLevel(s string) bool {
 func checkURL(key, raw string, schemes ...string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return keyErr(key, "unparsable URL %q: %v", raw, err)
+		return keyErr(key, "unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
 	}
 	shown := u.Redacted() // a password is never echoed
 	for _, s := range schemes {

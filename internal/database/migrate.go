@@ -117,7 +117,8 @@ func (db *DB) AppliedMigrations() []int { return db.applied }
 // ErrForeignDatabase refuses to migrate a database that holds tables but
 // no schema_migrations: another program's database (a database.url
 // pointing at the wrong file), into which appview would otherwise create
-// its tables, or fail half-way on a table of the same name.
+// its tables, or fail half-way on a table of the same name. (Open has
+// already set a file's journal mode to WAL by then.)
 var ErrForeignDatabase = errors.New("not an appview database")
 
 // checkNotForeign returns ErrForeignDatabase (wrapped, naming up to five of

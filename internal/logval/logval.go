@@ -7,7 +7,10 @@
 package logval
 
 import (
+	"errors"
+	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -74,3 +77,51 @@ type bounded struct{ err error }
 
 func (b bounded) Error() string { return String(b.err.Error()) }
 func (b bounded) Unwrap() error { return b.err }
+
+// MaskURL returns raw with the password of its user part shown as xxxxx,
+// whether or not raw parses as a URL (url.URL.Redacted needs one that
+// does): the user part is what comes between the scheme's "//" (or its
+// ":" when there is none) and the last "@" before the path (or anywhere
+// after, when the password itself holds a "/", "?" or "#"), and its
+// password what follows its first ":". Error messages quote the URLs an
+// operator typed, and one that does not parse (a space in its password)
+// must not be echoed with its secret. A user part without ":" is kept,
+// as Redacted keeps it.
+func MaskURL(raw string) string {
+	start := strings.Index(raw, "://")
+	switch {
+	case start >= 0:
+		start += 3
+	case strings.Contains(raw, ":"):
+		start = strings.Index(raw, ":") + 1
+	default:
+		return raw
+	}
+	rest := raw[start:]
+	end := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		end = i
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		at = strings.LastIndex(rest, "@")
+	}
+	if at < 0 {
+		return raw
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return raw
+	}
+	return raw[:start] + rest[:colon+1] + "xxxxx" + rest[at:]
+}
+
+// URLParseReason is err's reason without the URL it quotes: url.Parse's
+// errors (*url.Error) repeat the whole URL, password included.
+func URLParseReason(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/atcr-io/appview/internal/logval"
 	"net"
 	"net/http"
 	"net/netip"
@@ -68,8 +69,10 @@ const MaxURLBytes = 2048
 // why Control repeats it at dial time.
 func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	if len(raw) > MaxURLBytes {
-		// Quote only its start: the refusal is one readable line.
-		return nil, invalid("webhook url %q... is %d bytes: at most %d are accepted", raw[:48], len(raw), MaxURLBytes)
+		// Quote only its start (its password masked): the refusal is one
+		// readable line.
+		shown := logval.MaskURL(raw)
+		return nil, invalid("webhook url %q... is %d bytes: at most %d are accepted", shown[:min(48, len(shown))], len(raw), MaxURLBytes)
 	}
 	u, err := parseTarget(raw)
 	if err != nil {
@@ -95,10 +98,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return nil, invalid("webhook url %q: resolve %s: %w", raw, host, err)
+		return nil, invalid("webhook url %q: resolve %s: %w", logval.MaskURL(raw), host, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("webhook url %q: resolve %s: %w", raw, host, err)
+		return nil, fmt.Errorf("webhook url %q: resolve %s: %w", logval.MaskURL(raw), host, err)
 	}
 	for _, a := range addrs {
 		if err := g.outbound().Check(host, a); err != nil {
@@ -112,19 +115,19 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 func parseTarget(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("webhook url %q: %w", raw, err)
+		return nil, fmt.Errorf("webhook url %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("webhook url %q: scheme must be http or https", raw)
+		return nil, fmt.Errorf("webhook url %q: scheme must be http or https", logval.MaskURL(raw))
 	}
 	if u.Hostname() == "" {
-		return nil, fmt.Errorf("webhook url %q: no host", raw)
+		return nil, fmt.Errorf("webhook url %q: no host", logval.MaskURL(raw))
 	}
 	// url.Parse takes any digits for the port; a delivery to 99999 could
 	// only fail at every attempt.
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("webhook url %q: port %s is not in 1..65535", raw, p)
+			return nil, fmt.Errorf("webhook url %q: port %s is not in 1..65535", logval.MaskURL(raw), p)
 		}
 	}
 	return u, nil

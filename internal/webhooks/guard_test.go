@@ -77,3 +77,17 @@ func TestSameURLComparesCanonicalForms(t *testing.T) {
 		}
 	}
 }
+
+// A refused webhook URL never echoes its password, whether or not it
+// parses.
+func TestARefusedWebhookURLDoesNotEchoItsPassword(t *testing.T) {
+	for _, raw := range []string{"http://u:pa55 word@127.0.0.1/x", "ftp://u:pa55word@127.0.0.1/x", "http://u:pa55word@127.0.0.1:99999/x", "http://u:pa55word@127.0.0.1/x"} {
+		_, err := Guard{AllowPrivate: true}.CheckURL(context.Background(), raw)
+		if err == nil {
+			t.Fatalf("%q accepted", raw)
+		}
+		if strings.Contains(err.Error(), "pa55") {
+			t.Errorf("the refusal of a URL echoes its password: %v", err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package dburl
 import (
 	"errors"
 	"fmt"
+	"github.com/atcr-io/appview/internal/logval"
 	"net/url"
 	"strings"
 )
@@ -40,7 +41,7 @@ func Parse(raw string) (Location, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Location{}, fmt.Errorf("unparsable URL %q: %v", raw, err)
+		return Location{}, fmt.Errorf("unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
 	}
 	switch u.Scheme {
 	case "file":
