@@ -71,6 +71,18 @@ func TestSameURLComparesCanonicalForms(t *testing.T) {
 		{"https://example.com/h?a=1", "https://example.com/h", false},
 		{"https://example.com:8443/h", "https://example.com/h", false},
 		{"http://example.com:443/h", "https://example.com/h", false},
+		{"http://127.0.0.1:08080/hook", "http://127.0.0.1:8080/hook", true},
+		{"http://127.0.0.1:8080/%68ook", "http://127.0.0.1:8080/hook", true},
+		{"http://127.0.0.1:8080/./hook", "http://127.0.0.1:8080/hook", true},
+		{"http://127.0.0.1:8080/x/../hook", "http://127.0.0.1:8080/hook", true},
+		{"http://127.0.0.1:8080/hook?", "http://127.0.0.1:8080/hook", true},
+		{"http://[0:0::1]:8080/h", "http://[::1]:8080/h", true},
+		{"http://[0000::1]:8080/h", "http://[::1]:8080/h", true},
+		{"http://localhost.:80/", "http://localhost/", true},
+		{"http://h/a%2fb", "http://h/a%2Fb", true},
+		{"http://h/a%2Fb", "http://h/a/b", false},
+		{"http://h/a/", "http://h/a", false},
+		{"http://h/a?x=%7e", "http://h/a?x=~", true},
 	} {
 		if got := SameURL(c.a, c.b); got != c.same {
 			t.Errorf("SameURL(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
