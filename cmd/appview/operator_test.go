@@ -358,23 +358,28 @@ func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
 // writable?) … table leases already exists", and `appview leases`
 // printed a raw SQL error with exit 1 (found by a new-user pass).
 func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "data", "appview.db")
-	other := testsupport.OpenUnmigrated(t, path)
-	for _, q := range []string{`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`, `CREATE TABLE webhooks (id INTEGER PRIMARY KEY)`} {
-		if _, err := other.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	other.Close()
-	for _, args := range [][]string{{"serve"}, {"leases"}, {"webhooks", "list"}} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="), args...)
-			assertRefusal(t, r, "database.url", "not an appview database")
-			if strings.Contains(r.stderr, "is it writable") || strings.Contains(r.stderr, "no such column") {
-				t.Errorf("the refusal names another cause: %q", r.stderr)
+	for name, schema := range map[string][]string{
+		"tables named as appview's": {`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`, `CREATE TABLE webhooks (id INTEGER PRIMARY KEY)`},
+		"a table of its own":        {`CREATE TABLE notes (id INTEGER PRIMARY KEY)`},
+		"a view only":               {`CREATE VIEW answer AS SELECT 42`},
+	} {
+		dir := t.TempDir()
+		other := testsupport.OpenUnmigrated(t, filepath.Join(dir, "data", "appview.db"))
+		for _, q := range schema {
+			if _, err := other.Exec(q); err != nil {
+				t.Fatal(err)
 			}
-		})
+		}
+		other.Close()
+		for _, args := range [][]string{{"serve"}, {"leases"}, {"webhooks", "list"}} {
+			t.Run(name+"/"+strings.Join(args, " "), func(t *testing.T) {
+				r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="), args...)
+				assertRefusal(t, r, "database.url", "not an appview database")
+				if strings.Contains(r.stderr, "is it writable") || strings.Contains(r.stderr, "no such column") || strings.Contains(r.stderr, "has appview serve run") {
+					t.Errorf("the refusal names another cause: %q", r.stderr)
+				}
+			})
+		}
 	}
 }
 

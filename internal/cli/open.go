@@ -113,9 +113,15 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 // yet, or a mistaken database.url, rather than an empty result. Failing to
 // read the schema is a runtime failure (exit 1).
 func RequireTable(ctx context.Context, db *database.DB, table string) error {
-	var n int
+	// appview's own database has schema_migrations; another program's may
+	// have tables (even one of that name) without it.
+	var n, own, others int
 	err := database.Bounded(ctx, func() error {
-		return db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1`, table).Scan(&n)
+		return db.QueryRow(`SELECT
+  count(*) FILTER (WHERE type = 'table' AND name = ?1),
+  count(*) FILTER (WHERE type = 'table' AND name = 'schema_migrations'),
+  count(*) FILTER (WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\')
+FROM sqlite_master`, table).Scan(&n, &own, &others)
 	})
 	if err != nil {
 		return fmt.Errorf("read the schema: %w", err)
@@ -124,19 +130,11 @@ func RequireTable(ctx context.Context, db *database.DB, table string) error {
 	if db.Remote {
 		where = "the database server"
 	}
-	if n == 0 {
+	switch {
+	case own == 0 && others > 0:
+		return Refuse("database.url", "%s is %v: it has tables but no schema_migrations (another program's database?)", where, database.ErrForeignDatabase)
+	case n == 0:
 		return Refuse("database.url", "no %s table in %s: has appview serve run against it?", table, where)
-	}
-	// Another program's database may have a table of that name; appview's
-	// own has schema_migrations beside it.
-	err = database.Bounded(ctx, func() error {
-		return db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n)
-	})
-	if err != nil {
-		return fmt.Errorf("read the schema: %w", err)
-	}
-	if n == 0 {
-		return Refuse("database.url", "%s is %v: it has a %s table but no schema_migrations (another program's database?)", where, database.ErrForeignDatabase, table)
 	}
 	return nil
 }

@@ -122,10 +122,11 @@ func (db *DB) AppliedMigrations() []int { return db.applied }
 var ErrForeignDatabase = errors.New("not an appview database")
 
 // checkNotForeign returns ErrForeignDatabase (wrapped, naming up to five of
-// its tables) when the database has tables but no schema_migrations.
+// its tables and views) when the database has tables or views but no
+// schema_migrations.
 func checkNotForeign(ctx context.Context, conn *sql.Conn) error {
 	rows, err := conn.QueryContext(ctx, `SELECT `+Text("name")+` FROM sqlite_master
-WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
 	if err != nil {
 		return fmt.Errorf("migrate: read the schema: %w", err)
 	}
