@@ -120,14 +120,25 @@ func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
 	}
 }
 
+// A database no appview has migrated is refused without being migrated:
+// an empty one asks whether serve ran against it; one with another
+// program's tables says it is not an appview database.
 func TestLeasesOnADatabaseWithoutALeasesTableAsksWhetherServeRanAgainstIt(t *testing.T) {
 	dir := t.TempDir()
+	empty := testsupport.OpenUnmigrated(t, filepath.Join(dir, "empty.db"))
+	for _, q := range []string{"CREATE TABLE t (x)", "DROP TABLE t"} { // a file, with no table
+		if _, err := empty.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:empty.db"), "leases")
+	assertRefusal(t, r, "database.url", "no leases table in empty.db: has appview serve run against it?")
 	db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "other.db"))
 	if _, err := db.Exec("CREATE TABLE notes (body TEXT)"); err != nil {
 		t.Fatal(err)
 	}
-	r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:other.db"), "leases")
-	assertRefusal(t, r, "database.url", "no leases table in other.db: has appview serve run against it?")
+	r = runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:other.db"), "leases")
+	assertRefusal(t, r, "database.url", "other.db is not an appview database: it has tables but no schema_migrations")
 	var n int
 	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'leases'").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("leases migrated the database (%d leases tables, err %v)", n, err)
