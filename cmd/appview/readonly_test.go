@@ -183,14 +183,14 @@ func TestWebhooksListOnlyReads(t *testing.T) {
 		assertRefusal(t, r, "database.url", "no database at hooks/appview.db")
 		assertEmptyDir(t, dir)
 	})
-	t.Run("unmigrated database", func(t *testing.T) {
+	t.Run("another program's database", func(t *testing.T) {
 		dir := t.TempDir()
 		db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "appview.db"))
 		if _, err := db.Exec("CREATE TABLE notes (body TEXT)"); err != nil {
 			t.Fatal(err)
 		}
 		r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:appview.db"), "webhooks", "list")
-		assertRefusal(t, r, "database.url", "no webhooks table in appview.db: has appview serve run against it?")
+		assertRefusal(t, r, "database.url", "appview.db is not an appview database: it has tables but no schema_migrations")
 	})
 	t.Run("write lock held", func(t *testing.T) {
 		dir := t.TempDir()
