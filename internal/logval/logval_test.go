@@ -75,15 +75,15 @@ func TestErrorsAreBoundedKeepTheirCauseAndStillUnwrap(t *testing.T) {
 // A password is masked whether or not the URL parses.
 func TestMaskURLMasksAPasswordInAnyURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"http://user:s3cret PW@127.0.0.1/":   "http://user:xxxxx@127.0.0.1/",
-		"http://user:s3cretPW@127.0.0.1/\n":  "http://user:xxxxx@127.0.0.1/\n",
-		"http://user:s3cretPW@[::1/":         "http://user:xxxxx@[::1/",
-		"http:user:s3cretPW@127.0.0.1":       "http:user:xxxxx@127.0.0.1",
-		"libsql://u:pa/ss@db.example.com/x":  "libsql://u:xxxxx@db.example.com/x",
-		"wss://host.example/subscribe":       "wss://host.example/subscribe",
-		"http://token@host/":                 "http://token@host/",
-		"not a url":                          "not a url",
-		"https://host/path?next=a@b":         "https://host/path?next=a@b",
+		"http://user:s3cret PW@127.0.0.1/":  "http://user:xxxxx@127.0.0.1/",
+		"http://user:s3cretPW@127.0.0.1/\n": "http://user:xxxxx@127.0.0.1/\n",
+		"http://user:s3cretPW@[::1/":        "http://user:xxxxx@[::1/",
+		"http:user:s3cretPW@127.0.0.1":      "http:user:xxxxx@127.0.0.1",
+		"libsql://u:pa/ss@db.example.com/x": "libsql://u:xxxxx@db.example.com/x",
+		"wss://host.example/subscribe":      "wss://host.example/subscribe",
+		"http://token@host/":                "http://token@host/",
+		"not a url":                         "not a url",
+		"https://host/path?next=a@b":        "https://host/path?next=a@b",
 	} {
 		if got := MaskURL(in); got != want {
 			t.Errorf("MaskURL(%q) = %q, want %q", in, got, want)
