@@ -35,7 +35,7 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 			if url != "" {
 				u, err := neturl.Parse(url)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-					return cli.Usage(cmd, "--url %q: want an http:// or https:// URL with a host", redactedURL(url, u))
+					return cli.Usage(cmd, "--url %q: want an http:// or https:// URL with a host", logval.MaskURL(url))
 				}
 				if u.User != nil {
 					return cli.Usage(cmd, "--url %q: must not carry credentials (user:password@), like every URL key", u.Redacted())
@@ -91,14 +91,4 @@ func probeAddr(addr string) string {
 		}
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), port)
-}
-
-// redactedURL is raw with any password shown as xxxxx, when it parsed
-// (u); raw as given when it did not (it then has no user part Go could
-// find either).
-func redactedURL(raw string, u *neturl.URL) string {
-	if u == nil {
-		return logval.MaskURL(raw)
-	}
-	return u.Redacted()
 }

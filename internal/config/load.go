@@ -370,17 +370,16 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		// "enabled:" left by a template, or a typo of "on", turned
 		// leases.enabled off without a word: the one switch that lets two
 		// instances run every worker at once.
+		b, isBool := yamlBools[n.Value]
 		switch {
 		case n.Kind != yaml.ScalarNode:
 			return keyErr(key, "expected true or false%s", at(n))
-		case n.ShortTag() == "!!null" && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0:
-			return keyErr(key, "expected true or false, got no value%s", at(n))
-		case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 && slices.Contains([]string{"true", "True", "TRUE"}, n.Value):
-			v.SetBool(true)
-		case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 && slices.Contains([]string{"false", "False", "FALSE"}, n.Value):
-			v.SetBool(false)
-		case quotedButFits(n, v.Type()) && slices.Contains([]string{"true", "True", "TRUE", "false", "False", "FALSE"}, n.Value):
+		case isBool && quoted(n):
 			return keyErr(key, "expected true or false, got the quoted string %q%s: write it without quotes", n.Value, at(n))
+		case isBool:
+			v.SetBool(b)
+		case n.ShortTag() == "!!null":
+			return keyErr(key, "expected true or false, got no value%s", at(n))
 		default:
 			return keyErr(key, "expected true or false, got %q%s", n.Value, at(n))
 		}
@@ -401,7 +400,7 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 					if quotedButFits(n, v.Type()) {
 						return keyErr(key, "expected %s, got the quoted string %q%s: write it without quotes", want, n.Value, at(n))
 					}
-					if (v.CanInt() || v.CanUint()) && wholeNumber(n.Value) && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+					if (v.CanInt() || v.CanUint()) && wholeNumber(n.Value) && !quoted(n) {
 						return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
 					}
 					return keyErr(key, "expected %s, got %q%s", want, n.Value, at(n))
@@ -423,11 +422,20 @@ func wholeNumber(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
+// quoted reports whether n is a quoted scalar ("…" or '…'), which YAML
+// reads as a string whatever it holds.
+func quoted(n *yaml.Node) bool {
+	return n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0
+}
+
+// yamlBools are the booleans a boolean key takes: YAML 1.2's own.
+var yamlBools = map[string]bool{"true": true, "True": true, "TRUE": true, "false": false, "False": false, "FALSE": false}
+
 // quotedButFits reports whether n is a quoted scalar ("true", '5') that,
 // written without its quotes, would be a value of type t: YAML reads a
 // quoted scalar as a string, which is what the operator is then told.
 func quotedButFits(n *yaml.Node, t reflect.Type) bool {
-	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+	if !quoted(n) {
 		return false
 	}
 	plain := *n
