@@ -74,8 +74,10 @@ type System struct {
 	releases    *releaseAudit
 	releasesSub *eventstream.Subscription
 	contenders  *leasestore.Contenders
-	log         zerolog.Logger
-	specs       []childSpec
+	// mark keeps this instance's leases-off record (leases.enabled false).
+	mark  *unleasedMark
+	log   zerolog.Logger
+	specs []childSpec
 }
 
 // New builds the actor system and the LeaseActor props for every
@@ -208,6 +210,7 @@ func (s *System) Start() error {
 	}
 	if !s.o.Config.Leases.Enabled {
 		s.log.Warn().Msg("leases.enabled is false: every worker runs unconditionally on this instance; run a single instance only")
+		s.markUnleased()
 	} else {
 		s.warnIfInstanceLiveElsewhere()
 	}
@@ -300,7 +303,7 @@ func (s *System) GivenUp() []string { return s.releases.givenUpNow() }
 // Ready returns nil unless the instance's lease writes are failing
 // (leasestore.Store.Healthy): a database that still answers reads, and even a
 // one-page write probe, may refuse every real write (a full disk). With
-// leases disabled nothing is written and Ready is nil.
+// leases disabled no lease is written and Ready is nil.
 func (s *System) Ready() error {
 	if !s.o.Config.Leases.Enabled {
 		return nil
@@ -381,6 +384,7 @@ func (s *System) Stop(ctx context.Context) error {
 	case <-forgot:
 	case <-ctx.Done(): // the driver ignores ctx: the delete may still land
 	}
+	s.stopUnleased(ctx)
 	s.contenders.Drain(nudgeDrainGrace)
 	s.actors.Shutdown()
 	return err

@@ -23,6 +23,7 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leakcheck"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Timing bounds for the tests. Lease timings are short so that expiry,
@@ -584,7 +585,22 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	if _, ok := h.row("cleanup-like"); ok {
 		t.Error("a lease row was written with leases disabled")
 	}
+	// Its leases-off record is there from the start, refreshed every
+	// renew interval, and gone after the stop.
+	seenAt := func() (int64, bool) {
+		var at int64
+		err := h.db.QueryRow(`SELECT seen_at FROM lease_contenders WHERE name = ?1 AND instance = ?2`, leasestore.UnleasedMark, instance).Scan(&at)
+		return at, err == nil
+	}
+	first, ok := seenAt()
+	if !ok {
+		t.Fatal("no leases-off record once started")
+	}
+	testsupport.Eventually(h.t, "the leases-off record refreshed", func() bool { at, ok := seenAt(); return ok && at > first })
 	h.stop()
+	if _, ok := seenAt(); ok {
+		t.Error("the leases-off record outlived the stop")
+	}
 	leakcheck.VerifyNone(t)
 }
 

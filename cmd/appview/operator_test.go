@@ -124,6 +124,35 @@ func TestLeasesOffBesideALiveHolderIsRefused(t *testing.T) {
 	}
 }
 
+// The other way round: an instance running with leases off leaves a
+// record while it runs, and a leased instance started beside it is
+// refused (it would run its workers beside that one's unfenced ones), as
+// is a second unleased one; after its stop both start. Found by a
+// new-user pass: the unleased instance used to leave nothing to see.
+func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), "--set", "leases.enabled=false")
+	solo.started()
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=leased"), "serve")
+	assertUsageRefusal(t, r, "leases.enabled: true, but instances run with leases.enabled false on this database now: solo (seen ")
+	r = runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=second"), "serve", "--set", "leases.enabled=false")
+	assertUsageRefusal(t, r, "leases.enabled: false, but other instances already run with leases off on this database: solo (seen ")
+	solo.signal(syscall.SIGTERM)
+	if code, _ := solo.wait(runTimeout); code != 0 {
+		t.Fatalf("unleased instance exit %d", code)
+	}
+	if _, ok := solo.logLine(map[string]string{"msg": "stopped (leases off: nothing was held)"}); !ok {
+		t.Error(`the unleased instance's last line is not "stopped (leases off: nothing was held)"`)
+	}
+	leased := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=leased"))
+	leased.started()
+	leased.waitLog(startTimeout, map[string]string{"event": "lease.acquired", "lease": "cleanup"})
+	leased.signal(syscall.SIGTERM)
+	if code, _ := leased.wait(runTimeout); code != 0 {
+		t.Fatalf("leased instance after the unleased one's stop: exit %d", code)
+	}
+}
+
 func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
 	url, accepted := silentServer(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))

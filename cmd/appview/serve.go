@@ -109,6 +109,9 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if err := unleasedBesideHolders(db, cfg, log); err != nil {
 		return err
 	}
+	if err := besideUnleased(db, cfg, log); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	if err := registerBuildInfo(reg); err != nil {
@@ -240,6 +243,8 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		// earlier still stand: "every lease released" would be untrue.
 		log.Warn().Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
 			Msg("stopped: every lease held at the stop released; grants given up earlier were never handed back and run out their TTL")
+	} else if !cfg.Leases.Enabled {
+		log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped (leases off: nothing was held)")
 	} else {
 		log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
 	}
@@ -416,6 +421,38 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 		return nil
 	}
 	return cli.Refuse("leases.enabled", "false, but leases are held on this database now (%s): another instance runs its workers here under fences, and this one would run every worker unfenced beside it; stop it, or set leases.enabled: true (a grant of this instance's own earlier run clears when its TTL runs out)", strings.Join(held, "; "))
+}
+
+// besideUnleased refuses a start (exit 2) on a database where another
+// instance runs with leases off now (leasestore.UnleasedMark, refreshed
+// within leases.ttl): that instance runs every worker unfenced, on the
+// understanding that it is alone, so a leased instance would run its
+// workers beside those (two consumers: doubled webhooks, stats written
+// twice), and a second unleased one would run every worker twice. The
+// mark of an instance that crashed stops counting leases.ttl after its
+// last refresh; a mark of this instance_id is its own earlier run and
+// does not count. When the table cannot be read, the start goes on after
+// a warning, as in unleasedBesideHolders.
+func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
+	defer cancel()
+	others, err := leasestore.UnleasedOthers(ctx, db.DB, cfg.InstanceID, cfg.Leases.TTL)
+	if err != nil {
+		log.Warn().Err(err).Msg("could not read whether another instance runs with leases off on this database")
+		return nil
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	seen := make([]string, len(others))
+	for i, o := range others {
+		seen[i] = fmt.Sprintf("%s (seen %s ago)", o.Instance, o.Age.Round(time.Millisecond))
+	}
+	list := strings.Join(seen, ", ")
+	if cfg.Leases.Enabled {
+		return cli.Refuse("leases.enabled", "true, but instances run with leases.enabled false on this database now: %s; such an instance runs every worker unfenced, and this one's workers would run beside them; stop it first (the record of one that crashed stops counting %s after its last refresh)", list, cfg.Leases.TTL)
+	}
+	return cli.Refuse("leases.enabled", "false, but other instances already run with leases off on this database: %s; each would run every worker, so there would be two of each; run one unleased instance only, or set leases.enabled: true on all of them (the record of one that crashed stops counting %s after its last refresh)", list, cfg.Leases.TTL)
 }
 
 // closeBounded closes db, waiting at most wait for it (the statements
