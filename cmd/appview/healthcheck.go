@@ -2,12 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/atcr-io/appview/internal/logval"
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/cli"
+	"github.com/atcr-io/appview/internal/urlcheck"
 )
 
 // healthcheckTimeout bounds the probe (a container HEALTHCHECK has its
@@ -33,17 +31,9 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url != "" {
-				u, err := neturl.Parse(url)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-					return cli.Usage(cmd, "--url %q: want an http:// or https:// URL with a host", logval.MaskURL(url))
-				}
-				if u.User != nil {
-					return cli.Usage(cmd, "--url %q: must not carry credentials (user:password@), like every URL key", u.Redacted())
-				}
-				if p := u.Port(); p != "" {
-					if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-						return cli.Usage(cmd, "--url %q: port %s is not in 1..65535", u.Redacted(), p)
-					}
+				// The rules of every URL key (urlcheck.Check).
+				if _, err := urlcheck.Check(url, "http", "https"); err != nil {
+					return cli.Usage(cmd, "--url: %s", err)
 				}
 			}
 			if url == "" {

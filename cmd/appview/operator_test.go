@@ -664,11 +664,11 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 // failed probe (exit 1), and its password is not echoed.
 func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
 	for u, reason := range map[string]string{
-		"notaurl":                             "want an http:// or https:// URL with a host",
-		"ftp://u:secret@x/readyz":             "want an http:// or https:// URL with a host",
-		"http:///readyz":                      "want an http:// or https:// URL with a host",
-		"http://user:secret PW@127.0.0.1/":    "want an http:// or https:// URL with a host",
-		"http://user:secret@127.0.0.1/readyz": "must not carry credentials",
+		"notaurl":                             `--url: URL "notaurl": scheme must be one of http, https`,
+		"ftp://u:secret@x/readyz":             "scheme must be one of http, https",
+		"http:///readyz":                      `URL "http:///readyz" has no host`,
+		"http://user:secret PW@127.0.0.1/":    "unparsable URL",
+		"http://user:secret@127.0.0.1/readyz": "carries credentials (user:password@)",
 		"http://127.0.0.1:99999/readyz":       "port 99999 is not in 1..65535",
 		"http://127.0.0.1:0/readyz":           "port 0 is not in 1..65535",
 	} {

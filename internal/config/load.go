@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/atcr-io/appview/internal/logval"
 	"io"
 	"math"
 	"net"
@@ -22,7 +21,9 @@ import (
 
 	"github.com/atcr-io/appview/internal/database/dburl"
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/nsid"
+	"github.com/atcr-io/appview/internal/urlcheck"
 )
 
 // EnvPrefix starts every environment override (docs/spec.md §2).
@@ -898,44 +899,29 @@ func validLogLevel(s string) bool {
 	return false
 }
 
+// checkURL refuses, naming key, a URL urlcheck.Check refuses for schemes.
 func checkURL(key, raw string, schemes ...string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return keyErr(key, "unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
-	}
-	shown := u.Redacted() // a password is never echoed
-	for _, s := range schemes {
-		if u.Scheme == s {
-			// "http://:5001" has a Host but no host name in it.
-			if u.Hostname() == "" {
-				return keyErr(key, "URL %q has no host", shown)
-			}
-			// An empty port ("h:") means the scheme's; 0 is no port to
-			// connect to.
-			if p := u.Port(); p != "" {
-				if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-					return keyErr(key, "URL %q: port %s is not in 1..65535", shown, p)
-				}
-			}
-			// No URL key takes credentials. A websocket endpoint
-			// (jetstream.urls, labeler.url) is dialed by gorilla/websocket,
-			// which refuses a URL with them (RFC 6455 §3 has no userinfo):
-			// accepted, it would fail every dial for ever and log the
-			// password with each failure. The others are public endpoints
-			// (relays, PLC, Stripe's API) or this instance's own URLs,
-			// which are stored in the database (admin.advertise_url, a
-			// backfill's relay) or sent to others (webhooks.public_url):
-			// a password there would be logged, stored or handed out.
-			if u.User != nil {
-				if slices.Contains(schemes, "ws") {
-					return keyErr(key, "URL %q carries credentials (user:password@), which an endpoint dialed as a websocket cannot send; remove them", shown)
-				}
-				return keyErr(key, "URL %q carries credentials (user:password@), which would be logged and stored in the clear; remove them", shown)
-			}
-			return nil
+	_, err := urlcheck.Check(raw, schemes...)
+	var e *urlcheck.Error
+	switch {
+	case errors.As(err, &e) && e.Credentials:
+		// No URL key takes credentials. A websocket endpoint
+		// (jetstream.urls, labeler.url) is dialed by gorilla/websocket,
+		// which refuses a URL with them (RFC 6455 §3 has no userinfo):
+		// accepted, it would fail every dial for ever and log the
+		// password with each failure. The others are public endpoints
+		// (relays, PLC, Stripe's API) or this instance's own URLs, which
+		// are stored in the database (admin.advertise_url, a backfill's
+		// relay) or sent to others (webhooks.public_url): a password
+		// there would be logged, stored or handed out.
+		if slices.Contains(schemes, "ws") {
+			return keyErr(key, "%s, which an endpoint dialed as a websocket cannot send; remove them", e.Reason)
 		}
+		return keyErr(key, "%s, which would be logged and stored in the clear; remove them", e.Reason)
+	case err != nil:
+		return keyErr(key, "%s", err.Error())
 	}
-	return keyErr(key, "URL %q: scheme must be one of %s", shown, strings.Join(schemes, ", "))
+	return nil
 }
 
 // The two Jetstream paths (internal/jetstream WireOf; this package does

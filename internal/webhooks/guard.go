@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/atcr-io/appview/internal/logval"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,7 +12,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/urlcheck"
 )
 
 // ErrRefused is wrapped by every *RefusedError, for errors.Is (the
@@ -72,14 +73,11 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 		// Quote only its start (its password masked): the refusal is one
 		// readable line.
 		shown := logval.MaskURL(raw)
-		return nil, invalid("webhook url %q... is %d bytes: at most %d are accepted", shown[:min(48, len(shown))], len(raw), MaxURLBytes)
+		return nil, invalid("webhook URL %q... is %d bytes: at most %d are accepted", shown[:min(48, len(shown))], len(raw), MaxURLBytes)
 	}
 	u, err := parseTarget(raw)
 	if err != nil {
 		return nil, &invalidError{err: err}
-	}
-	if u.User != nil {
-		return nil, invalid("webhook url %q: must not carry credentials (user:password@); use the signing secret", u.Redacted())
 	}
 	if g.AllowPrivate {
 		return u, nil
@@ -98,10 +96,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	addrs, err := r.LookupNetIP(ctx, "ip", host)
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return nil, invalid("webhook url %q: resolve %s: %w", logval.MaskURL(raw), host, err)
+		return nil, invalid("webhook URL %q: resolve %s: %w", logval.MaskURL(raw), host, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("webhook url %q: resolve %s: %w", logval.MaskURL(raw), host, err)
+		return nil, fmt.Errorf("webhook URL %q: resolve %s: %w", logval.MaskURL(raw), host, err)
 	}
 	for _, a := range addrs {
 		if err := g.outbound().Check(host, a); err != nil {
@@ -111,24 +109,18 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// parseTarget accepts absolute http and https URLs with a host.
+// parseTarget accepts absolute http and https URLs with a host, a port in
+// 1..65535 and no credentials (urlcheck.Check): a delivery anywhere else
+// could only fail at every attempt, and a password would be stored and
+// logged with the target.
 func parseTarget(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
+	u, err := urlcheck.Check(raw, "http", "https")
+	var e *urlcheck.Error
+	if errors.As(err, &e) && e.Credentials {
+		return nil, fmt.Errorf("webhook %s; use the signing secret", e.Reason)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("webhook url %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("webhook url %q: scheme must be http or https", logval.MaskURL(raw))
-	}
-	if u.Hostname() == "" {
-		return nil, fmt.Errorf("webhook url %q: no host", logval.MaskURL(raw))
-	}
-	// url.Parse takes any digits for the port; a delivery to 99999 could
-	// only fail at every attempt.
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("webhook url %q: port %s is not in 1..65535", logval.MaskURL(raw), p)
-		}
+		return nil, fmt.Errorf("webhook %w", err)
 	}
 	return u, nil
 }

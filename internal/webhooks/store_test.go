@@ -60,7 +60,7 @@ func TestAddRejectsBadDIDTriggerAndURL(t *testing.T) {
 		// The trigger is checked before the URL's host is resolved (an
 		// .invalid name never resolves: RFC 6761).
 		{Webhook{DID: "did:plc:a", URL: "http://hooks.example.invalid/", Triggers: []string{"pull"}}, Guard{}, `unknown webhook trigger "pull"`},
-		{Webhook{DID: "did:plc:a", URL: "gopher://127.0.0.1/"}, lax, "scheme must be http or https"},
+		{Webhook{DID: "did:plc:a", URL: "gopher://127.0.0.1/"}, lax, "scheme must be one of http, https"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1:99999/h"}, lax, "port 99999 is not in 1..65535"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1:0/h"}, lax, "port 0 is not in 1..65535"},
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/"}, Guard{}, "loopback"},

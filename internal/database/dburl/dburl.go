@@ -3,9 +3,10 @@ package dburl
 import (
 	"errors"
 	"fmt"
-	"github.com/atcr-io/appview/internal/logval"
 	"net/url"
 	"strings"
+
+	"github.com/atcr-io/appview/internal/logval"
 )
 
 // Schemes are the URL schemes database.url accepts, in the order error

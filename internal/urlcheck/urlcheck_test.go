@@ -1,0 +1,42 @@
+package urlcheck
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://h.example/x":         "",
+		"HTTP://h.example:8080/x":     "", // url.Parse lowers the scheme
+		"http://h.example:/x":         "", // an empty port is the scheme's
+		"wss://h.example/subscribe":   "scheme must be one of http, https",
+		"notaurl":                     `URL "notaurl": scheme must be one of http, https`,
+		"http://:5001/x":              "has no host",
+		"http:///x":                   "has no host",
+		"http://h.example:0/":         "port 0 is not in 1..65535",
+		"http://h.example:65536/":     "port 65536 is not in 1..65535",
+		"http://u:secret@h.example/":  "carries credentials (user:password@)",
+		"http://u:sec ret@h.example/": "unparsable URL",
+	} {
+		_, err := Check(raw, "http", "https")
+		if want == "" {
+			if err != nil {
+				t.Errorf("Check(%q) = %v, want nil", raw, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || !strings.Contains(e.Error(), want) {
+			t.Errorf("Check(%q) = %v, want an *Error containing %q", raw, err, want)
+			continue
+		}
+		if strings.Contains(e.Error(), "secret") || strings.Contains(e.Error(), "sec ret") {
+			t.Errorf("Check(%q) echoes the password: %q", raw, e.Error())
+		}
+		if e.Credentials != strings.Contains(want, "credentials") {
+			t.Errorf("Check(%q).Credentials = %v", raw, e.Credentials)
+		}
+	}
+}
