@@ -216,6 +216,10 @@ var badConfigs = []struct {
 		key: "jetstream.urls", reason: `element 2 ("wss://h.example/subscribe") is the same endpoint as element 1`},
 	{name: "jetstream url on an IPv6 address repeated with its default port", sets: []string{"jetstream.urls=[\"wss://[2001:db8::1]/subscribe\", \"wss://[2001:DB8::1]:443/subscribe\"]"},
 		key: "jetstream.urls", reason: `element 2 ("wss://[2001:DB8::1]:443/subscribe") is the same endpoint as element 1`},
+	// RFC 3986 §6.2.2 normalisations (urlcheck.Canonical): dot segments,
+	// an unreserved character percent-encoded, a trailing dot of the host.
+	{name: "jetstream url repeated with a dot segment, an encoded letter and a host's trailing dot", sets: []string{"jetstream.urls=wss://h.example/subscribe,wss://h.example./x/../%73ubscribe"},
+		key: "jetstream.urls", reason: `element 2 ("wss://h.example./x/../%73ubscribe") is the same endpoint as element 1`},
 	{name: "relay endpoint repeated with its default https port", env: []string{"APPVIEW_BACKFILL_RELAY_ENDPOINTS=https://r.example:443,https://r.example/"},
 		key: "backfill.relay_endpoints", reason: `element 2 ("https://r.example/") is the same endpoint as element 1 ("https://r.example:443")`},
 	{name: "http relay endpoint repeated with port 80", sets: []string{"backfill.relay_endpoints=http://r.example,http://r.example:80"},

@@ -845,39 +845,31 @@ func redacted(s string) string {
 }
 
 // sameEndpoint is the form in which two endpoint URLs of a list are
-// compared: surrounding whitespace dropped, scheme and host in lower case
-// (both are case-insensitive), the scheme's default port dropped (ws and
-// http 80, wss and https 443: wss://h:443/x is wss://h/x, and so is an
-// empty port, wss://h:/x), and one trailing slash of the path dropped.
-// A trailing slash counts as the same endpoint because the code that uses
-// these lists ignores it too: backfill trims it from a relay's base URL
-// before appending /xrpc/..., and Jetstream's wire is chosen by the path
-// without it. Listing one endpoint twice would only make the consumer or
-// the backfill fail over to the host it is leaving. A URL that does not
-// parse is compared as written (its own check refuses it).
+// compared: surrounding whitespace dropped, the URL's canonical form
+// (urlcheck.Canonical: scheme and host case, the scheme's default port —
+// wss://h:443/x is wss://h/x, and so is an empty port, wss://h:/x —
+// percent-encoding and dot segments make no difference), and one
+// trailing slash of the path dropped. A trailing slash counts as the same
+// endpoint because the code that uses these lists ignores it too:
+// backfill trims it from a relay's base URL before appending /xrpc/...,
+// and Jetstream's wire is chosen by the path without it. Listing one
+// endpoint twice would only make the consumer or the backfill fail over
+// to the host it is leaving. A URL that does not parse is compared as
+// written (its own check refuses it).
 func sameEndpoint(raw string) string {
 	raw = strings.TrimSpace(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
-	if port := u.Port(); port == "" || port == defaultPorts[u.Scheme] {
-		// Hostname drops an IPv6 address's brackets: put them back.
-		host := u.Hostname()
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
-		}
-		u.Host = host
+	c, err := url.Parse(urlcheck.Canonical(u))
+	if err != nil {
+		return raw
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
-	return u.String()
+	c.Path = strings.TrimSuffix(c.Path, "/")
+	c.RawPath = strings.TrimSuffix(c.RawPath, "/")
+	return c.String()
 }
-
-// defaultPorts are the ports a URL of each endpoint scheme means when it
-// names none.
-var defaultPorts = map[string]string{"http": "80", "ws": "80", "https": "443", "wss": "443"}
 
 // short renders d as an operator writes it: 1h rather than 1h0m0s.
 func short(d time.Duration) string {

@@ -6,6 +6,7 @@ package urlcheck
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -59,4 +60,108 @@ func Check(raw string, schemes ...string) (*url.URL, error) {
 		return nil, &Error{Reason: fmt.Sprintf("URL %q carries credentials (user:password@)", shown), Credentials: true}
 	}
 	return u, nil
+}
+
+// defaultPorts are the ports a URL of each scheme means when it names
+// none.
+var defaultPorts = map[string]string{"http": "80", "ws": "80", "https": "443", "wss": "443"}
+
+// Canonical is u as a client requests it, normalised as RFC 3986 §6.2.2
+// and §6.2.3 allow: scheme and host in lower case (a trailing dot of the
+// host and the textual variants of an IP literal dropped), the port's
+// leading zeros and the scheme's default port (http and ws 80, https and
+// wss 443) left out, "/" for an empty path, percent-encodings in upper
+// case and those of unreserved characters decoded, dot segments removed,
+// an empty query dropped, and no fragment (a client never sends one).
+// Two URLs with one canonical form name one endpoint: webhook targets are
+// stored in it (internal/webhooks), and endpoint lists of the
+// configuration compare in it (internal/config).
+func Canonical(u *url.URL) string {
+	c := *u
+	c.Scheme = strings.ToLower(c.Scheme)
+	host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.String()
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		port = strconv.Itoa(n)
+	}
+	if port == defaultPorts[c.Scheme] {
+		port = ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	c.Host = host
+	if port != "" {
+		c.Host += ":" + port
+	}
+	if c.Opaque == "" {
+		escaped := removeDotSegments(normalizePercent(c.EscapedPath()))
+		if escaped == "" {
+			escaped = "/"
+		}
+		if p, err := url.PathUnescape(escaped); err == nil {
+			c.Path, c.RawPath = p, escaped
+		}
+	}
+	c.RawQuery = normalizePercent(c.RawQuery)
+	c.ForceQuery = false
+	c.Fragment, c.RawFragment = "", ""
+	return c.String()
+}
+
+// normalizePercent upper-cases the hex digits of s's percent-encodings and
+// decodes those of unreserved characters (RFC 3986 §2.3, §6.2.2.2).
+func normalizePercent(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			if ch := byte(v); ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("-._~", ch) >= 0 {
+				b.WriteByte(ch)
+			} else {
+				b.WriteString(strings.ToUpper(s[i : i+3]))
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// removeDotSegments is RFC 3986 §5.2.4's, for an absolute path.
+func removeDotSegments(p string) string {
+	if !strings.Contains(p, ".") {
+		return p
+	}
+	var out []string
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch seg {
+		case ".":
+			if last {
+				out = append(out, "")
+			}
+		case "..":
+			if len(out) > 1 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, seg)
+		}
+	}
+	return strings.Join(out, "/")
 }

@@ -2,6 +2,7 @@ package urlcheck
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,26 @@ func TestCheck(t *testing.T) {
 		}
 		if e.Credentials != strings.Contains(want, "credentials") {
 			t.Errorf("Check(%q).Credentials = %v", raw, e.Credentials)
+		}
+	}
+}
+
+func TestCanonical(t *testing.T) {
+	for raw, want := range map[string]string{
+		"HTTPS://H.Example:443":             "https://h.example/",
+		"http://h.example:0080/a/./b/../c":  "http://h.example/a/c",
+		"wss://h.example:443/subscribe#x":   "wss://h.example/subscribe",
+		"ws://h.example:80/subscribe?":      "ws://h.example/subscribe",
+		"ws://h.example:8080/%7e%2f":        "ws://h.example:8080/~%2F",
+		"http://[0:0::1]:80/x":              "http://[::1]/x",
+		"https://localhost./hook?a=%2a&b=c": "https://localhost/hook?a=%2A&b=c",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Canonical(u); got != want {
+			t.Errorf("Canonical(%q) = %q, want %q", raw, got, want)
 		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/atcr-io/appview/internal/logval"
@@ -125,104 +123,6 @@ func parseTarget(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// canonicalURL is u as a delivery requests it, normalised as RFC 3986 §6.2.2
-// and §6.2.3 allow: scheme and host in lower case (a trailing dot of the
-// host and the textual variants of an IP literal dropped), the port's
-// leading zeros and the scheme's default port (80, 443) left out, "/" for
-// an empty path, percent-encodings in upper case and those of unreserved
-// characters decoded, dot segments removed, an empty query dropped, and
-// no fragment (an HTTP client never sends one). Two webhook URLs with one
-// canonical form are one receiver.
-func canonicalURL(u *url.URL) string {
-	c := *u
-	c.Scheme = strings.ToLower(c.Scheme)
-	host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
-	if a, err := netip.ParseAddr(host); err == nil {
-		host = a.String()
-	}
-	if n, err := strconv.Atoi(port); err == nil {
-		port = strconv.Itoa(n)
-	}
-	if (c.Scheme == "http" && port == "80") || (c.Scheme == "https" && port == "443") {
-		port = ""
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	c.Host = host
-	if port != "" {
-		c.Host += ":" + port
-	}
-	if c.Opaque == "" {
-		escaped := removeDotSegments(normalizePercent(c.EscapedPath()))
-		if escaped == "" {
-			escaped = "/"
-		}
-		if p, err := url.PathUnescape(escaped); err == nil {
-			c.Path, c.RawPath = p, escaped
-		}
-	}
-	c.RawQuery = normalizePercent(c.RawQuery)
-	c.ForceQuery = false
-	c.Fragment, c.RawFragment = "", ""
-	return c.String()
-}
-
-// normalizePercent upper-cases the hex digits of s's percent-encodings and
-// decodes those of unreserved characters (RFC 3986 §2.3, §6.2.2.2).
-func normalizePercent(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
-			if ch := byte(v); ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("-._~", ch) >= 0 {
-				b.WriteByte(ch)
-			} else {
-				b.WriteString(strings.ToUpper(s[i : i+3]))
-			}
-			i += 2
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// removeDotSegments is RFC 3986 §5.2.4's, for an absolute path.
-func removeDotSegments(p string) string {
-	if !strings.Contains(p, ".") {
-		return p
-	}
-	var out []string
-	segs := strings.Split(p, "/")
-	for i, seg := range segs {
-		last := i == len(segs)-1
-		switch seg {
-		case ".":
-			if last {
-				out = append(out, "")
-			}
-		case "..":
-			if len(out) > 1 {
-				out = out[:len(out)-1]
-			}
-			if last {
-				out = append(out, "")
-			}
-		default:
-			out = append(out, seg)
-		}
-	}
-	return strings.Join(out, "/")
-}
-
 // SameURL reports whether webhook URLs a and b name one receiver: equal
 // canonical forms (scheme and host case, a default port, an empty path,
 // a fragment make no difference), or equal strings when either does not
@@ -233,7 +133,7 @@ func SameURL(a, b string) bool {
 	if errA != nil || errB != nil {
 		return a == b
 	}
-	return canonicalURL(ua) == canonicalURL(ub)
+	return urlcheck.Canonical(ua) == urlcheck.Canonical(ub)
 }
 
 // Control is a net.Dialer Control function that refuses a non-public

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/urlcheck"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
@@ -84,7 +85,7 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if err != nil {
 		return w, err
 	}
-	w.URL = canonicalURL(u)
+	w.URL = urlcheck.Canonical(u)
 	w.Triggers = triggers
 	return w, nil
 }
