@@ -342,11 +342,11 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 		args   []string
 		reason string
 	}{
-		{"ftp url", []string{"--url", "ftp://hooks.example/x"}, "scheme must be http or https"},
-		{"javascript url", []string{"--url", "javascript:alert(1)"}, "scheme must be http or https"},
+		{"ftp url", []string{"--url", "ftp://hooks.example/x"}, "scheme must be one of http, https"},
+		{"javascript url", []string{"--url", "javascript:alert(1)"}, "scheme must be one of http, https"},
 		{"loopback address", []string{"--url", "http://127.0.0.1:9/hook"}, "loopback"},
 		{"private address", []string{"--url", "http://10.1.2.3/hook"}, "private"},
-		{"credentials in the url", []string{"--url", "https://alice:hunter2@93.184.216.34/hook"}, "must not carry credentials"},
+		{"credentials in the url", []string{"--url", "https://alice:hunter2@93.184.216.34/hook"}, "carries credentials (user:password@); use the signing secret"},
 		{"bad did", []string{"--did", "bob", "--url", "https://93.184.216.34/hook"}, `webhook did "bob"`},
 		{"unknown trigger", []string{"--trigger", "pull", "--url", "https://93.184.216.34/hook"}, `unknown webhook trigger "pull"`},
 		{"empty secret on stdin", []string{"--secret", "-", "--url", "https://93.184.216.34/hook"}, "empty secret"},
