@@ -92,6 +92,10 @@ var badConfigs = []struct {
 	{name: "ttl just below the floor", env: []string{"APPVIEW_LEASES_TTL=499ms"}, key: "leases.ttl", reason: "must be at least 500ms, got 499ms"},
 	{name: "ttl above the ceiling", sets: []string{"leases.ttl=100000h"}, key: "leases.ttl", reason: "must be at most 1h, got 100000h"},
 	{name: "ttl just above the ceiling", yaml: "leases:\n  ttl: 61m\n", key: "leases.ttl", reason: "must be at most 1h, got 1h1m"},
+	// A value refused after loading says where it came from.
+	{name: "a refused value names its file line", yaml: "leases:\n  ttl: 15s\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "(8s >= 15s/2) (line 3)"},
+	{name: "a refused value names its environment variable", env: []string{"APPVIEW_LEASES_RENEW_INTERVAL=8s"}, key: "leases.renew_interval", reason: "(8s >= 15s/2) (from APPVIEW_LEASES_RENEW_INTERVAL)"},
+	{name: "a refused value names --set", yaml: "leases:\n  renew_interval: 1s\n", sets: []string{"leases.renew_interval=8s"}, key: "leases.renew_interval", reason: "(8s >= 15s/2) (from --set)"},
 	{name: "renew_interval below the floor", sets: []string{"leases.ttl=1s", "leases.renew_interval=10ms", "leases.renew_deadline=500ms", "leases.retry_interval=200ms"},
 		key: "leases.renew_interval", reason: "must be at least 50ms, got 10ms"},
 	{name: "renew_deadline below the floor", sets: []string{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=99ms", "leases.retry_interval=100ms"},

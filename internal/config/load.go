@@ -55,12 +55,16 @@ type Sources struct {
 // APPVIEW_BIN) is ignored with a warning naming the closest key.
 func Load(src Sources) (Config, error) {
 	cfg := Default()
+	// origins says where each key set from a source got its value, so a
+	// refusal of the value by Validate can point at it ("line 4", an
+	// environment variable, --set).
+	origins := map[string]string{}
 	if src.File != "" {
 		data, err := os.ReadFile(src.File)
 		if err != nil {
 			return cfg, &Error{Key: "--config", Reason: err.Error()}
 		}
-		if err := decodeYAML(data, &cfg); err != nil {
+		if err := decodeYAML(data, &cfg, origins); err != nil {
 			return cfg, err
 		}
 	}
@@ -84,6 +88,7 @@ func Load(src Sources) (Config, error) {
 		if err := setFromString(leaves[key], key, value); err != nil {
 			return cfg, from(err, name)
 		}
+		origins[key] = "from " + name
 	}
 	for _, kv := range src.Sets {
 		key, value, ok := strings.Cut(kv, "=")
@@ -103,6 +108,7 @@ func Load(src Sources) (Config, error) {
 		if err := setFromString(field, key, value); err != nil {
 			return cfg, from(err, "--set")
 		}
+		origins[key] = "from --set"
 	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = NewInstanceID()
@@ -110,7 +116,23 @@ func Load(src Sources) (Config, error) {
 	if err := cfg.readTokenFile(); err != nil {
 		return cfg, err
 	}
-	return cfg, cfg.Validate()
+	return cfg, pointAt(cfg.Validate(), origins)
+}
+
+// pointAt adds to a refusal naming a key set from a source where its value
+// came from: " (line 4)" of the file, " (from APPVIEW_LEASES_TTL)", " (from
+// --set)". A key left at its default, or a refusal that already says, is
+// returned as it is.
+func pointAt(err error, origins map[string]string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	o, ok := origins[e.Key]
+	if !ok || strings.HasSuffix(e.Reason, ")") && (strings.Contains(e.Reason, " (line ") || strings.Contains(e.Reason, " (from ")) {
+		return err
+	}
+	return &Error{Key: e.Key, Reason: e.Reason + " (" + o + ")"}
 }
 
 // readTokenFile fills Admin.Token from Admin.TokenFile (issue 11: a
@@ -252,7 +274,9 @@ func yamlName(f reflect.StructField) string {
 // document: yaml.Unmarshal would read the first and silently drop the
 // rest (settings the operator believes are applied), so a second one,
 // even an empty one after a trailing "---", is refused.
-func decodeYAML(data []byte, cfg *Config) error {
+//
+// Each key set gets its line in origins ("line N").
+func decodeYAML(data []byte, cfg *Config, origins map[string]string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
@@ -271,10 +295,10 @@ func decodeYAML(data []byte, cfg *Config) error {
 	if len(doc.Content) == 0 {
 		return nil
 	}
-	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
+	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "", origins)
 }
 
-func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
+func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]string) error {
 	if v.Kind() == reflect.Struct && v.Type() != durationType {
 		if n.Kind != yaml.MappingNode {
 			if n.Tag == "!!null" {
@@ -302,11 +326,14 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string) error {
 				return keyErr(child, "duplicate key%s", at(n.Content[i]))
 			}
 			seen[name] = true
-			if err := decodeNode(n.Content[i+1], f, child); err != nil {
+			if err := decodeNode(n.Content[i+1], f, child, origins); err != nil {
 				return err
 			}
 		}
 		return nil
+	}
+	if n.Line > 0 {
+		origins[key] = fmt.Sprintf("line %d", n.Line)
 	}
 	return decodeLeaf(n, v, key)
 }
