@@ -404,6 +404,10 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 			return keyErr(key, "expected true or false%s", at(n))
 		case isBool && quoted(n):
 			return keyErr(key, "expected true or false, got the quoted string %q%s: write it without quotes", n.Value, at(n))
+		case isBool && n.ShortTag() != "!!bool":
+			// "!!str true", or a block scalar (| or >): YAML reads it as
+			// a string, as it does a quoted one.
+			return keyErr(key, "expected true or false, got the string %q%s: write it plainly, with no tag or block style", n.Value, at(n))
 		case isBool:
 			v.SetBool(b)
 		case n.ShortTag() == "!!null":
@@ -573,6 +577,9 @@ func setFromString(v reflect.Value, key, raw string) error {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(raw), &doc); err != nil || len(doc.Content) == 0 {
+		if strings.TrimSpace(raw) == "" {
+			return keyErr(key, "got no value") // as a blank key in the file says
+		}
 		return keyErr(key, "unparsable value %q", raw)
 	}
 	forgetLines(doc.Content[0])
