@@ -148,7 +148,8 @@ func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // statsQuery reads the did and repository parameters of a /debug/stats
 // request, or says in problem what is wrong with them: each is required
 // once, did must be a DID by the AT Protocol syntax and repository must
-// not be blank. A malformed DID can name no repository, and an answer
+// not be blank and must be a name a record can carry
+// (processor.CheckRepository). A malformed DID can name no repository, and an answer
 // for it (zero counts, 200) would read as "no pulls yet".
 func statsQuery(q url.Values) (did, repo, problem string) {
 	for _, name := range []string{"did", "repository"} {
@@ -165,6 +166,11 @@ func statsQuery(q url.Values) (did, repo, problem string) {
 	}
 	if strings.TrimSpace(repo) == "" {
 		return "", "", "query parameter repository is empty"
+	}
+	if err := processor.CheckRepository(repo); err != nil {
+		// A name no record can carry: an answer (zero counts, 200) would
+		// read as "no pulls yet".
+		return "", "", fmt.Sprintf("no repository can have this name: %s", truncate(err.Error()))
 	}
 	return did, repo, ""
 }

@@ -85,6 +85,8 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 		{"?did=&repository=app", `did "" is not a DID`},
 		{"?did=did:plc:o&repository=", "repository is empty"},
 		{"?did=did:plc:o&repository=%20%09", "repository is empty"},
+		{"?did=did:plc:o&repository=a/../b", `no repository can have this name: repository "a/../b" has an empty, "." or ".." path segment`},
+		{"?did=did:plc:o&repository=a%0Ab", "no repository can have this name"},
 		{"?did=did:plc:o&did=did:plc:p&repository=app", "did is given 2 times"},
 		{"?did=did:plc:o&repository=app&repository=other", "repository is given 2 times"},
 		{"?did=did:plc:" + strings.Repeat("x", 3000) + "&repository=app", "is not a DID"},

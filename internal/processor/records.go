@@ -250,6 +250,22 @@ func (c *check) repository(field, v string) {
 	}
 }
 
+// CheckRepository returns why a repository name could never be stored
+// (the check a record's repository field gets: no NUL, invalid UTF-8,
+// control, white-space or invisible character, no empty, "." or ".."
+// path segment), or nil. For readers that take a name from outside, so
+// that a name no record can carry is refused rather than answered as
+// empty.
+func CheckRepository(v string) error {
+	var c check
+	c.repository("repository", v)
+	var ie *invalidError
+	if errors.As(c.err, &ie) {
+		return errors.New(ie.detail) // the words, without the skip reason
+	}
+	return c.err
+}
+
 // tagName checks a tag: a name without "/" (a tag is one path segment of
 // an OCI reference) and not "." or "..".
 func (c *check) tagName(field, v string) {
