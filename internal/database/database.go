@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,14 +208,37 @@ func (db *DB) CheckWritable(ctx context.Context) error {
 
 // Ping runs SELECT 1 and waits at most until ctx is done. The driver ignores
 // contexts, so a hung call is abandoned (its goroutine finishes on its own).
+// The error says what the failure means (openFault) and wraps the
+// driver's.
 func (db *DB) Ping(ctx context.Context) error {
 	return Bounded(ctx, func() error {
 		var one int
 		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
-			return fmt.Errorf("database not answering: %w", err)
+			return fmt.Errorf("%s: %w", openFault(err), err)
 		}
 		return nil
 	})
+}
+
+// openFault names what a failure of the first statements on a new
+// connection (its PRAGMAs, then SELECT 1) says: no answer at all, or
+// SQLite answering that the file is not a database, cannot be written or
+// cannot be opened. A "not answering" for a text file or a read-only
+// mount sent operators looking for a stopped server.
+func openFault(err error) string {
+	text := driverText(err)
+	if !answered(text) || Unavailable(err) {
+		return "database not answering"
+	}
+	switch s := strings.ToLower(text); {
+	case strings.Contains(s, "file is not a database"):
+		return "not an SQLite database"
+	case strings.Contains(s, "readonly") || strings.Contains(s, "read-only"):
+		return "database is read-only here"
+	case strings.Contains(s, "unable to open database"):
+		return "database file cannot be opened"
+	}
+	return "database refused its first statement"
 }
 
 // closeWait bounds how long Close waits for the native connections still
