@@ -18,11 +18,11 @@ type unleasedMark struct {
 // markUnleased writes the record at once, waiting for it at most one
 // renew interval (a stalled database does not hold the start up longer),
 // so that an instance started after this one has said it started finds
-// it; it refreshes it every
-// leases.renew_interval (under half of leases.ttl, the window within which
-// other instances count it) until stopUnleased. A failed write is logged
-// at warn, once until one succeeds again: the workers run all the same,
-// but an instance started meanwhile would not see this one.
+// it, and refreshes it every leases.renew_interval (under half of
+// leases.ttl, the window within which other instances count it) until
+// stopUnleased. A failed write is logged at warn, once until one succeeds
+// again: the workers run all the same, but an instance started meanwhile
+// would not see this one.
 func (s *System) markUnleased() {
 	m := &unleasedMark{stop: make(chan struct{}), done: make(chan struct{})}
 	s.mark = m
