@@ -23,7 +23,6 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/leakcheck"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Timing bounds for the tests. Lease timings are short so that expiry,
@@ -589,7 +588,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	// renew interval, and gone after the stop.
 	seenAt := func() (int64, bool) {
 		var at int64
-		err := h.db.QueryRow(`SELECT seen_at FROM lease_contenders WHERE name = ?1 AND instance = ?2`, leasestore.UnleasedMark, instance).Scan(&at)
+		err := h.db.QueryRow(`SELECT seen_at FROM unleased_instances WHERE instance = ?1`, instance).Scan(&at)
 		return at, err == nil
 	}
 	first, ok := seenAt()
@@ -597,11 +596,53 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 		t.Fatal("no leases-off record once started")
 	}
 	testsupport.Eventually(h.t, "the leases-off record refreshed", func() bool { at, ok := seenAt(); return ok && at > first })
+	select {
+	case err := <-h.sys.Conflict():
+		t.Fatalf("a conflict with nobody beside it: %v", err)
+	default:
+	}
 	h.stop()
 	if _, ok := seenAt(); ok {
 		t.Error("the leases-off record outlived the stop")
 	}
 	leakcheck.VerifyNone(t)
+}
+
+// An instance with leases off that finds, after its start, a lease held
+// on the database (a leased instance started at the same moment, past the
+// start's check) or another leases-off instance that started before it
+// reports it on Conflict, once.
+func TestLeasesDisabledReportsAnInstanceStartedBesideIt(t *testing.T) {
+	for _, tc := range []struct {
+		name, beside string
+		want         string
+	}{
+		{"a held lease", `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+VALUES ('cleanup', 'leased', 1, 0, 0, 9000000000000)`, "leases are held on this database (cleanup by leased (fence 1))"},
+		{"an earlier unleased start", `INSERT INTO unleased_instances (instance, nonce, started_at, seen_at, every_ms)
+VALUES ('earlier', 'n0', 0, 9000000000000, 1000)`, "earlier (seen 0s ago) started before this one with leases off too"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Leases.Enabled = false
+			h := newHarness(t, cfg, workers.Spec{Name: "idle", Leased: true,
+				Job: func(ctx context.Context, c fence.Custody) error { <-ctx.Done(); return nil }})
+			h.start()
+			if _, err := h.db.Exec(tc.beside); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-h.sys.Conflict():
+				if !errors.Is(err, ErrBesideUnleased) || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("conflict %v, want ErrBesideUnleased naming %q", err, tc.want)
+				}
+			case <-time.After(10 * testRenewInterval):
+				t.Fatal("no conflict reported within ten refreshes")
+			}
+			h.stop()
+			leakcheck.VerifyNone(t)
+		})
+	}
 }
 
 func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {

@@ -2,42 +2,63 @@ package system
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
-// unleasedMark keeps this instance's leasestore.UnleasedMark record while
-// it runs with leases off, so that an instance started beside it (leased
-// or not) sees it and refuses to start (cmd/appview, besideUnleased).
+// unleasedMark keeps this instance's unleased_instances record while it
+// runs with leases off, so that an instance started beside it (leased or
+// not) sees it and refuses to start (cmd/appview, besideUnleased), and
+// watches, at each refresh, for one that started beside it at the same
+// moment and so passed that check.
 type unleasedMark struct {
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	conflict chan error // one error, then closed by nobody: read once
 }
 
 // markUnleased writes the record at once, waiting for it at most one
 // renew interval (a stalled database does not hold the start up longer),
 // so that an instance started after this one has said it started finds
-// it, and refreshes it every leases.renew_interval (under half of
-// leases.ttl, the window within which other instances count it) until
-// stopUnleased. A failed write is logged at warn, once until one succeeds
-// again: the workers run all the same, but an instance started meanwhile
-// would not see this one.
+// it, and refreshes it every leases.renew_interval until stopUnleased. A
+// failed write is logged at warn, once until one succeeds again: the
+// workers run all the same, but an instance started meanwhile would not
+// see this one.
+//
+// After each refresh it looks for an instance beside it (unleasedConflict):
+// a lease held on the database, or another live leases-off record that
+// started earlier. The first one found is sent on Conflict, once, and the
+// refreshes go on until the stop.
 func (s *System) markUnleased() {
-	m := &unleasedMark{stop: make(chan struct{}), done: make(chan struct{})}
+	m := &unleasedMark{stop: make(chan struct{}), done: make(chan struct{}), conflict: make(chan error, 1)}
 	s.mark = m
 	id, every := s.o.Config.InstanceID, s.o.Config.Leases.RenewInterval
-	write := func(failing bool) bool {
-		err := s.store.MarkUnleased(context.Background(), id)
+	failing, reported := false, false
+	refresh := func() {
+		err := s.store.MarkUnleased(context.Background(), id, every)
 		if err != nil && !failing {
 			s.log.Warn().Err(err).Msg("could not record this instance as running with leases off: an instance started beside it now would not see it")
 		}
-		return err != nil
+		failing = err != nil
+		if err != nil || reported {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		defer cancel()
+		if c := s.unleasedConflict(ctx); c != nil {
+			reported = true
+			m.conflict <- c
+		}
 	}
 	first := make(chan struct{})
 	go func() {
 		defer close(m.done)
-		failing := write(false)
+		refresh()
 		close(first)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -46,7 +67,7 @@ func (s *System) markUnleased() {
 			case <-m.stop:
 				return
 			case <-t.C:
-				failing = write(failing)
+				refresh()
 			}
 		}
 	}()
@@ -58,9 +79,61 @@ func (s *System) markUnleased() {
 	}
 }
 
+// ErrBesideUnleased is wrapped by what Conflict reports.
+var ErrBesideUnleased = errors.New("another instance runs beside this one, which runs with leases off")
+
+// unleasedConflict returns why this instance, running with leases off,
+// must stop, or nil: a lease held on the database (a leased instance runs
+// its workers, fenced, beside this one's unfenced copies), or another
+// process start's live leases-off record that started before this one's
+// (leasestore.UnleasedBefore: of two unleased instances that started at
+// the same moment, the later one yields). A read that fails says nothing.
+func (s *System) unleasedConflict(ctx context.Context) error {
+	if rows, err := leasestore.ListBounded(ctx, s.o.DB.DB); err == nil {
+		var held []string
+		for _, r := range rows {
+			if r.State() == leasestore.StateHeld {
+				held = append(held, fmt.Sprintf("%s by %s (fence %d)", r.Name, r.Holder, r.Fence))
+			}
+		}
+		if len(held) > 0 {
+			return fmt.Errorf("%w: leases are held on this database (%s)", ErrBesideUnleased, strings.Join(held, "; "))
+		}
+	}
+	all, err := leasestore.ListUnleased(ctx, s.o.DB.DB)
+	if err != nil {
+		return nil
+	}
+	var self *leasestore.UnleasedInstance
+	for i := range all {
+		if all[i].Nonce == s.store.Nonce() && all[i].Instance == s.o.Config.InstanceID {
+			self = &all[i]
+		}
+	}
+	if self == nil {
+		return nil
+	}
+	for _, u := range all {
+		if u.Nonce != self.Nonce && u.Live() && leasestore.UnleasedBefore(u, *self) {
+			return fmt.Errorf("%w: %s started before this one with leases off too", ErrBesideUnleased, u)
+		}
+	}
+	return nil
+}
+
+// Conflict delivers, at most once, why this instance, running with leases
+// off, found another beside it after its start (see markUnleased); the
+// caller stops it. Nil (never ready) when leases are on.
+func (s *System) Conflict() <-chan error {
+	if s.mark == nil {
+		return nil
+	}
+	return s.mark.conflict
+}
+
 // stopUnleased ends the refreshes and deletes the record, bounded by ctx
-// (a write stuck in the driver is left behind; the record then stops
-// counting leases.ttl after its last refresh).
+// (a write stuck in the driver is left behind; the record is then
+// overdue two refresh intervals after its last refresh).
 func (s *System) stopUnleased(ctx context.Context) {
 	m := s.mark
 	if m == nil {
@@ -74,6 +147,6 @@ func (s *System) stopUnleased(ctx context.Context) {
 	}
 	err := database.Bounded(ctx, func() error { return s.store.UnmarkUnleased(ctx, s.o.Config.InstanceID) })
 	if err != nil {
-		s.log.Debug().Err(err).Msg("could not delete this instance's leases-off record; it stops counting after leases.ttl")
+		s.log.Debug().Err(err).Msg("could not delete this instance's leases-off record; it is overdue two refresh intervals after its last")
 	}
 }

@@ -124,19 +124,26 @@ func TestLeasesOffBesideALiveHolderIsRefused(t *testing.T) {
 	}
 }
 
+// quickLeases are lease timings under which a leases-off record is
+// refreshed every 300ms (overdue 1.6s after its last refresh).
+var quickLeases = []string{"--set", "leases.ttl=3s", "--set", "leases.renew_interval=300ms", "--set", "leases.renew_deadline=2s"}
+
 // The other way round: an instance running with leases off leaves a
 // record while it runs, and a leased instance started beside it is
 // refused (it would run its workers beside that one's unfenced ones), as
-// is a second unleased one; after its stop both start. Found by a
-// new-user pass: the unleased instance used to leave nothing to see.
+// is a second unleased one, under the same instance_id too; after its
+// stop both start. Found by a new-user pass: the unleased instance used
+// to leave nothing to see.
 func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), "--set", "leases.enabled=false")
+	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
 	solo.started()
-	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=leased"), "serve")
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=leased"), append([]string{"serve"}, quickLeases...)...)
 	assertUsageRefusal(t, r, "leases.enabled: true, but instances run with leases.enabled false on this database now: solo (seen ")
-	r = runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=second"), "serve", "--set", "leases.enabled=false")
-	assertUsageRefusal(t, r, "leases.enabled: false, but other instances already run with leases off on this database: solo (seen ")
+	for _, id := range []string{"second", "solo"} {
+		r = runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID="+id), append([]string{"serve", "--set", "leases.enabled=false"}, quickLeases...)...)
+		assertUsageRefusal(t, r, "leases.enabled: false, but other instances already run with leases off on this database: solo (seen ")
+	}
 	solo.signal(syscall.SIGTERM)
 	if code, _ := solo.wait(runTimeout); code != 0 {
 		t.Fatalf("unleased instance exit %d", code)
@@ -144,12 +151,60 @@ func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
 	if _, ok := solo.logLine(map[string]string{"msg": "stopped (leases off: nothing was held)"}); !ok {
 		t.Error(`the unleased instance's last line is not "stopped (leases off: nothing was held)"`)
 	}
-	leased := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=leased"))
+	leased := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=leased"), quickLeases...)
 	leased.started()
 	leased.waitLog(startTimeout, map[string]string{"event": "lease.acquired", "lease": "cleanup"})
 	leased.signal(syscall.SIGTERM)
 	if code, _ := leased.wait(runTimeout); code != 0 {
 		t.Fatalf("leased instance after the unleased one's stop: exit %d", code)
+	}
+}
+
+// Two instances started at the same moment both pass the start's check;
+// the one with leases off finds the other at its next refresh and stops
+// (exit 1, an error line naming it). The leased instance is simulated by
+// its grant written into the lease table.
+func TestAnUnleasedInstanceStopsWhenALeasedOneTurnsUpBesideIt(t *testing.T) {
+	dir := t.TempDir()
+	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
+	solo.started()
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+VALUES ('cleanup', 'leased', 1, 0, 0, 9000000000000)`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := solo.wait(runTimeout); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	line, ok := solo.logLine(map[string]string{"level": "error"})
+	if !ok || !strings.Contains(fmt.Sprint(line["error"]), "leases are held on this database (cleanup by leased (fence 1))") {
+		t.Fatalf("error line %v, want one naming the held lease", line)
+	}
+}
+
+// The sole unleased instance killed (kill -9, an OOM kill) and restarted
+// at once, as systemd does 2 s later, starts once the dead record has
+// gone overdue instead of being refused with exit 2, which systemd would
+// never restart after (RestartPreventExitStatus=2).
+func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
+	dir := t.TempDir()
+	args := append([]string{"--set", "leases.enabled=false"}, quickLeases...)
+	first := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
+	first.started()
+	first.signal(syscall.SIGKILL)
+	first.wait(runTimeout)
+	again := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
+	again.started()
+	if _, ok := again.logLine(map[string]string{"msg": "the instance that recorded itself as running with leases off is gone (its record went overdue): starting"}); !ok {
+		t.Error("the restart did not say it waited for the killed instance's record")
+	}
+	again.signal(syscall.SIGTERM)
+	if code, _ := again.wait(runTimeout); code != 0 {
+		t.Fatalf("restart exit %d", code)
 	}
 }
 

@@ -109,7 +109,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if err := unleasedBesideHolders(db, cfg, log); err != nil {
 		return err
 	}
-	if err := besideUnleased(db, cfg, log); err != nil {
+	if aborted, err := besideUnleased(db, cfg, log, sigs); aborted || err != nil {
 		return err
 	}
 
@@ -210,6 +210,10 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	case sig = <-sigs:
 	case adminErr = <-serveErr:
 		log.Error().Err(adminErr).Msg("admin server failed; stopping")
+	case adminErr = <-sys.Conflict():
+		// Started at the same moment as another instance, both past the
+		// start's check: this one, with leases off, yields.
+		log.Error().Err(adminErr).Msg("another instance runs on this database beside this one, which runs every worker unfenced: stopping this one")
 	case <-ctx.Done():
 	}
 	stopping := time.Now()
@@ -424,35 +428,94 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 }
 
 // besideUnleased refuses a start (exit 2) on a database where another
-// instance runs with leases off now (leasestore.UnleasedMark, refreshed
-// within leases.ttl): that instance runs every worker unfenced, on the
-// understanding that it is alone, so a leased instance would run its
-// workers beside those (two consumers: doubled webhooks, stats written
-// twice), and a second unleased one would run every worker twice. The
-// mark of an instance that crashed stops counting leases.ttl after its
-// last refresh; a mark of this instance_id is its own earlier run and
-// does not count. When the table cannot be read, the start goes on after
-// a warning, as in unleasedBesideHolders.
-func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
-	defer cancel()
-	others, err := leasestore.UnleasedOthers(ctx, db.DB, cfg.InstanceID, cfg.Leases.TTL)
-	if err != nil {
-		log.Warn().Err(err).Msg("could not read whether another instance runs with leases off on this database")
-		return nil
+// instance runs with leases off now (leasestore.ListUnleased): that
+// instance runs every worker unfenced, on the understanding that it is
+// alone, so a leased instance would run its workers beside those (two
+// consumers: doubled webhooks, stats written twice), and a second
+// unleased one would run every worker twice.
+//
+// A record whose refreshes are not overdue yet may still be a process
+// that has just died (kill -9, an OOM kill: a restart under systemd comes
+// 2 s later), and refusing it with exit 2 would leave the service down for
+// good (RestartPreventExitStatus=2). So the start watches such records
+// until each is either refreshed (the instance runs: refused) or overdue
+// (it is gone: the start goes on), at most two of its refresh intervals
+// and leasestore.UnleasedGrace; a signal meanwhile aborts the start
+// (aborted, exit 0). When the table cannot be read, the start goes on
+// after a warning, as in unleasedBesideHolders.
+func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger, sigs <-chan os.Signal) (aborted bool, err error) {
+	read := func() ([]leasestore.UnleasedInstance, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
+		defer cancel()
+		all, err := leasestore.ListUnleased(ctx, db.DB)
+		if err != nil {
+			log.Warn().Err(err).Msg("could not read whether another instance runs with leases off on this database")
+			return nil, false
+		}
+		return all, true
 	}
-	if len(others) == 0 {
-		return nil
+	all, ok := read()
+	watched := map[string]int64{} // nonce → seen_at at the first read
+	for _, u := range all {
+		if u.Live() {
+			watched[u.Nonce] = u.SeenAt
+		}
 	}
-	seen := make([]string, len(others))
-	for i, o := range others {
-		seen[i] = fmt.Sprintf("%s (seen %s ago)", o.Instance, o.Age.Round(time.Millisecond))
+	if !ok || len(watched) == 0 {
+		return false, nil
 	}
-	list := strings.Join(seen, ", ")
-	if cfg.Leases.Enabled {
-		return cli.Refuse("leases.enabled", "true, but instances run with leases.enabled false on this database now: %s; such an instance runs every worker unfenced, and this one's workers would run beside them; stop it first (the record of one that crashed stops counting %s after its last refresh)", list, cfg.Leases.TTL)
+	// Nothing is logged while waiting: a refusal is one line on stderr.
+	names, began := unleasedNames(all, watched), time.Now()
+	tick := time.NewTicker(max(min(cfg.Leases.RenewInterval/4, 250*time.Millisecond), 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-sigs:
+			log.Info().Msg("start aborted by a signal while waiting")
+			return true, nil
+		case <-tick.C:
+		}
+		all, ok = read()
+		if !ok {
+			return false, nil
+		}
+		var running []string
+		pending := false
+		for _, u := range all {
+			first, isWatched := watched[u.Nonce]
+			switch {
+			case !isWatched || !u.Live():
+			case u.SeenAt != first:
+				running = append(running, u.String())
+			default:
+				pending = true
+			}
+		}
+		if len(running) > 0 {
+			list := strings.Join(running, ", ")
+			if cfg.Leases.Enabled {
+				return false, cli.Refuse("leases.enabled", "true, but instances run with leases.enabled false on this database now: %s; such an instance runs every worker unfenced, and this one's workers would run beside them; stop it first", list)
+			}
+			return false, cli.Refuse("leases.enabled", "false, but other instances already run with leases off on this database: %s; each would run every worker, so there would be two of each; run one unleased instance only, or set leases.enabled: true on all of them", list)
+		}
+		if !pending {
+			log.Info().Strs("instances", names).Str("waited", time.Since(began).Round(time.Millisecond).String()).
+				Msg("the instance that recorded itself as running with leases off is gone (its record went overdue): starting")
+			return false, nil
+		}
 	}
-	return cli.Refuse("leases.enabled", "false, but other instances already run with leases off on this database: %s; each would run every worker, so there would be two of each; run one unleased instance only, or set leases.enabled: true on all of them (the record of one that crashed stops counting %s after its last refresh)", list, cfg.Leases.TTL)
+}
+
+// unleasedNames are the records of all whose nonce is in watched, as
+// UnleasedInstance.String writes them.
+func unleasedNames(all []leasestore.UnleasedInstance, watched map[string]int64) []string {
+	var out []string
+	for _, u := range all {
+		if _, ok := watched[u.Nonce]; ok {
+			out = append(out, u.String())
+		}
+	}
+	return out
 }
 
 // closeBounded closes db, waiting at most wait for it (the statements

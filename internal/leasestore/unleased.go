@@ -8,91 +8,121 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 )
 
-// UnleasedMark is the lease_contenders name under which an instance that
-// runs with leases off (leases.enabled false: every worker unfenced, on
-// the understanding that it is the only instance) records itself: its
-// instance_id and process nonce, seen_at refreshed every renew interval
-// (MarkUnleased), the record deleted at its stop (UnmarkUnleased). No
-// lease has this name (lease names are worker names, and this one is not
-// a valid one), so no holder nudges it and no contender count includes
-// it. Instances read it at start (UnleasedOthers): a leased instance
-// beside a live unleased one would run its workers, fenced, next to that
-// one's unfenced copies of the same workers, and a second unleased
-// instance would run every worker twice.
-const UnleasedMark = "(unleased)"
+// UnleasedGrace is added to twice an unleased instance's refresh interval
+// before its record counts as overdue (UnleasedInstance.Live): a refresh
+// late by a busy database or a paused process is not a dead instance.
+const UnleasedGrace = time.Second
+
+// UnleasedInstance is a row of unleased_instances: a process start running
+// with leases off (leases.enabled false), which records itself while it
+// runs (Store.MarkUnleased).
+type UnleasedInstance struct {
+	Instance string
+	Nonce    string
+	// StartedAt and SeenAt are Unix ms on the database clock: its first
+	// record and its last refresh.
+	StartedAt, SeenAt int64
+	// Age is how long ago it last refreshed (database clock, at the read).
+	Age time.Duration
+	// Every is its refresh interval.
+	Every time.Duration
+}
+
+// Overdue is how long after the read its next refresh is overdue: at most
+// 2 × Every + UnleasedGrace after the last one. Zero or less means it is
+// overdue now: the process is gone (crashed, killed) or cannot write.
+func (u UnleasedInstance) Overdue() time.Duration {
+	return 2*u.Every + UnleasedGrace - u.Age
+}
+
+// Live reports whether the record's refreshes are not overdue.
+func (u UnleasedInstance) Live() bool { return u.Overdue() > 0 }
+
+// String is "INSTANCE (seen 1.2s ago)".
+func (u UnleasedInstance) String() string {
+	return fmt.Sprintf("%s (seen %s ago)", u.Instance, u.Age.Round(time.Millisecond))
+}
 
 // MarkUnleased records this process as running with leases off, or
-// refreshes its record (seen_at = now on the database clock). It returns
-// the database's error.
-func (s *Store) MarkUnleased(ctx context.Context, instance string) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO lease_contenders (name, instance, nudge_url, seen_at, nonce, healthy)
-VALUES (?1, ?2, '', `+database.NowMS+`, ?3, 1)
-ON CONFLICT (name, instance) DO UPDATE SET nudge_url = '', seen_at = excluded.seen_at, nonce = excluded.nonce`,
-		UnleasedMark, instance, s.nonce)
+// refreshes its record (seen_at = now on the database clock; started_at
+// kept from the first), with every, its refresh interval. It also deletes
+// the records of other process starts that are overdue (crashed ones). It
+// returns the database's error.
+func (s *Store) MarkUnleased(ctx context.Context, instance string, every time.Duration) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO unleased_instances (instance, nonce, started_at, seen_at, every_ms)
+VALUES (?1, ?2, `+database.NowMS+`, `+database.NowMS+`, ?3)
+ON CONFLICT (instance, nonce) DO UPDATE SET seen_at = excluded.seen_at, every_ms = excluded.every_ms`,
+		instance, s.nonce, every.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("record instance %q as running with leases off: %w", instance, err)
+	}
+	_, err = s.db.ExecContext(ctx, `DELETE FROM unleased_instances
+WHERE nonce <> ?1 AND seen_at < `+database.NowMS+` - 2 * every_ms - ?2`, s.nonce, UnleasedGrace.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("delete the overdue leases-off records: %w", err)
 	}
 	return nil
 }
 
-// UnmarkUnleased deletes this process's UnleasedMark record (a record of
-// another process start under the same instance_id is left alone). It
+// UnmarkUnleased deletes this process's record (a record of another
+// process start, under the same instance_id or not, is left alone). It
 // returns the database's error.
 func (s *Store) UnmarkUnleased(ctx context.Context, instance string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM lease_contenders WHERE name = ?1 AND instance = ?2 AND nonce = ?3`,
-		UnleasedMark, instance, s.nonce)
+	_, err := s.db.ExecContext(ctx, `DELETE FROM unleased_instances WHERE instance = ?1 AND nonce = ?2`, instance, s.nonce)
 	if err != nil {
 		return fmt.Errorf("delete the leases-off record of instance %q: %w", instance, err)
 	}
 	return nil
 }
 
-// UnleasedInstance is a live UnleasedMark record: an instance running
-// with leases off, and how long ago (database clock) it last refreshed
-// its record.
-type UnleasedInstance struct {
-	Instance string
-	Age      time.Duration
-}
+// listUnleasedSQL reads every record with its age on the database clock,
+// the earliest start first.
+var listUnleasedSQL = `SELECT ` + database.Text("instance") + `, ` + database.Text("nonce") + `, started_at, seen_at, ` +
+	database.NowMS + ` - seen_at, every_ms FROM unleased_instances ORDER BY started_at, nonce`
 
-// unleasedOthersSQL reads the UnleasedMark records of instance_ids other
-// than ?2 refreshed within the last ?3 ms, the freshest first.
-var unleasedOthersSQL = `SELECT ` + database.Text("instance") + `, ` + database.NowMS + ` - seen_at FROM lease_contenders
-WHERE name = ?1 AND instance <> ?2 AND seen_at > ` + database.NowMS + ` - ?3
-ORDER BY seen_at DESC, instance`
-
-// UnleasedOthers returns the instances other than instance that run with
-// leases off on db now: an UnleasedMark record refreshed within window
-// (a live instance refreshes it every renew interval, under half a TTL; a
-// crashed one's record ages past window and stops counting). A record of
-// instance itself is not counted: it is this instance's own earlier run
-// (restarted after a crash: its record is younger than window), or a
-// second process under one instance_id, which the lease table's nonces
-// already tell apart. The read is bounded by ctx (the driver ignores it);
-// it returns the database's error.
-func UnleasedOthers(ctx context.Context, db Querier, instance string, window time.Duration) ([]UnleasedInstance, error) {
+// ListUnleased returns every unleased_instances record, live or overdue,
+// the earliest start first (then by nonce). The read is bounded by ctx
+// (the driver ignores it); it returns the database's error.
+func ListUnleased(ctx context.Context, db Querier) ([]UnleasedInstance, error) {
 	var out []UnleasedInstance
 	err := database.Bounded(ctx, func() error {
-		rows, err := db.QueryContext(ctx, unleasedOthersSQL, UnleasedMark, instance, window.Milliseconds())
+		rows, err := db.QueryContext(ctx, listUnleasedSQL)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		var list []UnleasedInstance
 		for rows.Next() {
 			var (
-				u     UnleasedInstance
-				ageMS int64
+				u            UnleasedInstance
+				ageMS, every int64
 			)
-			if err := rows.Scan(&u.Instance, &ageMS); err != nil {
+			if err := rows.Scan(&u.Instance, &u.Nonce, &u.StartedAt, &u.SeenAt, &ageMS, &every); err != nil {
 				return err
 			}
 			u.Age = time.Duration(max(ageMS, 0)) * time.Millisecond
-			out = append(out, u)
+			u.Every = time.Duration(max(every, 0)) * time.Millisecond
+			list = append(list, u)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		out = list
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("look for instances running with leases off: %w", err)
+		return nil, fmt.Errorf("read the instances running with leases off: %w", err)
 	}
 	return out, nil
+}
+
+// UnleasedBefore reports whether a started before b and so keeps running
+// when the two find each other: the earlier start, then the smaller
+// nonce (two starts in one millisecond), an order both sides compute
+// alike.
+func UnleasedBefore(a, b UnleasedInstance) bool {
+	if a.StartedAt != b.StartedAt {
+		return a.StartedAt < b.StartedAt
+	}
+	return a.Nonce < b.Nonce
 }

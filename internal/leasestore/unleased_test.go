@@ -9,70 +9,66 @@ import (
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
-// An instance running with leases off is seen by the others while its
-// record is fresh, never by itself, and not after its stop; the record of
-// another process start under its instance_id outlives that stop.
-func TestUnleasedRecordsAreSeenByOtherInstancesOnly(t *testing.T) {
+// Every process start running with leases off has its own record, under
+// one instance_id or not; a refresh keeps its start; its stop deletes
+// only its own.
+func TestUnleasedRecordsArePerProcessStart(t *testing.T) {
 	ctx := context.Background()
 	db := testsupport.OpenDB(t).DB
-	a := leasestore.NewStore(db, time.Minute)
-	if err := a.MarkUnleased(ctx, "solo"); err != nil {
+	a, b := leasestore.NewStore(db, time.Minute), leasestore.NewStore(db, time.Minute)
+	if err := a.MarkUnleased(ctx, "solo", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.MarkUnleased(ctx, "solo"); err != nil { // a refresh
+	if err := b.MarkUnleased(ctx, "solo", 2*time.Second); err != nil { // a second process, same instance_id
 		t.Fatal(err)
 	}
-	seen, err := leasestore.UnleasedOthers(ctx, db, "other", time.Minute)
-	if err != nil {
+	all, err := leasestore.ListUnleased(ctx, db)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("records %+v (%v), want one per process start", all, err)
+	}
+	first := all[0]
+	if first.Nonce != a.Nonce() || !first.Live() || first.Every != time.Second || !leasestore.UnleasedBefore(all[0], all[1]) {
+		t.Fatalf("first record %+v, want a's, live, refreshed every 1s, before b's", first)
+	}
+	if err := a.MarkUnleased(ctx, "solo", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if len(seen) != 1 || seen[0].Instance != "solo" || seen[0].Age < 0 || seen[0].Age > time.Minute {
-		t.Fatalf("another instance sees %+v, want solo, seen just now", seen)
-	}
-	if own, err := leasestore.UnleasedOthers(ctx, db, "solo", time.Minute); err != nil || len(own) != 0 {
-		t.Fatalf("the instance itself sees %+v (%v), want nothing", own, err)
-	}
-	// Nothing a lease holder reads: no contender of any lease, and the
-	// lease table is untouched.
-	if rows, err := leasestore.List(ctx, db); err != nil || len(rows) != 0 {
-		t.Fatalf("lease rows %+v (%v) after a leases-off record, want none", rows, err)
-	}
-
-	// A later process start under the same instance_id replaces the
-	// record; the first one's stop leaves it.
-	b := leasestore.NewStore(db, time.Minute)
-	if err := b.MarkUnleased(ctx, "solo"); err != nil {
-		t.Fatal(err)
+	if again, err := leasestore.ListUnleased(ctx, db); err != nil || again[0].StartedAt != first.StartedAt || again[0].Nonce != a.Nonce() {
+		t.Fatalf("after a refresh %+v (%v), want a's start kept", again, err)
 	}
 	if err := a.UnmarkUnleased(ctx, "solo"); err != nil {
 		t.Fatal(err)
 	}
-	if seen, err := leasestore.UnleasedOthers(ctx, db, "other", time.Minute); err != nil || len(seen) != 1 {
-		t.Fatalf("after the earlier start's stop another instance sees %+v (%v), want the later start's record", seen, err)
+	if left, err := leasestore.ListUnleased(ctx, db); err != nil || len(left) != 1 || left[0].Nonce != b.Nonce() {
+		t.Fatalf("after a's stop %+v (%v), want b's record only", left, err)
 	}
-	if err := b.UnmarkUnleased(ctx, "solo"); err != nil {
-		t.Fatal(err)
-	}
-	if seen, err := leasestore.UnleasedOthers(ctx, db, "other", time.Minute); err != nil || len(seen) != 0 {
-		t.Fatalf("after the stop another instance sees %+v (%v), want nothing", seen, err)
+	// Nothing a lease holder reads.
+	if rows, err := leasestore.List(ctx, db); err != nil || len(rows) != 0 {
+		t.Fatalf("lease rows %+v (%v) after leases-off records, want none", rows, err)
 	}
 }
 
-// A record not refreshed within the window (an instance that crashed)
-// stops counting.
-func TestAStaleUnleasedRecordDoesNotCount(t *testing.T) {
+// A record not refreshed within two of its intervals and the grace is
+// overdue (a crashed process), and the next refresh of another process
+// deletes it.
+func TestAnOverdueUnleasedRecordIsNotLiveAndIsSweptByTheNextRefresh(t *testing.T) {
 	ctx := context.Background()
 	db := testsupport.OpenDB(t).DB
-	if err := leasestore.NewStore(db, time.Minute).MarkUnleased(ctx, "crashed"); err != nil {
+	crashed, live := leasestore.NewStore(db, time.Minute), leasestore.NewStore(db, time.Minute)
+	if err := crashed.MarkUnleased(ctx, "crashed", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `UPDATE lease_contenders SET seen_at = seen_at - 60000 WHERE name = ?1`, leasestore.UnleasedMark); err != nil {
+	if _, err := db.ExecContext(ctx, `UPDATE unleased_instances SET seen_at = seen_at - 3100`); err != nil {
 		t.Fatal(err)
 	}
-	if seen, err := leasestore.UnleasedOthers(ctx, db, "other", 30*time.Second); err != nil || len(seen) != 0 {
-		t.Fatalf("a record last refreshed a minute ago counts within 30s: %+v (%v)", seen, err)
+	all, err := leasestore.ListUnleased(ctx, db)
+	if err != nil || len(all) != 1 || all[0].Live() || all[0].Overdue() > 0 {
+		t.Fatalf("%+v (%v): want one overdue record (last refresh 3.1s ago, every 1s)", all, err)
 	}
-	if seen, err := leasestore.UnleasedOthers(ctx, db, "other", 2*time.Minute); err != nil || len(seen) != 1 {
-		t.Fatalf("within 2m: %+v (%v), want the record", seen, err)
+	if err := live.MarkUnleased(ctx, "live", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := leasestore.ListUnleased(ctx, db); err != nil || len(all) != 1 || all[0].Instance != "live" {
+		t.Fatalf("after another refresh %+v (%v), want only the live record", all, err)
 	}
 }
