@@ -20,7 +20,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "leases",
-		Short: "Print every lease: name, holder, fence, state (held, expired, released), time left",
+		Short: "Print every lease: name, holder, fence, state (held, expired, released), time left; and any instance running with leases off",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "leases", func(ctx context.Context, db *database.DB) error {
@@ -47,7 +47,19 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				// An instance with leases off holds no lease, so the table
+				// cannot show it; it is what refuses every other start.
+				// (A database older than the table has none to show.)
+				unleased, _ := leasestore.ListUnleased(ctx, db.DB)
+				for _, u := range unleased {
+					if u.Live() {
+						fmt.Fprintf(out, "instance %s runs with leases off: every worker runs there, unfenced, and no other instance starts beside it\n", u)
+					}
+				}
+				return nil
 			})
 		},
 	}

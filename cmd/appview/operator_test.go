@@ -140,6 +140,9 @@ func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
 	solo.started()
 	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID=leased"), append([]string{"serve"}, quickLeases...)...)
 	assertUsageRefusal(t, r, "leases.enabled: true, but instances run with leases.enabled false on this database now: solo (seen ")
+	if r := runAppview(t, dir, childEnv(), "leases"); r.code != 0 || !strings.Contains(r.stdout, "instance solo (seen ") || !strings.Contains(r.stdout, "runs with leases off") {
+		t.Errorf("appview leases: exit %d, stdout %q: want the unleased instance named", r.code, r.stdout)
+	}
 	for _, id := range []string{"second", "solo"} {
 		r = runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=", "APPVIEW_INSTANCE_ID="+id), append([]string{"serve", "--set", "leases.enabled=false"}, quickLeases...)...)
 		assertUsageRefusal(t, r, "leases.enabled: false, but other instances already run with leases off on this database: solo (seen ")
