@@ -39,12 +39,12 @@ const adminShutdownTimeout = 2 * time.Second
 // later is an operator who will not wait for the leases to be released.
 const secondSignalAfter = 500 * time.Millisecond
 
-// newServeCommand builds `serve`; sigs carries SIGINT/SIGTERM (package
+// newServeCommand builds `serve`; sigs carries SIGINT/SIGTERM/SIGHUP (package
 // stopsignal subscribes it during initialisation, before main runs).
 func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
-		Short: "Run an instance until SIGINT/SIGTERM; exit 0 once every lease it held is released",
+		Short: "Run an instance until SIGINT, SIGTERM or SIGHUP; exit 0 once every lease it held is released",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.Load()
