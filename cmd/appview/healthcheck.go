@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 const healthcheckTimeout = 3 * time.Second
 
 // newHealthcheckCommand is `appview healthcheck`: GET /readyz of the
-// instance the configuration describes and exit 0 when it answers 200,
+// instance the configuration describes, or of the admin endpoint --url
+// names (readyzURL), and exit 0 when it answers 200,
 // 1 otherwise, with one line. It exists for container images without
 // curl or a shell (deploy/Dockerfile HEALTHCHECK, issue 11.5).
 func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
@@ -32,9 +34,11 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url != "" {
 				// The rules of every URL key (urlcheck.Check).
-				if _, err := urlcheck.Check(url, "http", "https"); err != nil {
+				u, err := urlcheck.Check(url, "http", "https")
+				if err != nil {
 					return cli.Usage(cmd, "--url: %s", err)
 				}
+				url = readyzURL(u)
 			}
 			if url == "" {
 				cfg, err := flags.Load()
@@ -61,9 +65,25 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 			return err
 		},
 	}
-	cli.SingleVar(cmd.Flags(), &url, "url", "", "readiness URL, given once (default: /readyz on admin.addr, an unspecified host probed on loopback)",
+	cli.SingleVar(cmd.Flags(), &url, "url", "", "admin endpoint URL, given once; /readyz is appended to its path unless it ends in /readyz (default: admin.addr, an unspecified host probed on loopback)",
 		"one instance is probed per run; run healthcheck once for each")
 	return cmd
+}
+
+// readyzURL is the readiness URL of the admin endpoint u names: u with
+// /readyz appended to its path (a trailing slash trimmed) unless the path
+// already ends in /readyz. The query stays where it is, after the path.
+// So "http://127.0.0.1:5001" and ".../" probe /readyz, not the status
+// page "/", which answers 200 while the instance is not ready.
+func readyzURL(u *url.URL) string {
+	p := strings.TrimSuffix(u.EscapedPath(), "/")
+	if !strings.HasSuffix(p, "/readyz") {
+		p += "/readyz"
+	}
+	if unescaped, err := url.PathUnescape(p); err == nil {
+		u.Path, u.RawPath = unescaped, p
+	}
+	return u.String()
 }
 
 // probeAddr turns a listen address into one to connect to: an empty or
