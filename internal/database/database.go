@@ -227,6 +227,9 @@ func (db *DB) Ping(ctx context.Context) error {
 // mount sent operators looking for a stopped server.
 func openFault(err error) string {
 	text := driverText(err)
+	if cantOpen(text) {
+		return "database file cannot be opened (SQLITE_CANTOPEN: a directory that cannot be written, or a path that cannot be created)"
+	}
 	if !answered(text) || Unavailable(err) {
 		return "database not answering"
 	}
@@ -239,6 +242,19 @@ func openFault(err error) string {
 		return "database file cannot be opened"
 	}
 	return "database refused its first statement"
+}
+
+// cantOpenMark is how go-libsql words a file database whose connection
+// SQLite could not open, followed by the DSN and the result code: "Unable
+// to open connection to local database file:PATH: 14".
+const cantOpenMark = "Unable to open connection to local database "
+
+// cantOpen reports whether driver text s is go-libsql's failure to open a
+// local connection with SQLITE_CANTOPEN (14). It is not in the shape of
+// an SQLite answer (answered), though SQLite did answer.
+func cantOpen(s string) bool {
+	i := strings.LastIndex(s, cantOpenMark)
+	return i >= 0 && strings.HasSuffix(strings.TrimRight(s[i:], "`"), ": 14")
 }
 
 // closeWait bounds how long Close waits for the native connections still

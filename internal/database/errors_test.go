@@ -107,3 +107,32 @@ func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
 		}
 	}
 }
+
+// openFault words a failed first statement by what the driver said. The
+// texts are go-libsql's; the read-only directory one was captured from
+// `appview serve` on file:./rodir/a.db in a directory mode 0555.
+func TestOpenFaultWordsTheDriversAnswer(t *testing.T) {
+	local := func(msg string) error {
+		return errors.New("failed to execute query PRAGMA journal_mode = WAL\nerror code = 2: Error executing statement: SQLite failure: `" + msg + "`")
+	}
+	connect := func(detail string) error {
+		return errors.New("failed to connect to database\nerror code = 1: Unable to connect: Failed to connect to database: `" + detail + "`")
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"read-only directory", connect("Unable to open connection to local database file:./rodir/a.db: 14"),
+			"database file cannot be opened (SQLITE_CANTOPEN: a directory that cannot be written, or a path that cannot be created)"},
+		{"wrapped", fmt.Errorf("PRAGMA busy_timeout = 5000: %w", connect("Unable to open connection to local database file:/x/a.db: 14")),
+			"database file cannot be opened (SQLITE_CANTOPEN: a directory that cannot be written, or a path that cannot be created)"},
+		{"text file", local("file is not a database"), "not an SQLite database"},
+		{"read-only file", local("attempt to write a readonly database"), "database is read-only here"},
+		{"connection refused", errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `http error: `error trying to connect: tcp connect error: Connection refused (os error 111)``"), "database not answering"},
+	} {
+		if got := openFault(tc.err); got != tc.want {
+			t.Errorf("%s: openFault = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
