@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -29,6 +30,9 @@ func newReplayCommand() *cobra.Command {
 			// flag, a bad value as a usage error, an unusable capture or
 			// address as a refusal to start (cli.Refuse of a flag).
 			switch {
+			case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+				// ParseFloat takes "NaN" and "Inf": neither is a pace.
+				return cli.Usage(cmd, "--rate %v: must be a finite number of events per second", o.Rate)
 			case o.Rate < 0:
 				return cli.Usage(cmd, "--rate %v: must not be negative", o.Rate)
 			case o.DropAfter < 0:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -142,6 +143,8 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 	switch {
 	case opts.File == "":
 		return nil, errors.New("jetstream replay: no capture file (--file)")
+	case math.IsNaN(opts.Rate) || math.IsInf(opts.Rate, 0):
+		return nil, fmt.Errorf("jetstream replay: --rate %v: must be a finite number of events per second", opts.Rate)
 	case opts.Rate < 0:
 		return nil, fmt.Errorf("jetstream replay: --rate %v: must not be negative", opts.Rate)
 	case opts.DropAfter < 0:

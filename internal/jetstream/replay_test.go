@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -164,6 +165,8 @@ func TestReplaySkipsABadLineNamingItsNumberAndServesTheRest(t *testing.T) {
 		"missing file":   {File: filepath.Join(t.TempDir(), "nope.jsonl")},
 		"empty file":     {File: writeCapture(t, "", "  ")},
 		"negative rate":  {File: capturePath("golden_v1.jsonl"), Rate: -1},
+		"NaN rate":       {File: capturePath("golden_v1.jsonl"), Rate: math.NaN()},
+		"infinite rate":  {File: capturePath("golden_v1.jsonl"), Rate: math.Inf(1)},
 		"negative drops": {File: capturePath("golden_v1.jsonl"), DropAfter: -1},
 	} {
 		if _, err := NewReplayServer(opts, zerolog.Nop()); err == nil {
