@@ -23,7 +23,9 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--drop-after", "-1"}, "appview: --drop-after -1: must not be negative (see appview jetstream-replay --help)"},
 		{[]string{"jetstream-replay"}, `appview: required flag(s) "file" not set (see appview jetstream-replay --help)`},
 		{[]string{"serve", "--config", ""}, `invalid argument "" for "--config" flag: empty; give a value or leave --config out`},
-		{[]string{"webhooks", "list", "--did", "bad"}, `appview: --did "bad": not a DID`},
+		// webhooks add's words for a bad DID, not the DID library's.
+		{[]string{"webhooks", "list", "--did", "bad"}, `appview: webhook did "bad": want did:<method>:<id>, e.g. did:plc:abc123 (see appview webhooks list --help)`},
+		{[]string{"webhooks", "add", "--did", "bad", "--url", "https://hooks.example/x"}, `appview: webhook did "bad": want did:<method>:<id>, e.g. did:plc:abc123 (see appview webhooks add --help)`},
 		{[]string{"jetstream-replay", "--file", ""}, "appview: invalid argument \"\" for \"--file\" flag: empty; give a value or leave --file out (see appview jetstream-replay --help)"},
 		{[]string{"serve", "--config"}, "flag needs an argument: --config"},
 		// A flag that chooses what a command works on is given once: pflag

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/internal/cli"
@@ -145,8 +144,8 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A malformed DID lists nothing; say so, as webhooks add does.
 			if listDID != "" {
-				if _, err := syntax.ParseDID(listDID); err != nil {
-					return cli.Usage(cmd, "--did %q: not a DID (%v)", listDID, err)
+				if err := webhooks.CheckDID(listDID); err != nil {
+					return cli.Usage(cmd, "%v", err)
 				}
 			}
 			db, err := openRead(cmd.Context())

@@ -71,7 +71,7 @@ func invalid(format string, args ...any) error {
 // may resolve the host: a mistyped trigger is reported as such, not as
 // the DNS failure of a host the machine cannot resolve.
 func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
-	if err := checkDID(w.DID); err != nil {
+	if err := CheckDID(w.DID); err != nil {
 		return w, err
 	}
 	if err := checkSecret(w.Secret); err != nil {
@@ -217,9 +217,11 @@ func normalizeTriggers(in []string) ([]string, error) {
 	return out, nil
 }
 
-// checkDID accepts a DID by the AT Protocol syntax (atproto.com/specs/did),
-// as syntax.ParseDID checks it.
-func checkDID(did string) error {
+// CheckDID accepts a DID by the AT Protocol syntax (atproto.com/specs/did),
+// as syntax.ParseDID checks it, and refuses any other with an error
+// wrapping ErrInvalid, one line without the library's own wording:
+// `webhooks add` and `webhooks list --did` refuse a DID in the same words.
+func CheckDID(did string) error {
 	if _, err := syntax.ParseDID(did); err != nil {
 		return invalid("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", did)
 	}

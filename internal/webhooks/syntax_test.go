@@ -9,13 +9,13 @@ import (
 
 func TestSubscriptionDIDsFollowTheSpecificationsTestVectors(t *testing.T) {
 	for _, did := range syntaxvectors.Valid(syntaxvectors.DID) {
-		if err := checkDID(did); err != nil {
-			t.Errorf("checkDID(%q) = %v, the specification says valid", did, err)
+		if err := CheckDID(did); err != nil {
+			t.Errorf("CheckDID(%q) = %v, the specification says valid", did, err)
 		}
 	}
 	for _, did := range append(syntaxvectors.Invalid(syntaxvectors.DID), "did:plc:"+strings.Repeat("a", 2041)) {
-		if checkDID(did) == nil {
-			t.Errorf("checkDID(%q) accepted, the specification says invalid", did)
+		if CheckDID(did) == nil {
+			t.Errorf("CheckDID(%q) accepted, the specification says invalid", did)
 		}
 	}
 }
