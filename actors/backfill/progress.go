@@ -32,10 +32,11 @@ type Progress struct {
 	Holder string `json:"holder,omitempty"`
 	Fence  int64  `json:"fence,omitempty"`
 	// StartedAt, CompletedAt (nil while running) and UpdatedAt are from
-	// the database's clock.
-	StartedAt   time.Time  `json:"started_at"`
+	// the database's clock; the JSON leaves them out when there is no run
+	// (not "0001-01-01T00:00:00Z").
+	StartedAt   time.Time  `json:"started_at,omitzero"`
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	UpdatedAt   time.Time  `json:"updated_at,omitzero"`
 	// ReposDone and ReposFailed are finished (collection, DID) pairs;
 	// ReposKnown adds the ones in progress.
 	ReposDone   int64 `json:"repos_done"`

@@ -106,6 +106,11 @@ func TestBackfillStatusReadsTheDatabaseWithoutWriting(t *testing.T) {
 	if r := runAppview(t, dir, env, "backfill", "status"); r.code != 0 || r.stdout != "no backfill run recorded\n" {
 		t.Fatalf("on an empty database: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// No run has no times: they are left out, not year 1.
+	if r := runAppview(t, dir, env, "backfill", "status", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"run": false`) ||
+		strings.Contains(r.stdout, "started_at") || strings.Contains(r.stdout, "updated_at") || strings.Contains(r.stdout, "0001-01-01") {
+		t.Fatalf("--json on an empty database: exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
 	if _, err := db.Exec(`INSERT INTO backfill_runs (id, started_at, fence, holder, updated_at, repos_done, repos_failed, records)
 VALUES (1, 1000, 4, 'appview-2', 2000, 3, 1, 42)`); err != nil {
 		t.Fatal(err)
@@ -123,6 +128,9 @@ VALUES (1, 1000, 4, 'appview-2', 2000, 3, 1, 42)`); err != nil {
 	if _, err := db.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
 VALUES ('backfill', 'appview-3', 5, ` + database.NowMS + `, ` + database.NowMS + `, ` + database.NowMS + ` + 60000)`); err != nil {
 		t.Fatal(err)
+	}
+	if r := runAppview(t, dir, env, "backfill", "status", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"started_at": "1970-01-01T00:00:01Z"`) {
+		t.Fatalf("--json with a run: exit %d, stdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = runAppview(t, dir, env, "backfill", "status")
 	if r.code != 0 || !strings.Contains(r.stdout, "state: running\n") || !strings.Contains(r.stdout, "lease: held by appview-3 (fence 5, ") {
