@@ -68,7 +68,9 @@ var defaultPorts = map[string]string{"http": "80", "ws": "80", "https": "443", "
 
 // Canonical is u as a client requests it, normalised as RFC 3986 §6.2.2
 // and §6.2.3 allow: scheme and host in lower case (a trailing dot of the
-// host and the textual variants of an IP literal dropped), the port's
+// host and the textual variants of an IP literal dropped; an IPv4 address
+// in a legacy numeric form (legacyIPv4) or IPv4-mapped in an IPv6 literal
+// written as its dotted quad, as clients connect to it), the port's
 // leading zeros and the scheme's default port (http and ws 80, https and
 // wss 443) left out, "/" for an empty path, percent-encodings in upper
 // case and those of unreserved characters decoded, dot segments removed,
@@ -81,6 +83,8 @@ func Canonical(u *url.URL) string {
 	c.Scheme = strings.ToLower(c.Scheme)
 	host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
 	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	} else if a, ok := legacyIPv4(host); ok {
 		host = a.String()
 	}
 	if n, err := strconv.Atoi(port); err == nil {
@@ -109,6 +113,43 @@ func Canonical(u *url.URL) string {
 	c.ForceQuery = false
 	c.Fragment, c.RawFragment = "", ""
 	return c.String()
+}
+
+// legacyIPv4 parses host as inet_aton(3) does (and so the resolvers of
+// most clients, and WHATWG URL hosts): one to four parts separated by
+// dots, each decimal, hex after "0x" or octal after a leading "0"; the
+// last part fills the bytes the others leave ("127.1" is 127.0.0.1,
+// "16843009" is 1.1.1.1). ok is false for anything else ("1.2.3.4.5",
+// "999.1.1.1", "0x", "08.1.1.1"), which is then a host name.
+func legacyIPv4(host string) (a netip.Addr, ok bool) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var v uint64
+	for i, p := range parts {
+		base, digits := 10, p
+		switch {
+		case len(p) > 1 && (p[:2] == "0x" || p[:2] == "0X"):
+			base, digits = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, digits = 8, p[1:]
+		}
+		n, err := strconv.ParseUint(digits, base, 32) // "" is an error
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		last := i == len(parts)-1
+		if !last && n > 255 || last && n >= 1<<(8*(4-i)) {
+			return netip.Addr{}, false
+		}
+		if last {
+			v |= n
+		} else {
+			v |= n << (8 * (3 - i))
+		}
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
 }
 
 // normalizePercent upper-cases the hex digits of s's percent-encodings and

@@ -51,6 +51,34 @@ func TestCanonical(t *testing.T) {
 		"ws://h.example:8080/%7e%2f":        "ws://h.example:8080/~%2F",
 		"http://[0:0::1]:80/x":              "http://[::1]/x",
 		"https://localhost./hook?a=%2a&b=c": "https://localhost/hook?a=%2A&b=c",
+		// An IPv4 address in inet_aton's legacy forms is the address
+		// clients connect to: one webhook, not two.
+		"https://16843009/x":            "https://1.1.1.1/x",
+		"https://127.1/x":               "https://127.0.0.1/x",
+		"https://10.1.258/x":            "https://10.1.1.2/x",
+		"https://0x7f.0.0.1/x":          "https://127.0.0.1/x",
+		"https://0X7F.0.0.1/x":          "https://127.0.0.1/x",
+		"https://0x7f000001/x":          "https://127.0.0.1/x",
+		"https://0177.0.0.1/x":          "https://127.0.0.1/x",
+		"https://127.000.000.001:443/x": "https://127.0.0.1/x",
+		"https://4294967295./x":         "https://255.255.255.255/x",
+		"https://0/x":                   "https://0.0.0.0/x",
+		"https://[::ffff:127.0.0.1]/x":  "https://127.0.0.1/x",
+		"https://[::FFFF:7f00:1]:8443/": "https://127.0.0.1:8443/",
+		// Not such a number: a host name, left as it is.
+		"https://1.2.3.4.5/x":        "https://1.2.3.4.5/x",
+		"https://999.1.1.1/x":        "https://999.1.1.1/x",
+		"https://4294967296/x":       "https://4294967296/x",
+		"https://1.2.65536/x":        "https://1.2.65536/x",
+		"https://example.com/x":      "https://example.com/x",
+		"https://0x/x":               "https://0x/x",
+		"https://08.1.1.1/x":         "https://08.1.1.1/x",
+		"https://1..1/x":             "https://1..1/x",
+		"https://0x1_0.0.0.1/x":      "https://0x1_0.0.0.1/x",
+		"https://1.2.3.0xg/x":        "https://1.2.3.0xg/x",
+		"https://[::ffff:1:2]/x":     "https://0.1.0.2/x",
+		"https://[::127.0.0.1]/x":    "https://[::7f00:1]/x", // IPv4-compatible, not mapped
+		"https://[64:ff9b::1.2.3.4]": "https://[64:ff9b::102:304]/",
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
