@@ -132,6 +132,8 @@ func (f *fixture) seed(t *testing.T) {
 	stale := f.now - ContenderStaleTTLs*ttl.Milliseconds() - 1000
 	mustExec(t, db, `INSERT INTO lease_contenders (name, instance, nudge_url, seen_at) VALUES
 	  ('cleanup', 'gone', 'http://gone', ?1), ('cleanup', 'alive', 'http://alive', ?2)`, stale, f.now-1000)
+	mustExec(t, db, `INSERT INTO unleased_instances (instance, nonce, started_at, seen_at, every_ms) VALUES
+	  ('killed', 'n1', ?1, ?1, 5000), ('running', 'n2', ?1, ?2, 5000)`, stale, f.now-1000)
 	mustExec(t, db, `INSERT INTO hold_crew (hold_did, rkey, member_did, role, added_at) VALUES
 	  ('did:web:hold.example', 'r1', 'did:plc:crew', 'write', 0)`)
 	mustExec(t, db, `INSERT INTO billing_tier_pushes (hold_did, user_did, tier_rank, outcome, fence, updated_at) VALUES
@@ -165,6 +167,9 @@ func TestSweepPrunesExactlyWhatIsPastRetention(t *testing.T) {
 	if got, want := ids(t, db, `SELECT instance FROM lease_contenders`), []string{"alive"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("lease_contenders left %v, want %v", got, want)
 	}
+	if got, want := ids(t, db, `SELECT instance FROM unleased_instances`), []string{"running"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("unleased_instances left %v, want %v", got, want)
+	}
 	if got, want := ids(t, db, `SELECT user_did FROM billing_tier_pushes ORDER BY user_did`),
 		[]string{"did:plc:crew", "did:plc:left-recent"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("billing_tier_pushes left %v, want %v", got, want)
@@ -172,7 +177,7 @@ func TestSweepPrunesExactlyWhatIsPastRetention(t *testing.T) {
 	if got := leaseRows(t, db); !reflect.DeepEqual(got, leasesBefore) {
 		t.Errorf("leases changed:\nbefore %v\nafter  %v", leasesBefore, got)
 	}
-	want := map[string]int64{"webhook_deliveries": 4, "backfill_runs": 1, "lease_contenders": 1, "billing_tier_pushes": 1}
+	want := map[string]int64{"webhook_deliveries": 4, "backfill_runs": 1, "lease_contenders": 1, "unleased_instances": 1, "billing_tier_pushes": 1}
 	if !reflect.DeepEqual(rep.Deleted, want) {
 		t.Errorf("report %v, want %v", rep.Deleted, want)
 	}
@@ -282,7 +287,7 @@ func TestSweepLogsOneLineAndCountsDeletedRows(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
 		t.Fatalf("log line %q: %v", lines[0], err)
 	}
-	if line.Level != "info" || line.Event != "cleanup.sweep" || line.Fence != c.Fence || line.Total != 7 ||
+	if line.Level != "info" || line.Event != "cleanup.sweep" || line.Fence != c.Fence || line.Total != 8 ||
 		line.Deleted["webhook_deliveries"] != 4 {
 		t.Errorf("log line %+v", line)
 	}

@@ -15,6 +15,8 @@
 //	                     to decide whether to skip its startup run)
 //	lease_contenders     seen_at older than ContenderStaleTTLs × leases.ttl
 //	                     (advisory rows of instances that went away)
+//	unleased_instances   seen_at older than ContenderStaleTTLs × leases.ttl
+//	                     (records of leases-off instances that were killed)
 //	billing_tier_pushes  members no longer crew of the hold, updated_at older than
 //	                     cleanup.retention
 //

@@ -60,6 +60,16 @@ func Rules(cfg config.Config) []Rule {
 			Age:   ContenderStaleTTLs * cfg.Leases.TTL,
 		},
 		{
+			// A leases-off instance refreshes its record every renew
+			// interval and deletes it at its stop: an old one is a
+			// process that was killed (another one's refresh sweeps it
+			// too, once overdue).
+			Name:  "unleased_instances",
+			Table: "unleased_instances",
+			Where: `seen_at < ?1`,
+			Age:   ContenderStaleTTLs * cfg.Leases.TTL,
+		},
+		{
 			Name:  "billing_tier_pushes",
 			Table: "billing_tier_pushes",
 			Where: `updated_at < ?1 AND NOT EXISTS (
