@@ -242,20 +242,24 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		log.Error().Err(stopErr).Msg("stop incomplete (see error); a lease not released runs out its TTL")
 		return &loggedError{err: stopErr}
 	}
-	if given := sys.GivenUp(); len(given) > 0 {
+	given := sys.GivenUp()
+	switch {
+	case adminErr != nil:
+		// Stopped cleanly, but because of a runtime failure (the admin
+		// endpoint failed, or an instance turned up beside this unleased
+		// one): exit 1, and the last line says why (README).
+		log.Error().Err(adminErr).Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
+			Msg("stopped because of a runtime failure (see error); every lease held at the stop released")
+		return &loggedError{err: adminErr}
+	case len(given) > 0:
 		// Every lease held at the stop was released, but grants given up
 		// earlier still stand: "every lease released" would be untrue.
 		log.Warn().Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
 			Msg("stopped: every lease held at the stop released; grants given up earlier were never handed back and run out their TTL")
-	} else if !cfg.Leases.Enabled {
+	case !cfg.Leases.Enabled:
 		log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped (leases off: nothing was held)")
-	} else {
+	default:
 		log.Info().Float64("stop_ms", msSince(stopping)).Msg("stopped: every lease released")
-	}
-	if adminErr != nil {
-		// Stopped cleanly, but because the admin endpoint failed: a runtime
-		// failure, already logged.
-		return &loggedError{err: adminErr}
 	}
 	return nil
 }
@@ -470,8 +474,9 @@ func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger, sigs
 	defer tick.Stop()
 	for {
 		select {
-		case <-sigs:
-			log.Info().Msg("start aborted by a signal while waiting")
+		case sig := <-sigs:
+			log.Info().Stringer("signal", sig).Strs("instances", names).
+				Msg("start aborted by a signal while waiting to see whether an instance running with leases off here is still running")
 			return true, nil
 		case <-tick.C:
 		}
@@ -499,7 +504,7 @@ func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger, sigs
 			return false, cli.Refuse("leases.enabled", "false, but other instances already run with leases off on this database: %s; each would run every worker, so there would be two of each; run one unleased instance only, or set leases.enabled: true on all of them", list)
 		}
 		if !pending {
-			log.Info().Strs("instances", names).Str("waited", time.Since(began).Round(time.Millisecond).String()).
+			log.Info().Strs("instances_at_start", names).Str("waited", time.Since(began).Round(time.Millisecond).String()).
 				Msg("the instance that recorded itself as running with leases off is gone (its record went overdue): starting")
 			return false, nil
 		}
