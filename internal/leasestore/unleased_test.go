@@ -26,14 +26,28 @@ func TestUnleasedRecordsArePerProcessStart(t *testing.T) {
 	if err != nil || len(all) != 2 {
 		t.Fatalf("records %+v (%v), want one per process start", all, err)
 	}
-	first := all[0]
-	if first.Nonce != a.Nonce() || !first.Live() || first.Every != time.Second || !leasestore.UnleasedBefore(all[0], all[1]) {
-		t.Fatalf("first record %+v, want a's, live, refreshed every 1s, before b's", first)
+	// Listed in start order, which both sides compute alike (the two may
+	// share a millisecond: then the nonce decides).
+	if !leasestore.UnleasedBefore(all[0], all[1]) || leasestore.UnleasedBefore(all[1], all[0]) {
+		t.Fatalf("records %+v not in UnleasedBefore's order", all)
+	}
+	byNonce := func(list []leasestore.UnleasedInstance, nonce string) leasestore.UnleasedInstance {
+		for _, u := range list {
+			if u.Nonce == nonce {
+				return u
+			}
+		}
+		t.Fatalf("no record of nonce %s in %+v", nonce, list)
+		return leasestore.UnleasedInstance{}
+	}
+	ra, rb := byNonce(all, a.Nonce()), byNonce(all, b.Nonce())
+	if !ra.Live() || ra.Every != time.Second || rb.Every != 2*time.Second || ra.Instance != "solo" {
+		t.Fatalf("records %+v, %+v: want both live, refreshed every 1s and 2s", ra, rb)
 	}
 	if err := a.MarkUnleased(ctx, "solo", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := leasestore.ListUnleased(ctx, db); err != nil || again[0].StartedAt != first.StartedAt || again[0].Nonce != a.Nonce() {
+	if again, err := leasestore.ListUnleased(ctx, db); err != nil || byNonce(again, a.Nonce()).StartedAt != ra.StartedAt {
 		t.Fatalf("after a refresh %+v (%v), want a's start kept", again, err)
 	}
 	if err := a.UnmarkUnleased(ctx, "solo"); err != nil {
