@@ -203,17 +203,17 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	ev.Msg("appview started")
 
 	var (
-		sig      os.Signal
-		adminErr error
+		sig    os.Signal
+		runErr error
 	)
 	select {
 	case sig = <-sigs:
-	case adminErr = <-serveErr:
-		log.Error().Err(adminErr).Msg("admin server failed; stopping")
-	case adminErr = <-sys.Conflict():
+	case runErr = <-serveErr:
+		log.Error().Err(runErr).Msg("admin server failed; stopping")
+	case runErr = <-sys.Conflict():
 		// Started at the same moment as another instance, both past the
 		// start's check: this one, with leases off, yields.
-		log.Error().Err(adminErr).Msg("another instance runs on this database beside this one, which runs every worker unfenced: stopping this one")
+		log.Error().Err(runErr).Msg("another instance runs on this database beside this one, which runs every worker unfenced: stopping this one")
 	case <-ctx.Done():
 	}
 	stopping := time.Now()
@@ -244,13 +244,13 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	given := sys.GivenUp()
 	switch {
-	case adminErr != nil:
+	case runErr != nil:
 		// Stopped cleanly, but because of a runtime failure (the admin
 		// endpoint failed, or an instance turned up beside this unleased
 		// one): exit 1, and the last line says why (README).
-		log.Error().Err(adminErr).Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
+		log.Error().Err(runErr).Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
 			Msg("stopped because of a runtime failure (see error); every lease held at the stop released")
-		return &loggedError{err: adminErr}
+		return &loggedError{err: runErr}
 	case len(given) > 0:
 		// Every lease held at the stop was released, but grants given up
 		// earlier still stand: "every lease released" would be untrue.
