@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -113,27 +114,23 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 // yet, or a mistaken database.url, rather than an empty result. Failing to
 // read the schema is a runtime failure (exit 1).
 func RequireTable(ctx context.Context, db *database.DB, table string) error {
-	// appview's own database has schema_migrations; another program's may
-	// have tables (even one of that name) without it.
-	var n, own, others int
+	var tables []string
 	err := database.Bounded(ctx, func() error {
-		return db.QueryRow(`SELECT
-  count(*) FILTER (WHERE type = 'table' AND name = ?1),
-  count(*) FILTER (WHERE type = 'table' AND name = 'schema_migrations'),
-  count(*) FILTER (WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\')
-FROM sqlite_master`, table).Scan(&n, &own, &others)
+		var err error
+		tables, err = database.UserTables(ctx, db)
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("read the schema: %w", err)
+		return err
 	}
 	where := db.Path
 	if db.Remote {
 		where = "the database server"
 	}
 	switch {
-	case own == 0 && others > 0:
+	case database.Foreign(tables): // another program's may have a table of that name
 		return Refuse("database.url", "%s is %v: it has tables but no schema_migrations (another program's database?)", where, database.ErrForeignDatabase)
-	case n == 0:
+	case !slices.Contains(tables, table):
 		return Refuse("database.url", "no %s table in %s: has appview serve run against it?", table, where)
 	}
 	return nil

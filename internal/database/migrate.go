@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,31 +122,33 @@ func (db *DB) AppliedMigrations() []int { return db.applied }
 // already set a file's journal mode to WAL by then.)
 var ErrForeignDatabase = errors.New("not an appview database")
 
-// checkNotForeign returns ErrForeignDatabase (wrapped, naming up to five of
-// its tables and views) when the database has tables or views but no
-// schema_migrations.
-func checkNotForeign(ctx context.Context, conn *sql.Conn) error {
-	rows, err := conn.QueryContext(ctx, `SELECT `+Text("name")+` FROM sqlite_master
+// UserTables returns the names of the database's tables and views, those
+// of SQLite's own (sqlite_*) left out, in name order; schema_migrations
+// among them marks appview's own database. It returns the database's
+// error.
+func UserTables(ctx context.Context, q Querier) ([]string, error) {
+	names, err := Column(ctx, q, `SELECT `+Text("name")+` FROM sqlite_master
 WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
 	if err != nil {
-		return fmt.Errorf("migrate: read the schema: %w", err)
+		return nil, fmt.Errorf("read the schema: %w", err)
 	}
-	defer rows.Close()
-	var tables []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return fmt.Errorf("migrate: read the schema: %w", err)
-		}
-		if name == "schema_migrations" {
-			return nil
-		}
-		tables = append(tables, name)
+	return names, nil
+}
+
+// Foreign reports whether a database with these tables (UserTables) is
+// another program's: tables or views, but no schema_migrations.
+func Foreign(tables []string) bool {
+	return len(tables) > 0 && !slices.Contains(tables, "schema_migrations")
+}
+
+// checkNotForeign returns ErrForeignDatabase (wrapped, naming up to five of
+// its tables and views) when the database is Foreign.
+func checkNotForeign(ctx context.Context, conn *sql.Conn) error {
+	tables, err := UserTables(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: read the schema: %w", err)
-	}
-	if len(tables) == 0 {
+	if !Foreign(tables) {
 		return nil
 	}
 	shown := tables[:min(len(tables), 5)]
