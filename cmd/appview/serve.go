@@ -248,8 +248,12 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		// Stopped cleanly, but because of a runtime failure (the admin
 		// endpoint failed, or an instance turned up beside this unleased
 		// one): exit 1, and the last line says why (README).
+		held := "every lease held at the stop released"
+		if !cfg.Leases.Enabled {
+			held = "leases off: nothing was held"
+		}
 		log.Error().Err(runErr).Float64("stop_ms", msSince(stopping)).Strs("given_up", given).
-			Msg("stopped because of a runtime failure (see error); every lease held at the stop released")
+			Msg("stopped because of a runtime failure (see error); " + held)
 		return &loggedError{err: runErr}
 	case len(given) > 0:
 		// Every lease held at the stop was released, but grants given up

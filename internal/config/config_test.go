@@ -99,6 +99,8 @@ var badConfigs = []struct {
 	{name: "a refused value names its file line", yaml: "leases:\n  ttl: 15s\n  renew_interval: 8s\n", key: "leases.renew_interval", reason: "(8s >= 15s/2) (line 3)"},
 	{name: "a refused value names its environment variable", env: []string{"APPVIEW_LEASES_RENEW_INTERVAL=8s"}, key: "leases.renew_interval", reason: "(8s >= 15s/2) (from APPVIEW_LEASES_RENEW_INTERVAL)"},
 	{name: "a refused value names --set", yaml: "leases:\n  renew_interval: 1s\n", sets: []string{"leases.renew_interval=8s"}, key: "leases.renew_interval", reason: "(8s >= 15s/2) (from --set)"},
+	{name: "a bound broken by the other key's override names it", yaml: "leases:\n  ttl: 30s\n  renew_deadline: 20s\n", env: []string{"APPVIEW_LEASES_TTL=15s"}, key: "leases.renew_deadline", reason: "(20s >= 15s) (line 3; leases.ttl from APPVIEW_LEASES_TTL)"},
+	{name: "a default broken by another key's override names it", env: []string{"APPVIEW_LEASES_TTL=8s"}, key: "leases.renew_interval", reason: "(5s >= 8s/2) (leases.ttl from APPVIEW_LEASES_TTL)"},
 	{name: "renew_interval below the floor", sets: []string{"leases.ttl=1s", "leases.renew_interval=10ms", "leases.renew_deadline=500ms", "leases.retry_interval=200ms"},
 		key: "leases.renew_interval", reason: "must be at least 50ms, got 10ms"},
 	{name: "renew_deadline below the floor", sets: []string{"leases.ttl=500ms", "leases.renew_interval=50ms", "leases.renew_deadline=99ms", "leases.retry_interval=100ms"},

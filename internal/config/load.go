@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,7 +104,7 @@ func Load(src Sources) (Config, error) {
 			if sub := sectionKeys(key, leaves); len(sub) > 0 {
 				return cfg, keyErr(key, "a section, not a value: set one of its keys (%s)", strings.Join(sub, ", "))
 			}
-			return cfg, keyErr(key, "unknown key%s", suggestKey(key, leaves))
+			return cfg, keyErr(key, "unknown key%s (from --set)", suggestKey(key, leaves))
 		}
 		if err := setFromString(field, key, value); err != nil {
 			return cfg, from(err, "--set")
@@ -128,11 +129,28 @@ func pointAt(err error, origins map[string]string) error {
 	if !errors.As(err, &e) {
 		return err
 	}
-	o, ok := origins[e.Key]
-	if !ok || strings.HasSuffix(e.Reason, ")") && (strings.Contains(e.Reason, " (line ") || strings.Contains(e.Reason, " (from ")) {
+	if strings.HasSuffix(e.Reason, ")") && (strings.Contains(e.Reason, " (line ") || strings.Contains(e.Reason, " (from ")) {
 		return err
 	}
-	return &Error{Key: e.Key, Reason: e.Reason + " (" + o + ")"}
+	var parts []string
+	if o, ok := origins[e.Key]; ok {
+		parts = append(parts, o)
+	}
+	// A bound against another key (renew_deadline < leases.ttl) may be
+	// broken by that key's override: name where it came from too. (Its
+	// line in the file the operator can read there.)
+	var others []string
+	for k, o := range origins {
+		if k != e.Key && strings.HasPrefix(o, "from ") && strings.Contains(e.Reason, k) {
+			others = append(others, k+" "+o)
+		}
+	}
+	sort.Strings(others)
+	parts = append(parts, others...)
+	if len(parts) == 0 {
+		return err
+	}
+	return &Error{Key: e.Key, Reason: e.Reason + " (" + strings.Join(parts, "; ") + ")"}
 }
 
 // readTokenFile fills Admin.Token from Admin.TokenFile (issue 11: a
