@@ -259,20 +259,29 @@ func (s *System) leasedPID(name string) (*actor.PID, bool) {
 // release lands. It returns once the watch has made its first read, the
 // actor ignored the Standby, or standbyAnswer has passed, and reports
 // whether such a leased worker exists.
-func (s *System) Standby(name string) bool {
+//
+// When the watch began, it also returns this process as the successor the
+// holder may hand the lease to (leasestore.StandbyAnswer: instance_id,
+// process nonce, lease TTL), and nil otherwise.
+func (s *System) Standby(name string) (bool, []byte) {
 	pid, ok := s.leasedPID(name)
 	if !ok {
-		return false
+		return false, nil
 	}
-	watching := make(chan struct{})
-	s.actors.Root.Send(pid, &lease.Standby{Watching: watching})
+	watching, began := make(chan struct{}), new(atomic.Bool)
+	s.actors.Root.Send(pid, &lease.Standby{Watching: watching, Began: began})
 	t := time.NewTimer(standbyAnswer)
 	defer t.Stop()
 	select {
 	case <-watching:
 	case <-t.C:
+		return true, nil // began may be set later: not an answer to rely on
 	}
-	return true
+	if !began.Load() || s.store == nil {
+		return true, nil
+	}
+	return true, leasestore.StandbyAnswer(leasestore.Successor{
+		Instance: s.o.Config.InstanceID, Nonce: s.store.Nonce(), TTL: s.o.Config.Leases.TTL})
 }
 
 // nudgeDrainGrace bounds how long a stopping instance waits for its
@@ -395,12 +404,14 @@ func (s *System) Stop(ctx context.Context) error {
 // 400 and 503 as leaseSignal says).
 // It can only cause an acquire attempt, which the LeaseActor rate-limits.
 func (s *System) NudgeHandler() http.Handler {
-	return s.leaseSignal(s.Nudge, http.StatusNoContent)
+	return s.leaseSignal(func(name string) (bool, []byte) { return s.Nudge(name), nil }, http.StatusNoContent)
 }
 
 // StandbyHandler returns the admin endpoint for announced releases: POST
-// /lease/standby?lease=NAME (202; 404 as NudgeHandler). It can only make
-// the LeaseActor read the lease row for a bounded while (see Standby).
+// /lease/standby?lease=NAME (202; 200 with this process as the successor,
+// JSON, when its watch began: see Standby; 404 as NudgeHandler). It can
+// only make the LeaseActor read the lease row for a bounded while, and
+// a holder hand the lease to this process, which contends for it anyway.
 func (s *System) StandbyHandler() http.Handler {
 	return s.leaseSignal(s.Standby, http.StatusAccepted)
 }
@@ -411,7 +422,9 @@ func (s *System) StandbyHandler() http.Handler {
 // worker; 503 once the instance is stopping (its LeaseActors are going
 // away: a signal would be dropped, and a contender that stops contends
 // no more).
-func (s *System) leaseSignal(signal func(name string) bool, ok int) http.Handler {
+//
+// A signal that returns a body answers 200 with it (JSON) instead of ok.
+func (s *System) leaseSignal(signal func(name string) (bool, []byte), ok int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -432,8 +445,15 @@ func (s *System) leaseSignal(signal func(name string) bool, ok int) http.Handler
 			http.Error(w, "instance stopping", http.StatusServiceUnavailable)
 			return
 		}
-		if !signal(names[0]) {
+		found, body := signal(names[0])
+		if !found {
 			http.Error(w, "no such leased worker", http.StatusNotFound)
+			return
+		}
+		if body != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body)
 			return
 		}
 		w.WriteHeader(ok)

@@ -256,7 +256,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *Nudge:
 		a.step(ctx, machine.Nudge{})
 	case *Standby:
-		a.startStandby(ctx, msg.Watching)
+		a.startStandby(ctx, msg.Watching, msg.Began)
 	case *machine.AcquireResult:
 		a.late.taken(msg.Seq)
 		if a.standby.cancel != nil && msg.Seq == a.standby.seq {
@@ -539,16 +539,17 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 	// A Standby's attempt watches the row first (machine.Standby): the
 	// goroutine that sees it free makes the acquire, with no trip through
 	// the mailbox between the two (20–200 µs on a busy 2-core host).
-	var watch func() (bool, func())
+	began := time.Now() // the call's start, before a Standby's watch
+	var watch func() (bool, leasestore.Vacancy, func())
 	// startStandby issues AfterVacancy only for a store that reads vacancies.
 	if reader, ok := store.(VacancyReader); c.AfterVacancy && ok {
 		wctx, cancel := context.WithCancelCause(ctx)
 		wctx, stop := context.WithTimeout(wctx, a.standbyBound())
-		watching, log := a.standby.watching, a.log
-		a.standby.watching, a.standby.cancel, a.standby.seq, a.standby.started = nil, cancel, c.Seq, time.Now()
-		watch = func() (bool, func()) {
+		watching, watchBegan, log := a.standby.watching, a.standby.began, a.log
+		a.standby.watching, a.standby.began, a.standby.cancel, a.standby.seq, a.standby.started = nil, nil, cancel, c.Seq, began
+		watch = func() (bool, leasestore.Vacancy, func()) {
 			defer stop()
-			return watchFirst(wctx, ctx, reader, name, watching, log)
+			return watchFirst(wctx, ctx, reader, name, holder, watching, watchBegan, log)
 		}
 	}
 	go func() {
@@ -561,8 +562,21 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 			if p, ok := store.(PendingAcquirer); ok {
 				defer p.PendingAcquire()()
 			}
-			attempt, report := watch()
+			attempt, v, report := watch()
 			defer report()
+			if v.Ours {
+				// Handed over by the holder (leasestore.Store.Transfer):
+				// the grant is made; the machine takes custody of it
+				// (or, when it cannot, hands it back, as a stopped
+				// actor's late outcomes do).
+				at := time.Now()
+				g := leasestore.Grant{Holder: holder, Fence: v.Fence, Own: true, Age: v.Age, TimeLeft: v.TimeLeft}
+				got := lateGrant{c: fence.Custody{Lease: name, Holder: holder, Fence: v.Fence}, acquired: true}
+				late.deliver(c.Seq, got, func() {
+					sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, At: at, Elapsed: at.Sub(began), HandedOver: true})
+				}, store, callBound, a.lateReleased)
+				return
+			}
 			if !attempt {
 				late.deliver(c.Seq, lateGrant{}, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Err: machine.ErrNotAttempted}) },
 					store, callBound, a.lateReleased)
@@ -576,11 +590,15 @@ func (a *leaseActor) goAcquire(c machine.AcquireCmd) {
 			metrics.observeAcquire(name, time.Since(start), g, err)
 		}
 		var got lateGrant
-		if err == nil && g.Granted {
+		if err == nil && (g.Granted || g.Own) {
+			// An Own grant not made by this call may be one handed over
+			// while it ran, which the machine adopts: a stopped actor
+			// hands it back like its own.
 			got = lateGrant{c: fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}, acquired: true}
 		}
-		late.deliver(c.Seq, got, func() { sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, Err: err, At: at}) },
-			store, callBound, a.lateReleased)
+		late.deliver(c.Seq, got, func() {
+			sys.Root.Send(self, &machine.AcquireResult{Seq: c.Seq, Grant: g, Err: err, At: at, Elapsed: at.Sub(began)})
+		}, store, callBound, a.lateReleased)
 	}()
 }
 
@@ -688,6 +706,7 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		defer late.calls.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), a.o.Timing.RenewDeadline)
 		defer cancel()
+		var successors []leasestore.Successor
 		if !c.Stale && !unleased {
 			// The nudges this release is about to send are being readied
 			// (prepareNudges, at the stop or yield): give them a moment,
@@ -697,13 +716,28 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 			stop()
 			// The contenders stand by (Standby) before the release, so
 			// the one that wins is already running when it lands.
+			// The answers come back in a fraction of a millisecond:
+			// meanwhile the transfer that may follow is warmed
+			// (Transferrer.WarmTransfer). Not waited for: the transfer
+			// queues behind it for the process's turn at lease writes.
+			if t, ok := store.(Transferrer); ok && contenders.Announces(name) {
+				late.calls.Add(1)
+				go func() {
+					defer late.calls.Done()
+					t.WarmTransfer(ctx, c.Custody)
+				}()
+			}
 			actx, stop := context.WithTimeout(ctx, announceWait)
-			contenders.Announce(actx, name)
+			successors = contenders.Announce(actx, name)
 			stop()
 		}
 		// A release's lease.released is stamped when it began: before it
 		// committed, so before any successor's grant (events.Custody.At).
 		begun := time.Now()
+		if handOver(ctx, store, contenders, c.Custody, successors, log) {
+			sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, At: begun})
+			return
+		}
 		err := store.Release(ctx, c.Custody)
 		if err == nil && !unleased {
 			// The lease is free from the commit on: the contenders hear
@@ -728,6 +762,43 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		}
 		sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, Err: err, At: begun})
 	}()
+}
+
+// Transferrer is a store that can hand a grant to a contender standing by
+// instead of releasing it: *leasestore.Store implements it
+// (Store.Transfer).
+type Transferrer interface {
+	Transfer(ctx context.Context, c fence.Custody, to leasestore.Successor, recent time.Duration) (int64, error)
+	// WarmTransfer runs the transfer's transaction without effect, so the
+	// transfer right after runs hot.
+	WarmTransfer(ctx context.Context, c fence.Custody)
+}
+
+// handOver hands grant c to the first of successors (the contenders whose
+// answers to the announcement say they watch the row) and reports whether
+// it did. The successor, watching, finds the row granted to itself and
+// takes custody without a write of its own: a graceful handover is one
+// write instead of a release and an acquire (docs/performance.md). When it
+// does not (no successor, a store that cannot, the grant or the
+// successor's record no longer what Transfer requires, or an error), the
+// caller releases as before, and the release's answer says what the grant
+// has become.
+func handOver(ctx context.Context, store StoreAPI, contenders *leasestore.Contenders, c fence.Custody, successors []leasestore.Successor, log zerolog.Logger) bool {
+	t, ok := store.(Transferrer)
+	if !ok || len(successors) == 0 || contenders == nil {
+		return false
+	}
+	to := successors[0]
+	began := time.Now()
+	next, err := t.Transfer(ctx, c, to, contenders.Recent())
+	took := time.Since(began)
+	if err != nil {
+		log.Debug().Err(err).Int64("fence", c.Fence).Str("to", logval.String(to.Instance)).Msg("lease not handed over; releasing it")
+		return false
+	}
+	log.Info().Int64("fence", c.Fence).Str("to", logval.String(to.Instance)).Int64("to_fence", next).
+		Int64("took_us", took.Microseconds()).Msg("lease handed over to a contender standing by")
+	return true
 }
 
 func (a *leaseActor) setTimer(at time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/lease/internal/machine"
+	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Standby tells a LeaseActor that its lease's holder is about to release
@@ -33,6 +34,11 @@ type Standby struct {
 	// endpoint answers the holder only when its release can no longer
 	// land before the watch began.
 	Watching chan struct{} `json:"-"`
+	// Began, when not nil, is set before Watching is closed if the watch
+	// made its first read: the watch will find the lease handed to this
+	// process (leasestore.Store.Transfer), so the endpoint's answer offers
+	// this process as the successor.
+	Began *atomic.Bool `json:"-"`
 }
 
 // StandbyFor bounds one standby: a holder announces right before its
@@ -57,12 +63,14 @@ const standbySpin = 10 * time.Millisecond
 const standbySpacing = time.Second
 
 // VacancyReader is what a standby needs from the lease store besides
-// StoreAPI: *leasestore.Store implements it (Store.Vacant). A store
+// StoreAPI: *leasestore.Store implements it (Store.Watch). A store
 // without it makes Standby a no-op.
 type VacancyReader interface {
-	// Vacant reports whether lease name is free to acquire now and the
-	// fence its row carries (0 without a row).
-	Vacant(ctx context.Context, name string) (vacant bool, fence int64, err error)
+	// Watch reads whether lease name is free to acquire now, the fence
+	// its row carries (0 without a row), and whether the grant is this
+	// process's under holder (a holder handed it over:
+	// leasestore.Store.Transfer).
+	Watch(ctx context.Context, name, holder string) (leasestore.Vacancy, error)
 }
 
 // PendingAcquirer is a VacancyReader that can mark the acquire a standby
@@ -108,6 +116,7 @@ var errStandbyOff = errors.New("standby called off")
 // and when the last one started.
 type standbyState struct {
 	watching chan struct{}
+	began    *atomic.Bool
 	cancel   context.CancelCauseFunc
 	seq      uint64 // the AcquireCmd whose watch cancel calls off
 	started  time.Time
@@ -119,13 +128,13 @@ type standbyState struct {
 // not while an attempt is in flight), whose goroutine watches the row
 // (goAcquire, watchFirst) and takes watching; otherwise watching is
 // closed at once.
-func (a *leaseActor) startStandby(ctx actor.Context, watching chan struct{}) {
+func (a *leaseActor) startStandby(ctx actor.Context, watching chan struct{}, began *atomic.Bool) {
 	_, ok := a.o.Store.(VacancyReader)
 	spaced := a.standby.started.IsZero() || time.Since(a.standby.started) >= standbySpacing
 	if ok && !a.o.Unleased && a.o.StandbyFor >= 0 && spaced && a.m.Phase() == machine.PhaseContending {
-		a.standby.watching = watching
+		a.standby.watching, a.standby.began = watching, began
 		a.step(ctx, machine.Standby{})
-		watching, a.standby.watching = a.standby.watching, nil
+		watching, a.standby.watching, a.standby.began = a.standby.watching, nil, nil
 	}
 	if watching != nil {
 		close(watching)
@@ -150,11 +159,14 @@ func (a *leaseActor) standbyBound() time.Duration {
 // stopping, or the actor's calls were cancelled) and a func that logs the
 // watch's end: call it after the acquire, which should not wait for a
 // write to stderr.
-func watchFirst(wctx, calls context.Context, reader VacancyReader, name string, watching chan struct{}, log zerolog.Logger) (bool, func()) {
-	vacant, polls, err := watchVacancy(wctx, reader, name, watching)
-	attempt := calls.Err() == nil && !errors.Is(context.Cause(wctx), errStandbyOff)
-	return attempt, func() {
-		log.Debug().Bool("vacant", vacant).Int("reads", polls).AnErr("error", err).Bool("acquire", attempt).Msg("lease standby ended")
+//
+// When the watch found the lease handed to this process (Vacancy.Ours),
+// it returns that read (no acquire is to be made: the grant is made).
+func watchFirst(wctx, calls context.Context, reader VacancyReader, name, holder string, watching chan struct{}, began *atomic.Bool, log zerolog.Logger) (bool, leasestore.Vacancy, func()) {
+	v, polls, err := watchVacancy(wctx, reader, name, holder, watching, began)
+	attempt := !v.Ours && calls.Err() == nil && !errors.Is(context.Cause(wctx), errStandbyOff)
+	return attempt, v, func() {
+		log.Debug().Bool("vacant", v.Free).Bool("handed_over", v.Ours).Int("reads", polls).AnErr("error", err).Bool("acquire", attempt).Msg("lease standby ended")
 	}
 }
 
@@ -166,11 +178,13 @@ func (p *pauser) release() {
 	}
 }
 
-// watchVacancy reads name's row until it is free (true), another grant
-// replaces the one first read (a quicker contender won), a read fails, or
-// ctx ends; it returns how many reads it made. It closes watching (when
-// not nil) after the first read.
-func watchVacancy(ctx context.Context, r VacancyReader, name string, watching chan struct{}) (bool, int, error) {
+// watchVacancy reads name's row until it is free (Free), handed to this
+// process (Ours), another grant replaces the one first read (a quicker
+// contender won), a read fails, or ctx ends; it returns the last read
+// and how many reads it made. It closes watching (when not nil) after the
+// first read, having set began (when not nil) if that read succeeded and
+// the watch goes on.
+func watchVacancy(ctx context.Context, r VacancyReader, name, holder string, watching chan struct{}, began *atomic.Bool) (leasestore.Vacancy, int, error) {
 	if watching != nil {
 		defer func() {
 			if watching != nil {
@@ -180,29 +194,32 @@ func watchVacancy(ctx context.Context, r VacancyReader, name string, watching ch
 	}
 	p := newWatchPauser()
 	defer p.close()
-	began := time.Now()
+	start := time.Now()
 	first := int64(-1)
 	polls := 0
 	for ctx.Err() == nil {
-		vacant, f, err := r.Vacant(ctx, name)
+		v, err := r.Watch(ctx, name, holder)
 		polls++
 		if watching != nil {
+			if began != nil && err == nil && !v.Free && !v.Ours {
+				began.Store(true)
+			}
 			close(watching)
 			watching = nil
 		}
 		switch {
 		case err != nil:
-			return false, polls, err
-		case vacant:
-			return true, polls, nil
+			return leasestore.Vacancy{}, polls, err
+		case v.Free || v.Ours:
+			return v, polls, nil
 		case first < 0:
-			first = f
-		case f != first:
-			return false, polls, nil
+			first = v.Fence
+		case v.Fence != first:
+			return leasestore.Vacancy{}, polls, nil
 		}
-		p.pause(time.Since(began))
+		p.pause(time.Since(start))
 	}
-	return false, polls, nil
+	return leasestore.Vacancy{}, polls, nil
 }
 
 // stopStandby calls the watch running off, if any: the actor no longer

@@ -97,9 +97,9 @@ type countingStore struct {
 	reads atomic.Int64
 }
 
-func (c *countingStore) Vacant(ctx context.Context, name string) (bool, int64, error) {
+func (c *countingStore) Watch(ctx context.Context, name, holder string) (leasestore.Vacancy, error) {
 	c.reads.Add(1)
-	return c.Store.Vacant(ctx, name)
+	return c.Store.Watch(ctx, name, holder)
 }
 
 // A second standby within standbySpacing of the first's start, after the
@@ -151,7 +151,7 @@ func TestAStandbyIsIgnoredWhenStandbysAreOff(t *testing.T) {
 	}
 }
 
-// vacancies answers Vacant from a script, then keeps the last answer.
+// vacancies answers Watch from a script, then keeps the last answer.
 type vacancies struct {
 	script []vacancy
 	reads  int
@@ -161,12 +161,13 @@ type vacancy struct {
 	vacant bool
 	fence  int64
 	err    error
+	ours   bool
 }
 
-func (v *vacancies) Vacant(context.Context, string) (bool, int64, error) {
+func (v *vacancies) Watch(context.Context, string, string) (leasestore.Vacancy, error) {
 	a := v.script[min(v.reads, len(v.script)-1)]
 	v.reads++
-	return a.vacant, a.fence, a.err
+	return leasestore.Vacancy{Free: a.vacant, Fence: a.fence, Ours: a.ours}, a.err
 }
 
 func TestWatchVacancyEndsOnAFreeRowANewGrantAnErrorOrItsContext(t *testing.T) {
@@ -178,17 +179,28 @@ func TestWatchVacancyEndsOnAFreeRowANewGrantAnErrorOrItsContext(t *testing.T) {
 		wantReads int
 		wantErr   error
 	}{
-		{"freed on the third read", []vacancy{{false, 4, nil}, {false, 4, nil}, {true, 4, nil}}, true, 3, nil},
-		{"another contender won", []vacancy{{false, 4, nil}, {false, 4, nil}, {false, 5, nil}}, false, 3, nil},
-		{"a read failed", []vacancy{{false, 4, nil}, {false, 0, boom}}, false, 2, boom},
-		{"free at once", []vacancy{{true, 0, nil}}, true, 1, nil},
+		{"freed on the third read", []vacancy{{false, 4, nil, false}, {false, 4, nil, false}, {true, 4, nil, false}}, true, 3, nil},
+		{"another contender won", []vacancy{{false, 4, nil, false}, {false, 4, nil, false}, {false, 5, nil, false}}, false, 3, nil},
+		{"a read failed", []vacancy{{false, 4, nil, false}, {false, 0, boom, false}}, false, 2, boom},
+		{"free at once", []vacancy{{true, 0, nil, false}}, true, 1, nil},
+		// A holder handed the lease to this process (Store.Transfer):
+		// the watch ends with the grant, which is not free.
+		{"handed over on the second read", []vacancy{{false, 4, nil, false}, {false, 5, nil, true}}, false, 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &vacancies{script: tc.script}
 			watching := make(chan struct{})
-			got, reads, err := watchVacancy(context.Background(), v, "cleanup", watching)
-			if got != tc.want || reads != tc.wantReads || !errors.Is(err, tc.wantErr) {
-				t.Fatalf("watchVacancy = %v after %d reads, %v; want %v after %d, %v", got, reads, err, tc.want, tc.wantReads, tc.wantErr)
+			var began atomic.Bool
+			got, reads, err := watchVacancy(context.Background(), v, "cleanup", "instance-b", watching, &began)
+			last := tc.script[min(reads, len(tc.script))-1]
+			if got.Free != tc.want || got.Ours != last.ours || reads != tc.wantReads || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("watchVacancy = %+v after %d reads, %v; want free %v, ours %v after %d, %v", got, reads, err, tc.want, last.ours, tc.wantReads, tc.wantErr)
+			}
+			// The watch offers this process as the successor only when
+			// its first read found the lease held by another.
+			first := tc.script[0]
+			if want := first.err == nil && !first.vacant && !first.ours; began.Load() != want {
+				t.Fatalf("began = %v after a first read %+v; want %v", began.Load(), first, want)
 			}
 			waitClosed(t, "watching", watching)
 		})
@@ -197,8 +209,8 @@ func TestWatchVacancyEndsOnAFreeRowANewGrantAnErrorOrItsContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		watching := make(chan struct{})
-		got, reads, err := watchVacancy(ctx, &vacancies{script: []vacancy{{false, 4, nil}}}, "cleanup", watching)
-		if got || reads != 0 || err != nil {
+		got, reads, err := watchVacancy(ctx, &vacancies{script: []vacancy{{false, 4, nil, false}}}, "cleanup", "instance-b", watching, nil)
+		if got.Free || reads != 0 || err != nil {
 			t.Fatalf("watchVacancy on an ended context = %v after %d reads, %v; want false after none", got, reads, err)
 		}
 		waitClosed(t, "watching", watching)
@@ -334,9 +346,9 @@ func (p *pendingStore) PendingAcquire() func() {
 	return func() { p.note("done"); done() }
 }
 
-func (p *pendingStore) Vacant(ctx context.Context, name string) (bool, int64, error) {
+func (p *pendingStore) Watch(ctx context.Context, name, holder string) (leasestore.Vacancy, error) {
 	p.note("read")
-	return p.Store.Vacant(ctx, name)
+	return p.Store.Watch(ctx, name, holder)
 }
 
 func (p *pendingStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {

@@ -67,6 +67,10 @@ const (
 	// ReasonActorRestarted: released by a LeaseActor restarted after its
 	// own failure, for the grant its previous incarnation held.
 	ReasonActorRestarted = "actor-restarted"
+	// ReasonHandedOver: on lease.acquired, a grant the former holder
+	// handed to this instance (leasestore.Store.Transfer) rather than one
+	// it acquired; on lease.released, the release that handed it over.
+	ReasonHandedOver = "handed-over"
 )
 
 // Custody is one custody event. Lease is the lease name, or for an unleased

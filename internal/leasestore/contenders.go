@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,11 @@ type Contenders struct {
 	abandonCtx context.Context
 	abandon    context.CancelFunc
 }
+
+// Recent is how lately a contender must have been seen (its record's
+// seen_at) to be nudged, announced to or handed a lease (Store.Transfer):
+// three TTLs.
+func (c *Contenders) Recent() time.Duration { return 3 * c.TTL }
 
 // base is the context every nudge's request and answer derive from.
 func (c *Contenders) base() context.Context {
@@ -224,7 +230,7 @@ func otherProcess(instance, nonce int) string {
 func (c *Contenders) readAll() (map[string][]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
 WHERE `+otherProcess(1, 3)+` AND seen_at > `+database.NowMS+` - ?2`,
-		c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
+		c.Instance, c.Recent().Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
 	}
@@ -373,11 +379,17 @@ func StandbyURL(u string) (string, bool) {
 // when there is one, which then carries the nudge after the release too.
 // Correctness never depends on it: an unanswered announcement only costs
 // the wait, and the nudge still follows the release.
-func (c *Contenders) Announce(ctx context.Context, lease string) {
+//
+// It returns the contenders whose answers say they are watching, as
+// Successors, in the order they answered: the holder can hand the lease
+// to one of them (Store.Transfer) instead of releasing it.
+func (c *Contenders) Announce(ctx context.Context, lease string) []Successor {
 	if c == nil || c.NoAnnounce {
-		return
+		return nil
 	}
 	var answered sync.WaitGroup
+	var mu sync.Mutex
+	var watching []Successor
 	for _, u := range c.knownURLs(lease) {
 		su, ok := StandbyURL(u)
 		if !ok {
@@ -388,27 +400,91 @@ func (c *Contenders) Announce(ctx context.Context, lease string) {
 		go func() {
 			defer c.wg.Done()
 			defer answered.Done()
-			c.standby(ctx, lease, u, su)
+			if s, ok := c.standby(ctx, lease, u, su); ok {
+				mu.Lock()
+				watching = append(watching, s)
+				mu.Unlock()
+			}
 		}()
 	}
 	answered.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return watching
+}
+
+// Announces reports whether Announce(lease) would ask any contender
+// now: announcements are on and some other process's contender of lease
+// was known at the last read.
+func (c *Contenders) Announces(lease string) bool {
+	if c == nil || c.NoAnnounce {
+		return false
+	}
+	for _, u := range c.knownURLs(lease) {
+		if _, ok := StandbyURL(u); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// standbyAnswer is the body of a standby's 200 answer (POST StandbyPath):
+// the contender watching the row, which a holder may hand the lease to.
+// A contender that does not watch answers 202 without a body.
+type standbyAnswer struct {
+	Instance string `json:"instance"`
+	Nonce    string `json:"nonce"`
+	TTLMS    int64  `json:"ttl_ms"`
+}
+
+// maxAnswerTTL bounds the TTL a standby's answer may ask a handed-over
+// grant to carry: config refuses longer TTLs anyway, and a wrong answer
+// must not park a lease for longer.
+const maxAnswerTTL = 24 * time.Hour
+
+// StandbyAnswer is the body a watching contender answers a standby with
+// (see Announce): its instance_id, process nonce and lease TTL.
+func StandbyAnswer(s Successor) []byte {
+	b, _ := json.Marshal(standbyAnswer{Instance: s.Instance, Nonce: s.Nonce, TTLMS: s.TTL.Milliseconds()})
+	return b
+}
+
+// parseStandbyAnswer reads a standby's 200 body: a Successor with an
+// instance, a nonce of 16 hex digits (Store.Nonce) and a TTL of 1 ms to
+// maxAnswerTTL, or an error saying which is wrong.
+func parseStandbyAnswer(body []byte) (Successor, error) {
+	var a standbyAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return Successor{}, fmt.Errorf("standby answer: %w", err)
+	}
+	if a.Instance == "" || len(a.Instance) > 256 {
+		return Successor{}, fmt.Errorf("standby answer: instance of %d bytes", len(a.Instance))
+	}
+	if len(a.Nonce) != 16 || strings.Trim(a.Nonce, "0123456789abcdef") != "" {
+		return Successor{}, fmt.Errorf("standby answer: nonce %q is not 16 hex digits", logval.String(a.Nonce))
+	}
+	ttl := time.Duration(a.TTLMS) * time.Millisecond
+	if a.TTLMS <= 0 || ttl > maxAnswerTTL {
+		return Successor{}, fmt.Errorf("standby answer: ttl_ms %d out of range", a.TTLMS)
+	}
+	return Successor{Instance: a.Instance, Nonce: a.Nonce, TTL: ttl}, nil
 }
 
 // standby POSTs the standby request for lease to su, the standby URL of
 // nudge URL u, and reads its answer, within ctx. It goes on a connection
 // Prepare opened to the host when there is one (dialing one otherwise),
 // and gives the connection back for the nudge when the exchange left it
-// open.
-func (c *Contenders) standby(ctx context.Context, lease, u, su string) {
+// open. It returns the contender when its answer says it is watching.
+func (c *Contenders) standby(ctx context.Context, lease, u, su string) (Successor, bool) {
 	req, err := c.nudgeRequest(ctx, lease, su)
 	if err != nil || req.URL.Scheme != "http" {
-		return
+		return Successor{}, false
 	}
 	addr := hostPort(req.URL)
 	conn := c.takeWarm(addr)
 	if conn == nil {
 		if conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr); err != nil {
-			return
+			return Successor{}, false
 		}
 	}
 	deadline, ok := ctx.Deadline()
@@ -426,23 +502,32 @@ func (c *Contenders) standby(ctx context.Context, lease, u, su string) {
 		c.giveWarm(addr, conn)
 	}()
 	if err := req.Write(conn); err != nil {
-		return
+		return Successor{}, false
 	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		c.Log.Debug().Err(err).Str("lease", lease).Str("url", su).Msg("standby request got no answer")
-		return
+		return Successor{}, false
 	}
 	if resp.StatusCode == http.StatusNotFound {
 		// An instance without the endpoint (an older version), or one
 		// that does not run this lease: the nudge alone serves it.
 		_ = resp.Body.Close()
-		return
+		return Successor{}, false
 	}
-	_, rerr := io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	reuse = rerr == nil && !resp.Close && br.Buffered() == 0 && resp.StatusCode < 300
 	c.answered(lease, u, resp)
+	if rerr != nil || resp.StatusCode != http.StatusOK {
+		return Successor{}, false
+	}
+	s, err := parseStandbyAnswer(body)
+	if err != nil {
+		c.Log.Debug().Err(err).Str("lease", lease).Str("url", su).Msg("standby answer not understood; the lease is released, not handed over")
+		return Successor{}, false
+	}
+	return s, true
 }
 
 // giveWarm puts back an open connection to addr for the next nudge.
@@ -517,7 +602,7 @@ func (c *Contenders) dial(ctx context.Context, network, addr string) (net.Conn, 
 func (c *Contenders) urls(lease string) ([]string, error) {
 	rows, err := c.DB.Query(`SELECT `+database.Text("nudge_url")+` FROM lease_contenders
 WHERE name = ?1 AND `+otherProcess(2, 4)+` AND seen_at > `+database.NowMS+` - ?3`,
-		lease, c.Instance, (3 * c.TTL).Milliseconds(), c.Nonce)
+		lease, c.Instance, c.Recent().Milliseconds(), c.Nonce)
 	if err != nil {
 		return nil, err
 	}

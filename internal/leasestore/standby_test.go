@@ -166,17 +166,18 @@ func TestAnnounceSkipsNudgeURLsOfAnotherShapeAndToleratesA404(t *testing.T) {
 	}
 }
 
-// Vacant reads what an acquire would find: no row, a live grant, a
-// released one, one run out (on the database's clock).
-func TestVacantReadsWhetherAnAcquireWouldFindTheLeaseFree(t *testing.T) {
+// Watch reads what an acquire would find: no row, a live grant, a
+// released one, one run out (on the database's clock); none of them is
+// the reader's own.
+func TestWatchReadsWhetherAnAcquireWouldFindTheLeaseFree(t *testing.T) {
 	db := testsupport.OpenDB(t).DB
 	ctx := context.Background()
 	s := leasestore.NewStore(db, time.Minute)
-	check := func(what string, wantVacant bool, wantFence int64) {
+	check := func(what string, wantFree bool, wantFence int64) {
 		t.Helper()
-		v, f, err := s.Vacant(ctx, "cleanup")
-		if err != nil || v != wantVacant || f != wantFence {
-			t.Fatalf("%s: Vacant = %v, fence %d, %v; want %v, fence %d", what, v, f, err, wantVacant, wantFence)
+		v, err := s.Watch(ctx, "cleanup", "c")
+		if err != nil || v.Free != wantFree || v.Fence != wantFence || v.Ours {
+			t.Fatalf("%s: Watch = %+v, %v; want free %v, fence %d, not ours", what, v, err, wantFree, wantFence)
 		}
 	}
 	check("no row", true, 0)

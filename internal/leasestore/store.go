@@ -198,6 +198,26 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 	ownGrant = `
   AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
 
+	// transferSQL hands a grant over (Transfer): the holder's own grant
+	// (?1 name, ?2 holder, ?3 fence, ?4 its nonce), still held and not
+	// released, becomes successor ?5's at the next fence (acquireSQL's
+	// rule, lease_fence_floor included) for the successor's TTL (?7 ms),
+	// provided ?5 has a healthy contender record for the lease with nonce
+	// ?6 seen within ?8 ms (Contenders.Register): a successor is a process
+	// that contends, not any name an answer carries, and not one whose
+	// worker reports unhealthy (it would yield the lease straight back).
+	transferSQL = `UPDATE leases SET
+  holder      = ?5,
+  fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)) + 1,
+  acquired_at = t.n,
+  renewed_at  = t.n,
+  expires_at  = t.n + ?7
+FROM (SELECT ` + database.NowMS + ` AS n) AS t
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at AND expires_at > t.n
+  AND MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)) < 9223372036854775807` + ownGrant + `
+  AND EXISTS (SELECT 1 FROM lease_contenders c WHERE c.name = ?1 AND c.instance = ?5 AND c.nonce = ?6 AND c.healthy <> 0 AND c.seen_at > t.n - ?8)
+RETURNING fence`
+
 	// holderSQL records the nonce of a grant, in the acquire's transaction.
 	holderSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
@@ -207,7 +227,7 @@ ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
 // acquire's first compile on a connection was most of a graceful
 // handover's time (database.KeepCompiled).
 func init() {
-	database.KeepCompiled(acquireSQL, holderSQL, renewSQL, releaseSQL, contendedSQL, vacantSQL, renewAllSQL,
+	database.KeepCompiled(acquireSQL, holderSQL, renewSQL, releaseSQL, transferSQL, contendedSQL, watchSQL, renewAllSQL,
 		"BEGIN IMMEDIATE", "COMMIT")
 }
 
@@ -240,7 +260,7 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
 	var g Grant
-	granted, err := s.grant(ctx, name, holder, &g.Fence)
+	granted, err := s.grant(ctx, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, s.nonce, &g.Fence)
 	if err != nil {
 		return Grant{}, fmt.Errorf("acquire lease %q: %w", name, err)
 	}
@@ -262,13 +282,14 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	return g, nil
 }
 
-// grant runs the acquire statement and, when it grants, records the
-// grant's nonce, in one transaction: a grant whose answer is lost after
-// commit still carries this process's nonce, so a later attempt
+// grant runs a granting statement (acquireSQL, transferSQL: args, the
+// lease name first, RETURNING the new fence) and, when it grants, records
+// the grant's nonce, in one transaction: a grant whose answer is lost
+// after commit still carries its process's nonce, so a later attempt
 // recognises it as its own (and hands it back), and no grant is ever
-// visible without its nonce. The acquire is the transaction's first
-// statement and a write, so it takes the write lock at once.
-func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
+// visible without its nonce. The granting statement is the transaction's
+// first and a write, so it takes the write lock at once.
+func (s *Store) grant(ctx context.Context, query string, args []any, nonce string, fenceOut *int64) (bool, error) {
 	// One connection and explicit BEGIN/COMMIT, as the migrations do: a
 	// COMMIT that fails (a deferred constraint, a full disk) leaves
 	// SQLite's transaction open, and database/sql would not roll back a
@@ -293,11 +314,11 @@ func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64)
 			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
 		}
 	}()
-	granted, err := database.QueryReturning(ctx, conn, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
+	granted, err := database.QueryReturning(ctx, conn, query, args, fenceOut)
 	if err != nil || !granted {
 		return false, err
 	}
-	if _, err := conn.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
+	if _, err := conn.ExecContext(ctx, holderSQL, args[0], *fenceOut, nonce); err != nil {
 		return false, err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
@@ -305,6 +326,77 @@ func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64)
 	}
 	committed = true
 	return true, nil
+}
+
+// Successor is a contender a holder can hand its lease to (Transfer): what
+// the contender's answer to the holder's announcement says of it
+// (Contenders.Announce).
+type Successor struct {
+	// Instance is its instance_id, the grant's new holder.
+	Instance string `json:"instance"`
+	// Nonce is its process nonce (Store.Nonce), recorded with the grant.
+	Nonce string `json:"nonce"`
+	// TTL is the TTL the successor's own grants have (its leases.ttl):
+	// it counts its custody by its own renew deadline, which its TTL
+	// bounds.
+	TTL time.Duration `json:"-"`
+}
+
+// ErrNotTransferred is Transfer's answer when it changed nothing: the
+// grant is no longer the caller's to hand over (superseded, released, run
+// out) or the successor has no recent contender record for the lease.
+// The caller releases instead, which tells the two apart.
+var ErrNotTransferred = errors.New("lease not handed over")
+
+// Transfer hands the holder's grant c over to successor to in one
+// transaction: the row gets to's instance as holder, the next fence (as
+// an acquire would give it), acquired_at = renewed_at = now and an expiry
+// of now + to.TTL (database clock), and to's nonce is recorded as the new
+// grant's (lease_holders). It grants only while c is this process's
+// grant, still held and not released, and only to a contender with a
+// healthy record for the lease (lease_contenders) carrying to's nonce,
+// seen within recent (Contenders.Recent). It returns the new fence, ErrNotTransferred when it
+// changed nothing, or the database's error.
+//
+// The successor, standing by (actors/lease, Standby), reads the row
+// granted to itself (Watch) and takes custody with its trust counted from
+// the grant's age on the database's clock, so its renew deadline ends
+// before the TTL, as after an acquire of its own. A graceful handover
+// then needs one write, the holder's, instead of the holder's release and
+// the successor's acquire (docs/performance.md).
+func (s *Store) Transfer(ctx context.Context, c fence.Custody, to Successor, recent time.Duration) (int64, error) {
+	defer fence.LeaseWrite(s.db)()
+	if err := s.check(); err != nil {
+		return 0, s.note(c.Lease, fmt.Errorf("hand lease %q over: %w", c.Lease, err))
+	}
+	if to.Instance == "" || to.Nonce == "" || to.TTL <= 0 {
+		return 0, fmt.Errorf("hand lease %q over: successor %q (nonce %q, TTL %v) incomplete: %w", c.Lease, to.Instance, to.Nonce, to.TTL, ErrNotTransferred)
+	}
+	var next int64
+	granted, err := s.grant(ctx, transferSQL, []any{c.Lease, c.Holder, c.Fence, s.nonce, to.Instance, to.Nonce,
+		to.TTL.Milliseconds(), recent.Milliseconds()}, to.Nonce, &next)
+	if err != nil {
+		return 0, s.note(c.Lease, fmt.Errorf("hand lease %q over: %w", c.Lease, err))
+	}
+	s.note(c.Lease, nil)
+	if !granted {
+		return 0, fmt.Errorf("hand lease %q (fence %d) over to %s: %w", c.Lease, c.Fence, to.Instance, ErrNotTransferred)
+	}
+	return next, nil
+}
+
+// WarmTransfer runs Transfer's transaction for lease c.Lease with a fence
+// no grant carries (0), so it matches no row, writes nothing and rolls
+// back. A holder runs it while it waits for its contenders' answers to
+// the announcement (actors/lease), so that the Transfer right after runs
+// on this process's code and the database's pages made hot: cold, the
+// transaction took 427 µs p50 in a graceful handover on the 2-core host of
+// docs/performance.md, warmed 320. It holds the write lock for about as
+// long as an empty transaction. Errors are not reported: the Transfer
+// that follows meets them.
+func (s *Store) WarmTransfer(ctx context.Context, c fence.Custody) {
+	var next int64
+	_, _ = s.grant(ctx, transferSQL, []any{c.Lease, c.Holder, int64(0), s.nonce, "", "", int64(1), int64(1)}, "", &next)
 }
 
 // maxFence is the last fence a lease can be granted under.
@@ -372,27 +464,50 @@ func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody,
 	return nil
 }
 
-// vacantSQL reads whether a lease is free to acquire, on the database's
-// clock, by acquireSQL's own test (expires_at <= now), and the fence the
-// row carries; no row means free at fence 0.
-var vacantSQL = `SELECT expires_at <= ` + database.NowMS + `, fence FROM leases WHERE name = ?1`
+// watchSQL reads whether a lease is free to acquire, on the database's
+// clock, by acquireSQL's own test (expires_at <= now), the fence the row
+// carries, whether the grant is this process's (holder ?2, nonce ?3: a
+// holder handed it over, Transfer), and the grant's age and time left.
+var watchSQL = `SELECT expires_at <= n, fence,
+  holder = ?2 AND COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = leases.name AND h.fence = leases.fence), '') = ?3,
+  n - acquired_at, expires_at - n
+FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
 
-// Vacant reports whether lease name is free to acquire now (no row, or a
-// grant released or run out, on the database's clock) and the fence its
-// row carries (0 without a row). It only reads: a contender standing by
-// for an announced release polls it (actors/lease, Standby) instead of
-// attempting acquires, which would take the write lock the releasing
-// holder needs. It returns the database's error.
-func (s *Store) Vacant(ctx context.Context, name string) (vacant bool, fenceNow int64, err error) {
-	var free int64
-	err = s.db.QueryRowContext(ctx, vacantSQL, name).Scan(&free, &fenceNow)
+// Vacancy is what a standby's read of a lease row finds (Store.Watch).
+type Vacancy struct {
+	// Free: no row, or a grant released or run out, on the database's
+	// clock (the acquire's own test).
+	Free bool
+	// Fence is the row's fence (0 without a row).
+	Fence int64
+	// Ours: the grant carries the holder asked for and this process's
+	// nonce, that is a holder handed it to this process (Transfer).
+	Ours bool
+	// Age and TimeLeft are the grant's, on the database's clock, as
+	// Grant's (set with Ours).
+	Age, TimeLeft time.Duration
+}
+
+// Watch reads what an acquire by holder would find on lease name now (see
+// Vacancy). It only reads: a contender standing by for an announced
+// release polls it (actors/lease, Standby) instead of attempting
+// acquires, which would take the write lock the releasing holder needs.
+// It returns the database's error.
+func (s *Store) Watch(ctx context.Context, name, holder string) (Vacancy, error) {
+	var free, ours, ageMS, leftMS int64
+	var v Vacancy
+	err := s.db.QueryRowContext(ctx, watchSQL, name, holder, s.nonce).Scan(&free, &v.Fence, &ours, &ageMS, &leftMS)
 	if errors.Is(err, sql.ErrNoRows) {
-		return true, 0, nil
+		return Vacancy{Free: true}, nil
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("read lease %q: %w", name, err)
+		return Vacancy{}, fmt.Errorf("read lease %q: %w", name, err)
 	}
-	return free != 0, fenceNow, nil
+	v.Free, v.Ours = free != 0, ours != 0
+	if v.Ours {
+		v.Age, v.TimeLeft = time.Duration(ageMS)*time.Millisecond, time.Duration(leftMS)*time.Millisecond
+	}
+	return v, nil
 }
 
 // PendingAcquire marks an acquire this process is about to make (a

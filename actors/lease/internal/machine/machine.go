@@ -99,6 +99,16 @@ type (
 		// At is the wall time the store call returned: a grant's
 		// lease.acquired carries it (zero: the shell stamps its own).
 		At time.Time
+		// Elapsed is how long the call ran, from its start (a Standby's
+		// watch included) to the read that answered it, on the local
+		// clock; 0 when unknown. A grant of this process that the call
+		// did not make is adopted only if it is no older than that (see
+		// adoptable).
+		Elapsed time.Duration
+		// HandedOver: a Standby's watch found the grant handed to this
+		// process (Grant.Own, not Granted) and made no acquire. Such a
+		// grant that cannot be adopted is handed back.
+		HandedOver bool
 	}
 	// RenewResult answers RenewCmd Seq; Err wraps ErrSuperseded when the
 	// row no longer matched.
@@ -316,6 +326,9 @@ type custodyState struct {
 	// still ours in the database until its TTL, released once its worker
 	// has stopped and we see it (or stop).
 	lostFence int64
+	// gaveBack is the highest fence this machine handed back (a late or
+	// unused grant of its own, ReleaseCmd Stale): never adopted again.
+	gaveBack int64
 	// handBacks are fences whose grant a late renewal extended after
 	// custody was given up; each is released once its worker has stopped.
 	handBacks []int64
@@ -626,12 +639,33 @@ func (m *Machine) grantedSinceUnsure(now, age time.Duration) bool {
 // unsureSlack: see grantedSinceUnsure.
 const unsureSlack = 20 * time.Millisecond
 
+// adoptable reports whether g, a grant the acquire did not make, is this
+// process's to take custody of: its own (nonce) and live, newer than any
+// fence it held, neither custody it gave up (lostFence) nor possibly the
+// late commit of an acquire that errored (acquireUnsure: handed back, as
+// before handovers) nor one it handed back, and granted since the call
+// began (its age, read by the call, within the call's Elapsed, the
+// database's millisecond clock and rate allowed for as in
+// grantedSinceUnsure). Such a
+// grant was handed over by its former holder (leasestore.Store.Transfer)
+// to this process standing by, and the acquire (or the watch's read)
+// found it. One too old to trust is adopted all the same, and released
+// at once as a stale grant, so the lease does not sit idle for its TTL.
+func (m *Machine) adoptable(now time.Duration, r AcquireResult) bool {
+	g := r.Grant
+	return !g.Granted && g.Own && g.TimeLeft > 0 && g.Fence > 0 &&
+		g.Fence > m.custody.heldFence && g.Fence != m.custody.lostFence && g.Fence > m.custody.gaveBack &&
+		!(m.contend.acquireUnsure && m.grantedSinceUnsure(now, g.Age)) &&
+		g.Age <= r.Elapsed+unsureSlack+r.Elapsed/100
+}
+
 // handBackOwn releases grant fence, which this holder has in the database
 // and does not use.
 func (m *Machine) handBackOwn(f int64, acquired bool) {
 	if f == m.custody.lostFence {
 		m.custody.lostFence = 0
 	}
+	m.custody.gaveBack = max(m.custody.gaveBack, f)
 	m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: acquired,
 		Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: f}})
 }
@@ -677,9 +711,10 @@ func (m *Machine) nudgeAttempt(now time.Duration) {
 func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	if m.call.abandonedAcquires[r.Seq] {
 		delete(m.call.abandonedAcquires, r.Seq)
-		if r.Err == nil && r.Grant.Granted && r.Grant.Fence != m.custody.fence {
+		if r.Err == nil && (r.Grant.Granted || r.HandedOver) && r.Grant.Fence != m.custody.fence {
 			// Granted after we stopped waiting: hand it straight back so
 			// the lease does not sit idle until its TTL.
+			m.custody.gaveBack = max(m.custody.gaveBack, r.Grant.Fence)
 			m.out = append(m.out, ReleaseCmd{Seq: m.nextSeq(), Stale: true, LateAcquire: true,
 				Custody: fence.Custody{Lease: m.name, Holder: m.holder, Fence: r.Grant.Fence}})
 		}
@@ -706,16 +741,27 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	}
 	m.lastErr = nil
 	g := r.Grant
+	start, reason := m.call.start, ""
+	if m.adoptable(now, r) {
+		// A grant handed to this process by its former holder
+		// (leasestore.Store.Transfer) while the call ran: trusted from
+		// the call's start less the slack the attribution allowed, so
+		// from before it was granted, as an acquire's own grant is.
+		start, reason = m.call.start-unsureSlack, events.ReasonHandedOver
+		g.Granted = true
+	}
 	if !g.Granted {
 		// Own, not a holder string equal to ours: another process
 		// configured with our instance_id holds grants under our holder
 		// string, and releasing one of those would start a second worker.
 		if g.Own && g.TimeLeft > 0 && g.Fence > 0 &&
-			(g.Fence == m.custody.lostFence || (m.contend.acquireUnsure && g.Fence > m.custody.heldFence && m.grantedSinceUnsure(now, g.Age))) {
+			(g.Fence == m.custody.lostFence || (m.contend.acquireUnsure && g.Fence > m.custody.heldFence && m.grantedSinceUnsure(now, g.Age)) ||
+				(r.HandedOver && g.Fence > m.custody.heldFence && g.Fence > m.custody.gaveBack)) {
 			// Our own grant, unused: an acquire whose answer was lost
-			// after it committed, or custody given up whose worker has
-			// stopped. Hand it back rather than contend against it for
-			// a TTL (and leave it behind on shutdown).
+			// after it committed, custody given up whose worker has
+			// stopped, or a handover this machine cannot take. Hand it
+			// back rather than contend against it for a TTL (and leave
+			// it behind on shutdown).
 			m.handBackOwn(g.Fence, g.Fence > m.custody.heldFence)
 		}
 		m.contend.acquireUnsure = false
@@ -747,18 +793,18 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	m.custody.heldFence = max(m.custody.heldFence, g.Fence)
 	m.contend.acquireUnsure = false
 	m.custody.lostFence = 0 // it ran out or was released, or this grant could not be
-	m.emitAt(events.LeaseAcquired, g.Fence, "", nil, r.At)
+	m.emitAt(events.LeaseAcquired, g.Fence, reason, nil, r.At)
 	switch {
 	case m.stopRequested:
 		m.startRelease(now, causeShutdown, events.ReasonShutdown)
-	case now-m.call.start >= m.t.RenewDeadline:
+	case now-start >= m.t.RenewDeadline:
 		m.startRelease(now, causeStale, events.ReasonStaleGrant)
 	default:
 		m.phase = PhaseHolding
 		m.cause = causeNone
-		m.custody.since = m.call.start
-		m.custody.trustedUntil = m.call.start + m.t.RenewDeadline
-		m.custody.nextRenewAt = m.call.start + m.t.RenewInterval
+		m.custody.since = start
+		m.custody.trustedUntil = start + m.t.RenewDeadline
+		m.custody.nextRenewAt = start + m.t.RenewInterval
 		m.worker.failures = m.worker.failures[:0]
 		m.spawn()
 	}
