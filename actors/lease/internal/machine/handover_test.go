@@ -85,3 +85,16 @@ func TestAHandedOverGrantOfAnAbandonedCallIsHandedBackAndNeverAdopted(t *testing
 		Grant: leasestore.Grant{Holder: "instance-b", Fence: 7, Own: true, Age: 0, TimeLeft: fastTiming.TTL}})
 	h.none(SpawnWorkerCmd{})
 }
+
+// A grant of this process that no call of the machine made and that it
+// cannot adopt (a handover that landed after the call that could have
+// taken it) is handed back, not left idle for its TTL.
+func TestAnOwnGrantLandedAfterTheCallIsHandedBack(t *testing.T) {
+	h, acq := contender(t, time.Second)
+	h.at(time.Second+2*time.Millisecond, AcquireResult{Seq: acq.Seq, Elapsed: 2 * time.Millisecond,
+		Grant: leasestore.Grant{Holder: "instance-b", Fence: 9, Own: true, Age: 300 * time.Millisecond, TimeLeft: time.Second}})
+	h.none(SpawnWorkerCmd{})
+	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); !rel.Stale || rel.Custody.Fence != 9 {
+		t.Fatalf("release %+v; want the stale hand-back of fence 9", rel)
+	}
+}

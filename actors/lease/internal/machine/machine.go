@@ -756,12 +756,15 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 		// string, and releasing one of those would start a second worker.
 		if g.Own && g.TimeLeft > 0 && g.Fence > 0 &&
 			(g.Fence == m.custody.lostFence || (m.contend.acquireUnsure && g.Fence > m.custody.heldFence && m.grantedSinceUnsure(now, g.Age)) ||
-				(r.HandedOver && g.Fence > m.custody.heldFence && g.Fence > m.custody.gaveBack)) {
+				((r.HandedOver || !m.contend.acquireUnsure) && g.Fence > m.custody.heldFence && g.Fence > m.custody.gaveBack)) {
 			// Our own grant, unused: an acquire whose answer was lost
 			// after it committed, custody given up whose worker has
-			// stopped, or a handover this machine cannot take. Hand it
-			// back rather than contend against it for a TTL (and leave
-			// it behind on shutdown).
+			// stopped, or a handover this machine cannot take (found
+			// too late by its watch, or landed after the call that
+			// could have adopted it). Hand it back rather than contend
+			// against it for a TTL (and leave it behind on shutdown).
+			// With an errored acquire unsure, only one granted since
+			// that acquire began is handed back, as before handovers.
 			m.handBackOwn(g.Fence, g.Fence > m.custody.heldFence)
 		}
 		m.contend.acquireUnsure = false
