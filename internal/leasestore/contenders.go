@@ -438,9 +438,9 @@ type standbyAnswer struct {
 }
 
 // maxAnswerTTL bounds the TTL a standby's answer may ask a handed-over
-// grant to carry: config refuses longer TTLs anyway, and a wrong answer
-// must not park a lease for longer.
-const maxAnswerTTL = 24 * time.Hour
+// grant to carry: leases.ttl's own ceiling (config.MaxLeaseTTL, 1 h), so
+// a wrong answer parks a lease no longer than a configured TTL could.
+const maxAnswerTTL = time.Hour
 
 // StandbyAnswer is the body a watching contender answers a standby with
 // (see Announce): its instance_id, process nonce and lease TTL.

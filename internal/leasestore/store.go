@@ -344,8 +344,9 @@ type Successor struct {
 
 // ErrNotTransferred is Transfer's answer when it changed nothing: the
 // grant is no longer the caller's to hand over (superseded, released, run
-// out) or the successor has no recent contender record for the lease.
-// The caller releases instead, which tells the two apart.
+// out, its fence at its maximum) or the successor has no recent, healthy
+// contender record for the lease with its nonce. The caller releases
+// instead, which tells the two apart.
 var ErrNotTransferred = errors.New("lease not handed over")
 
 // Transfer hands the holder's grant c over to successor to in one
@@ -355,15 +356,15 @@ var ErrNotTransferred = errors.New("lease not handed over")
 // grant's (lease_holders). It grants only while c is this process's
 // grant, still held and not released, and only to a contender with a
 // healthy record for the lease (lease_contenders) carrying to's nonce,
-// seen within recent (Contenders.Recent). It returns the new fence, ErrNotTransferred when it
-// changed nothing, or the database's error.
+// seen within recent (Contenders.Recent). It returns the new fence,
+// ErrNotTransferred when it changed nothing, or the database's error.
 //
 // The successor, standing by (actors/lease, Standby), reads the row
-// granted to itself (Watch) and takes custody with its trust counted from
-// the grant's age on the database's clock, so its renew deadline ends
-// before the TTL, as after an acquire of its own. A graceful handover
-// then needs one write, the holder's, instead of the holder's release and
-// the successor's acquire (docs/performance.md).
+// granted to itself (Watch) and takes custody trusting it from the start
+// of its standby's call, which precedes the grant, so its renew deadline
+// ends before the TTL, as after an acquire of its own. A graceful
+// handover then needs one write, the holder's, instead of the holder's
+// release and the successor's acquire (docs/spec.md §4, docs/lease.md).
 func (s *Store) Transfer(ctx context.Context, c fence.Custody, to Successor, recent time.Duration) (int64, error) {
 	defer fence.LeaseWrite(s.db)()
 	if err := s.check(); err != nil {

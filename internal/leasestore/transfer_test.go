@@ -187,7 +187,9 @@ func TestAnnounceReturnsTheContendersThatWatch(t *testing.T) {
 		{"no instance", http.StatusOK, `{"nonce":"0123456789abcdef","ttl_ms":15000}`, nil},
 		{"a nonce not of 16 hex digits", http.StatusOK, `{"instance":"c","nonce":"xyz","ttl_ms":15000}`, nil},
 		{"no TTL", http.StatusOK, `{"instance":"c","nonce":"0123456789abcdef"}`, nil},
-		{"a TTL over a day", http.StatusOK, `{"instance":"c","nonce":"0123456789abcdef","ttl_ms":86400001}`, nil},
+		{"a TTL over leases.ttl's ceiling", http.StatusOK, `{"instance":"c","nonce":"0123456789abcdef","ttl_ms":3600001}`, nil},
+		{"a TTL at the ceiling", http.StatusOK, `{"instance":"c","nonce":"0123456789abcdef","ttl_ms":3600000}`,
+			[]leasestore.Successor{{Instance: "c", Nonce: "0123456789abcdef", TTL: time.Hour}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := testsupport.OpenDB(t).DB
