@@ -659,6 +659,16 @@ func (m *Machine) adoptable(now time.Duration, r AcquireResult) bool {
 		g.Age <= r.Elapsed+unsureSlack+r.Elapsed/100
 }
 
+// adoptSlack is how much earlier than its call's start an adopted grant
+// (adoptable) can have been made: the attribution's slack (unsureSlack
+// and 1% of the call for the clocks' rates), the database's millisecond
+// rounding of the grant's age, and the moment between the read and the
+// call's answer. An adopted grant is trusted from that much before the
+// call's start.
+func adoptSlack(elapsed time.Duration) time.Duration {
+	return unsureSlack + elapsed/100 + 2*time.Millisecond
+}
+
 // handBackOwn releases grant fence, which this holder has in the database
 // and does not use.
 func (m *Machine) handBackOwn(f int64, acquired bool) {
@@ -745,9 +755,10 @@ func (m *Machine) onAcquire(now time.Duration, r AcquireResult) {
 	if m.adoptable(now, r) {
 		// A grant handed to this process by its former holder
 		// (leasestore.Store.Transfer) while the call ran: trusted from
-		// the call's start less the slack the attribution allowed, so
-		// from before it was granted, as an acquire's own grant is.
-		start, reason = m.call.start-unsureSlack, events.ReasonHandedOver
+		// the call's start less the slack the attribution allowed and
+		// the database's millisecond rounding (adoptSlack), so from
+		// before it was granted, as an acquire's own grant is.
+		start, reason = m.call.start-adoptSlack(r.Elapsed), events.ReasonHandedOver
 		g.Granted = true
 	}
 	if !g.Granted {
