@@ -249,8 +249,13 @@ func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 			if len(said) != 1 || said[0].Str("to") != next.ID || said[0].Fence != released.Fence {
 				t.Errorf("round %d: %s took a handover, but %s's log says %v", round, next.ID, holder.ID, said)
 			}
-		case len(said) != 0:
-			t.Errorf("round %d: %s says it handed %s over (%s), but %s acquired it itself (%s)", round, holder.ID, leaseCleanup, said[0].Line, next.ID, acquired.Line)
+			// The release says where the lease went, with its usual reason.
+			if released.Str("holder") != next.ID || released.Reason != "shutdown" {
+				t.Errorf("round %d: the handover's lease.released names holder %q, reason %q; want %s, shutdown: %s",
+					round, released.Str("holder"), released.Reason, next.ID, released.Line)
+			}
+		case len(said) != 0 || released.Str("holder") != "":
+			t.Errorf("round %d: %s says it handed %s over (%v, %s), but %s acquired it itself (%s)", round, holder.ID, leaseCleanup, said, released.Line, next.ID, acquired.Line)
 		}
 		if _, err := next.Wait(ctx, harness.Is(harness.WorkerStarted, leaseCleanup)); err != nil {
 			t.Fatal(err)

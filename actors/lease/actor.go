@@ -734,8 +734,8 @@ func (a *leaseActor) goRelease(c machine.ReleaseCmd) {
 		// A release's lease.released is stamped when it began: before it
 		// committed, so before any successor's grant (events.Custody.At).
 		begun := time.Now()
-		if handOver(ctx, store, contenders, c.Custody, successors, log) {
-			sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, At: begun})
+		if to, ok := handOver(ctx, store, contenders, c.Custody, successors, log); ok {
+			sys.Root.Send(self, &machine.ReleaseResult{Seq: c.Seq, At: begun, HandedTo: to})
 			return
 		}
 		err := store.Release(ctx, c.Custody)
@@ -776,17 +776,17 @@ type Transferrer interface {
 
 // handOver hands grant c to the first of successors (the contenders whose
 // answers to the announcement say they watch the row) and reports whether
-// it did. The successor, watching, finds the row granted to itself and
+// it did, and to which instance. The successor, watching, finds the row granted to itself and
 // takes custody without a write of its own: a graceful handover is one
 // write instead of a release and an acquire (docs/performance.md). When it
 // does not (no successor, a store that cannot, the grant or the
 // successor's record no longer what Transfer requires, or an error), the
 // caller releases as before, and the release's answer says what the grant
 // has become.
-func handOver(ctx context.Context, store StoreAPI, contenders *leasestore.Contenders, c fence.Custody, successors []leasestore.Successor, log zerolog.Logger) bool {
+func handOver(ctx context.Context, store StoreAPI, contenders *leasestore.Contenders, c fence.Custody, successors []leasestore.Successor, log zerolog.Logger) (string, bool) {
 	t, ok := store.(Transferrer)
 	if !ok || len(successors) == 0 || contenders == nil {
-		return false
+		return "", false
 	}
 	to := successors[0]
 	began := time.Now()
@@ -794,11 +794,11 @@ func handOver(ctx context.Context, store StoreAPI, contenders *leasestore.Conten
 	took := time.Since(began)
 	if err != nil {
 		log.Debug().Err(err).Int64("fence", c.Fence).Str("to", logval.String(to.Instance)).Msg("lease not handed over; releasing it")
-		return false
+		return "", false
 	}
 	log.Info().Int64("fence", c.Fence).Str("to", logval.String(to.Instance)).Int64("to_fence", next).
 		Int64("took_us", took.Microseconds()).Msg("lease handed over to a contender standing by")
-	return true
+	return to.Instance, true
 }
 
 func (a *leaseActor) setTimer(at time.Duration) {

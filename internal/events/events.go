@@ -69,7 +69,9 @@ const (
 	ReasonActorRestarted = "actor-restarted"
 	// ReasonHandedOver: on lease.acquired, a grant the former holder
 	// handed to this instance (leasestore.Store.Transfer) rather than one
-	// it acquired; on lease.released, the release that handed it over.
+	// it acquired. (The former holder's lease.released keeps the reason
+	// it released for, shutdown or yielded, and names the successor as
+	// its holder.)
 	ReasonHandedOver = "handed-over"
 )
 
@@ -81,7 +83,9 @@ type Custody struct {
 	Instance string
 	Fence    int64
 	Reason   string
-	// Holder is, for lease.contended, the instance that holds the lease.
+	// Holder is, for lease.contended, the instance that holds the lease;
+	// for lease.released, the contender it was handed to (a handover,
+	// leasestore.Store.Transfer), "" for a release in place.
 	Holder string
 	// TimeLeft is, for lease.contended, how long the current grant has left
 	// on the database's clock.

@@ -98,3 +98,19 @@ func TestAnOwnGrantLandedAfterTheCallIsHandedBack(t *testing.T) {
 		t.Fatalf("release %+v; want the stale hand-back of fence 9", rel)
 	}
 }
+
+// A release that handed the lease over says so: lease.released keeps the
+// release's reason and names the successor as its holder.
+func TestAHandoverReleaseNamesTheSuccessor(t *testing.T) {
+	for _, to := range []string{"instance-b", ""} {
+		h := newHolder(t)
+		h.at(h.now+time.Millisecond, StopRequested{})
+		h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+		rel := h.only(ReleaseCmd{}).(ReleaseCmd)
+		h.at(h.now+time.Millisecond, ReleaseResult{Seq: rel.Seq, HandedTo: to})
+		got := h.emitted(events.LeaseReleased)
+		if len(got) != 1 || got[0].Holder != to || got[0].Reason != events.ReasonShutdown || got[0].Fence != 1 {
+			t.Fatalf("handed to %q: lease.released %+v; want one, reason shutdown, fence 1, holder %q", to, got, to)
+		}
+	}
+}

@@ -124,6 +124,10 @@ type (
 		// committed: lease.released carries it, so it precedes any
 		// successor's lease.acquired (zero: the shell stamps its own).
 		At time.Time
+		// HandedTo names the contender the release handed the lease to
+		// (leasestore.Store.Transfer); "" for a release in place.
+		// lease.released carries it as its holder.
+		HandedTo string
 	}
 	// WorkerStopped reports that worker Gen has terminated.
 	WorkerStopped struct{ Gen int }
@@ -937,7 +941,8 @@ func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
 	m.release.inFlight = false
 	switch {
 	case r.Err == nil:
-		m.emitAt(events.LeaseReleased, m.custody.fence, m.release.reason, nil, r.At)
+		m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.LeaseReleased, Lease: m.name, Instance: m.holder,
+			Fence: m.custody.fence, Reason: m.release.reason, Holder: r.HandedTo, At: r.At}})
 	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.emit(events.LeaseLost, m.custody.fence, events.ReasonSuperseded, r.Err)
 	default:
