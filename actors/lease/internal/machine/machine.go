@@ -643,18 +643,18 @@ func (m *Machine) grantedSinceUnsure(now, age time.Duration) bool {
 // unsureSlack: see grantedSinceUnsure.
 const unsureSlack = 20 * time.Millisecond
 
-// adoptable reports whether g, a grant the acquire did not make, is this
+// adoptable reports whether r's grant, one the call did not make, is this
 // process's to take custody of: its own (nonce) and live, newer than any
-// fence it held, neither custody it gave up (lostFence) nor possibly the
+// fence it held, neither custody it gave up (lostFence), nor possibly the
 // late commit of an acquire that errored (acquireUnsure: handed back, as
-// before handovers) nor one it handed back, and granted since the call
-// began (its age, read by the call, within the call's Elapsed, the
-// database's millisecond clock and rate allowed for as in
-// grantedSinceUnsure). Such a
-// grant was handed over by its former holder (leasestore.Store.Transfer)
-// to this process standing by, and the acquire (or the watch's read)
-// found it. One too old to trust is adopted all the same, and released
-// at once as a stale grant, so the lease does not sit idle for its TTL.
+// before handovers), nor one it handed back; and granted since the call
+// began (its age, read by the call, within the call's Elapsed, with the
+// slack of grantedSinceUnsure for the database's millisecond clock and
+// the clocks' rates). Such a grant was handed over by its former holder
+// (leasestore.Store.Transfer) to this process standing by, and the watch's
+// read (or the acquire) found it. One too old to trust is adopted all the
+// same and released at once as a stale grant, so the lease does not sit
+// idle for its TTL.
 func (m *Machine) adoptable(now time.Duration, r AcquireResult) bool {
 	g := r.Grant
 	return !g.Granted && g.Own && g.TimeLeft > 0 && g.Fence > 0 &&
