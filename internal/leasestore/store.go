@@ -158,8 +158,8 @@ const (
 	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
 	// would turn it into a REAL that no reader can scan (see maxFence).
 	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
-SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3
-FROM (SELECT ` + database.NowMS + ` AS n) WHERE COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) < 9223372036854775807
+SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
+FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
   fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = excluded.name), 0)) + 1,
@@ -198,6 +198,14 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 	ownGrant = `
   AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
 
+	// floorOf is the highest fence lease ?1 ever had (lease_fence_floor),
+	// 0 for a name never granted: a grant's fence is one above it.
+	floorOf = `COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)`
+
+	// handedFrom is the fence a handover's grant is one above: the row's
+	// or the floor, whichever is higher (acquireSQL's DO UPDATE rule).
+	handedFrom = `MAX(leases.fence, ` + floorOf + `)`
+
 	// transferSQL hands a grant over (Transfer): the holder's own grant
 	// (?1 name, ?2 holder, ?3 fence, ?4 its nonce), still held and not
 	// released, becomes successor ?5's at the next fence (acquireSQL's
@@ -208,13 +216,13 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 	// worker reports unhealthy (it would yield the lease straight back).
 	transferSQL = `UPDATE leases SET
   holder      = ?5,
-  fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)) + 1,
+  fence       = ` + handedFrom + ` + 1,
   acquired_at = t.n,
   renewed_at  = t.n,
   expires_at  = t.n + ?7
 FROM (SELECT ` + database.NowMS + ` AS n) AS t
 WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at AND expires_at > t.n
-  AND MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)) < 9223372036854775807` + ownGrant + `
+  AND ` + handedFrom + ` < 9223372036854775807` + ownGrant + `
   AND EXISTS (SELECT 1 FROM lease_contenders c WHERE c.name = ?1 AND c.instance = ?5 AND c.nonce = ?6 AND c.healthy <> 0 AND c.seen_at > t.n - ?8)
 RETURNING fence`
 

@@ -492,9 +492,13 @@ func (m *Machine) emit(kind events.Kind, fence int64, reason string, err error) 
 
 // emitAt is emit with the event's wall time (zero: the shell's).
 func (m *Machine) emitAt(kind events.Kind, fence int64, reason string, err error, at time.Time) {
-	m.out = append(m.out, EmitCmd{Event: events.Custody{
-		Kind: kind, Lease: m.name, Instance: m.holder, Fence: fence, Reason: reason, Err: err, At: at,
-	}})
+	m.emitCustody(events.Custody{Kind: kind, Fence: fence, Reason: reason, Err: err, At: at})
+}
+
+// emitCustody emits e as this machine's event (its lease and instance).
+func (m *Machine) emitCustody(e events.Custody) {
+	e.Lease, e.Instance = m.name, m.holder
+	m.out = append(m.out, EmitCmd{Event: e})
 }
 
 func (m *Machine) nextSeq() uint64 { m.seq++; return m.seq }
@@ -941,8 +945,8 @@ func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
 	m.release.inFlight = false
 	switch {
 	case r.Err == nil:
-		m.out = append(m.out, EmitCmd{Event: events.Custody{Kind: events.LeaseReleased, Lease: m.name, Instance: m.holder,
-			Fence: m.custody.fence, Reason: m.release.reason, Holder: r.HandedTo, At: r.At}})
+		m.emitCustody(events.Custody{Kind: events.LeaseReleased, Fence: m.custody.fence, Reason: m.release.reason,
+			Holder: r.HandedTo, At: r.At})
 	case errors.Is(r.Err, fence.ErrSuperseded):
 		m.emit(events.LeaseLost, m.custody.fence, events.ReasonSuperseded, r.Err)
 	default:
