@@ -11,6 +11,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/syntaxmemo"
 )
 
 // Why a repository is queued for a re-read (repo_resyncs.reason).
@@ -100,11 +101,10 @@ func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, sy
 			continue
 		case ev.Commit != nil:
 			rev := ev.Commit.Rev
-			tid, err := syntax.ParseTID(rev) // once: the screen runs for every commit
-			if err != nil {
+			if !syntaxmemo.TID(rev) {
 				break // not a TID: never judged
 			}
-			if futureRev(tid, now) {
+			if futureRev(syntax.TID(rev), now) {
 				s.future++
 				s.lastFuture = ev.DID + " " + rev
 				continue
@@ -150,10 +150,7 @@ func (s *revScreen) record(ctx context.Context, tx *sql.Tx) error {
 
 // validTID reports whether rev is a TID, so that two revs compare by
 // time as strings (TIDs are fixed-length, sortable base32).
-func validTID(rev string) bool {
-	_, err := syntax.ParseTID(rev)
-	return err == nil
-}
+func validTID(rev string) bool { return syntaxmemo.TID(rev) }
 
 func loadRevs(ctx context.Context, tx *sql.Tx, dids []string) (map[string]string, error) {
 	out := make(map[string]string, len(dids))
