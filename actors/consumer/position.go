@@ -13,7 +13,6 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
-	"github.com/atcr-io/appview/internal/syntaxmemo"
 )
 
 // Position is the stored resume position (jetstream_cursor, migration 7):
@@ -226,10 +225,11 @@ func eventSharedTime(ev *jetstream.Event) int64 {
 	var t int64
 	switch {
 	case ev.Commit != nil:
-		if !syntaxmemo.TID(ev.Commit.Rev) {
+		tid, err := syntax.ParseTID(ev.Commit.Rev)
+		if err != nil {
 			return 0
 		}
-		t = syntax.TID(ev.Commit.Rev).Time().UnixMicro()
+		t = tid.Time().UnixMicro()
 	case ev.Identity != nil:
 		t = rfc3339US(ev.Identity.Time)
 	case ev.Account != nil:

@@ -11,7 +11,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
-	"github.com/atcr-io/appview/internal/syntaxmemo"
 )
 
 // Why a repository is queued for a re-read (repo_resyncs.reason).
@@ -101,10 +100,11 @@ func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, sy
 			continue
 		case ev.Commit != nil:
 			rev := ev.Commit.Rev
-			if !syntaxmemo.TID(rev) {
+			tid, err := syntax.ParseTID(rev) // once: the screen runs for every commit
+			if err != nil {
 				break // not a TID: never judged
 			}
-			if futureRev(syntax.TID(rev), now) {
+			if futureRev(tid, now) {
 				s.future++
 				s.lastFuture = ev.DID + " " + rev
 				continue
@@ -150,7 +150,10 @@ func (s *revScreen) record(ctx context.Context, tx *sql.Tx) error {
 
 // validTID reports whether rev is a TID, so that two revs compare by
 // time as strings (TIDs are fixed-length, sortable base32).
-func validTID(rev string) bool { return syntaxmemo.TID(rev) }
+func validTID(rev string) bool {
+	_, err := syntax.ParseTID(rev)
+	return err == nil
+}
 
 func loadRevs(ctx context.Context, tx *sql.Tx, dids []string) (map[string]string, error) {
 	out := make(map[string]string, len(dids))

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/atcr-io/appview/internal/strictjson"
-	"github.com/atcr-io/appview/internal/syntaxmemo"
 )
 
 // DictionaryID is the zstd dictionary ID of the dictionary Jetstream v1 uses
@@ -184,7 +184,10 @@ func Validate(ev *Event) error {
 // validDID reports whether s is a DID by the AT Protocol syntax
 // (atproto.com/specs/did), as syntax.ParseDID checks it: an event whose
 // repo is not one names nothing the processor could store.
-func validDID(s string) bool { return syntaxmemo.DID(s) }
+func validDID(s string) bool {
+	_, err := syntax.ParseDID(s)
+	return err == nil
+}
 
 // Decoder decodes websocket frames: text frames are JSON, binary frames are
 // one zstd frame each, compressed with Jetstream's dictionary. It bounds the

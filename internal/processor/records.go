@@ -12,7 +12,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atcr-io/appview/internal/strictjson"
-	"github.com/atcr-io/appview/internal/syntaxmemo"
 )
 
 // NSIDs of the io.atcr collections the processor indexes (docs/lexicons.md).
@@ -300,12 +299,18 @@ func (c *check) datetime(field string, v *string) int64 {
 // validDID reports whether s is a DID by the AT Protocol syntax
 // (atproto.com/specs/did: ASCII only, at most 2,048 bytes), so no NUL or
 // invalid UTF-8 can reach a key column through a DID.
-func validDID(s string) bool { return syntaxmemo.DID(s) }
+func validDID(s string) bool {
+	_, err := syntax.ParseDID(s)
+	return err == nil
+}
 
 // validRKey reports whether s is a record key by the AT Protocol syntax
 // (atproto.com/specs/record-key: 1 to 512 ASCII letters, digits and
 // ._:~-, not "." or "..").
-func validRKey(s string) bool { return syntaxmemo.RecordKey(s) }
+func validRKey(s string) bool {
+	_, err := syntax.ParseRecordKey(s)
+	return err == nil
+}
 
 func str(p *string) string {
 	if p == nil {

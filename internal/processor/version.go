@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/atcr-io/appview/internal/jetstream"
-	"github.com/atcr-io/appview/internal/syntaxmemo"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // Record versions (docs/ordering.md). Every row the processor writes from a
@@ -39,7 +39,10 @@ import (
 // defines it (indigo's atproto/syntax, checked against the spec's interop
 // test vectors): fixed-length, sortable base32, so two valid revs compare
 // by time as strings.
-func validTID(s string) bool { return syntaxmemo.TID(s) }
+func validTID(s string) bool {
+	_, err := syntax.ParseTID(s)
+	return err == nil
+}
 
 // NoRevVersion is the version of an event without a rev stamped timeUS
 // (Unix µs): "0" and timeUS as 20 digits, below every TID.
