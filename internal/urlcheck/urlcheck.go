@@ -82,9 +82,7 @@ func Canonical(u *url.URL) string {
 	c := *u
 	c.Scheme = strings.ToLower(c.Scheme)
 	host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
-	if a, err := netip.ParseAddr(host); err == nil {
-		host = a.Unmap().String()
-	} else if a, ok := legacyIPv4(host); ok {
+	if a, ok := LiteralAddr(host); ok {
 		host = a.String()
 	}
 	if n, err := strconv.Atoi(port); err == nil {
@@ -113,6 +111,21 @@ func Canonical(u *url.URL) string {
 	c.ForceQuery = false
 	c.Fragment, c.RawFragment = "", ""
 	return c.String()
+}
+
+// LiteralAddr is the IP address a URL's host (url.URL.Hostname) names
+// without a lookup, as clients connect to it: an IP literal (an
+// IPv4-mapped IPv6 one as its IPv4 address), or an IPv4 address in a
+// legacy numeric form (legacyIPv4: "2130706433" and "127.1" are
+// 127.0.0.1). A trailing dot and the case of hex digits make no
+// difference. ok is false for a host name, which only a resolver can
+// turn into addresses.
+func LiteralAddr(host string) (a netip.Addr, ok bool) {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), true
+	}
+	return legacyIPv4(host)
 }
 
 // legacyIPv4 parses host as inet_aton(3) does (and so the resolvers of

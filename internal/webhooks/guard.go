@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"syscall"
 
@@ -80,8 +79,12 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	if g.AllowPrivate {
 		return u, nil
 	}
+	// An address written in the URL is checked as itself, whatever its
+	// spelling: a legacy numeric IPv4 form ("2130706433", "0x7f.1") is no
+	// host name a resolver knows, and the stored URL (urlcheck.Canonical)
+	// names its dotted quad, which is what deliveries dial.
 	host := u.Hostname()
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, ok := urlcheck.LiteralAddr(host); ok {
 		if err := g.outbound().Check(host, a); err != nil {
 			return nil, err
 		}

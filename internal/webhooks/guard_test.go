@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,32 @@ func TestCheckURLRefusesNonPublicTargetsWithAClearError(t *testing.T) {
 	}
 	if _, err := (Guard{}).CheckURL(ctx, "https://93.184.216.34/hook"); err != nil {
 		t.Errorf("public IP literal refused: %v", err)
+	}
+}
+
+// An IPv4 address in a legacy numeric form (inet_aton's, which clients
+// dial) is checked as the address it is, never sent to a resolver: a
+// loopback or private one is refused as such, a public one accepted.
+func TestCheckURLChecksLegacyIPv4FormsAsTheirAddress(t *testing.T) {
+	ctx := context.Background()
+	// A resolver that cannot answer: any lookup fails the test's cases.
+	noDNS := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no lookup expected")
+	}}
+	g := Guard{Resolver: noDNS}
+	for _, u := range []string{
+		"http://2130706433/h", "http://127.1/h", "http://0177.0.0.1/h", "http://0x7f.1/h", "http://0X7F.0.0.1./h",
+		"http://10.1/h", "http://0xa9fea9fe/latest/meta-data", "http://0/h",
+	} {
+		_, err := g.CheckURL(ctx, u)
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "allow_private") {
+			t.Errorf("CheckURL(%s) = %v, want a refusal naming webhooks.allow_private", u, err)
+		}
+	}
+	for _, u := range []string{"http://16843009/h", "http://0x01.1.1.1/h", "http://1.1.257/h"} {
+		if _, err := g.CheckURL(ctx, u); err != nil {
+			t.Errorf("CheckURL(%s) = %v, want it accepted (a public address)", u, err)
+		}
 	}
 }
 
