@@ -46,7 +46,7 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 					return err
 				}
 				if cfg.Admin.Addr == "" {
-					return cli.Refuse("admin.addr", "empty: the admin endpoint is disabled, there is nothing to probe")
+					return flags.Explain(cli.Refuse("admin.addr", "empty: the admin endpoint is disabled, there is nothing to probe"))
 				}
 				url = "http://" + probeAddr(cfg.Admin.Addr) + "/readyz"
 			}

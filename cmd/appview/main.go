@@ -92,7 +92,8 @@ func newRootCommand(sigs chan os.Signal) *cobra.Command {
 			if err != nil {
 				return nil, err
 			}
-			return open(ctx, cfg)
+			db, err := open(ctx, cfg)
+			return db, flags.Explain(err)
 		}
 	}
 	migrated, existing := opener(cli.OpenDatabase), opener(cli.OpenExisting)

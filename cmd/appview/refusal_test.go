@@ -71,6 +71,16 @@ func refusals() []refusal {
 			},
 		},
 		{
+			// A refusal made after the configuration loaded (the database
+			// would not open) still says where the value came from.
+			name: "unopenable database named in the environment", key: "database.url", reason: "(from APPVIEW_DATABASE_URL)",
+			env: []string{"APPVIEW_DATABASE_URL=file:db"},
+			setup: func(t *testing.T, dir string) []string {
+				mkdir(t, filepath.Join(dir, "db"))
+				return nil
+			},
+		},
+		{
 			name: "database file is not a database", key: "database.url", reason: "not an SQLite database: ",
 			setup: func(t *testing.T, dir string) []string {
 				writeTestFile(t, filepath.Join(dir, "appview.db"), strings.Repeat("not a database, just text\n", 200))
@@ -101,7 +111,7 @@ func refusals() []refusal {
 			},
 		},
 		{
-			name: "admin port in use", key: "admin.addr", reason: "address already in use",
+			name: "admin port in use", key: "admin.addr", reason: "address already in use (from --set)",
 			setup: func(t *testing.T, dir string) []string {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -239,6 +249,22 @@ func assertFlagRefusal(t *testing.T, r result, flag, reason string) {
 	line, ok := strings.CutSuffix(r.stderr, "\n")
 	if prefix := "appview: " + flag + ": "; !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, reason) {
 		t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, reason)
+	}
+}
+
+// A port in use is refused before the database is opened: the refused
+// start creates no database (README: refused before anything starts).
+func TestABusyAdminPortIsRefusedBeforeTheDatabaseIsCreated(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="+ln.Addr().String()), "serve")
+	assertRefusal(t, r, "admin.addr", "address already in use (from APPVIEW_ADMIN_ADDR)")
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Errorf("the refused start created ./data, the default database's directory (stat: %v)", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	stdlog "log"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -51,7 +52,7 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg, sigs, flags.Warnings()...)
+			return flags.Explain(serve(cmd.Context(), cfg, sigs, flags.Warnings()...))
 		},
 	}
 }
@@ -92,6 +93,22 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	stdlog.SetOutput(slog.NewLogLogger(system.SlogBridge(log.With().Str("component", "stdlog").Logger()).Handler(), slog.LevelWarn).Writer())
 	started := time.Now()
 
+	// The admin port is bound before the database is opened, so a port in
+	// use is refused before anything is created or written (README: "a
+	// busy admin port is refused before anything starts").
+	var adminLn net.Listener
+	if cfg.Admin.Addr != "" {
+		ln, err := admin.Bind(cfg.Admin.Addr)
+		if err != nil {
+			return cli.Refuse("admin.addr", "%v", err)
+		}
+		adminLn = ln
+		defer func() {
+			if adminLn != nil { // not taken by admin.Listen
+				adminLn.Close()
+			}
+		}()
+	}
 	db, aborted, err := openDuringStart(ctx, cfg, log, sigs)
 	if aborted {
 		return nil
@@ -119,9 +136,11 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	mux := http.NewServeMux()
 	var srv *admin.Server
-	if cfg.Admin.Addr != "" {
+	if adminLn != nil {
 		opts := admin.Options{Token: cfg.Admin.Token, ProtectMetrics: cfg.Admin.ProtectMetrics, Pprof: cfg.Admin.Pprof}
-		if srv, err = admin.Listen(cfg.Admin.Addr, db, reg, opts); err != nil {
+		ln := adminLn
+		adminLn = nil // admin.Listen owns it now, and closes it if it fails
+		if srv, err = admin.Listen(ln, db, reg, opts); err != nil {
 			return cli.Refuse("admin.addr", "%v", err)
 		}
 		mux = srv.Mux

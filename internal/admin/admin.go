@@ -59,15 +59,23 @@ func (s *Server) ready(ctx context.Context, db *database.DB) error {
 	return nil
 }
 
-// Listen binds addr now (so a port in use is a start-up error, before any
-// worker runs) and registers /healthz, /readyz and /metrics, with the
-// access rules of opts (issue 11; Options{} serves everything without a
-// token). Go runtime and process collectors are added to reg.
-func Listen(addr string, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
+// Bind binds addr for the admin endpoint (Listen serves on it). serve
+// binds first, before it opens the database, so that a port in use is
+// refused before anything is created or written. The error says "listen
+// on ADDR: " and the system's reason.
+func Bind(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	return ln, nil
+}
+
+// Listen takes ln (from Bind) and registers /healthz, /readyz and
+// /metrics on it, with the access rules of opts (issue 11; Options{}
+// serves everything without a token); Serve then answers. Go runtime and
+// process collectors are added to reg. ln is closed when Listen fails.
+func Listen(ln net.Listener, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		ln.Close()
 		return nil, err

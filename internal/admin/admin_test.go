@@ -24,9 +24,19 @@ func serve(t *testing.T, db *database.DB) *Server {
 	return serveOn(t, "127.0.0.1:0", db)
 }
 
+// bindAndListen starts a server as serve does: Bind, then Listen on the
+// listener.
+func bindAndListen(addr string, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {
+	ln, err := Bind(addr)
+	if err != nil {
+		return nil, err
+	}
+	return Listen(ln, db, reg, opts)
+}
+
 func serveOn(t *testing.T, addr string, db *database.DB) *Server {
 	t.Helper()
-	srv, err := Listen(addr, db, prometheus.NewRegistry(), Options{})
+	srv, err := bindAndListen(addr, db, prometheus.NewRegistry(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +99,15 @@ func TestMetricsServeGoRuntimeAndProcessCollectors(t *testing.T) {
 	}
 }
 
-func TestListenRefusesAnAddressInUse(t *testing.T) {
+func TestBindRefusesAnAddressInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen(ln.Addr().String(), testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), prometheus.NewRegistry(), Options{}); err == nil || !strings.Contains(err.Error(), "address already in use") {
-		t.Fatalf("Listen on a taken port = %v, want address already in use", err)
+	if _, err := Bind(ln.Addr().String()); err == nil || !strings.Contains(err.Error(), "address already in use") ||
+		!strings.Contains(err.Error(), "listen on "+ln.Addr().String()) {
+		t.Fatalf("Bind on a taken port = %v, want listen on %s: address already in use", err, ln.Addr())
 	}
 }
 

@@ -23,7 +23,7 @@ const testToken = "0123456789abcdef-test"
 func serveGuarded(t *testing.T, opts Options) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	srv, err := Listen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, opts)
+	srv, err := bindAndListen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestOversizedBodiesAndHeadersAreRefusedWith4xx(t *testing.T) {
 // bounded by MaxBytesReader when a handler reads it.
 func TestChunkedOversizedBodyIsCutOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv, err := Listen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, Options{})
+	srv, err := bindAndListen("127.0.0.1:0", testsupport.OpenUnmigrated(t, filepath.Join(t.TempDir(), "a.db")), reg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,8 @@ type ConfigFlags struct {
 	// warnings are what the last Load said about APPVIEW_* variables that
 	// name no key (Warnings, PrintWarnings).
 	warnings []string
+	// origins are where the last Load found each key's value (Explain).
+	origins map[string]string
 }
 
 // Register adds --config and --set to cmd and every command under it.
@@ -98,9 +100,29 @@ func (f *ConfigFlags) Register(cmd *cobra.Command) {
 // not fatal (the environment is shared with deploy scripts and
 // Kubernetes): its warning is kept for Warnings and PrintWarnings.
 func (f *ConfigFlags) Load() (config.Config, error) {
-	f.warnings = nil
+	f.warnings, f.origins = nil, map[string]string{}
 	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets,
-		Warn: func(msg string) { f.warnings = append(f.warnings, msg) }})
+		Warn: func(msg string) { f.warnings = append(f.warnings, msg) }, Origins: f.origins})
+}
+
+// Explain adds to a refusal made after Load where the value of the key it
+// names came from, as Load's own refusals say: "(from --set)", "(line 4)",
+// "(from APPVIEW_DATABASE_URL)". It covers a *StartError about a
+// configuration key (an admin.addr port in use, a database.url that
+// cannot be opened) and a *TransientError; anything else, or a key left
+// at its default, is returned as it is.
+func (f *ConfigFlags) Explain(err error) error {
+	switch e := err.(type) {
+	case *StartError:
+		if ce, ok := e.Err.(*config.Error); ok {
+			return &StartError{Err: config.PointAt(ce, f.origins)}
+		}
+	case *TransientError:
+		if o, ok := f.origins[e.Key]; ok {
+			return &TransientError{Key: e.Key, Reason: e.Reason + " (" + o + ")"}
+		}
+	}
+	return err
 }
 
 // Warnings returns the warnings of the last Load; serve logs them as JSON

@@ -43,6 +43,11 @@ type Sources struct {
 	// Warn receives one line for each APPVIEW_* variable that is not a
 	// config key (see Load); nil drops them.
 	Warn func(msg string)
+	// Origins, when not nil, receives where each key set from a source got
+	// its value: "line 4" (of File), "from APPVIEW_LEASES_TTL", "from
+	// --set"; a key left at its default has no entry. PointAt uses it for
+	// refusals made after Load.
+	Origins map[string]string
 }
 
 // Load builds the configuration from defaults, then Sources in order, and
@@ -59,7 +64,10 @@ func Load(src Sources) (Config, error) {
 	// origins says where each key set from a source got its value, so a
 	// refusal of the value by Validate can point at it ("line 4", an
 	// environment variable, --set).
-	origins := map[string]string{}
+	origins := src.Origins
+	if origins == nil {
+		origins = map[string]string{}
+	}
 	if src.File != "" {
 		data, err := os.ReadFile(src.File)
 		if err != nil {
@@ -120,10 +128,17 @@ func Load(src Sources) (Config, error) {
 	return cfg, pointAt(cfg.Validate(), origins)
 }
 
-// pointAt adds to a refusal naming a key set from a source where its value
-// came from: " (line 4)" of the file, " (from APPVIEW_LEASES_TTL)", " (from
-// --set)". A key left at its default, or a refusal that already says, is
-// returned as it is.
+// PointAt adds to err, when it is or wraps a refusal (*Error) of a key
+// set from a source, where its value came from, as Load's own refusals
+// say: " (line 4)" of the file, " (from APPVIEW_LEASES_TTL)", " (from
+// --set)"; origins is what Load put in Sources.Origins. It is for
+// refusals made after Load, by what the value names: a port that cannot
+// be bound, a database that cannot be opened. The result is the refusal
+// itself (*Error), whatever wrapped it; err is returned as it is when it
+// holds no *Error, names a key left at its default, or already says.
+func PointAt(err error, origins map[string]string) error { return pointAt(err, origins) }
+
+// pointAt is PointAt (Load's own refusals come through it too).
 func pointAt(err error, origins map[string]string) error {
 	var e *Error
 	if !errors.As(err, &e) {
