@@ -40,7 +40,9 @@ func Check(raw string, schemes ...string) (*url.URL, error) {
 	if err != nil {
 		return nil, &Error{Reason: fmt.Sprintf("unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))}
 	}
-	shown := u.Redacted()
+	// The URL as typed, its password masked: u.String() would drop what
+	// parsing emptied ("http://" reads back as "http:").
+	shown := logval.MaskURL(raw)
 	found := false
 	for _, s := range schemes {
 		found = found || u.Scheme == s

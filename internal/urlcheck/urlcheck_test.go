@@ -15,7 +15,9 @@ func TestCheck(t *testing.T) {
 		"wss://h.example/subscribe":   "scheme must be one of http, https",
 		"notaurl":                     `URL "notaurl": scheme must be one of http, https`,
 		"http://:5001/x":              "has no host",
-		"http:///x":                   "has no host",
+		"http:///x":                   `URL "http:///x" has no host`,
+		"http://":                     `URL "http://" has no host`, // as typed, not as it reads back ("http:")
+		"http://u:secret@:80/":        `URL "http://u:xxxxx@:80/" has no host`,
 		"http://h.example:0/":         "port 0 is not in 1..65535",
 		"http://h.example:65536/":     "port 65536 is not in 1..65535",
 		"http://u:secret@h.example/":  "carries credentials (user:password@)",
