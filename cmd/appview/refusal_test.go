@@ -81,7 +81,7 @@ func refusals() []refusal {
 			},
 		},
 		{
-			name: "database file is not a database", key: "database.url", reason: "not an SQLite database: ",
+			name: "database file is not a database", key: "database.url", reason: "not an SQLite database (SQLite: file is not a database)",
 			setup: func(t *testing.T, dir string) []string {
 				writeTestFile(t, filepath.Join(dir, "appview.db"), strings.Repeat("not a database, just text\n", 200))
 				return []string{"--set", "database.url=file:appview.db"}

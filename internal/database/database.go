@@ -214,11 +214,31 @@ func (db *DB) Ping(ctx context.Context) error {
 	return Bounded(ctx, func() error {
 		var one int
 		if err := db.QueryRow("SELECT 1").Scan(&one); err != nil {
-			return fmt.Errorf("%s: %w", openFault(err), err)
+			return &faultError{fault: openFault(err), err: err}
 		}
 		return nil
 	})
 }
+
+// faultError is a failure of a new connection's first statements, told
+// as what it means (openFault) and, when SQLite answered, in SQLite's own
+// words ("not an SQLite database (SQLite: file is not a database)"),
+// without the statement and the driver's codes around them, which an
+// operator cannot act on. The driver's error stays wrapped, for errors.Is
+// and the classifications (Transient, Unavailable).
+type faultError struct {
+	fault string
+	err   error
+}
+
+func (e *faultError) Error() string {
+	if m := answerText(e.err); m != "" {
+		return e.fault + " (SQLite: " + m + ")"
+	}
+	return e.fault + ": " + e.err.Error()
+}
+
+func (e *faultError) Unwrap() error { return e.err }
 
 // openFault names what a failure of the first statements on a new
 // connection (its PRAGMAs, then SELECT 1) says: no answer at all, or

@@ -128,6 +128,22 @@ func FromDriver(err error) bool {
 	return err != nil && strings.Contains(driverText(err), driverMark)
 }
 
+// answerText is SQLite's own message in err when the database answered
+// (a file database's "SQLite failure: `MESSAGE`", a libSQL server's
+// "SQLite error: MESSAGE"), else "".
+func answerText(err error) string {
+	s := driverText(err)
+	if i := strings.Index(s, localAnswer); i >= 0 {
+		m, _, _ := strings.Cut(s[i+len(localAnswer):], "`")
+		return m
+	}
+	if i := strings.Index(s, remoteAnswer); i >= 0 {
+		m, _, _ := strings.Cut(s[i+len(remoteAnswer):], `"`)
+		return m
+	}
+	return ""
+}
+
 // answered reports whether SQLite itself answered the statement that
 // failed (see the shapes above); s is its driverText.
 func answered(s string) bool {

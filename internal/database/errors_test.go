@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -133,6 +134,31 @@ func TestOpenFaultWordsTheDriversAnswer(t *testing.T) {
 	} {
 		if got := openFault(tc.err); got != tc.want {
 			t.Errorf("%s: openFault = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A failed first statement reads as what it means and SQLite's own words,
+// not the statement and the driver's codes; the driver's error stays
+// wrapped for the classifications.
+func TestAFaultErrorQuotesSQLiteAndWrapsTheDriversError(t *testing.T) {
+	local := errors.New("failed to execute query PRAGMA synchronous = NORMAL\nerror code = 1: Error executing statement: SQLite failure: `file is not a database`")
+	remote := errors.New("failed to execute query SELECT 1\nerror code = 2: Error executing statement: Hrana: `stream error: `Error { message: \"SQLite error: no such table: x\", code: \"SQLITE_UNKNOWN\" }``")
+	refused := errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `http error: `error trying to connect: tcp connect error: Connection refused (os error 111)``")
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("PRAGMA synchronous = NORMAL: %w", local), "not an SQLite database (SQLite: file is not a database)"},
+		{remote, "(SQLite: no such table: x)"},
+		{refused, "database not answering: failed to execute query SELECT 1"},
+	} {
+		err := &faultError{fault: openFault(tc.err), err: tc.err}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "PRAGMA") {
+			t.Errorf("%v: Error() = %q, want it to contain %q and no statement", tc.err, err.Error(), tc.want)
+		}
+		if !errors.Is(err, tc.err) || Transient(err) != Transient(tc.err) {
+			t.Errorf("%v: the driver's error is not kept (Is %v, Transient %v against %v)", tc.err, errors.Is(err, tc.err), Transient(err), Transient(tc.err))
 		}
 	}
 }
