@@ -125,7 +125,7 @@ func Load(src Sources) (Config, error) {
 	if err := cfg.readTokenFile(); err != nil {
 		return cfg, err
 	}
-	return cfg, pointAt(cfg.Validate(), origins)
+	return cfg, PointAt(cfg.Validate(), origins)
 }
 
 // PointAt adds to err, when it is or wraps a refusal (*Error) of a key
@@ -136,10 +136,8 @@ func Load(src Sources) (Config, error) {
 // be bound, a database that cannot be opened. The result is the refusal
 // itself (*Error), whatever wrapped it; err is returned as it is when it
 // holds no *Error, names a key left at its default, or already says.
-func PointAt(err error, origins map[string]string) error { return pointAt(err, origins) }
-
-// pointAt is PointAt (Load's own refusals come through it too).
-func pointAt(err error, origins map[string]string) error {
+// Load's own refusals come through it too.
+func PointAt(err error, origins map[string]string) error {
 	var e *Error
 	if !errors.As(err, &e) {
 		return err
