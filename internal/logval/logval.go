@@ -80,22 +80,23 @@ func (b bounded) Unwrap() error { return b.err }
 
 // MaskURL returns raw with the password of its user part shown as xxxxx,
 // whether or not raw parses as a URL (url.URL.Redacted needs one that
-// does): the user part is what comes between the scheme's "//" (or its
-// ":" when there is none) and the last "@" before the path (or anywhere
-// after, when the password itself holds a "/", "?" or "#"), and its
-// password what follows its first ":". Error messages quote the URLs an
-// operator typed, and one that does not parse (a space in its password)
-// must not be echoed with its secret. A user part without ":" is kept,
-// as Redacted keeps it.
+// does), and whether or not it has a scheme. The user part ends at the
+// last "@" before the path (or anywhere after, when the password itself
+// holds a "/", "?" or "#"); it starts after the first "//" that only a
+// scheme, or nothing, precedes ("http://u:pw@h", "//u:pw@h"), else after
+// a scheme's ":" when a ":" still follows ("http:u:pw@h"), else at the
+// start ("u:pw@h"); its password is what follows its first ":". Error
+// messages quote the URLs an operator typed, and one that does not parse
+// (a space in its password) or names no scheme must not be echoed with
+// its secret. A user part without ":" is kept, as Redacted keeps it.
 func MaskURL(raw string) string {
-	start := strings.Index(raw, "://")
-	switch {
-	case start >= 0:
-		start += 3
-	case strings.Contains(raw, ":"):
-		start = strings.Index(raw, ":") + 1
-	default:
-		return raw
+	start := 0
+	if i := strings.Index(raw, "//"); i >= 0 && !strings.ContainsAny(raw[:i], "/?#@") {
+		start = i + 2
+	} else if i := strings.Index(raw, ":"); i >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > i && strings.Contains(raw[i+1:at], ":") {
+			start = i + 1
+		}
 	}
 	rest := raw[start:]
 	end := len(rest)

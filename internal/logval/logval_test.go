@@ -84,6 +84,9 @@ func TestMaskURLMasksAPasswordInAnyURL(t *testing.T) {
 		"http://token@host/":                "http://token@host/",
 		"not a url":                         "not a url",
 		"https://host/path?next=a@b":        "https://host/path?next=a@b",
+		// No scheme (found by a new-user pass: these were echoed whole).
+		"//u:s3cret@1.1.1.1/h": "//u:xxxxx@1.1.1.1/h",
+		"u:s3cret@1.1.1.1/h":   "u:xxxxx@1.1.1.1/h",
 	} {
 		if got := MaskURL(in); got != want {
 			t.Errorf("MaskURL(%q) = %q, want %q", in, got, want)
