@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 
 	"github.com/atcr-io/appview/internal/logval"
@@ -94,7 +95,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	if r == nil {
 		r = net.DefaultResolver
 	}
-	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	// The name as the stored URL has it (urlcheck.Canonical): without a
+	// trailing dot, which the resolver's hosts file lookup does not fold
+	// ("localhost." went to DNS and came back "no such host").
+	addrs, err := r.LookupNetIP(ctx, "ip", strings.TrimSuffix(host, "."))
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
 		return nil, invalid("webhook URL %q: resolve %s: %w", logval.MaskURL(raw), host, err)

@@ -30,6 +30,7 @@ func TestCheckURLRefusesNonPublicTargetsWithAClearError(t *testing.T) {
 	for _, u := range []string{
 		"http://127.0.0.1/hook",
 		"http://localhost:8080/hook",
+		"http://localhost./hook", // a trailing dot names the same host
 		"https://10.0.0.7/",
 		"http://169.254.169.254/latest/meta-data",
 		"http://[::1]:9000/",
