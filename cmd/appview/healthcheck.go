@@ -48,6 +48,9 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 				if cfg.Admin.Addr == "" {
 					return flags.Explain(cli.Refuse("admin.addr", "empty: the admin endpoint is disabled, there is nothing to probe"))
 				}
+				if _, port, err := net.SplitHostPort(cfg.Admin.Addr); err == nil && port == "0" {
+					return flags.Explain(cli.Refuse("admin.addr", "%s: port 0 is chosen by the instance when it starts, so there is no port to probe; pass --url with the address its \"appview started\" line names", cfg.Admin.Addr))
+				}
 				url = "http://" + probeAddr(cfg.Admin.Addr) + "/readyz"
 			}
 			client := &http.Client{Timeout: healthcheckTimeout}

@@ -761,3 +761,15 @@ func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
 		}
 	}
 }
+
+// Without --url, healthcheck probes admin.addr; with port 0 there is no
+// port to probe (the instance picks one when it starts): a refusal (exit
+// 2) naming the key and where its value came from, not a connection
+// refused on port 0 (exit 1).
+func TestHealthcheckRefusesAnAdminAddressOnPort0(t *testing.T) {
+	r := runAppview(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), "healthcheck")
+	assertRefusal(t, r, "admin.addr", "port 0 is chosen by the instance when it starts")
+	if !strings.Contains(r.stderr, "(from APPVIEW_ADMIN_ADDR)") {
+		t.Errorf("the refusal does not say where the value came from: %q", r.stderr)
+	}
+}
