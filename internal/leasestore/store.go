@@ -162,7 +162,7 @@ SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
 FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
-  fence       = MAX(leases.fence, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = excluded.name), 0)) + 1,
+  fence       = ` + handedFrom + ` + 1,
   acquired_at = excluded.acquired_at,
   renewed_at  = excluded.renewed_at,
   expires_at  = excluded.expires_at
@@ -202,8 +202,9 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3` + ownGrant
 	// 0 for a name never granted: a grant's fence is one above it.
 	floorOf = `COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)`
 
-	// handedFrom is the fence a handover's grant is one above: the row's
-	// or the floor, whichever is higher (acquireSQL's DO UPDATE rule).
+	// handedFrom is the fence a grant over an existing row is one above:
+	// the row's or the floor, whichever is higher (acquireSQL's DO UPDATE,
+	// and transferSQL).
 	handedFrom = `MAX(leases.fence, ` + floorOf + `)`
 
 	// transferSQL hands a grant over (Transfer): the holder's own grant
