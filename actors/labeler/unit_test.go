@@ -37,7 +37,8 @@ func TestSubscribeURLTurnsTheConfiguredURLIntoTheXRPCWebsocket(t *testing.T) {
 	for _, bad := range []string{"ftp://mod.example.com", "https://", "mod.example.com", "::",
 		"ws://127.0.0.1:7700/labeler", "wss://mod.example.com/custom", "https://mod.example.com/xrpc",
 		"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels/extra",
-		"https://user:secret@mod.example.com", "wss://user@mod.example.com"} {
+		"https://user:secret@mod.example.com", "wss://user@mod.example.com",
+		"ftp://user:secret@mod.example.com", "//user:secret@mod.example.com", "https://user:sec ret@mod.example.com"} {
 		if got, err := SubscribeURL(bad); err == nil {
 			t.Errorf("SubscribeURL(%q) = %q, want an error", bad, got)
 		} else if strings.Contains(err.Error(), "secret") {

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/logval"
 )
 
 // LeaseName is the lease the subscriber runs under (docs/spec.md §4).
@@ -71,7 +72,7 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 func SubscribeURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("unparsable URL %q: %v", raw, err)
+		return "", fmt.Errorf("unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
 	}
 	asGiven := u.Redacted() // the password replaced by xxxxx
 	switch u.Scheme {
@@ -81,10 +82,10 @@ func SubscribeURL(raw string) (string, error) {
 		u.Scheme = "ws"
 	case "ws", "wss":
 	default:
-		return "", fmt.Errorf("URL %q: scheme must be https, http, wss or ws", raw)
+		return "", fmt.Errorf("URL %q: scheme must be https, http, wss or ws", logval.MaskURL(raw))
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("URL %q has no host", raw)
+		return "", fmt.Errorf("URL %q has no host", logval.MaskURL(raw))
 	}
 	if u.User != nil {
 		// Refused, not dropped: a labeler that needs them would answer

@@ -611,7 +611,7 @@ func setFromString(v reflect.Value, key, raw string) error {
 		if strings.TrimSpace(raw) == "" {
 			return keyErr(key, "got no value") // as a blank key in the file says
 		}
-		return keyErr(key, "unparsable value %q", raw)
+		return keyErr(key, "unparsable value %q", logval.MaskURL(raw))
 	}
 	forgetLines(doc.Content[0])
 	if n := doc.Content[0]; trailingComma && n.Kind == yaml.SequenceNode {

@@ -271,7 +271,7 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 	for _, raw := range opts.URLs {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			return nil, fmt.Errorf("jetstream client: URL %q: want ws:// or wss://HOST/...", raw)
+			return nil, fmt.Errorf("jetstream client: URL %q: want ws:// or wss://HOST/...", logval.MaskURL(raw))
 		}
 	}
 	filter, err := newCollectionFilter(opts.Collections)

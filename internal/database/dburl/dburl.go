@@ -37,18 +37,22 @@ func Parse(raw string) (Location, error) {
 	if raw == "" {
 		return Location{}, errors.New("must not be empty")
 	}
+	// Every message quotes the URL as typed with its password masked,
+	// whatever the form: one without a scheme ("//u:pw@h") or with a
+	// wrong one is refused too, and must not echo its secret.
+	shown := logval.MaskURL(raw)
 	if strings.HasPrefix(raw, ":memory:") {
-		return Location{}, fmt.Errorf("URL %q: %w", raw, errMemory)
+		return Location{}, fmt.Errorf("URL %q: %w", shown, errMemory)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Location{}, fmt.Errorf("unparsable URL %q: %s", logval.MaskURL(raw), logval.URLParseReason(err))
+		return Location{}, fmt.Errorf("unparsable URL %q: %s", shown, logval.URLParseReason(err))
 	}
 	switch u.Scheme {
 	case "file":
 		p, err := filePath(u, raw)
 		if err != nil {
-			return Location{}, fmt.Errorf("file URL %q: %w", raw, err)
+			return Location{}, fmt.Errorf("file URL %q: %w", shown, err)
 		}
 		return Location{Path: p}, nil
 	case "http", "https", "libsql":
@@ -56,14 +60,14 @@ func Parse(raw string) (Location, error) {
 		// password in the URL would be echoed by every message naming
 		// the URL (each retry of an unavailable server, in the journal).
 		if u.User != nil {
-			return Location{}, fmt.Errorf("URL %q carries credentials (user:password@); give the server's token in database.auth_token instead", u.Redacted())
+			return Location{}, fmt.Errorf("URL %q carries credentials (user:password@); give the server's token in database.auth_token instead", shown)
 		}
 		if u.Host == "" {
-			return Location{}, fmt.Errorf("URL %q has no host", raw)
+			return Location{}, fmt.Errorf("URL %q has no host", shown)
 		}
 		return Location{Server: u}, nil
 	}
-	return Location{}, fmt.Errorf("URL %q: scheme must be one of %s", raw, strings.Join(Schemes, ", "))
+	return Location{}, fmt.Errorf("URL %q: scheme must be one of %s", shown, strings.Join(Schemes, ", "))
 }
 
 // filePath is the path of a file URL (RFC 8089, plus the opaque

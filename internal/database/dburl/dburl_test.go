@@ -92,3 +92,20 @@ func TestAServerURLWithCredentialsIsRefusedWithoutItsPassword(t *testing.T) {
 		}
 	}
 }
+
+// Every refusal quotes the URL with its password masked, whatever it is
+// refused for: no scheme, another scheme, a file URL with a user (found by
+// a new-user pass: these echoed the password whole).
+func TestEveryRefusalMasksThePassword(t *testing.T) {
+	for _, raw := range []string{"//u:secret@h", "u:secret@h", "ftp://u:secret@h", "ws://u:secret@h/subscribe",
+		"file://u:secret@h/x.db", "http://u:secret@/x", "libsql://u:sec ret@h"} {
+		_, err := Parse(raw)
+		if err == nil {
+			t.Errorf("Parse(%q) accepted it", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "sec ret") {
+			t.Errorf("Parse(%q): the error %q shows the password", raw, err)
+		}
+	}
+}
