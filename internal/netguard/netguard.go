@@ -45,7 +45,8 @@ type RefusedError struct {
 	Purpose string
 	// Target is what was being reached: a URL's host or a dial address.
 	Target string
-	// Addr is the refused IP address (invalid when the target was unusable).
+	// Addr is the refused IP address (invalid when the target was unusable);
+	// Error names an IPv4-mapped IPv6 address as its IPv4 address.
 	Addr netip.Addr
 	// Class names the address range, e.g. "loopback", "private", "link-local".
 	Class string
@@ -70,7 +71,7 @@ func (e *RefusedError) Error() string {
 		verb = "pass" // a command-line flag
 	}
 	return fmt.Sprintf("refused %s target %s: %s is %s %s address (%s %s to permit it)",
-		purpose, e.Target, e.Addr, article(e.Class), e.Class, verb, key)
+		purpose, e.Target, e.Addr.Unmap(), article(e.Class), e.Class, verb, key)
 }
 
 // Unwrap makes errors.Is(err, ErrRefused) true.

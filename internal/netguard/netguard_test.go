@@ -61,6 +61,9 @@ func TestRefusalNamesTheAddressClassWithTheRightArticle(t *testing.T) {
 		"100.64.0.1":  "100.64.0.1 is a shared (carrier-grade NAT) address",
 		"192.0.2.1":   "192.0.2.1 is a documentation address",
 		"224.0.0.251": "224.0.0.251 is a multicast address",
+		// An IPv4-mapped IPv6 address (what localhost may resolve to) is
+		// named as the IPv4 address it is.
+		"::ffff:127.0.0.1": "hooks.example: 127.0.0.1 is a loopback address",
 	} {
 		a := netip.MustParseAddr(addr)
 		err := (&RefusedError{Target: "hooks.example", Addr: a, Class: Class(a)}).Error()
