@@ -23,20 +23,32 @@
 // landed already): nothing is written, the cursor does not move, and
 // appview_labeler_frames_total{kind="seq_regression"} counts it. Applying
 // it would re-apply labels a later frame may have negated and move the
-// stored cursor back, so the next connection would replay from there. A label that cannot be applied
-// (malformed, a subject outside the registry, a manifest or tag record not
-// indexed here) is skipped the same way; the rest of its frame still lands.
+// stored cursor back, so the next connection would replay from there. A
+// label that cannot be applied (malformed, a subject outside the registry)
+// is skipped the same way; the rest of its frame still lands.
 //
 // # Labels
 //
-// Only `!takedown` is acted on; other values are counted and ignored. The
-// subject (uri) maps to an account or a repository: a bare DID or at://DID
-// is the account (repo ""); at://DID/io.atcr.repo.page/REPO is REPO; a
-// manifest or tag record URI is the repository of that record, looked up in
-// manifests/tags by (did, rkey). A label with neg true removes the row; one
-// whose exp has passed (database clock) is not applied and removes an
-// earlier row; otherwise the row is upserted with expires_at = exp, and
-// readers must treat a row past its expires_at as not taken down.
+// Only `!takedown` is acted on; other values are counted and ignored. A
+// label is kept as the protocol keys it (com.atproto.label.defs#label:
+// src, uri, val), one row of the labels table each; a later label with the
+// same key replaces it, and one with neg true, or whose exp has passed
+// (database clock), removes it. taken_down_subjects is derived from those
+// rows: a subject (src, did, repo) is there while any label maps to it,
+// with the label that lasts longest (no exp before the latest exp), so
+// negating one of two labels on a repository leaves it taken down, and
+// its expires_at is when the last of them lapses; readers must treat a
+// row past its expires_at as not taken down.
+//
+// The subject (uri) maps to an account or a repository: a bare DID or
+// at://DID is the account (repo ""); at://DID/io.atcr.repo.page/REPO is
+// REPO; a manifest or tag record URI is the repository of that record,
+// looked up in manifests/tags by (did, rkey). A takedown of a record not
+// indexed yet (a labeler's history replays in seconds, a backfill takes
+// longer) is kept as pending and applied once the record is indexed: the
+// subscriber looks again every Options.ResolveEvery (outcome "resolved").
+// A label keeps the repository it was resolved to after its record is
+// deleted, and a negation finds it by uri, record or not.
 // Signatures (sig) are not verified: the subscriber trusts the endpoint the
 // operator configured.
 //

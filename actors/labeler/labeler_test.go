@@ -209,7 +209,7 @@ VALUES ('did:plc:erin', 'api', 'sha256:aa', '3kmanifest1', 'application/vnd.oci.
 
 	for outcome, n := range map[string]float64{
 		outcomeTakedown: 5, outcomeNegated: 1, outcomeExpired: 2, outcomeIgnored: 1,
-		outcomeUnsupported: 1, outcomeUnresolved: 1, outcomeMalformed: 1,
+		outcomeUnsupported: 1, outcomePending: 1, outcomeMalformed: 1,
 	} {
 		if got := testutil.ToFloat64(h.metrics.Labels.WithLabelValues(outcome)); got != n {
 			t.Errorf("labels{outcome=%s} = %v, want %v", outcome, got, n)

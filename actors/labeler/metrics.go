@@ -15,7 +15,8 @@ type Metrics struct {
 	// applied one: skipped, nothing written).
 	Frames *prometheus.CounterVec
 	// Labels counts labels by outcome: takedown, negated, expired,
-	// ignored, unsupported, unresolved, malformed.
+	// ignored, unsupported, pending (a takedown of a record not indexed
+	// yet), malformed; and resolved, a pending takedown applied later.
 	Labels *prometheus.CounterVec
 	// StreamErrors counts error frames by code (FutureCursor,
 	// ConsumerTooSlow, other).
@@ -50,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		Labels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_labeler_labels_total",
-			Help: "Labels received, by outcome (takedown, negated, expired, ignored, unsupported, unresolved, malformed).",
+			Help: "Labels received, by outcome (takedown, negated, expired, ignored, unsupported, pending, resolved, malformed).",
 		}, []string{"outcome"}),
 		StreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_labeler_stream_errors_total",

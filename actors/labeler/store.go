@@ -26,13 +26,14 @@ const (
 	outcomeExpired     = "expired"     // exp in the past: not applied, earlier takedown removed
 	outcomeIgnored     = "ignored"     // a value other than !takedown
 	outcomeUnsupported = "unsupported" // subject outside the registry
-	outcomeUnresolved  = "unresolved"  // manifest/tag record not indexed here
+	outcomePending     = "pending"     // takedown of a manifest/tag record not indexed yet: kept, applied once it is
+	outcomeResolved    = "resolved"    // a pending takedown applied: its record was indexed
 	outcomeMalformed   = "malformed"   // does not decode, lacks a field, bad time or uri
 )
 
 var labelOutcomes = []string{
 	outcomeTakedown, outcomeNegated, outcomeExpired, outcomeIgnored,
-	outcomeUnsupported, outcomeUnresolved, outcomeMalformed,
+	outcomeUnsupported, outcomePending, outcomeResolved, outcomeMalformed,
 }
 
 // store is the subscriber's side of the database: takedowns and cursor.
@@ -57,11 +58,16 @@ ON CONFLICT (endpoint) DO UPDATE SET
   fence      = excluded.fence,
   updated_at = excluded.updated_at`
 
-	takedownSQL = `INSERT INTO taken_down_subjects
-  (src, did, repo, uri, cid, created_at, expires_at, seq, fence, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ` + database.NowMS + `)
-ON CONFLICT (src, did, repo) DO UPDATE SET
-  uri        = excluded.uri,
+	// labelSQL stores a takedown label under its key (src, uri, val);
+	// repo NULL: its record is not indexed yet (resolvePending fills it).
+	labelSQL = `INSERT INTO labels
+  (src, uri, val, did, collection, rkey, repo, cid, created_at, expires_at, seq, fence, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ` + database.NowMS + `)
+ON CONFLICT (src, uri, val) DO UPDATE SET
+  did        = excluded.did,
+  collection = excluded.collection,
+  rkey       = excluded.rkey,
+  repo       = excluded.repo,
   cid        = excluded.cid,
   created_at = excluded.created_at,
   expires_at = excluded.expires_at,
@@ -69,9 +75,37 @@ ON CONFLICT (src, did, repo) DO UPDATE SET
   fence      = excluded.fence,
   updated_at = excluded.updated_at`
 
-	removeSQL = `DELETE FROM taken_down_subjects WHERE src = ?1 AND did = ?2 AND repo = ?3`
+	removeLabelSQL = `DELETE FROM labels WHERE src = ?1 AND uri = ?2 AND val = ?3`
+
+	resolveLabelSQL = `UPDATE labels SET repo = ?4, fence = ?5, updated_at = ` + database.NowMS + `
+WHERE src = ?1 AND uri = ?2 AND val = ?3 AND repo IS NULL`
+
+	// clearSubjectSQL and deriveSubjectSQL rebuild one subject's row of
+	// taken_down_subjects from the labels that map to it: there while any
+	// does, with the label that lasts longest (no exp first, then the
+	// latest exp; the latest seq among equals), so expires_at is when the
+	// last of them lapses.
+	clearSubjectSQL  = `DELETE FROM taken_down_subjects WHERE src = ?1 AND did = ?2 AND repo = ?3`
+	deriveSubjectSQL = `INSERT INTO taken_down_subjects
+  (src, did, repo, uri, cid, created_at, expires_at, seq, fence, updated_at)
+SELECT src, did, repo, uri, cid, created_at, expires_at, seq, ?4, ` + database.NowMS + `
+FROM labels WHERE src = ?1 AND did = ?2 AND repo = ?3 AND val = '` + ValTakedown + `'
+ORDER BY expires_at IS NOT NULL, expires_at DESC, seq DESC LIMIT 1`
 
 	nowSQL = `SELECT ` + database.NowMS
+)
+
+var (
+	// labelRepoSQL reads the subject a stored label maps to (repo NULL:
+	// not yet resolved).
+	labelRepoSQL = `SELECT ` + database.Text("did") + `, ` + database.Text("repo") + `
+FROM labels WHERE src = ?1 AND uri = ?2 AND val = ?3`
+
+	// pendingSQL lists takedowns of records not indexed when they arrived,
+	// a page at a time: ?2 of them after rowid ?1, in rowid order.
+	pendingSQL = `SELECT rowid, ` + database.Text("src") + `, ` + database.Text("uri") + `, ` + database.Text("val") + `, ` +
+		database.Text("did") + `, ` + database.Text("collection") + `, ` + database.Text("rkey") + `
+FROM labels WHERE repo IS NULL AND rowid > ?1 ORDER BY rowid LIMIT ?2`
 )
 
 // cursor returns the seq of the last applied frame, 0 when none.
@@ -163,23 +197,153 @@ func (s *store) applyLabel(ctx context.Context, tx *sql.Tx, seq int64, l Label, 
 	if err != nil {
 		return err
 	}
+	// The subject the label mapped to before this copy of it, if stored.
+	var old struct{ did, repo sql.NullString }
+	err = tx.QueryRowContext(ctx, labelRepoSQL, l.Src, l.URI, l.Val).Scan(&old.did, &old.repo)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read label %s: %w", l.URI, err)
+	}
+	// What the label maps to from now on: its record's repository, or, for
+	// a record not indexed (any more), the one an earlier copy resolved to.
+	next := sub
+	if sub.pending && old.repo.Valid {
+		next.repo, next.pending = old.repo.String, false
+	}
 	outcome := outcomeTakedown
 	switch {
 	case l.Neg:
 		outcome = outcomeNegated
 	case exp.Valid && exp.Int64 <= nowMS:
 		outcome = outcomeExpired
+	case next.pending:
+		outcome = outcomePending
 	}
-	if outcome == outcomeTakedown {
-		_, err = tx.ExecContext(ctx, takedownSQL, l.Src, sub.did, sub.repo, l.URI, l.CID, cts, exp, seq, s.custody.Fence)
+	stored := false
+	if outcome == outcomeTakedown || outcome == outcomePending {
+		repo := sql.NullString{String: next.repo, Valid: !next.pending}
+		_, err = tx.ExecContext(ctx, labelSQL, l.Src, l.URI, l.Val, next.did, next.collection, next.rkey, repo,
+			l.CID, cts, exp, seq, s.custody.Fence)
+		stored = err == nil && !next.pending
+		if stored {
+			err = s.deriveSubject(ctx, tx, l.Src, next.did, next.repo)
+		}
 	} else {
-		_, err = tx.ExecContext(ctx, removeSQL, l.Src, sub.did, sub.repo)
+		_, err = tx.ExecContext(ctx, removeLabelSQL, l.Src, l.URI, l.Val)
+	}
+	if err == nil && old.repo.Valid && !(stored && old.did.String == next.did && old.repo.String == next.repo) {
+		// Removed, or now mapped elsewhere: the subject it mapped to is
+		// derived again without it.
+		err = s.deriveSubject(ctx, tx, l.Src, old.did.String, old.repo.String)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", outcome, l.URI, err)
 	}
 	outcomes[outcome]++
 	return nil
+}
+
+// deriveSubject rebuilds the taken_down_subjects row of (src, did, repo)
+// from the labels that map to it: it is there while any label does.
+func (s *store) deriveSubject(ctx context.Context, tx *sql.Tx, src, did, repo string) error {
+	if _, err := tx.ExecContext(ctx, clearSubjectSQL, src, did, repo); err != nil {
+		return fmt.Errorf("clear subject %s %q: %w", did, repo, err)
+	}
+	if _, err := tx.ExecContext(ctx, deriveSubjectSQL, src, did, repo, s.custody.Fence); err != nil {
+		return fmt.Errorf("derive subject %s %q: %w", did, repo, err)
+	}
+	return nil
+}
+
+// pendingBatch is the most pending labels read per query.
+const pendingBatch = 500
+
+// pendingLabel is a stored takedown whose record was not indexed.
+type pendingLabel struct {
+	src, uri, val, did, collection, rkey string
+	repo                                 string // once found
+}
+
+// resolvePending applies the takedowns that arrived for manifest or tag
+// records not indexed at the time (outcome pending) and whose records are
+// indexed now. It looks with reads, all pending labels in pages of
+// pendingBatch; only when some record is found does it write, in one
+// fenced transaction: each such label takes its record's repository and
+// that subject is derived again. It returns how many it applied; errors
+// are the database's, or fence.ErrSuperseded when the custody is lost.
+func (s *store) resolvePending(ctx context.Context) (int, error) {
+	var found []pendingLabel
+	after := int64(0)
+	for {
+		var page []pendingLabel
+		err := database.Bounded(ctx, func() error {
+			page = page[:0]
+			rows, err := s.db.QueryContext(ctx, pendingSQL, after, pendingBatch)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var p pendingLabel
+				if err := rows.Scan(&after, &p.src, &p.uri, &p.val, &p.did, &p.collection, &p.rkey); err != nil {
+					return err
+				}
+				page = append(page, p)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return 0, fmt.Errorf("list pending labels: %w", err)
+		}
+		for _, p := range page {
+			if _, ok := recordRepoSQL[p.collection]; !ok {
+				continue // not a record label: stored only by a broken writer
+			}
+			var (
+				repo string
+				ok   bool
+			)
+			err := database.Bounded(ctx, func() (err error) {
+				repo, ok, err = recordRepo(ctx, s.db, p.did, p.collection, p.rkey)
+				return err
+			})
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				p.repo = repo
+				found = append(found, p)
+			}
+		}
+		if len(page) < pendingBatch {
+			break
+		}
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	var resolved int
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		resolved = 0
+		for _, p := range found {
+			r, err := tx.ExecContext(ctx, resolveLabelSQL, p.src, p.uri, p.val, p.repo, s.custody.Fence)
+			var n int64
+			if err == nil {
+				n, err = r.RowsAffected()
+			}
+			if err != nil {
+				return fmt.Errorf("resolve label %s: %w", p.uri, err)
+			}
+			if n == 0 {
+				continue // negated, or applied by a newer copy, since the read
+			}
+			if err := s.deriveSubject(ctx, tx, p.src, p.did, p.repo); err != nil {
+				return err
+			}
+			resolved++
+		}
+		return nil
+	})
+	return resolved, err
 }
 
 // write runs fn in a transaction fenced by the subscriber's custody.
@@ -196,15 +360,13 @@ func (s *store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // isSkip reports whether a label error means "skip this label" rather than
 // "this frame cannot be applied".
 func isSkip(err error) bool {
-	return errors.Is(err, errMalformed) || errors.Is(err, errUnsupportedSubject) || errors.Is(err, errUnknownRecord)
+	return errors.Is(err, errMalformed) || errors.Is(err, errUnsupportedSubject)
 }
 
 func skipOutcome(err error) string {
 	switch {
 	case errors.Is(err, errUnsupportedSubject):
 		return outcomeUnsupported
-	case errors.Is(err, errUnknownRecord):
-		return outcomeUnresolved
 	default:
 		return outcomeMalformed
 	}

@@ -36,6 +36,8 @@ const (
 	reconnectMaxDefault = 2 * time.Minute
 	// handshakeTimeout bounds the websocket opening handshake.
 	handshakeTimeout = 30 * time.Second
+	// DefaultResolveEvery applies when Options.ResolveEvery is 0.
+	DefaultResolveEvery = 5 * time.Second
 	// maxFrameBytesDefault is the websocket read limit per frame (1 MiB).
 	maxFrameBytesDefault = 1 << 20
 	// skipLogBurst bad frames or labels are logged per skipLogPeriod; the
@@ -65,6 +67,11 @@ type Options struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// MaxFrameBytes is the read limit per websocket message; 0 means 1 MiB.
 	MaxFrameBytes int64
+	// ResolveEvery is how often takedowns of manifest or tag records that
+	// were not indexed when their label arrived are looked up again (and
+	// applied once their record is): the longest a takedown can trail its
+	// record's indexing. 0 means DefaultResolveEvery.
+	ResolveEvery time.Duration
 	// AfterWrite, when set, runs after every committed database write (a
 	// hook for tests and instrumentation: it proves when writes happen).
 	AfterWrite func()
@@ -92,6 +99,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxFrameBytes <= 0 {
 		o.MaxFrameBytes = maxFrameBytesDefault
 	}
+	if o.ResolveEvery <= 0 {
+		o.ResolveEvery = DefaultResolveEvery
+	}
 	return o
 }
 
@@ -116,14 +126,20 @@ type subscriber struct {
 	self  *actor.PID
 	timer *scheduler.TimerScheduler
 
-	cancelTimer   scheduler.CancelFunc
-	cancelSession context.CancelFunc
-	sessions      sync.WaitGroup
-	stopping      bool
+	cancelTimer    scheduler.CancelFunc
+	cancelSession  context.CancelFunc
+	cancelResolver context.CancelFunc
+	// sessions counts the session goroutine and the resolver goroutine.
+	sessions sync.WaitGroup
+	stopping bool
 }
 
 // connect asks the subscriber to open a connection (sent by the reconnect timer).
 type connect struct{}
+
+// resolverFailed reports that the resolver goroutine found the custody
+// superseded and stopped.
+type resolverFailed struct{ err error }
 
 // sessionEnded reports that a connection ended without the actor asking.
 type sessionEnded struct {
@@ -166,7 +182,10 @@ func (s *subscriber) Receive(ctx actor.Context) {
 		// actor's own context may not.
 		s.timer = scheduler.NewTimerScheduler(s.root)
 		s.log.Info().Msg("labeler subscriber started")
+		s.startResolver()
 		s.connect()
+	case *resolverFailed:
+		s.lostCustody(msg.err)
 	case *connect:
 		s.cancelTimer = nil
 		s.connect()
@@ -213,10 +232,7 @@ func (s *subscriber) ended(msg *sessionEnded) {
 		return
 	}
 	if errors.Is(msg.err, fence.ErrSuperseded) {
-		// Fail like every leased worker does on a failed fence: the parent
-		// LeaseActor treats it as lost custody, and nothing here writes again.
-		s.log.Error().Err(logval.Error(msg.err)).Msg("labeler subscriber lost custody")
-		panic(fmt.Errorf("labeler subscriber under %s: %w", s.custody, msg.err))
+		s.lostCustody(msg.err)
 	}
 	if msg.progressed {
 		s.backoff.Reset()
@@ -226,10 +242,57 @@ func (s *subscriber) ended(msg *sessionEnded) {
 	s.cancelTimer = s.timer.SendOnce(delay, s.self, &connect{})
 }
 
-// stop cancels the reconnect timer and the session, and waits for the
-// session goroutine: once it returns, nothing of this actor writes again.
+// lostCustody fails the actor like every leased worker does on a failed
+// fence: the parent LeaseActor treats it as lost custody, and nothing here
+// writes again (Stopping ends the goroutines).
+func (s *subscriber) lostCustody(err error) {
+	s.log.Error().Err(logval.Error(err)).Msg("labeler subscriber lost custody")
+	panic(fmt.Errorf("labeler subscriber under %s: %w", s.custody, err))
+}
+
+// startResolver starts the goroutine that applies pending takedowns
+// (store.resolvePending) at once and then every ResolveEvery, until the
+// actor stops or the custody is found superseded.
+func (s *subscriber) startResolver() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancelResolver = cancel
+	s.sessions.Add(1)
+	go func() {
+		defer s.sessions.Done()
+		t := time.NewTicker(s.o.ResolveEvery)
+		defer t.Stop()
+		for {
+			n, err := s.store.resolvePending(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, fence.ErrSuperseded):
+				s.root.Send(s.self, &resolverFailed{err: err})
+				return
+			case err != nil:
+				s.log.Warn().Err(logval.Error(err)).Dur("retry_in", s.o.ResolveEvery).Msg("pending takedowns not resolved")
+			case n > 0:
+				s.o.Metrics.Labels.WithLabelValues(outcomeResolved).Add(float64(n))
+				s.log.Info().Int("labels", n).Msg("pending takedowns applied: their records are indexed now")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// stop cancels the reconnect timer, the session and the resolver, and
+// waits for their goroutines: once they return, nothing of this actor
+// writes again.
 func (s *subscriber) stop() {
 	s.stopping = true
+	if s.cancelResolver != nil {
+		s.cancelResolver()
+		s.cancelResolver = nil
+	}
 	if s.cancelTimer != nil {
 		s.cancelTimer()
 		s.cancelTimer = nil

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -55,5 +56,56 @@ func TestMigration8GivesExistingRowsAVersionBelowEveryRev(t *testing.T) {
 		if got != "" && (len(got) != 21 || got >= "2222222222222") {
 			t.Errorf("%s = %q: not 21 characters below every TID", q, got)
 		}
+	}
+}
+
+// Migration 0013 keeps every takedown stored before it as a label of its
+// own, resolved to the subject it had, so deriving taken_down_subjects
+// from labels afterwards loses none of them.
+func TestMigration13KeepsEveryStoredTakedownAsALabel(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []Migration
+	for _, m := range migs {
+		if m.Version < 13 {
+			before = append(before, m)
+		}
+	}
+	if _, err := db.apply(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO taken_down_subjects (src, did, repo, uri, created_at, expires_at, seq, fence, updated_at)
+VALUES ('did:plc:l', 'did:plc:a', 'api', 'at://did:plc:a/io.atcr.manifest/3k', 5, 9, 3, 2, 1),
+       ('did:plc:l', 'did:plc:b', '', 'did:plc:b', 6, NULL, 4, 2, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rows, err := db.QueryContext(ctx, `SELECT `+Text("uri")+`, `+Text("val")+`, `+Text("did")+`, `+Text("repo")+`,
+  created_at, COALESCE(expires_at, -1), seq FROM labels ORDER BY did`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var uri, val, did, repo string
+		var cts, exp, seq int64
+		if err := rows.Scan(&uri, &val, &did, &repo, &cts, &exp, &seq); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %q %d %d %d", uri, val, did, repo, cts, exp, seq))
+	}
+	want := []string{
+		`at://did:plc:a/io.atcr.manifest/3k !takedown did:plc:a "api" 5 9 3`,
+		`did:plc:b !takedown did:plc:b "" 6 -1 4`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("labels = %q, want %q", got, want)
 	}
 }
