@@ -442,10 +442,13 @@ func (c *consumer) outdatedCursor(url string, cursorUS, firstUS, firstSeq int64)
 }
 
 // recordGap records a gap of host url, seqs fromSeq to toSeq and, when
-// times is not nil, times[0] to times[1] (Unix µs), and requests a
-// backfill run, in one fenced transaction; it logs a failure.
+// times is not nil, times[0] to times[1] (Unix µs), requests a backfill
+// run (for repositories new here) and, with re-reads enabled, queues a
+// re-read of every repository held here (for deletes the gap hid), in one
+// fenced transaction; it logs a failure.
 func (c *consumer) recordGap(url string, fromSeq, toSeq int64, times *[2]int64) {
 	c.o.Metrics.gap()
+	var queued int64
 	var fromUS, toUS any
 	if times != nil {
 		fromUS, toUS = times[0], times[1]
@@ -456,15 +459,44 @@ VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5, ?6)`,
 			jetstream.HostOf(url), fromSeq, toSeq, c.o.Custody.Fence, fromUS, toUS); err != nil {
 			return fmt.Errorf("record gap: %w", err)
 		}
-		if _, err := tx.Exec(requestBackfillSQL, c.o.Custody.Fence, "jetstream-gap"); err != nil {
+		if _, err := tx.Exec(requestBackfillSQL, c.o.Custody.Fence, reasonGap); err != nil {
 			return fmt.Errorf("request backfill run: %w", err)
+		}
+		if c.o.Resync == nil {
+			return nil
+		}
+		r, err := tx.Exec(requestGapResyncsSQL, reasonGap)
+		if err == nil {
+			queued, err = r.RowsAffected()
+		}
+		if err != nil {
+			return fmt.Errorf("queue re-reads: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
 		c.log.Error().Err(err).Msg("Jetstream gap not recorded; no backfill requested")
+		return
+	}
+	if c.o.Resync != nil {
+		c.log.Warn().Int64("repositories", queued).Msg("Jetstream gap: every repository held here is queued for a re-read from its PDS")
+		c.o.Resync.Kick()
 	}
 }
+
+// requestGapResyncsSQL queues a re-read (reason ?1) of every repository
+// the database holds a record of; one already queued keeps its place. A
+// backfill run only adds what it lists, with no rev: a record deleted, or
+// deleted and created again, while the events were lost would stay as it
+// was. A re-read lists the repository at its rev and removes what it no
+// longer holds (resync.go).
+const requestGapResyncsSQL = `INSERT INTO repo_resyncs (did, reason, requested_at, next_at)
+SELECT did, ?1, ` + database.NowMS + `, ` + database.NowMS + ` FROM (
+  SELECT did FROM users UNION SELECT did FROM manifests UNION SELECT did FROM tags
+  UNION SELECT did FROM stars UNION SELECT did FROM repo_pages UNION SELECT hold_did FROM hold_captains
+  UNION SELECT hold_did FROM hold_crew UNION SELECT hold_did FROM repository_hold_stats
+) WHERE true
+ON CONFLICT (did) DO NOTHING`
 
 // seqReset is told (on the client's Run goroutine) that url's host
 // numbers its events below the stored seq: it forgot them. The stored

@@ -161,12 +161,14 @@ func (r *Resyncer) Run(stop <-chan struct{}, c fence.Custody) {
 	}
 }
 
-// next is the queued repository due first, if any is due.
+// next is the queued repository due first, if any is due; the mass
+// re-read after a Jetstream gap (reasonGap) yields to the others, so a
+// #sync is not held behind every repository held here.
 func (r *Resyncer) next(ctx context.Context) (string, bool, error) {
 	var did string
 	var queued int64
 	err := r.DB.QueryRowContext(ctx, `SELECT `+database.Text("did")+`, (SELECT COUNT(*) FROM repo_resyncs) FROM repo_resyncs
-WHERE next_at <= `+database.NowMS+` ORDER BY next_at LIMIT 1`).Scan(&did, &queued)
+WHERE next_at <= `+database.NowMS+` ORDER BY reason = '`+reasonGap+`', next_at LIMIT 1`).Scan(&did, &queued)
 	if errors.Is(err, sql.ErrNoRows) {
 		r.Metrics.queued(0)
 		return "", false, nil

@@ -17,6 +17,11 @@ import (
 const (
 	// reasonSync: a #sync event said the repository was replaced upstream.
 	reasonSync = "sync"
+	// reasonGap: Jetstream lost events (CursorTooOld, OutdatedCursor), so
+	// deletes and re-creations in the gap were missed; every repository
+	// the database holds records of is re-read. These wait behind any
+	// other reason (Resyncer.next).
+	reasonGap = "jetstream-gap"
 )
 
 // maxRevLookup bounds the DIDs looked up in one statement (SQLite caps a

@@ -1,0 +1,70 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
+	"github.com/atcr-io/appview/internal/webhooks"
+)
+
+// A Jetstream gap hides deletes, and records deleted and created again:
+// a backfill run only adds what it lists, with no rev, so besides the run
+// every repository held here is queued for a re-read at its rev (which
+// removes what the PDS no longer lists). A #sync queued before keeps its
+// reason and goes first.
+func TestAGapQueuesAReReadOfEveryRepositoryHeldHere(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	c := acquire(t, db.DB, "me")
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	ctx := context.Background()
+	digest := "sha256:" + strings.Repeat("a", 64)
+	tag := func(did, rkey string) jetstream.Event {
+		return jetstream.Event{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+			Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey,
+			Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":%q,"manifestDigest":%q,"createdAt":"2026-01-01T00:00:00Z"}`, rkey, digest))}}
+	}
+	events := []jetstream.Event{tag("did:plc:u1", "a"), tag("did:plc:u2", "b"), tag("did:plc:u3", "c"),
+		{DID: "did:plc:u3", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u3", Rev: "3l3qo2vutsw23"}}}
+	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", events, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	cons := bareConsumer(t, db.DB, c, 0)
+	r := NewResyncer(db.DB, staticPDS("http://127.0.0.1:1"), p, time.Millisecond, zerolog.Nop(), nil)
+	cons.o.Resync = r
+	cons.cursorTooOld("wss://jetstream.example/subscribe", 5, 10)
+
+	got := map[string]string{}
+	rows, err := db.Query(`SELECT CAST(did AS BLOB), CAST(reason AS BLOB) FROM repo_resyncs`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var did, reason string
+		if err := rows.Scan(&did, &reason); err != nil {
+			t.Fatal(err)
+		}
+		got[did] = reason
+	}
+	rows.Close()
+	want := map[string]string{"did:plc:u1": reasonGap, "did:plc:u2": reasonGap, "did:plc:u3": reasonSync}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("queued re-reads %v, want %v", got, want)
+	}
+	var gaps, runs int
+	if err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM jetstream_gaps), (SELECT COUNT(*) FROM backfill_runs WHERE completed_at IS NULL)`).
+		Scan(&gaps, &runs); err != nil || gaps != 1 || runs != 1 {
+		t.Fatalf("%d gaps and %d pending backfill runs (%v), want 1 and 1", gaps, runs, err)
+	}
+	if did, found, err := r.next(ctx); err != nil || !found || did != "did:plc:u3" {
+		t.Fatalf("next re-read %q %v %v, want the #sync's did:plc:u3 ahead of the gap's", did, found, err)
+	}
+}
