@@ -33,6 +33,13 @@ const (
 	maxRateLimitWaitDefault   = 15 * time.Minute
 )
 
+// minRateLimitHold is the least a 429 holds its host, whatever reset it
+// named: a reset already past on this host's clock (the peer's clock is
+// behind ours, or Retry-After: 0) would otherwise send the request again
+// at once, and again, until the peer's window really resets: thousands of
+// requests a second into a spent limit.
+const minRateLimitHold = time.Second
+
 // rateLimitDeferral is a request the peer refused for its rate limit: it is
 // not a failure of the peer and does not use up a retry; the request is
 // made again once the host's window resets (hostLimiter.wait).
@@ -51,19 +58,24 @@ func (d *rateLimitDeferral) Unwrap() error { return d.xe }
 type rateLimitHeaders struct {
 	// remaining is RateLimit-Remaining; -1 when absent.
 	remaining int
-	// reset is when the window resets (RateLimit-Reset, else Retry-After);
+	// reset is when the window resets (Retry-After, else RateLimit-Reset);
 	// zero when neither was sent.
 	reset time.Time
 }
 
-// parseRateLimit reads RateLimit-Remaining, RateLimit-Reset and (as the
-// reset of a 429 without RateLimit-Reset) Retry-After.
+// parseRateLimit reads RateLimit-Remaining, and the reset from
+// Retry-After, else RateLimit-Reset. The reference PDS sends both on a 429
+// (atproto xrpc-server, rate-limiter-http.ts): Retry-After as seconds from
+// now, RateLimit-Reset as an instant on its own clock, so Retry-After is
+// the one a clock skew between the two hosts cannot move.
 func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
 	out := rateLimitHeaders{remaining: -1}
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("RateLimit-Remaining"))); err == nil && v >= 0 {
 		out.remaining = v
 	}
-	if v, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64); err == nil && v >= 0 {
+	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
+		out.reset = now.Add(d)
+	} else if v, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64); err == nil && v >= 0 {
 		if v > resetEpochFloor {
 			// The reference floors the reset to the whole second
 			// (floor((now + msBeforeNext) / 1000)): the window really
@@ -73,8 +85,6 @@ func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
 		} else {
 			out.reset = now.Add(time.Duration(v) * time.Second)
 		}
-	} else if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
-		out.reset = now.Add(d)
 	}
 	return out
 }
@@ -160,6 +170,9 @@ func (l *rateLimits) acquire(ctx context.Context, host string) (time.Duration, f
 // runs at the peer's pace instead of into its limit.
 func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	now := l.now()
+	if status == http.StatusTooManyRequests && !rl.reset.IsZero() {
+		rl.reset = latest(rl.reset, now.Add(minRateLimitHold))
+	}
 	if rl.reset.IsZero() || !rl.reset.After(now) {
 		return
 	}
@@ -186,6 +199,14 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	if !wasHeld && l.onHold != nil && (status == http.StatusTooManyRequests || rl.remaining == 0) {
 		l.onHold(host, asked, next.Sub(now))
 	}
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // isDeferral reports whether err is a rate-limit deferral.

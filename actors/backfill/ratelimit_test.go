@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -175,6 +177,54 @@ func TestRateLimitHeadersTakeUnixOrDeltaResets(t *testing.T) {
 	}
 	if rl := parseRateLimit(http.Header{}, now); rl.remaining != -1 || !rl.reset.IsZero() {
 		t.Errorf("no headers: %+v", rl)
+	}
+	// Both, as the reference sends them on a 429, from a peer whose clock
+	// is 3 s behind: Retry-After, relative, is the one skew cannot move.
+	h = http.Header{}
+	h.Set("RateLimit-Reset", "1766999997")
+	h.Set("Retry-After", "30")
+	if rl := parseRateLimit(h, now); !rl.reset.Equal(now.Add(30 * time.Second)) {
+		t.Errorf("retry-after and a skewed unix reset: %+v, want the reset 30 s from now", rl)
+	}
+}
+
+// A 429 whose reset is already past here (a peer clock behind ours,
+// Retry-After: 0, a delta of 0) was retried at once, and again: thousands
+// of requests a second into a spent limit until the peer's window reset.
+// Each such 429 now holds the host, and defers the request, at least
+// minRateLimitHold, and the deferrals add up to MaxRateLimitWait.
+func TestA429WithAResetAlreadyPastStillHoldsTheHost(t *testing.T) {
+	for name, set := range map[string]func(h http.Header){
+		"unix reset in the past": func(h http.Header) { h.Set("RateLimit-Reset", strconv.FormatInt(time.Now().Unix()-5, 10)) },
+		"Retry-After 0":          func(h http.Header) { h.Set("Retry-After", "0") },
+		"delta reset 0":          func(h http.Header) { h.Set("RateLimit-Reset", "0") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				set(w.Header())
+				w.Header().Set("RateLimit-Remaining", "0")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprint(w, `{"error":"RateLimitExceeded","message":"Rate Limit Exceeded"}`)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var waits []time.Duration
+			c := &xrpcClient{http: srv.Client(), policy: RetryPolicy{}.withDefaults(), limits: newRateLimits(2, time.Now),
+				onDefer: func(_ string, wait time.Duration) { waits = append(waits, wait); cancel() }}
+			var out reposPage
+			if err := c.get(ctx, srv.URL, methodListRepos, url.Values{}, &out); err == nil {
+				t.Fatal("a peer answering only 429 gave no error")
+			}
+			if len(waits) != 1 || waits[0] < minRateLimitHold || requests.Load() != 1 {
+				t.Fatalf("deferrals %v after %d requests, want one of at least %v after one request", waits, requests.Load(), minRateLimitHold)
+			}
+			if held := c.limits.host(srv.Listener.Addr().String()); !held.notBefore.After(time.Now()) {
+				t.Fatalf("host not held after the 429 (not before %v)", held.notBefore)
+			}
+		})
 	}
 }
 

@@ -268,7 +268,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		return backoff.Permanent(xe)
 	}
 	if xe.class == classRateLimited && !rl.reset.IsZero() {
-		wait := max(rl.reset.Sub(now), 0)
+		wait := max(rl.reset.Sub(now), minRateLimitHold)
 		if wait > c.policy.MaxRetryAfter {
 			xe.message = strings.TrimSpace(xe.message + fmt.Sprintf(" (asked to wait %s, more than the %s honoured)", wait.Round(time.Second), c.policy.MaxRetryAfter))
 			return backoff.Permanent(xe)
