@@ -153,6 +153,13 @@ func TestHoldDIDIsDerivedFromALegacyHoldEndpoint(t *testing.T) {
 		"https://hold.example.com:8443":   "did:web:hold.example.com%3A8443",
 		"https://example.com/holds/north": "did:web:example.com:holds:north",
 		"http://127.0.0.1:9000/":          "did:web:127.0.0.1%3A9000",
+		// One hold, one DID: the default port and a trailing dot are
+		// spellings of the same URL.
+		"https://hold01.example.com:443":    "did:web:hold01.example.com",
+		"http://hold01.example.com:80/":     "did:web:hold01.example.com",
+		"https://hold01.example.com./":      "did:web:hold01.example.com",
+		"https://HOLD01.example.com.:8443/": "did:web:hold01.example.com%3A8443",
+		"http://hold01.example.com:443":     "did:web:hold01.example.com%3A443",
 	} {
 		got, err := processor.HoldDIDFromEndpoint(in)
 		if err != nil || got != want {

@@ -442,7 +442,10 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 // HoldDIDFromEndpoint derives a hold's did:web from the legacy holdEndpoint
 // URL of io.atcr.manifest (did:web method: the host, a port percent-encoded
 // as %3A, path segments joined by ":"), e.g. https://hold01.example.com →
-// did:web:hold01.example.com. It returns an error for a URL without a host.
+// did:web:hold01.example.com. One hold has one DID however its URL is
+// spelled: the host is lower-cased, a fully qualified name's trailing dot
+// and the scheme's default port (https 443, http 80) are dropped. It
+// returns an error for a URL without a host, or one no did:web can name.
 func HoldDIDFromEndpoint(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -451,7 +454,18 @@ func HoldDIDFromEndpoint(endpoint string) (string, error) {
 	if u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return "", fmt.Errorf("%q is not an http(s) URL with a host", endpoint)
 	}
-	did := "did:web:" + strings.ReplaceAll(strings.ToLower(u.Host), ":", "%3A")
+	host := strings.TrimSuffix(strings.ToLower(u.Host), ".")
+	if port := u.Port(); port != "" {
+		name := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+		if strings.Contains(name, ":") {
+			name = "[" + name + "]" // an IPv6 literal: refused below
+		}
+		host = name
+		if !(u.Scheme == "https" && port == "443") && !(u.Scheme == "http" && port == "80") {
+			host += ":" + port
+		}
+	}
+	did := "did:web:" + strings.ReplaceAll(host, ":", "%3A")
 	for _, seg := range strings.Split(strings.Trim(u.Path, "/"), "/") {
 		if seg != "" {
 			did += ":" + seg
