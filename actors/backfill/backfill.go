@@ -612,7 +612,12 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 }
 
 // inactiveRepo reports whether err is a PDS refusing a repository because
-// its account is not active (deactivated, taken down, suspended).
+// its account is not active (deactivated, taken down, suspended) or is
+// gone. The reference PDS names the state only from describeRepo; its
+// listRecords looks the account up among active ones and answers any
+// other with 400 InvalidRequest "Could not find repo: DID" (atproto,
+// packages/pds/src/api/com/atproto/repo/listRecords.ts), so that answer
+// counts too: either way the PDS serves none of its records.
 func inactiveRepo(err error) bool {
 	var xe *xrpcError
 	if !errors.As(err, &xe) || xe.class != classClient {
@@ -621,6 +626,8 @@ func inactiveRepo(err error) bool {
 	switch xe.code {
 	case "RepoDeactivated", "RepoTakendown", "RepoSuspended":
 		return true
+	case "InvalidRequest":
+		return strings.HasPrefix(xe.message, "Could not find repo")
 	}
 	return false
 }

@@ -144,14 +144,22 @@ func TestADescribeRepoThePDSCannotAnswerListsEveryCollection(t *testing.T) {
 // PDS refuses it (400 RepoDeactivated). That is not a failure: the
 // repository is done with no records, as the decided state for inactive
 // accounts says (docs/interop.md); on the old code it was marked failed.
+//
+// The reference PDS answers listRecords for such an account (deactivated,
+// taken down or deleted) with 400 InvalidRequest "Could not find repo":
+// only describeRepo names the state. That is done too.
 func TestARepositoryThePDSRefusesAsInactiveIsDoneNotFailed(t *testing.T) {
 	e := newEnv(t)
 	relay := fakepeer.NewRelay(t)
-	pds := e.pds(1, "did:plc:a", "did:plc:off")
-	relay.Add(colManifest, "did:plc:a", "did:plc:off")
+	pds := e.pds(1, "did:plc:a", "did:plc:off", "did:plc:gone")
+	relay.Add(colManifest, "did:plc:a", "did:plc:off", "did:plc:gone")
 	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
-		if req.Repo == "did:plc:off" {
+		switch req.Repo {
+		case "did:plc:off":
 			fakepeer.XRPCError(w, http.StatusBadRequest, "RepoDeactivated", "Repo has been deactivated: did:plc:off")
+			return true
+		case "did:plc:gone":
+			fakepeer.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not find repo: did:plc:gone")
 			return true
 		}
 		return false
@@ -164,8 +172,8 @@ func TestARepositoryThePDSRefusesAsInactiveIsDoneNotFailed(t *testing.T) {
 	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 0 {
 		t.Errorf("%d repositories failed", n)
 	}
-	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'done' AND did = 'did:plc:off'`); n != 1 {
-		t.Errorf("the inactive repository is not checkpointed done")
+	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'done' AND did IN ('did:plc:off', 'did:plc:gone')`); n != 2 {
+		t.Errorf("%d of the 2 inactive repositories checkpointed done", n)
 	}
 	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 1 {
 		t.Errorf("%d records, want did:plc:a's 1", got)

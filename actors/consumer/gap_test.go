@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/jetstream"
@@ -66,5 +70,67 @@ func TestAGapQueuesAReReadOfEveryRepositoryHeldHere(t *testing.T) {
 	}
 	if did, found, err := r.next(ctx); err != nil || !found || did != "did:plc:u3" {
 		t.Fatalf("next re-read %q %v %v, want the #sync's did:plc:u3 ahead of the gap's", did, found, err)
+	}
+}
+
+// A re-read of an account its PDS no longer serves (deactivated, taken
+// down, gone: what a gap's re-read of every repository meets) is not a
+// failure to retry eight times: it leaves the queue at once, counted
+// inactive, and the rows held for the account stay.
+func TestAReReadOfAnInactiveRepositoryLeavesTheQueueAndKeepsItsRows(t *testing.T) {
+	for name, answer := range map[string]string{
+		"RepoDeactivated":               `{"error":"RepoDeactivated","message":"Repo has been deactivated: did:plc:u1"}`,
+		"RepoNotFound":                  `{"error":"RepoNotFound","message":"Could not find repo for DID: did:plc:u1"}`,
+		"reference listRecords refusal": `{"error":"InvalidRequest","message":"Could not find repo: did:plc:u1"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := testsupport.OpenDB(t)
+			c := acquire(t, db.DB, "me")
+			p := processor.New(processor.Options{Log: zerolog.Nop()})
+			ctx := context.Background()
+			digest := "sha256:" + strings.Repeat("a", 64)
+			events := []jetstream.Event{
+				{DID: "did:plc:u1", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
+					Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: "a",
+					Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":"a","manifestDigest":%q,"createdAt":"2026-01-01T00:00:00Z"}`, digest))}},
+				{DID: "did:plc:u1", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw23"}},
+			}
+			if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", events, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/xrpc/com.atproto.sync.getLatestCommit" && name != "reference listRecords refusal" {
+					w.WriteHeader(http.StatusBadRequest)
+					fmt.Fprint(w, answer)
+					return
+				}
+				switch r.URL.Path {
+				case "/xrpc/com.atproto.sync.getLatestCommit":
+					fmt.Fprint(w, `{"cid":"bafy","rev":"3l3qo2vutsw44"}`)
+				default:
+					w.WriteHeader(http.StatusBadRequest)
+					fmt.Fprint(w, answer)
+				}
+			}))
+			defer pds.Close()
+			m, err := NewResyncMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), m)
+			if err := r.one(ctx, c, "did:plc:u1"); err != nil {
+				t.Fatal(err)
+			}
+			var queued, tags int
+			if err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM repo_resyncs), (SELECT COUNT(*) FROM tags)`).Scan(&queued, &tags); err != nil {
+				t.Fatal(err)
+			}
+			if queued != 0 || tags != 1 {
+				t.Fatalf("%d re-reads queued and %d tags after the refusal, want 0 and the 1 held", queued, tags)
+			}
+			if got := testutil.ToFloat64(m.outcomes.WithLabelValues(resyncInactive)); got != 1 {
+				t.Fatalf("resyncs{outcome=inactive} = %v, want 1", got)
+			}
+		})
 	}
 }

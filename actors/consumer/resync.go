@@ -46,10 +46,19 @@ const (
 
 // Re-read outcomes: the outcome label of appview_consumer_resyncs_total.
 const (
-	resyncOK      = "ok"
-	resyncFailed  = "failed"  // retried later
-	resyncDropped = "dropped" // gave up after resyncMaxAttempts
+	resyncOK       = "ok"
+	resyncFailed   = "failed"   // retried later
+	resyncDropped  = "dropped"  // gave up after resyncMaxAttempts
+	resyncInactive = "inactive" // the PDS serves no records of the account: nothing to re-read
 )
+
+// errRepoInactive marks a PDS refusing a repository because its account
+// is deactivated, taken down, suspended or gone: RepoDeactivated,
+// RepoTakendown, RepoSuspended or RepoNotFound (com.atproto.sync), or the
+// reference PDS's 400 InvalidRequest "Could not find repo" from
+// listRecords. Retrying would get the same answer; the rows held for the
+// account stay as they are (its #account events decide what readers see).
+var errRepoInactive = errors.New("the account's repository is not served (inactive or gone)")
 
 // resyncCollections are the collections a re-read lists: every one the
 // processor indexes (LEXICONS.md), with the query that lists the rkeys the
@@ -192,6 +201,18 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 	}
 	if errors.Is(err, fence.ErrSuperseded) || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, errRepoInactive) {
+		if ferr := fence.Fenced(context.Background(), r.DB, c, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1`, did)
+			return err
+		}); ferr != nil {
+			r.Log.Warn().Err(ferr).Str("did", did).Msg("re-read of an inactive repository not dequeued")
+			return ferr
+		}
+		r.Metrics.done(resyncInactive, 0)
+		r.Log.Info().Str("did", did).Str("error", bounded(err.Error())).Msg("repository not re-read: its PDS does not serve it (inactive or gone)")
+		return nil
 	}
 	msg := err.Error()
 	if len(msg) > 300 {
@@ -345,7 +366,11 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d: %s", method, resp.StatusCode, bounded(string(body)))
+		err := fmt.Errorf("%s: HTTP %d: %s", method, resp.StatusCode, bounded(string(body)))
+		if resp.StatusCode == http.StatusBadRequest && inactiveAnswer(body) {
+			err = fmt.Errorf("%w: %w", errRepoInactive, err)
+		}
+		return err
 	}
 	if len(body) > maxResponseBytes {
 		return fmt.Errorf("%s: answer larger than %d bytes", method, maxResponseBytes)
@@ -354,6 +379,25 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	return nil
+}
+
+// inactiveAnswer reports whether an XRPC error body says the repository
+// is not served because of its account's state (see errRepoInactive).
+func inactiveAnswer(body []byte) bool {
+	var xe struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &xe) != nil {
+		return false
+	}
+	switch xe.Error {
+	case "RepoDeactivated", "RepoTakendown", "RepoSuspended", "RepoNotFound":
+		return true
+	case "InvalidRequest":
+		return strings.HasPrefix(xe.Message, "Could not find repo")
+	}
+	return false
 }
 
 // bounded bounds a value a peer chose (a rev, an HTTP body) before it is
@@ -369,13 +413,13 @@ type ResyncMetrics struct {
 }
 
 // NewResyncMetrics registers appview_consumer_resyncs_total{outcome}
-// (ok, failed, dropped), appview_consumer_resync_lag_seconds (request to
+// (ok, failed, dropped, inactive), appview_consumer_resync_lag_seconds (request to
 // completion of a successful re-read) and appview_consumer_resync_queue
 // (repositories queued).
 func NewResyncMetrics(reg prometheus.Registerer) (*ResyncMetrics, error) {
 	m := &ResyncMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "appview_consumer_resyncs_total", Help: "Repository re-reads from their PDS (after #sync), by outcome (ok, failed, dropped).",
+			Name: "appview_consumer_resyncs_total", Help: "Repository re-reads from their PDS (after #sync or a Jetstream gap), by outcome (ok, failed, dropped, inactive).",
 		}, []string{"outcome"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "appview_consumer_resync_lag_seconds", Help: "Time from a re-read's request to its completion, in seconds.",
@@ -385,7 +429,7 @@ func NewResyncMetrics(reg prometheus.Registerer) (*ResyncMetrics, error) {
 			Name: "appview_consumer_resync_queue", Help: "Repositories queued for a re-read.",
 		}),
 	}
-	for _, o := range []string{resyncOK, resyncFailed, resyncDropped} {
+	for _, o := range []string{resyncOK, resyncFailed, resyncDropped, resyncInactive} {
 		m.outcomes.WithLabelValues(o)
 	}
 	for _, col := range []prometheus.Collector{m.outcomes, m.lag, m.queue} {
