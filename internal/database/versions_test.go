@@ -11,21 +11,7 @@ import (
 // source_us: "0" and 20 digits, below every TID, so any event with a rev
 // replaces it, and rows keep their old order among themselves.
 func TestMigration8GivesExistingRowsAVersionBelowEveryRev(t *testing.T) {
-	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
-	ctx := context.Background()
-	migs, err := Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var before []Migration
-	for _, m := range migs {
-		if m.Version < 8 {
-			before = append(before, m)
-		}
-	}
-	if _, err := db.apply(ctx, before); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx := migratedBelow(t, 8)
 	for _, q := range []string{
 		`INSERT INTO users (did, profile_us, updated_at) VALUES ('did:plc:a', 1750000000000001, 1)`,
 		`INSERT INTO users (did, updated_at) VALUES ('did:plc:b', 1)`,
@@ -63,21 +49,7 @@ func TestMigration8GivesExistingRowsAVersionBelowEveryRev(t *testing.T) {
 // own, resolved to the subject it had, so deriving taken_down_subjects
 // from labels afterwards loses none of them.
 func TestMigration13KeepsEveryStoredTakedownAsALabel(t *testing.T) {
-	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
-	ctx := context.Background()
-	migs, err := Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var before []Migration
-	for _, m := range migs {
-		if m.Version < 13 {
-			before = append(before, m)
-		}
-	}
-	if _, err := db.apply(ctx, before); err != nil {
-		t.Fatal(err)
-	}
+	db, ctx := migratedBelow(t, 13)
 	if _, err := db.ExecContext(ctx, `INSERT INTO taken_down_subjects (src, did, repo, uri, created_at, expires_at, seq, fence, updated_at)
 VALUES ('did:plc:l', 'did:plc:a', 'api', 'at://did:plc:a/io.atcr.manifest/3k', 5, 9, 3, 2, 1),
        ('did:plc:l', 'did:plc:b', '', 'did:plc:b', 6, NULL, 4, 2, 1)`); err != nil {
@@ -108,4 +80,26 @@ VALUES ('did:plc:l', 'did:plc:a', 'api', 'at://did:plc:a/io.atcr.manifest/3k', 5
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("labels = %q, want %q", got, want)
 	}
+}
+
+// migratedBelow opens a new file database with every migration below
+// version applied.
+func migratedBelow(t *testing.T, version int) (*DB, context.Context) {
+	t.Helper()
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := context.Background()
+	migs, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []Migration
+	for _, m := range migs {
+		if m.Version < version {
+			before = append(before, m)
+		}
+	}
+	if _, err := db.apply(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	return db, ctx
 }
