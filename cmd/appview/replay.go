@@ -35,6 +35,8 @@ func newReplayCommand() *cobra.Command {
 				return cli.Usage(cmd, "--rate %v: must be a finite number of events per second", o.Rate)
 			case o.Rate < 0:
 				return cli.Usage(cmd, "--rate %v: must not be negative", o.Rate)
+			case o.Rate > 0 && o.Rate < jetstream.MinReplayRate:
+				return cli.Usage(cmd, "--rate %v: must be 0 (unpaced) or at least %v events per second", o.Rate, jetstream.MinReplayRate)
 			case o.DropAfter < 0:
 				return cli.Usage(cmd, "--drop-after %d: must not be negative", o.DropAfter)
 			}

@@ -17,6 +17,7 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"leases", "--json=maybe"}, `invalid argument "maybe" for "--json" flag`},
 		{[]string{"jetstream-replay", "--rate", "fast"}, `invalid argument "fast" for "--rate" flag`},
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "-1"}, "appview: --rate -1: must not be negative (see appview jetstream-replay --help)"},
+		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "1e-300"}, "appview: --rate 1e-300: must be 0 (unpaced) or at least 1e-06 events per second (see appview jetstream-replay --help)"},
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "NaN"}, "appview: --rate NaN: must be a finite number of events per second (see appview jetstream-replay --help)"},
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "Inf"}, "appview: --rate +Inf: must be a finite number of events per second"},
 		{[]string{"jetstream-replay", "--file", "x.jsonl", "--rate", "-inf"}, "appview: --rate -Inf: must be a finite number of events per second"},

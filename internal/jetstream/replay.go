@@ -60,7 +60,7 @@ type ReplayOptions struct {
 	Listen string
 	// Rate paces every connection to at most this many events per second
 	// (--rate), counting events sent, not filtered ones; 0 sends as fast as
-	// the client reads.
+	// the client reads. A positive rate is at least MinReplayRate.
 	Rate float64
 	// Loop replays the file again after its last event, forever (--loop).
 	// Loop n (from 0) adds n × (max time_us − min time_us + 1) to every
@@ -134,6 +134,12 @@ type replayEvent struct {
 	prefix, suffix []byte
 }
 
+// MinReplayRate is the slowest pace ReplayOptions.Rate may set (events per
+// second): one event in about 11.6 days. Below about 1.2e-10 the interval
+// between events no longer fits a time.Duration, and overflowed, it turned
+// negative and the pacing off.
+const MinReplayRate = 1e-6
+
 // NewReplayServer loads opts.File and returns a server ready to Serve. It
 // refuses a missing file and one without a single good event. A line that
 // is not a Jetstream event (bad JSON, no kind, no integer top-level
@@ -147,6 +153,8 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 		return nil, fmt.Errorf("jetstream replay: --rate %v: must be a finite number of events per second", opts.Rate)
 	case opts.Rate < 0:
 		return nil, fmt.Errorf("jetstream replay: --rate %v: must not be negative", opts.Rate)
+	case opts.Rate > 0 && opts.Rate < MinReplayRate:
+		return nil, fmt.Errorf("jetstream replay: --rate %v: must be 0 (unpaced) or at least %v events per second", opts.Rate, MinReplayRate)
 	case opts.DropAfter < 0:
 		return nil, fmt.Errorf("jetstream replay: --drop-after %d: must not be negative", opts.DropAfter)
 	}
