@@ -479,7 +479,7 @@ VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5, ?6)`,
 		return
 	}
 	if c.o.Resync != nil {
-		c.log.Warn().Int64("repositories", queued).Msg("Jetstream gap: every repository held here is queued for a re-read from its PDS")
+		c.log.Warn().Int64("repositories", queued).Msg("re-reads queued after a Jetstream gap: every repository held here, from its PDS")
 		c.o.Resync.Kick()
 	}
 }
