@@ -17,6 +17,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/repostate"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
@@ -613,23 +614,14 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 
 // inactiveRepo reports whether err is a PDS refusing a repository because
 // its account is not active (deactivated, taken down, suspended) or is
-// gone. The reference PDS names the state only from describeRepo; its
-// listRecords looks the account up among active ones and answers any
-// other with 400 InvalidRequest "Could not find repo: DID" (atproto,
-// packages/pds/src/api/com/atproto/repo/listRecords.ts), so that answer
-// counts too: either way the PDS serves none of its records.
+// gone (repostate.Inactive). A RepoNotFound stays a failure here: the
+// backfill found the repository listed by a relay.
 func inactiveRepo(err error) bool {
 	var xe *xrpcError
-	if !errors.As(err, &xe) || xe.class != classClient {
+	if !errors.As(err, &xe) || xe.class != classClient || xe.code == "RepoNotFound" {
 		return false
 	}
-	switch xe.code {
-	case "RepoDeactivated", "RepoTakendown", "RepoSuspended":
-		return true
-	case "InvalidRequest":
-		return strings.HasPrefix(xe.message, "Could not find repo")
-	}
-	return false
+	return repostate.Inactive(xe.code, xe.message)
 }
 
 // skipInactive checkpoints an inactive repository as done with no

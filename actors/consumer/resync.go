@@ -21,6 +21,7 @@ import (
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/repostate"
 	"github.com/atcr-io/appview/internal/strictjson"
 )
 
@@ -388,16 +389,7 @@ func inactiveAnswer(body []byte) bool {
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(body, &xe) != nil {
-		return false
-	}
-	switch xe.Error {
-	case "RepoDeactivated", "RepoTakendown", "RepoSuspended", "RepoNotFound":
-		return true
-	case "InvalidRequest":
-		return strings.HasPrefix(xe.Message, "Could not find repo")
-	}
-	return false
+	return json.Unmarshal(body, &xe) == nil && repostate.Inactive(xe.Error, xe.Message)
 }
 
 // bounded bounds a value a peer chose (a rev, an HTTP body) before it is
