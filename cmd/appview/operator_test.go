@@ -428,6 +428,8 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 		{"credentials in the url", []string{"--url", "https://alice:hunter2@93.184.216.34/hook"}, "carries credentials (user:password@); use the signing secret"},
 		{"bad did", []string{"--did", "bob", "--url", "https://93.184.216.34/hook"}, `webhook did "bob"`},
 		{"unknown trigger", []string{"--trigger", "pull", "--url", "https://93.184.216.34/hook"}, `unknown webhook trigger "pull"`},
+		{"empty trigger", []string{"--trigger", "", "--url", "https://93.184.216.34/hook"}, "blank webhook trigger"},
+		{"blank trigger in a list", []string{"--trigger", "push,,push", "--url", "https://93.184.216.34/hook"}, "blank webhook trigger"},
 		{"empty secret on stdin", []string{"--secret", "-", "--url", "https://93.184.216.34/hook"}, "empty secret"},
 		{"url of 100 KB", []string{"--url", "https://93.184.216.34/" + strings.Repeat("a", 100<<10)}, "is 102422 bytes: at most 2048 are accepted"},
 	} {

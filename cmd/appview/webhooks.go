@@ -69,6 +69,12 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				}
 				return cli.Usage(cmd, "--%s given %s: a webhook %s; run webhooks add once for each", f.name, given, f.what)
 			}
+			if cmd.Flags().Changed("trigger") && len(added.Triggers) == 0 {
+				// pflag reads --trigger "" as no triggers at all, which
+				// would quietly mean the default: name it as the blank
+				// trigger it is, as in --trigger push,,push.
+				added.Triggers = []string{""}
+			}
 			w := added
 			w.DID, w.URL, w.Secret = did.value(), hookURL.value(), secr.value()
 			signed := cmd.Flags().Changed("secret")

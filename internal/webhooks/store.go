@@ -206,6 +206,9 @@ func normalizeTriggers(in []string) ([]string, error) {
 	var out []string
 	for _, t := range in {
 		t = strings.TrimSpace(t)
+		if t == "" {
+			return nil, invalid("blank webhook trigger (known: %s)", TriggerPush)
+		}
 		if !knownTriggers[t] {
 			return nil, invalid("unknown webhook trigger %q (known: %s)", t, TriggerPush)
 		}
