@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/atcr-io/appview/internal/cli"
@@ -347,6 +348,30 @@ func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.
 	}
 	if r = runAppview(t, dir, childEnv(), "config", "init", "--force", "nonexistent/appview.yaml"); r.code != cli.ExitFailure {
 		t.Fatalf("config init --force into a missing directory: exit %d, want %d", r.code, cli.ExitFailure)
+	}
+}
+
+func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
+	dir := t.TempDir()
+	longer := filepath.Join(dir, "appview.yaml")
+	writeTestFile(t, longer, strings.Repeat("# an older, longer file\n", 2000))
+	if r := runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
+		t.Fatalf("config init --force: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(longer); err != nil || string(got) != config.Sample {
+		t.Fatalf("after --force the file holds %d bytes (err %v), want exactly the sample (%d bytes)", len(got), err, len(config.Sample))
+	}
+
+	// A FIFO with no reader: opening it to write used to wait forever.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"config", "init", "--force", "fifo"}, {"config", "init", "--force", "."}} {
+		r := runAppview(t, dir, childEnv(), args...)
+		if r.code != cli.ExitConfig || !strings.Contains(r.stderr, "is not a regular file") {
+			t.Errorf("appview %s: exit %d, stderr %q; want 2 and \"is not a regular file\"", strings.Join(args, " "), r.code, r.stderr)
+		}
 	}
 }
 

@@ -32,7 +32,8 @@ func Usage(cmd *cobra.Command, format string, args ...any) error {
 // StrictUsage makes every usage error under root a *UsageError. Cobra
 // returns plain errors for them (so they exited 1, like a runtime
 // failure), and for a command group given an unknown subcommand it prints
-// the help and succeeds. Call it once the command tree is complete.
+// the help and succeeds (so does `help` for a topic that does not exist).
+// Call it once the command tree is complete.
 func StrictUsage(root *cobra.Command) {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		// pflag wraps a value's refusal in "invalid argument ... for
@@ -47,6 +48,13 @@ func StrictUsage(root *cobra.Command) {
 	// adding them now brings them under the rules below.
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" && c.Args == nil {
+			// Cobra's help prints the root's help for a topic that
+			// does not exist and succeeds.
+			c.Args = helpTopic
+		}
+	}
 	var walk func(*cobra.Command)
 	walk = func(cmd *cobra.Command) {
 		for _, sub := range cmd.Commands() {
@@ -99,6 +107,26 @@ func NoArgs(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	return Usage(cmd, "takes no arguments, got %q (its inputs are flags, see --help)", args[0])
+}
+
+// helpTopic is the Args of the help command: each argument must name a
+// subcommand of the one before it (`help webhooks add`).
+func helpTopic(cmd *cobra.Command, args []string) error {
+	topic := cmd.Root()
+	for i, a := range args {
+		var next *cobra.Command
+		for _, sub := range topic.Commands() {
+			if sub.Name() == a || sub.HasAlias(a) {
+				next = sub
+				break
+			}
+		}
+		if next == nil {
+			return Usage(cmd, "unknown help topic %q", strings.Join(args[:i+1], " "))
+		}
+		topic = next
+	}
+	return nil
 }
 
 // unknownSubcommand is the Args of a command group: any argument names a
