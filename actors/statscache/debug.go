@@ -119,7 +119,8 @@ type errorJSON struct {
 }
 
 // ServeHTTP answers GET /debug/stats?did=DID&repository=NAME from the
-// running StatsCache: 400 without both parameters (or with either twice,
+// running StatsCache: 400 for a query that cannot be decoded, without both
+// parameters (or with either twice,
 // a did that is not a DID, a blank repository), 503 when this instance
 // runs no StatsCache (it does not hold the consumer's lease: ask the
 // holder, see /debug/leases) or the cache did not answer in time.
@@ -129,7 +130,14 @@ func (l *live) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	did, repo, problem := statsQuery(r.URL.Query())
+	// url.Values from r.URL.Query() drops a pair it cannot decode (a bad
+	// %-escape, a semicolon), which then read as "required": name it.
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		l.write(w, http.StatusBadRequest, errorJSON{Instance: l.instance, Error: "query is not a valid URL query: " + truncate(err.Error())})
+		return
+	}
+	did, repo, problem := statsQuery(q)
 	if problem != "" {
 		l.write(w, http.StatusBadRequest, errorJSON{Instance: l.instance, Error: problem})
 		return

@@ -90,6 +90,8 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 		{"?did=did:plc:o&did=did:plc:p&repository=app", "did is given 2 times"},
 		{"?did=did:plc:o&repository=app&repository=other", "repository is given 2 times"},
 		{"?did=did:plc:" + strings.Repeat("x", 3000) + "&repository=app", "is not a DID"},
+		{"?did=did:plc:o&repository=a%zzb", "query is not a valid URL query"},
+		{"?did=did:plc:o;repository=app", "query is not a valid URL query"},
 	} {
 		code, body := getStats(t, mux, tc.query)
 		if code != http.StatusBadRequest || body.Instance != "me" || !strings.Contains(body.Error, tc.reason) || len(body.Error) > 200 {
