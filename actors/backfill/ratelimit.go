@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/atcr-io/appview/internal/retryafter"
 )
 
 // Rate limits as the reference PDS states them. Its XRPC server answers
@@ -22,10 +24,7 @@ import (
 //
 // and, once the limit is spent, HTTP 429 RateLimitExceeded (0.5.x also
 // sends Retry-After; earlier releases did not, so it is not relied on).
-// The draft's Reset is delta-seconds; the reference sends an absolute Unix
-// time, floored to the second. Both are accepted: a value above
-// resetEpochFloor is a Unix time, anything smaller a delay.
-const resetEpochFloor = 1_000_000_000
+// Both forms of the reset are read by package retryafter.
 
 // Defaults of the rate-limit options.
 const (
@@ -64,27 +63,14 @@ type rateLimitHeaders struct {
 }
 
 // parseRateLimit reads RateLimit-Remaining, and the reset from
-// Retry-After, else RateLimit-Reset. The reference PDS sends both on a 429
-// (atproto xrpc-server, rate-limiter-http.ts): Retry-After as seconds from
-// now, RateLimit-Reset as an instant on its own clock, so Retry-After is
-// the one a clock skew between the two hosts cannot move.
+// Retry-After, else RateLimit-Reset (retryafter.Reset).
 func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
 	out := rateLimitHeaders{remaining: -1}
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("RateLimit-Remaining"))); err == nil && v >= 0 {
 		out.remaining = v
 	}
-	if d, ok := retryAfter(h.Get("Retry-After"), now); ok {
-		out.reset = now.Add(d)
-	} else if v, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64); err == nil && v >= 0 {
-		if v > resetEpochFloor {
-			// The reference floors the reset to the whole second
-			// (floor((now + msBeforeNext) / 1000)): the window really
-			// resets up to a second later, and a retry at the floored
-			// second would only be refused again.
-			out.reset = time.Unix(v+1, 0)
-		} else {
-			out.reset = now.Add(time.Duration(v) * time.Second)
-		}
+	if at, ok := retryafter.Reset(h, now); ok {
+		out.reset = at
 	}
 	return out
 }

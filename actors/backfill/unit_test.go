@@ -21,27 +21,6 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestRetryAfterTakesSecondsOrAnHTTPDate(t *testing.T) {
-	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	for h, want := range map[string]time.Duration{
-		"0":                             0,
-		"7":                             7 * time.Second,
-		" 120 ":                         2 * time.Minute,
-		"Thu, 02 Jan 2025 03:04:35 GMT": 30 * time.Second,
-		"Thu, 02 Jan 2025 03:00:00 GMT": 0, // in the past: retry now
-	} {
-		got, ok := retryAfter(h, now)
-		if !ok || got != want {
-			t.Errorf("retryAfter(%q) = %s, %v; want %s", h, got, ok, want)
-		}
-	}
-	for _, h := range []string{"", "-1", "soon"} {
-		if _, ok := retryAfter(h, now); ok {
-			t.Errorf("retryAfter(%q) accepted", h)
-		}
-	}
-}
-
 func TestRateLimitedRequestsWaitAsToldAndThenSucceed(t *testing.T) {
 	e := newEnv(t)
 	relay := fakepeer.NewRelay(t)

@@ -8,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/retryafter"
 	"github.com/atcr-io/appview/internal/strictjson"
 	"github.com/cenkalti/backoff/v5"
 )
@@ -275,7 +275,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		}
 		return backoff.Permanent(&rateLimitDeferral{xe: xe, wait: wait})
 	}
-	wait, ok := retryAfter(resp.Header.Get("Retry-After"), now)
+	wait, ok := retryafter.Parse(resp.Header.Get("Retry-After"), now)
 	switch {
 	case !ok:
 		return xe
@@ -285,28 +285,6 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 	default:
 		return errors.Join(xe, &backoff.RetryAfterError{Duration: wait})
 	}
-}
-
-// retryAfter parses a Retry-After header (RFC 9110 §10.2.3): delay-seconds
-// or an HTTP-date. ok is false when the header is absent or unparsable.
-func retryAfter(h string, now time.Time) (time.Duration, bool) {
-	h = strings.TrimSpace(h)
-	if h == "" {
-		return 0, false
-	}
-	if secs, err := strconv.Atoi(h); err == nil {
-		if secs < 0 {
-			return 0, false
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d, true
-		}
-		return 0, true
-	}
-	return 0, false
 }
 
 // repoRef is one entry of listReposByCollection.

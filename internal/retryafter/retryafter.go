@@ -1,0 +1,76 @@
+// Package retryafter reads how long an HTTP peer asks to be left alone
+// after refusing a request: Retry-After (RFC 9110 §10.2.3) and
+// RateLimit-Reset (the IETF draft "RateLimit header fields for HTTP",
+// draft-ietf-httpapi-ratelimit-headers, as the reference AT Protocol PDS
+// sends it). The backfill's XRPC client, the Jetstream consumer's
+// handshake and the webhook deliveries all read them here, so a peer is
+// understood the same way whichever worker it refuses.
+package retryafter
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EpochFloor separates the two forms of RateLimit-Reset: the draft's is
+// delta-seconds, the reference PDS sends an absolute Unix time (seconds).
+// A value above EpochFloor (2001-09-09) is a Unix time, anything smaller
+// a delay.
+const EpochFloor = 1_000_000_000
+
+// Parse reads a Retry-After value: delay-seconds (a non-negative integer)
+// or an HTTP-date, as a delay from now (0 for a date already past). ok is
+// false when v is empty or neither form.
+func Parse(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		// Clamped well below time.Duration's range (292 years).
+		return time.Duration(min(secs, 100*365*24*3600)) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// Reset returns when the peer's window resets according to h: Retry-After
+// when it parses, else RateLimit-Reset (Unix seconds above EpochFloor, else
+// delta-seconds). The reference PDS (atproto xrpc-server,
+// rate-limiter-http.ts) sends both on a 429: Retry-After relative to now
+// and RateLimit-Reset as an instant on its own clock, so Retry-After is
+// the one a clock skew between the hosts cannot move. The reference
+// floors its Unix reset to the second, so one second is added to it: a
+// retry at the floored second would only be refused again. ok is false
+// when neither header parses.
+func Reset(h http.Header, now time.Time) (at time.Time, ok bool) {
+	if d, ok := Parse(h.Get("Retry-After"), now); ok {
+		return now.Add(d), true
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(h.Get("RateLimit-Reset")), 10, 64)
+	switch {
+	case err != nil || v < 0:
+		return time.Time{}, false
+	case v > EpochFloor:
+		return time.Unix(v+1, 0), true
+	default:
+		return now.Add(time.Duration(min(v, 100*365*24*3600)) * time.Second), true
+	}
+}
+
+// Delay is Reset as a wait from now, at least 0. ok is false when neither
+// header parses.
+func Delay(h http.Header, now time.Time) (time.Duration, bool) {
+	at, ok := Reset(h, now)
+	if !ok {
+		return 0, false
+	}
+	return max(at.Sub(now), 0), true
+}
