@@ -199,6 +199,7 @@ func (c *consumer) start(ctx actor.Context) {
 		Compress:         js.Compress,
 		MaxMessageBytes:  js.MaxMessageBytes,
 		StaleTimeout:     js.StaleTimeout,
+		FailbackInterval: js.FailbackInterval,
 		BatchSize:        c.o.BatchSize,
 		BatchLinger:      c.o.BatchLinger,
 		MinBackoff:       c.o.MinBackoff,

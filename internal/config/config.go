@@ -210,6 +210,11 @@ type Jetstream struct {
 	// StaleTimeout leaves a host that sent no event for this long (pings
 	// and pongs do not count) for the next configured one.
 	StaleTimeout time.Duration `yaml:"stale_timeout"`
+	// FailbackInterval: while on any URL but the first, the consumer
+	// probes the earlier ones this often and switches back to the first
+	// that takes a connection and sends a frame within StaleTimeout. 0
+	// never switches back (a host that delivers is kept).
+	FailbackInterval time.Duration `yaml:"failback_interval"`
 	// UnhealthyAfter: the consumer reports itself unhealthy (workers.Health,
 	// read by the lease runtime) when no upstream delivered an event for
 	// this long: none reachable, or every one silent.
@@ -346,15 +351,16 @@ func Default() Config {
 			MinHold:       time.Minute,
 		},
 		Jetstream: Jetstream{
-			URLs:            DefaultJetstreamURLs(),
-			Collections:     []string{"io.atcr.*"},
-			Compress:        true,
-			Rewind:          30 * time.Second,
-			StaleTimeout:    30 * time.Second,
-			UnhealthyAfter:  90 * time.Second,
-			ResyncInterval:  time.Second,
-			MaxMessageBytes: 2 << 20,
-			CommitBudget:    250 * time.Millisecond,
+			URLs:             DefaultJetstreamURLs(),
+			Collections:      []string{"io.atcr.*"},
+			Compress:         true,
+			Rewind:           30 * time.Second,
+			StaleTimeout:     30 * time.Second,
+			FailbackInterval: 5 * time.Minute,
+			UnhealthyAfter:   90 * time.Second,
+			ResyncInterval:   time.Second,
+			MaxMessageBytes:  2 << 20,
+			CommitBudget:     250 * time.Millisecond,
 		},
 		Backfill: Backfill{
 			Enabled:        true,

@@ -655,6 +655,7 @@ func durationFloors(c Config) []durationFloor {
 		{"shutdown_timeout", c.ShutdownTimeout, 100 * ms, "a stop cannot release its leases in less"},
 		{"jetstream.stale_timeout", c.Jetstream.StaleTimeout, 100 * ms, stream},
 		{"jetstream.unhealthy_after", c.Jetstream.UnhealthyAfter, 100 * ms, "a shorter silence is no sign of trouble"},
+		{"jetstream.failback_interval", c.Jetstream.FailbackInterval, time.Second, "the probes would load the earlier hosts"},
 		{"jetstream.commit_budget", c.Jetstream.CommitBudget, ms, "a transaction would commit every group of events"},
 		{"cleanup.interval", c.Cleanup.Interval, 100 * ms, loop},
 		{"labeler.stale_timeout", c.Labeler.StaleTimeout, 100 * ms, stream},
@@ -781,6 +782,8 @@ func (c Config) Validate() error {
 		return keyErr("jetstream.rewind", "must not be negative")
 	case c.Jetstream.StaleTimeout <= 0:
 		return keyErr("jetstream.stale_timeout", "must be positive")
+	case c.Jetstream.FailbackInterval < 0:
+		return keyErr("jetstream.failback_interval", "must not be negative (0: never switch back)")
 	case c.Jetstream.UnhealthyAfter <= 0:
 		return keyErr("jetstream.unhealthy_after", "must be positive")
 	case c.Jetstream.ResyncInterval < time.Millisecond:

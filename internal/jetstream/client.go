@@ -12,11 +12,13 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/atcr-io/appview/internal/logval"
+	"github.com/atcr-io/appview/internal/retryafter"
 	"github.com/atcr-io/appview/internal/strictjson"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
@@ -146,6 +148,14 @@ type ClientOptions struct {
 	BatchLinger time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect delay.
 	MinBackoff, MaxBackoff time.Duration
+	// FailbackInterval: while connected to any URL but the first, the
+	// client probes the URLs before it this often, and one that takes a
+	// connection and sends a frame within StaleTimeout is switched back to
+	// (the live connection is closed at once; what it had read is still
+	// delivered, and the next connection resumes from the handler's
+	// position). 0 never probes: a URL that delivers is kept, however far
+	// down the list.
+	FailbackInterval time.Duration
 	// Metrics receives the client's counters; nil records nothing.
 	Metrics *Metrics
 	// Log receives connection events (connected; lost, with the delay
@@ -280,7 +290,7 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 	}
 	switch {
 	case opts.MaxMessageBytes < 0, opts.StaleTimeout < 0, opts.BatchSize < 0, opts.BatchBytes < 0, opts.BatchLinger < 0,
-		opts.MinBackoff < 0, opts.MaxBackoff < 0:
+		opts.MinBackoff < 0, opts.MaxBackoff < 0, opts.FailbackInterval < 0:
 		return nil, errors.New("jetstream client: negative size, count or duration option")
 	}
 	opts.URLs = slices.Clone(opts.URLs)
@@ -376,7 +386,8 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 		}
 		c.opts.Metrics.state(c.opts.URLs, endpoint, StateConnecting)
-		end := c.session(ctx, endpoint)
+		back := c.sessionWithFailback(ctx, endpoint, hosts[:at])
+		end := back.end
 		c.opts.Metrics.state(c.opts.URLs, endpoint, "")
 		if ctx.Err() != nil {
 			return nil
@@ -385,10 +396,21 @@ func (c *Client) Run(ctx context.Context) error {
 			return fmt.Errorf("jetstream handler: %w", end.handlerErr)
 		}
 		h := &hosts[at]
+		if back.to >= 0 {
+			// Left on purpose, for an earlier URL that answers again: no
+			// failure of this one, and the earlier one is dialled now.
+			h.bo.Reset()
+			c.opts.Metrics.reconnect(ReasonFailback)
+			c.opts.Log.Info().Str("url", endpoint).Str("reason", ReasonFailback).Str("next_url", c.opts.URLs[back.to]).
+				Int64("retry_in_ms", 0).Msg("jetstream switching back to an earlier URL, which answers again")
+			at = back.to
+			hosts[at].notBefore = time.Time{}
+			continue
+		}
 		if end.progressed || (end.healthy && end.lasted >= min(c.opts.MaxBackoff, minHealthyLife)) {
 			h.bo.Reset()
 		}
-		wait := h.bo.NextBackOff()
+		wait := max(h.bo.NextBackOff(), end.hold)
 		if end.retryNow {
 			wait = 0
 		}
@@ -404,6 +426,127 @@ func (c *Client) Run(ctx context.Context) error {
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", endpoint).Str("reason", end.reason).
 			Str("next_url", next).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")
+	}
+}
+
+// failbackCloseRetry is how often a prober that found an earlier URL
+// looks again for the session's connection to close while it is still
+// being dialled.
+const failbackCloseRetry = 10 * time.Millisecond
+
+// failbackEnd is how a session with failback probing ended: end, and to,
+// the index of the earlier URL to switch back to (-1: none).
+type failbackEnd struct {
+	end sessionEnd
+	to  int
+}
+
+// sessionWithFailback runs one session on base. When earlier (the URLs
+// before base in the list) is not empty and FailbackInterval is set, a
+// prober runs beside it: every FailbackInterval it probes each earlier URL
+// whose backoff has passed, in order, and when one answers it closes the
+// live connection, ending the session (everything already read is still
+// delivered).
+func (c *Client) sessionWithFailback(ctx context.Context, base string, earlier []upstream) failbackEnd {
+	if len(earlier) == 0 || c.opts.FailbackInterval <= 0 {
+		return failbackEnd{end: c.session(ctx, base), to: -1}
+	}
+	notBefore := make([]time.Time, len(earlier))
+	for i := range earlier {
+		notBefore[i] = earlier[i].notBefore
+	}
+	pctx, stop := context.WithCancel(ctx)
+	found := make(chan int, 1)
+	go func() {
+		t := time.NewTimer(c.opts.FailbackInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				close(found)
+				return
+			case <-t.C:
+			}
+			for i, nb := range notBefore {
+				if time.Now().Before(nb) || !c.probe(pctx, c.opts.URLs[i]) {
+					continue
+				}
+				found <- i
+				close(found)
+				// The session's connection may still be dialling: close
+				// it once it is published (c.conn), or give up when the
+				// session ends by itself (pctx).
+				for {
+					c.mu.Lock()
+					conn := c.conn
+					c.mu.Unlock()
+					if conn != nil {
+						conn.Close()
+						return
+					}
+					t.Reset(failbackCloseRetry)
+					select {
+					case <-pctx.Done():
+						return
+					case <-t.C:
+					}
+				}
+			}
+			t.Reset(c.opts.FailbackInterval)
+		}
+	}()
+	end := c.session(ctx, base)
+	stop()
+	to, ok := <-found
+	if !ok {
+		to = -1
+	}
+	return failbackEnd{end: end, to: to}
+}
+
+// probe reports whether the URL base takes a connection and sends a data
+// frame within StaleTimeout. It asks for no cursor (a live tail) and no
+// compression, and closes the connection as soon as the frame is read.
+func (c *Client) probe(ctx context.Context, base string) bool {
+	c.mu.Lock()
+	cols := slices.Clone(c.collections)
+	c.mu.Unlock()
+	var target string
+	var err error
+	if WireOf(base) == WireV2 {
+		target, err = subscribeURLV2(base, cols, 0, 0)
+	} else {
+		target, err = subscribeURL(base, cols, 0, false)
+	}
+	if err != nil {
+		return false
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.opts.StaleTimeout)
+	defer cancel()
+	conn, resp, err := c.opts.Dialer.DialContext(dctx, target, nil)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	stopWatch := context.AfterFunc(dctx, func() { conn.Close() })
+	defer stopWatch()
+	conn.SetReadLimit(c.opts.MaxMessageBytes)
+	if d, ok := dctx.Deadline(); ok {
+		conn.SetReadDeadline(d)
+	}
+	for {
+		kind, _, err := conn.ReadMessage()
+		if err != nil {
+			return false
+		}
+		if kind == websocket.TextMessage || kind == websocket.BinaryMessage {
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeFrameWait))
+			return true
+		}
 	}
 }
 
@@ -571,6 +714,9 @@ type sessionEnd struct {
 	// retryNow: dial the same URL again at once (a refusal the client
 	// answered by changing the request: a cursor floor, a new dictionary).
 	retryNow bool
+	// hold is the least wait before the URL is dialled again that the
+	// server asked for (refusalHold); 0 for none.
+	hold time.Duration
 }
 
 // item is one frame as read: an event or the reason it was skipped.
@@ -772,6 +918,66 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 // maxRefusalBody bounds the XRPC error body of a refused upgrade we read.
 const maxRefusalBody = 16 << 10
 
+// Bounds of the hold a refused upgrade puts on its URL.
+const (
+	// minRateLimitHold is the least a 429 holds the URL, whatever it
+	// said: Retry-After: 0, or a reset already past on this host's clock,
+	// would otherwise be dialled again at MinBackoff into a spent limit.
+	minRateLimitHold = time.Second
+	// maxRefusalHold bounds what a Retry-After or RateLimit-Reset can
+	// ask: an hour-long hold would leave the stream down without a word
+	// once every URL was held. The other URLs are tried meanwhile.
+	maxRefusalHold = 5 * time.Minute
+)
+
+// refusalHold is how long a refused upgrade asks its URL to be left
+// alone: for a 429 or a 503, its Retry-After, else its RateLimit-Reset
+// (package retryafter), a 429 at least minRateLimitHold; at most
+// maxRefusalHold. 0 for any other answer: the URL's backoff applies.
+// Jetstream's own HTTP client honours both headers the same way for a
+// throttling CDN (segment fetches); the hold is the larger of this and
+// the URL's backoff.
+func refusalHold(resp *http.Response, now time.Time) time.Duration {
+	var d time.Duration
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		d, _ = retryafter.Delay(resp.Header, now)
+		d = max(d, minRateLimitHold)
+	case http.StatusServiceUnavailable:
+		d, _ = retryafter.Delay(resp.Header, now)
+	}
+	return min(d, maxRefusalHold)
+}
+
+// maxRefusalExcerpt bounds the part of a refusal's body quoted in its
+// error.
+const maxRefusalExcerpt = 200
+
+// describeRefusal says what a refused upgrade answered: the status, a
+// redirect's Location (credentials masked) and the start of the body on
+// one line.
+func describeRefusal(resp *http.Response, body []byte) string {
+	s := "HTTP " + resp.Status
+	if resp.Status == "" {
+		s = "HTTP " + strconv.Itoa(resp.StatusCode)
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		s += ", Location " + bounded(logval.MaskURL(loc)) + " (redirects are not followed: configure that URL)"
+	}
+	excerpt := body[:min(len(body), maxRefusalExcerpt)]
+	if text := strings.Join(strings.Fields(strings.ToValidUTF8(string(excerpt), "")), " "); text != "" {
+		if len(body) > maxRefusalExcerpt {
+			text += "…"
+		}
+		s += ": " + text
+	}
+	return s
+}
+
+// httpErrorName is the server_errors_total name of a refusal that carries
+// no XRPC error: "HTTP_" and its status.
+func httpErrorName(status int) string { return "HTTP_" + strconv.Itoa(status) }
+
 // floorInMessage finds the floor sequence number in a CursorTooOld
 // message ("... below lookback floor N; ...").
 var floorInMessage = regexp.MustCompile(`floor (\d+)`)
@@ -782,15 +988,25 @@ var floorInMessage = regexp.MustCompile(`floor (\d+)`)
 // again, or read uncompressed if the fresh one was refused too).
 func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict bool, resp *http.Response, err error) sessionEnd {
 	end := sessionEnd{err: fmt.Errorf("dial %s: %w", base, err), reason: ReasonDial}
-	if resp == nil || resp.StatusCode < 400 {
+	if resp == nil {
 		return end
 	}
+	end.hold = refusalHold(resp, time.Now())
 	var body struct {
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-	if strictjson.Unmarshal(raw, &body) != nil || body.Error == "" {
+	if resp.StatusCode < 400 || strictjson.Unmarshal(raw, &body) != nil || body.Error == "" {
+		// Not an XRPC refusal (a redirect, which gorilla does not
+		// follow; a proxy's or CDN's 429 or 502 page; a v1 host's plain
+		// text 400): gorilla says only "bad handshake", so the status,
+		// the Location and the start of the body are added here.
+		end.err = fmt.Errorf("dial %s: %w (%s)", base, err, describeRefusal(resp, raw))
+		if resp.StatusCode >= 400 {
+			end.reason = ReasonRefused
+			c.opts.Metrics.serverError(httpErrorName(resp.StatusCode))
+		}
 		return end
 	}
 	se := &ServerError{Name: bounded(body.Error), Message: bounded(body.Message), Status: resp.StatusCode}

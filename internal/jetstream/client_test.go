@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -824,5 +825,226 @@ func TestMetricsRegisterTwiceOnOneRegistryShareCollectors(t *testing.T) {
 	families, err := reg.Gather()
 	if err != nil || len(families) != 8 {
 		t.Fatalf("gathered %d metric families, want 8 (the vectors without series are not gathered): %v", len(families), err)
+	}
+}
+
+// connectionLostLines starts a client on urls whose log lines named
+// "jetstream connection lost" arrive, decoded, on the returned channel.
+func connectionLostLines(t *testing.T, opts ClientOptions) <-chan map[string]any {
+	t.Helper()
+	lines := make(chan map[string]any, 64)
+	opts.Log = zerolog.New(writerFunc(func(p []byte) (int, error) {
+		var line map[string]any
+		if json.Unmarshal(p, &line) == nil && line["message"] == "jetstream connection lost" {
+			select {
+			case lines <- line:
+			default:
+			}
+		}
+		return len(p), nil
+	}))
+	runClient(t, opts, func(context.Context, Batch) error { return nil })
+	return lines
+}
+
+func nextLine(t *testing.T, lines <-chan map[string]any) map[string]any {
+	t.Helper()
+	select {
+	case line := <-lines:
+		return line
+	case <-time.After(testWait):
+		t.Fatal("no \"jetstream connection lost\" line")
+		return nil
+	}
+}
+
+// gorilla/websocket reports any refused upgrade as "bad handshake"
+// (gorilla/websocket#780): a CDN's 429, a proxy's 502 page, a redirect
+// or a v1 host's plain-text 400 said nothing more in the log.
+func TestARefusedUpgradeWithoutAnXRPCErrorIsLoggedWithItsStatusAndBody(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		header http.Header
+		body   string
+		want   []string
+		label  string
+	}{
+		{"cdn 429", http.StatusTooManyRequests, nil, "<html>\n<body>Too   many requests</body></html>",
+			[]string{"HTTP 429 Too Many Requests", "<html> <body>Too many requests</body></html>"}, "HTTP_429"},
+		{"proxy 502", http.StatusBadGateway, nil, strings.Repeat("x", 5000),
+			[]string{"HTTP 502 Bad Gateway: " + strings.Repeat("x", maxRefusalExcerpt) + "…"}, "HTTP_502"},
+		{"v1 plain text 400", http.StatusBadRequest, nil, "invalid cursor\n",
+			[]string{"HTTP 400 Bad Request: invalid cursor"}, "HTTP_400"},
+		{"redirect", http.StatusPermanentRedirect, http.Header{"Location": {"wss://u:secret@js.example/subscribe"}}, "",
+			[]string{"HTTP 308 Permanent Redirect, Location wss://u:xxxxx@js.example/subscribe", "redirects are not followed"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.header {
+					w.Header()[k] = v
+				}
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			m := testMetrics(t)
+			line := nextLine(t, connectionLostLines(t, ClientOptions{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
+				Metrics: m, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}))
+			msg, _ := line["error"].(string)
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q, want it to contain %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "secret") {
+				t.Errorf("the Location's password was logged: %q", msg)
+			}
+			if tc.label != "" {
+				if line["reason"] != ReasonRefused {
+					t.Errorf("reason %v, want %s", line["reason"], ReasonRefused)
+				}
+				if v := metricValue(t, m.serverErrors.WithLabelValues(tc.label)); v < 1 {
+					t.Errorf("server_errors_total{error=%q} = %v, want the refusal counted", tc.label, v)
+				}
+			}
+		})
+	}
+}
+
+// A 429 or 503 names how long to stay away (Retry-After, RateLimit-Reset);
+// the URL was dialled again after its backoff alone (0.5 s by default),
+// into a limit that refusals may extend.
+func TestARefusedUpgradeHoldsItsURLForWhatRetryAfterAsks(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		status   int
+		header   http.Header
+		min, max time.Duration
+	}{
+		{"429 retry-after", http.StatusTooManyRequests, http.Header{"Retry-After": {"3"}}, 3 * time.Second, 3 * time.Second},
+		{"429 ratelimit-reset", http.StatusTooManyRequests, http.Header{"Ratelimit-Reset": {"7"}}, 7 * time.Second, 7 * time.Second},
+		{"429 retry-after 0", http.StatusTooManyRequests, http.Header{"Retry-After": {"0"}}, minRateLimitHold, minRateLimitHold},
+		{"429 without a header", http.StatusTooManyRequests, nil, minRateLimitHold, minRateLimitHold},
+		{"503 retry-after", http.StatusServiceUnavailable, http.Header{"Retry-After": {"2"}}, 2 * time.Second, 2 * time.Second},
+		{"429 retry-after of a day", http.StatusTooManyRequests, http.Header{"Retry-After": {"86400"}}, maxRefusalHold, maxRefusalHold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				for k, v := range tc.header {
+					w.Header()[k] = v
+				}
+				w.WriteHeader(tc.status)
+			}))
+			defer srv.Close()
+			line := nextLine(t, connectionLostLines(t, ClientOptions{URLs: []string{"ws" + strings.TrimPrefix(srv.URL, "http") + "/subscribe"},
+				MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}))
+			ms, _ := line["retry_in_ms"].(float64)
+			// The line is written a moment after the hold was set.
+			if got := time.Duration(ms) * time.Millisecond; got < tc.min-100*time.Millisecond || got > tc.max {
+				t.Fatalf("retry_in_ms %v, want %s to %s (the server's hold, bounded)", ms, tc.min, tc.max)
+			}
+			if n := hits.Load(); n != 1 {
+				t.Fatalf("%d upgrades when the line was written, want 1", n)
+			}
+		})
+	}
+}
+
+// refuseFirst is a listener that closes its first n connections at once:
+// a host that refused a client once (a 503 while it warmed up, a
+// handshake timeout) and answers afterwards.
+type refuseFirst struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *refuseFirst) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || l.n.Add(-1) < 0 {
+			return c, err
+		}
+		c.Close()
+	}
+}
+
+// startReplayRefusingFirst is startReplay whose first n connections are
+// refused.
+func startReplayRefusingFirst(t *testing.T, opts ReplayOptions, n int32) *ReplayServer {
+	t.Helper()
+	s, err := NewReplayServer(opts, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := &refuseFirst{Listener: ln}
+	rl.n.Store(n)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(rl) }()
+	select {
+	case <-s.Listening():
+	case err := <-served:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		<-served
+	})
+	return s
+}
+
+// One refused dial used to move the client to the next URL for as long as
+// that one delivered: with the default list, the frozen v1 host, without
+// #sync and resuming by time only.
+func TestClientSwitchesBackToAnEarlierURLThatAnswersAgain(t *testing.T) {
+	first := startReplayRefusingFirst(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), Rate: 200, Loop: true}, 1)
+	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), Rate: 200, Loop: true})
+	m := testMetrics(t)
+	s := newSink()
+	var mu sync.Mutex
+	var from []string
+	s.onBatch = func(_ context.Context, b Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(from) == 0 || from[len(from)-1] != b.URL {
+			from = append(from, b.URL)
+		}
+		return nil
+	}
+	runClient(t, ClientOptions{URLs: []string{first.URL(), second.URL()}, Metrics: m,
+		FailbackInterval: 50 * time.Millisecond, StaleTimeout: testWait}, s.handle)
+	s.waitFor(t, "batches from the second URL, then the first again", func([]Event, []*DecodeError) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(from) >= 2 && from[0] == second.URL() && from[1] == first.URL()
+	})
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonFailback)); v != 1 {
+		t.Fatalf("reconnects_total{failback} = %v, want 1", v)
+	}
+}
+
+// A probe of an earlier URL that accepts but sends nothing (a stuck host,
+// as one v1 host has been seen) does not switch back to it.
+func TestClientDoesNotSwitchBackToAnEarlierURLThatSendsNothing(t *testing.T) {
+	silent := startSilent(t)
+	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), Rate: 200, Loop: true})
+	m := testMetrics(t)
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{silent.url(), second.URL()}, Metrics: m,
+		FailbackInterval: 20 * time.Millisecond, StaleTimeout: 100 * time.Millisecond}, s.handle)
+	// The first session on the silent URL goes stale; then the probes
+	// (each waiting StaleTimeout for a frame) connect to it again.
+	silent.waitConnections(t, 4)
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonFailback)); v != 0 {
+		t.Fatalf("reconnects_total{failback} = %v, want 0: the earlier URL never sent a frame", v)
+	}
+	if n := s.waitEvents(t, 1); len(n) == 0 {
+		t.Fatal("no event from the second URL")
 	}
 }

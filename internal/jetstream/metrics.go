@@ -3,6 +3,7 @@ package jetstream
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,15 +25,19 @@ const (
 	ReasonReadError = "read_error"
 	// ReasonErrorFrame: a v2 error frame (ConsumerTooSlow, ...), terminal.
 	ReasonErrorFrame = "error_frame"
-	// ReasonRefused: the upgrade was refused with an XRPC error
-	// (CursorTooOld, UnknownZstdDictionary, InvalidRequest, ...).
+	// ReasonRefused: the upgrade was refused with an HTTP error status,
+	// with an XRPC error (CursorTooOld, UnknownZstdDictionary,
+	// InvalidRequest, ...) or without one (a CDN's 429, a proxy's 502).
 	ReasonRefused = "refused"
+	// ReasonFailback: the client left a later URL on purpose, for an
+	// earlier one that answers again (ClientOptions.FailbackInterval).
+	ReasonFailback = "failback"
 	// ReasonSeqReset: the host's sequence numbers restarted below the
 	// resume cursor (ErrSeqReset).
 	ReasonSeqReset = "seq_reset"
 )
 
-var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError, ReasonErrorFrame, ReasonRefused, ReasonSeqReset}
+var reconnectReasons = []string{ReasonDial, ReasonStale, ReasonServerClose, ReasonReadError, ReasonErrorFrame, ReasonRefused, ReasonSeqReset, ReasonFailback}
 
 // Connection states: the state label of appview_jetstream_connection_state.
 const (
@@ -71,7 +76,7 @@ type Metrics struct {
 //	appview_jetstream_connected                    1 while a connection is up
 //	appview_jetstream_connection_state{url,state}  1 for the URL and state the client is in (connecting, connected, backoff)
 //	appview_jetstream_info_total{name}             v2 #info advisories (OutdatedCursor, ...)
-//	appview_jetstream_server_errors_total{error}   v2 error frames and XRPC refusals, by error name
+//	appview_jetstream_server_errors_total{error}   v2 error frames and refused upgrades, by XRPC error name or HTTP_<status>
 //	appview_jetstream_cursor_too_old_total         sequence cursors refused below a host's lookback floor
 //	appview_jetstream_gap_events_total             sequence numbers lost to those refusals (floor - cursor)
 //
@@ -114,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"name"}),
 		serverErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appview_jetstream_server_errors_total",
-			Help: "Jetstream v2 error frames and refused upgrades, by XRPC error name.",
+			Help: "Jetstream v2 error frames and refused upgrades, by XRPC error name, or HTTP_<status> for a refusal without one.",
 		}, []string{"error"}),
 		tooOld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appview_jetstream_cursor_too_old_total",
@@ -217,8 +222,15 @@ var knownNames = map[string]bool{
 	ErrNameUnknownZstdDictionary: true, "InvalidRequest": true,
 }
 
+// label is the metric label of a server's error name: a known XRPC name,
+// "HTTP_<status>" for an upgrade refused without one (httpErrorName: at
+// most the few hundred statuses there are), else "other".
 func label(s string) string {
 	if knownNames[s] {
+		return s
+	}
+	if code, ok := strings.CutPrefix(s, "HTTP_"); ok && len(code) == 3 && code[0] >= '1' && code[0] <= '5' &&
+		strings.Trim(code, "0123456789") == "" {
 		return s
 	}
 	return "other"
