@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,13 @@ var badConfigs = []struct {
 	{name: "jetstream url with a typo of the v2 path", yaml: "jetstream:\n  urls: [\"wss://j.example/xrpc/network.bsky.jetstream.subscribeEvent\"]\n", key: "jetstream.urls", reason: "is neither /xrpc/network.bsky.jetstream.subscribeEvents (Jetstream v2) nor /subscribe (legacy)"},
 	{name: "jetstream url with no path", yaml: "jetstream:\n  urls: [\"wss://j.example\"]\n", key: "jetstream.urls", reason: "is neither"},
 	{name: "jetstream url with another path", yaml: "jetstream:\n  urls: [\"wss://j.example/x\"]\n", key: "jetstream.urls", reason: "is neither"},
+	{name: "jetstream url filtering by did", yaml: "jetstream:\n  urls: [\"wss://j.example/subscribe?wantedDids=did:plc:a\"]\n", key: "jetstream.urls", reason: "remove wantedDids=: commits of other repositories would never arrive"},
+	{name: "jetstream v2 url filtering by kind", yaml: "jetstream:\n  urls: [\"wss://j.example/xrpc/network.bsky.jetstream.subscribeEvents?kinds=commit\"]\n", key: "jetstream.urls", reason: "remove kinds=: identity, account or #sync events"},
+	{name: "jetstream url with a size limit", yaml: "jetstream:\n  urls: [\"wss://j.example/subscribe?maxMessageSizeBytes=4096\"]\n", key: "jetstream.urls", reason: "remove maxMessageSizeBytes=: the host would drop larger events silently"},
+	{name: "jetstream url with its own collections", yaml: "jetstream:\n  urls: [\"wss://j.example/subscribe?wantedCollections=app.bsky.feed.post\"]\n", key: "jetstream.urls", reason: "remove wantedCollections=: the consumer sets it on every connection (from jetstream.collections)"},
+	{name: "jetstream url with a cursor", yaml: "jetstream:\n  urls: [\"wss://j.example/xrpc/network.bsky.jetstream.subscribeEvents?cursor=5\"]\n", key: "jetstream.urls", reason: "remove cursor=: the consumer sets it"},
+	{name: "jetstream v2 url requiring a hello", yaml: "jetstream:\n  urls: [\"wss://j.example/xrpc/network.bsky.jetstream.subscribeEvents?requireHello=true\"]\n", key: "jetstream.urls", reason: "remove requireHello=: the v2 wire takes no client messages"},
+	{name: "jetstream url with a broken query", yaml: "jetstream:\n  urls: [\"wss://j.example/subscribe?a=%zz\"]\n", key: "jetstream.urls", reason: "query: invalid URL escape"},
 	{name: "plc url over websocket", sets: []string{"identity.plc_url=wss://plc.directory"}, key: "identity.plc_url", reason: "scheme must be one of http, https"},
 	{name: "handle well-known url over websocket", sets: []string{"identity.handle_well_known_url=ws://pds.test"}, key: "identity.handle_well_known_url", reason: "scheme must be one of http, https"},
 	{name: "labeler url over ftp", sets: []string{"labeler.url=ftp://labeler.example"}, key: "labeler.url", reason: "scheme must be one of"},
@@ -551,6 +559,17 @@ func TestInstanceIDsAndURLsWithinTheRulesAreAccepted(t *testing.T) {
 		if got := mustLoad(t, "", nil, []string{"admin.advertise_url=" + u}).Admin.AdvertiseURL; got != u {
 			t.Errorf("admin.advertise_url = %q, want %q", got, u)
 		}
+	}
+}
+
+// Query parameters that are not the subscription's own (a proxy's token)
+// are kept, and requireHello stays allowed on the legacy wire, which
+// answers it with the consumer's options_update.
+func TestJetstreamURLsKeepQueryParametersThatAreNotTheSubscriptions(t *testing.T) {
+	urls := []string{"wss://j.example/subscribe?requireHello=true", "wss://j.example/xrpc/network.bsky.jetstream.subscribeEvents?token=abc"}
+	got := mustLoad(t, "", nil, []string{"jetstream.urls=" + strings.Join(urls, ",")}).Jetstream.URLs
+	if !slices.Equal(got, urls) {
+		t.Fatalf("jetstream.urls = %q, want %q", got, urls)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/url"
@@ -752,6 +753,9 @@ func (c Config) Validate() error {
 		if err := checkJetstreamPath(u); err != nil {
 			return err
 		}
+		if err := checkJetstreamQuery(u); err != nil {
+			return err
+		}
 	}
 	if len(c.Jetstream.Collections) == 0 {
 		// Jetstream reads an absent wantedCollections as "everything": an
@@ -998,6 +1002,54 @@ const (
 // Anything else the consumer would dial as the legacy wire and retry its
 // failed handshake for ever (a typo of the v2 path, "/x"), as labeler.url
 // would.
+// jetstreamQuerySet are the subscription parameters the consumer sets on
+// every connection itself (from jetstream.collections, its position and
+// jetstream.compress); jetstreamQueryNarrowing are those that would narrow
+// the stream under it. Jetstream (v1 and v2) reads both sets; a URL
+// carrying one is refused rather than overridden or passed on.
+var (
+	jetstreamQuerySet = map[string]string{
+		"wantedCollections": "jetstream.collections", "collections": "jetstream.collections",
+		"cursor": "the consumer's stored position", "compress": "jetstream.compress",
+		"zstdDictionary": "jetstream.compress",
+	}
+	jetstreamQueryNarrowing = map[string]string{
+		"wantedDids":          "commits of other repositories would never arrive",
+		"dids":                "commits of other repositories would never arrive",
+		"kinds":               "identity, account or #sync events (takedowns, deactivations, re-reads) could stop arriving",
+		"maxMessageSizeBytes": "the host would drop larger events silently, where the consumer counts and logs each",
+	}
+)
+
+// checkJetstreamQuery refuses a jetstream.urls entry whose query sets a
+// subscription parameter: one the consumer sets itself, one that narrows
+// the stream (a filter by DID or event kind, a size limit), or, on the v2
+// path, requireHello (the v2 wire takes no client frames, so the host
+// would wait forever; Jetstream v2 answers 400). Other parameters (a
+// proxy's token) are kept and sent.
+func checkJetstreamQuery(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil // checkURL reported it
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return keyErr("jetstream.urls", "%q: query: %v", raw, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if from, ok := jetstreamQuerySet[k]; ok {
+			return keyErr("jetstream.urls", "%q: remove %s=: the consumer sets it on every connection (from %s)", raw, k, from)
+		}
+		if why, ok := jetstreamQueryNarrowing[k]; ok {
+			return keyErr("jetstream.urls", "%q: remove %s=: %s", raw, k, why)
+		}
+		if k == "requireHello" && strings.TrimSuffix(u.Path, "/") == jetstreamPathV2 {
+			return keyErr("jetstream.urls", "%q: remove requireHello=: the v2 wire takes no client messages (Jetstream v2 refuses it)", raw)
+		}
+	}
+	return nil
+}
+
 func checkJetstreamPath(raw string) error {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
