@@ -255,10 +255,13 @@ type Client struct {
 	// from its floor next (URL → seq), once.
 	resumeFloor map[string]int64
 	// dicts caches the v2 decoders by host (each host serves its own
-	// dictionary); noDict marks hosts whose dictionary could not be had,
-	// which are then read uncompressed. Run goroutine only.
-	dicts  map[string]*Decoder
-	noDict map[string]bool
+	// dictionary); noDict marks hosts that have no usable dictionary,
+	// which are then read uncompressed; dictRetry, hosts whose dictionary
+	// fetch failed for a transient reason, read uncompressed until the
+	// time given. Run goroutine only.
+	dicts     map[string]*Decoder
+	noDict    map[string]bool
+	dictRetry map[string]time.Time
 	// lastEvent is when any connection last delivered an event (Unix ns).
 	lastEvent atomic.Int64
 	cancel    context.CancelFunc
@@ -342,6 +345,7 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 		resumeFloor: map[string]int64{},
 		dicts:       map[string]*Decoder{},
 		noDict:      map[string]bool{},
+		dictRetry:   map[string]time.Time{},
 	}
 	c.filter.Store(&filter)
 	return c, nil
@@ -1067,15 +1071,43 @@ func (c *Client) v2Decoder(ctx context.Context, base string) (dec *Decoder, id u
 	if d := c.dicts[host]; d != nil {
 		return d, d.dictID, false
 	}
+	if time.Now().Before(c.dictRetry[host]) {
+		return c.dec, 0, false
+	}
 	d, err := c.fetchDictionary(ctx, base)
-	if err != nil {
+	var te *transientDictError
+	switch {
+	case errors.As(err, &te):
+		// The host (or the way to it) is failing now, as it may at the
+		// moment a failover dials it: read it uncompressed for now and
+		// ask again later.
+		c.dictRetry[host] = time.Now().Add(dictRetryAfter)
+		c.opts.Log.Warn().Err(err).Str("url", base).Dur("retry_in", dictRetryAfter).
+			Msg("jetstream: zstd dictionary not fetched; reading this host uncompressed for now")
+		return c.dec, 0, false
+	case err != nil:
 		c.noDict[host] = true
 		c.opts.Log.Warn().Err(err).Str("url", base).Msg("jetstream: no zstd dictionary; reading this host uncompressed")
 		return c.dec, 0, false
 	}
+	delete(c.dictRetry, host)
 	c.dicts[host] = d
 	return d, d.dictID, true
 }
+
+// dictRetryAfter is how long a host whose dictionary could not be fetched
+// for a transient reason is read uncompressed before the fetch is tried
+// again.
+const dictRetryAfter = time.Minute
+
+// transientDictError is a dictionary fetch that failed for a reason that
+// may pass: no answer, a 429 or a 5xx, a body cut short. Any other failure
+// (the host has no dictionary endpoint, or serves something that is not a
+// zstd dictionary) is for good.
+type transientDictError struct{ err error }
+
+func (e *transientDictError) Error() string { return e.err.Error() }
+func (e *transientDictError) Unwrap() error { return e.err }
 
 func (c *Client) fetchDictionary(ctx context.Context, base string) (*Decoder, error) {
 	u, err := url.Parse(base)
@@ -1090,15 +1122,19 @@ func (c *Client) fetchDictionary(ctx context.Context, base string) (*Decoder, er
 	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch zstd dictionary: %w", err)
+		return nil, &transientDictError{fmt.Errorf("fetch zstd dictionary: %w", err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch zstd dictionary: HTTP %d", resp.StatusCode)
+		err := fmt.Errorf("fetch zstd dictionary: HTTP %d", resp.StatusCode)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return nil, &transientDictError{err}
+		}
+		return nil, err
 	}
 	dict, err := io.ReadAll(io.LimitReader(resp.Body, maxDictBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("fetch zstd dictionary: %w", err)
+		return nil, &transientDictError{fmt.Errorf("fetch zstd dictionary: %w", err)}
 	}
 	if len(dict) > maxDictBytes {
 		return nil, fmt.Errorf("zstd dictionary larger than %d bytes", maxDictBytes)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,11 @@ type v2Server struct {
 	dictID uint32
 	// extra frames sent first on every connection (an #info, ...).
 	first [][]byte
+	// dictStatus, when set, answers the dictionary endpoint with this
+	// status for the first dictFailures requests.
+	dictStatus   int
+	dictFailures int32
+	dictHits     atomic.Int32
 
 	mu      sync.Mutex
 	queries []url.Values
@@ -59,6 +65,10 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 		s.wg.Add(1)
 		defer s.wg.Done()
 		if r.URL.Path == PathZstdDictionary {
+			if n := s.dictHits.Add(1); s.dictStatus != 0 && n <= s.dictFailures {
+				w.WriteHeader(s.dictStatus)
+				return
+			}
 			w.Write(s.dict)
 			return
 		}
@@ -275,6 +285,46 @@ func TestV2DictionaryCompressionUsesTheHostsDictionary(t *testing.T) {
 	k.waitEvents(t, 4)
 	if got := s.query(0).Get("zstdDictionary"); got != strconv.FormatUint(uint64(id), 10) {
 		t.Fatalf("zstdDictionary=%q, want %d", got, id)
+	}
+}
+
+// A dictionary fetch that failed for a reason that may pass (a 503 while
+// the host warms up, no answer during a failover) used to leave the host
+// uncompressed for the life of the process; a host without a dictionary
+// endpoint still is, for good.
+func TestV2DictionaryFetchFailingForNowIsTriedAgainLater(t *testing.T) {
+	id, err := DictionaryIDOf(dictionary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status  int
+		forGood bool
+	}{{http.StatusServiceUnavailable, false}, {http.StatusTooManyRequests, false}, {http.StatusNotFound, true}} {
+		s := startV2(t, &v2Server{dict: dictionary, dictID: id, dictStatus: tc.status, dictFailures: 1})
+		c, err := NewClient(ClientOptions{URLs: []string{s.url()}, Compress: true}, func(context.Context, Batch) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		host := HostOf(s.url())
+		if _, got, _ := c.v2Decoder(context.Background(), s.url()); got != 0 {
+			t.Fatalf("HTTP %d: dictionary %d after a failed fetch, want 0 (uncompressed)", tc.status, got)
+		}
+		if _, got, _ := c.v2Decoder(context.Background(), s.url()); got != 0 || s.dictHits.Load() != 1 {
+			t.Fatalf("HTTP %d: at once again: dictionary %d after %d fetches, want 0 after 1 (not asked again yet)", tc.status, got, s.dictHits.Load())
+		}
+		if c.noDict[host] != tc.forGood {
+			t.Fatalf("HTTP %d: uncompressed for good = %v, want %v", tc.status, c.noDict[host], tc.forGood)
+		}
+		c.dictRetry[host] = time.Now().Add(-time.Second) // the retry time has come
+		_, got, _ := c.v2Decoder(context.Background(), s.url())
+		if tc.forGood && (got != 0 || s.dictHits.Load() != 1) {
+			t.Fatalf("HTTP %d: dictionary %d after %d fetches, want none asked again", tc.status, got, s.dictHits.Load())
+		}
+		if !tc.forGood && got != id {
+			t.Fatalf("HTTP %d: dictionary %d once the retry time came, want %d", tc.status, got, id)
+		}
 	}
 }
 
