@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/internal/retryafter"
 )
 
 // Request headers of docs/spec.md §9.
@@ -81,7 +82,16 @@ type response struct {
 	status  int    // HTTP status, 0 when there was no answer
 	message string // for last_error; "" when delivered
 	elapsed time.Duration
+	// retryAfter is the least wait before the next attempt that a 429 or
+	// 503 asked for (Retry-After, else RateLimit-Reset), at most
+	// maxReceiverRetryAfter; 0 when none was asked.
+	retryAfter time.Duration
 }
+
+// maxReceiverRetryAfter bounds how long a receiver's Retry-After can hold
+// a delivery back: a receiver that asks for days would otherwise keep the
+// delivery pending, unreported, for days.
+const maxReceiverRetryAfter = time.Hour
 
 // send POSTs the attempt's stored body once. ctx is the dispatcher's life;
 // timeout bounds this attempt (webhooks.timeout); clock stamps
@@ -142,6 +152,14 @@ func send(ctx context.Context, client *http.Client, custody fence.Custody, a att
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return response{result: resultDelivered, status: resp.StatusCode, elapsed: elapsed}
 	}
+	var hold time.Duration
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		// The receiver said when it can take the delivery (RFC 9110
+		// §15.5.20, §15.6.4): the next attempt waits at least that long.
+		if d, ok := retryafter.Delay(resp.Header, clock()); ok {
+			hold = min(d, maxReceiverRetryAfter)
+		}
+	}
 	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
 	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		msg += " (redirect to " + loc + " not followed)"
@@ -149,7 +167,10 @@ func send(ctx context.Context, client *http.Client, custody fence.Custody, a att
 	if s := printable(snippet); s != "" {
 		msg += ": " + s
 	}
-	return response{result: resultFailed, status: resp.StatusCode, message: msg, elapsed: elapsed}
+	if hold > 0 {
+		msg += fmt.Sprintf(" (asked to retry after %s)", hold)
+	}
+	return response{result: resultFailed, status: resp.StatusCode, message: msg, elapsed: elapsed, retryAfter: hold}
 }
 
 // printable trims a response body excerpt to valid, single-line UTF-8.

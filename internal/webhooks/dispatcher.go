@@ -558,7 +558,7 @@ func (d *dispatcher) record(ctx context.Context, a attempt, r response) error {
 			_, err = tx.ExecContext(ctx, failedSQL, a.id, a.number, r.status, r.message)
 		case a.number < len(schedule):
 			outcome = OutcomeRetried
-			_, err = tx.ExecContext(ctx, retrySQL, a.id, a.number, r.status, r.message, schedule[a.number].Milliseconds())
+			_, err = tx.ExecContext(ctx, retrySQL, a.id, a.number, r.status, r.message, max(schedule[a.number], r.retryAfter).Milliseconds())
 		default:
 			outcome = OutcomeFailed
 			_, err = tx.ExecContext(ctx, failedSQL, a.id, a.number, r.status, r.message)

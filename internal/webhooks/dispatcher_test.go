@@ -2,9 +2,11 @@ package webhooks
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +138,72 @@ func TestFailingReceiverIsRetriedOnScheduleWithSameDeliveryAndBody(t *testing.T)
 	}
 	if r := metricValue(m.deliveries.WithLabelValues(OutcomeRetried)); r != 2 {
 		t.Errorf("retried counter = %v, want 2", r)
+	}
+}
+
+// A receiver that answers 429 or 503 with Retry-After says when it can
+// take the delivery; the next attempt came on the schedule alone (30 s by
+// default), into the receiver's limit.
+func TestAReceiversRetryAfterHoldsTheNextAttempt(t *testing.T) {
+	leakCheck(t)
+	e := newEnv(t)
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	hook := e.addWebhook(srv.URL, "")
+	p := push("app", "sha256:aaa")
+	e.enqueue(e.custody, p)
+	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{0, 10 * time.Millisecond, 10 * time.Millisecond}}, nil))
+	row := e.waitStatus(hook, p.EventKey, "delivered")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 || row.Attempts != 2 {
+		t.Fatalf("%d requests, %d attempts; want 2 of each", len(at), row.Attempts)
+	}
+	// The database clock is in whole ms; allow that much.
+	if gap := at[1].Sub(at[0]); gap < time.Second-2*time.Millisecond {
+		t.Fatalf("the second attempt came %v after a 429 with Retry-After: 1, want at least 1s", gap)
+	}
+}
+
+func TestSendReadsARetryAfterOnlyFromA429OrA503(t *testing.T) {
+	now := time.Unix(1_767_000_000, 0)
+	for _, tc := range []struct {
+		status int
+		header http.Header
+		want   time.Duration
+	}{
+		{http.StatusTooManyRequests, http.Header{"Retry-After": {"120"}}, 2 * time.Minute},
+		{http.StatusServiceUnavailable, http.Header{"Retry-After": {"Thu, 29 Dec 2025 09:20:30 GMT"}}, 30 * time.Second},
+		{http.StatusTooManyRequests, http.Header{"Ratelimit-Reset": {"1767000010"}}, 11 * time.Second},
+		{http.StatusTooManyRequests, http.Header{"Retry-After": {"86400"}}, maxReceiverRetryAfter},
+		{http.StatusTooManyRequests, nil, 0},
+		{http.StatusInternalServerError, http.Header{"Retry-After": {"120"}}, 0},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k, v := range tc.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(tc.status)
+		}))
+		a := attempt{url: srv.URL, body: []byte("{}"), trigger: TriggerPush, eventKey: "k"}
+		r := send(context.Background(), srv.Client(), fence.Custody{Lease: "l", Fence: 1}, a, time.Second, func() time.Time { return now })
+		srv.Close()
+		if r.result != resultFailed || r.retryAfter != tc.want {
+			t.Errorf("HTTP %d %v: result %v, retryAfter %v; want failed, %v", tc.status, tc.header, r.result, r.retryAfter, tc.want)
+		}
 	}
 }
 
