@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/retryafter"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -65,7 +66,24 @@ type Options struct {
 // Checker runs health rounds into a Cache.
 type Checker struct {
 	o Options
+
+	mu sync.Mutex
+	// limitedUntil holds back, by hold DID, the holds that answered 429:
+	// none is asked again before the time its Retry-After (else
+	// RateLimit-Reset) named, and until then it keeps its last status.
+	limitedUntil map[string]time.Time
 }
+
+// errRateLimited is a hold refusing its health check for its rate limit:
+// the hold answered, so it is no sign of trouble, and no verdict either.
+type errRateLimited struct{ retryAfter time.Duration }
+
+func (e *errRateLimited) Error() string {
+	return fmt.Sprintf("GET %s: HTTP 429 (rate limited; asked to wait %s)", HealthPath, e.retryAfter)
+}
+
+// maxHealthRetryAfter bounds how long one 429 holds a hold's checks back.
+const maxHealthRetryAfter = time.Hour
 
 // NewChecker validates the options. It returns an error for a missing DB,
 // Endpoints or Cache, a non-positive Timeout or a Concurrency below 1.
@@ -85,7 +103,7 @@ func NewChecker(o Options) (*Checker, error) {
 	if o.HTTP == nil {
 		o.HTTP = netguard.Guard{Purpose: "hold health check"}.Client(0)
 	}
-	return &Checker{o: o}, nil
+	return &Checker{o: o, limitedUntil: map[string]time.Time{}}, nil
 }
 
 // Run is the job function (workers.Spec.Job): one round. The custody is
@@ -154,7 +172,9 @@ func (c *Checker) knownHolds(ctx context.Context) ([]string, error) {
 
 // checkAll checks every hold with at most Concurrency in flight and
 // returns once every check has finished. results[i] is nil when the check
-// of dids[i] was cut short by ctx.
+// of dids[i] was cut short by ctx or gave no verdict (a 429: the hold
+// answered but asked not to be checked now; or one such answer's wait has
+// not passed yet).
 func (c *Checker) checkAll(ctx context.Context, dids []string) []*Status {
 	results := make([]*Status, len(dids))
 	next := make(chan int)
@@ -163,8 +183,11 @@ func (c *Checker) checkAll(ctx context.Context, dids []string) []*Status {
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				s := c.check(ctx, dids[i])
-				if ctx.Err() == nil {
+				if c.limited(dids[i]) {
+					continue // no verdict: the hold keeps its last status
+				}
+				s, verdict := c.check(ctx, dids[i])
+				if ctx.Err() == nil && verdict {
 					results[i] = &s
 				}
 			}
@@ -183,32 +206,55 @@ feed:
 	return results
 }
 
-// check resolves and checks one hold, bounded by Timeout.
-func (c *Checker) check(ctx context.Context, did string) Status {
-	s := Status{HoldDID: did, LastCheckedMS: time.Now().UnixMilli()}
+// limited reports whether did's last 429 asked to be left alone until a
+// time not come yet.
+func (c *Checker) limited(did string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.limitedUntil[did]
+	if ok && !time.Now().Before(until) {
+		delete(c.limitedUntil, did)
+		return false
+	}
+	return ok
+}
+
+// check resolves and checks one hold, bounded by Timeout. verdict is
+// false for a 429: the hold answered but gave no health, and is left alone
+// for what it asked (limitedUntil).
+func (c *Checker) check(ctx context.Context, did string) (s Status, verdict bool) {
+	s = Status{HoldDID: did, LastCheckedMS: time.Now().UnixMilli()}
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
 	endpoint, err := c.o.Endpoints.HoldEndpoint(ctx, did)
 	if err != nil {
 		s.LastError = "resolve endpoint: " + err.Error()
 		c.count("unhealthy")
-		return s
+		return s, true
 	}
 	s.Endpoint = endpoint
 	start := time.Now()
 	err = c.get(ctx, strings.TrimRight(endpoint, "/")+HealthPath)
 	s.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+	var rl *errRateLimited
+	if errors.As(err, &rl) {
+		c.mu.Lock()
+		c.limitedUntil[did] = time.Now().Add(rl.retryAfter)
+		c.mu.Unlock()
+		c.count("rate_limited")
+		return s, false
+	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %s: %w", c.o.Timeout, err)
 		}
 		s.LastError = err.Error()
 		c.count("unhealthy")
-		return s
+		return s, true
 	}
 	s.Healthy = true
 	c.count("healthy")
-	return s
+	return s, true
 }
 
 func (c *Checker) get(ctx context.Context, url string) error {
@@ -223,6 +269,10 @@ func (c *Checker) get(ctx context.Context, url string) error {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyBytes))
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		d, _ := retryafter.Delay(resp.Header, time.Now())
+		return &errRateLimited{retryAfter: min(d, maxHealthRetryAfter)}
+	}
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("GET %s: HTTP %d", HealthPath, resp.StatusCode)
 	}
@@ -249,11 +299,12 @@ func (c *Checker) logTransition(old Status, had bool, s Status) {
 }
 
 // NewChecksCounter builds and registers appview_hold_checks_total{outcome}
-// (healthy, unhealthy). It returns the registerer's error.
+// (healthy, unhealthy, rate_limited: a 429, no verdict). It returns the
+// registerer's error.
 func NewChecksCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	cv := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "appview_hold_checks_total",
-		Help: "Hold health checks run by this instance, by outcome (healthy, unhealthy).",
+		Help: "Hold health checks run by this instance, by outcome (healthy, unhealthy, rate_limited: a 429, no verdict).",
 	}, []string{"outcome"})
 	if err := reg.Register(cv); err != nil {
 		return nil, fmt.Errorf("register health metrics: %w", err)

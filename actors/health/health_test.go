@@ -41,6 +41,8 @@ type fakeHold struct {
 	status atomic.Int32
 	hang   atomic.Bool
 	hits   atomic.Int32
+	// retryAfter, when set, is sent as Retry-After.
+	retryAfter atomic.Pointer[string]
 	// hung receives a value each time a check starts hanging.
 	hung chan struct{}
 }
@@ -56,6 +58,9 @@ func newFakeHold(t *testing.T) *fakeHold {
 			h.hung <- struct{}{}
 			<-r.Context().Done()
 			return
+		}
+		if ra := h.retryAfter.Load(); ra != nil {
+			w.Header().Set("Retry-After", *ra)
 		}
 		w.WriteHeader(int(h.status.Load()))
 		_, _ = w.Write([]byte(`{"version":"test"}`))
@@ -148,6 +153,51 @@ func TestHoldThatGoesDownIsMarkedUnhealthyByTheNextRound(t *testing.T) {
 	mustRound(t, c)
 	if s = mustGet(t, cache, hold.did); !s.Healthy || s.ConsecutiveFailures != 0 || s.LastError != "" {
 		t.Fatalf("recovered hold: %+v", s)
+	}
+}
+
+// A hold that rate-limits its health endpoint answered: it used to be
+// marked unhealthy, and checked again next round into its limit. A 429
+// is no verdict: the hold keeps its status and is left alone as long as
+// its Retry-After asks.
+func TestARateLimitedHoldKeepsItsStatusAndIsLeftAloneAsAsked(t *testing.T) {
+	db := testsupport.OpenDB(t).DB
+	hold := newFakeHold(t)
+	addCaptain(t, db, hold.did)
+	cache := NewCache("inst-a")
+	c := newChecker(t, db, cache, 2*time.Second)
+	checks, err := NewChecksCounter(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.o.Checks = checks
+	mustRound(t, c)
+	before := mustGet(t, cache, hold.did)
+
+	hold.status.Store(http.StatusTooManyRequests)
+	wait := "3600"
+	hold.retryAfter.Store(&wait)
+	mustRound(t, c)
+	if s := mustGet(t, cache, hold.did); s != before {
+		t.Fatalf("after a 429: %+v, want the status before it, %+v", s, before)
+	}
+	mustRound(t, c)
+	if n := hold.hits.Load(); n != 2 {
+		t.Fatalf("%d checks, want 2: the round after the 429 must not ask again within its Retry-After", n)
+	}
+	if v := testutil.ToFloat64(checks.WithLabelValues("rate_limited")); v != 1 {
+		t.Fatalf("checks_total{rate_limited} = %v, want 1", v)
+	}
+
+	// Once the wait is over the hold is checked again.
+	c.mu.Lock()
+	c.limitedUntil[hold.did] = time.Now().Add(-time.Millisecond)
+	c.mu.Unlock()
+	hold.status.Store(http.StatusServiceUnavailable)
+	hold.retryAfter.Store(nil)
+	mustRound(t, c)
+	if s := mustGet(t, cache, hold.did); s.Healthy || s.ConsecutiveFailures != 1 || hold.hits.Load() != 3 {
+		t.Fatalf("after the wait, a 503: %+v after %d checks, want unhealthy after 3", s, hold.hits.Load())
 	}
 }
 
@@ -320,7 +370,7 @@ appview_hold_healthy{hold="` + up.did + `"} 1
 # TYPE appview_hold_consecutive_failures gauge
 appview_hold_consecutive_failures{hold="` + down.did + `"} 1
 appview_hold_consecutive_failures{hold="` + up.did + `"} 0
-# HELP appview_hold_checks_total Hold health checks run by this instance, by outcome (healthy, unhealthy).
+# HELP appview_hold_checks_total Hold health checks run by this instance, by outcome (healthy, unhealthy, rate_limited: a 429, no verdict).
 # TYPE appview_hold_checks_total counter
 appview_hold_checks_total{outcome="healthy"} 1
 appview_hold_checks_total{outcome="unhealthy"} 1
