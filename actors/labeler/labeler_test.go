@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -441,6 +443,34 @@ func TestStoppingWhileWaitingToReconnectCancelsTheTimer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// goleak (TestMain) proves the timer and session goroutines are gone.
+}
+
+// A labeler refusing the dial with 429 or 503 and Retry-After said when to
+// come back; the next dial came after the backoff alone (milliseconds).
+func TestARefusedDialWaitsAsLongAsRetryAfterAsks(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	h := newHarness(t)
+	endpoint, err := SubscribeURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.opts.Endpoint = endpoint
+	h.start(acquire(t, h.db, "instance-a"))
+	testsupport.Eventually(t, "the refused session to end", func() bool {
+		return strings.Contains(h.logs.String(), "reconnecting")
+	})
+	if !strings.Contains(h.logs.String(), `"retry_in":120000`) || !strings.Contains(h.logs.String(), "HTTP 429") {
+		t.Fatalf("log %s, want retry_in 120000 (ms) and the status", h.logs.String())
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d dials, want 1", n)
+	}
 }
 
 func TestAStaleStreamIsReconnected(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
+	"github.com/atcr-io/appview/internal/retryafter"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -238,6 +240,10 @@ func (s *subscriber) ended(msg *sessionEnded) {
 		s.backoff.Reset()
 	}
 	delay := s.backoff.NextBackOff()
+	var held *heldRefusal
+	if errors.As(msg.err, &held) {
+		delay = max(delay, held.hold)
+	}
 	s.log.Warn().Err(logval.Error(msg.err)).Dur("retry_in", delay).Msg("labeler stream ended; reconnecting")
 	s.cancelTimer = s.timer.SendOnce(delay, s.self, &connect{})
 }
@@ -313,6 +319,23 @@ func (e *streamError) Error() string {
 	return fmt.Sprintf("labeler stream error %s: %s", e.code, e.message)
 }
 
+// maxRefusalHold bounds how long one refused dial's Retry-After holds the
+// next one back.
+const maxRefusalHold = 10 * time.Minute
+
+// heldRefusal is a refused dial whose answer asked for the next one to wait
+// hold (a 429 or 503 with Retry-After or RateLimit-Reset).
+type heldRefusal struct {
+	err  error
+	hold time.Duration
+}
+
+func (e *heldRefusal) Error() string {
+	return fmt.Sprintf("%v (asked to wait %s)", e.err, e.hold)
+}
+
+func (e *heldRefusal) Unwrap() error { return e.err }
+
 // session runs one connection: dial from the stored cursor, apply frames
 // until the stream ends, goes stale, sends an error frame, a write fails,
 // or ctx is cancelled (then it closes the socket at once). progressed
@@ -331,6 +354,13 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 		s.o.Metrics.Connections.WithLabelValues("failed").Inc()
 		if resp != nil {
 			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
+			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+				// The labeler said when to come back (Retry-After, else
+				// RateLimit-Reset): the next dial waits at least that.
+				if d, ok := retryafter.Delay(resp.Header, time.Now()); ok && d > 0 {
+					err = &heldRefusal{err: err, hold: min(d, maxRefusalHold)}
+				}
+			}
 		}
 		return false, fmt.Errorf("connect to labeler %s: %w", target, err)
 	}
