@@ -975,28 +975,11 @@ func (l *refuseFirst) Accept() (net.Conn, error) {
 // refused.
 func startReplayRefusingFirst(t *testing.T, opts ReplayOptions, n int32) *ReplayServer {
 	t.Helper()
-	s, err := NewReplayServer(opts, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl := &refuseFirst{Listener: ln}
-	rl.n.Store(n)
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(rl) }()
-	select {
-	case <-s.Listening():
-	case err := <-served:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		<-served
+	return startReplayOn(t, opts, func(ln net.Listener) net.Listener {
+		rl := &refuseFirst{Listener: ln}
+		rl.n.Store(n)
+		return rl
 	})
-	return s
 }
 
 // One refused dial used to move the client to the next URL for as long as

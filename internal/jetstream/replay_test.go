@@ -30,6 +30,12 @@ func capturePath(name string) string { return filepath.Join("testdata", name) }
 // loopback port until the test ends.
 func startReplay(t testing.TB, opts ReplayOptions) *ReplayServer {
 	t.Helper()
+	return startReplayOn(t, opts, func(ln net.Listener) net.Listener { return ln })
+}
+
+// startReplayOn is startReplay serving on wrap of the loopback listener.
+func startReplayOn(t testing.TB, opts ReplayOptions, wrap func(net.Listener) net.Listener) *ReplayServer {
+	t.Helper()
 	if opts.File == "" {
 		opts.File = capturePath("expected_v1.jsonl")
 	}
@@ -42,7 +48,7 @@ func startReplay(t testing.TB, opts ReplayOptions) *ReplayServer {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	go func() { served <- s.Serve(wrap(ln)) }()
 	select {
 	case <-s.Listening():
 	case err := <-served:
