@@ -706,6 +706,56 @@ func TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout(t *testing.T) {
 	}
 }
 
+// The first Jetstream is frozen (SIGSTOP), so appview moves to the
+// second; once the first is thawed, appview switches back to it within a
+// few failback intervals (jetstream.failback_interval) and goes on
+// consuming there. Before failback, one bad moment of the first host left
+// appview on the second for as long as that one delivered. Prints the time
+// from the thaw to the switch.
+func TestAThawedFirstJetstreamIsSwitchedBackTo(t *testing.T) {
+	w := newWorld(t, 2)
+	j1, j2 := w.js[0], w.js[1]
+	time.Sleep(2 * time.Second)
+	db := filepath.Join(w.dir, "failback.db")
+	a := appview(t, w.c, "appview", db, []string{j1.v2URL(), j2.v2URL()}, map[string]any{"jetstream.failback_interval": "1s"})
+	waitSeq(t, j1.addr, newestSeq(t, j1), time.Minute, a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := j1.proc.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j1.proc.Signal(syscall.SIGCONT) })
+	from := a.Log.Len()
+	if _, err := a.Log.WaitFrom(ctx, from, func(e harness.Event) bool {
+		return e.Msg == "jetstream connected" && e.Str("url") == j2.v2URL()
+	}); err != nil {
+		t.Fatalf("appview did not move to the second Jetstream after the first froze: %v\n%s", err, a.Tail(20))
+	}
+	// Frozen, the first one takes connections (the kernel's backlog) and
+	// never answers them: the probes must not switch back yet.
+	time.Sleep(3 * time.Second)
+	const switchedBack = "jetstream switching back to an earlier URL, which answers again"
+	if early := a.Log.Find(from, harness.Msg(switchedBack)); len(early) > 0 {
+		t.Fatalf("switched back to a frozen Jetstream: %+v", early[0])
+	}
+	if err := j1.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	thawed := time.Now()
+	back, err := a.Log.WaitFrom(ctx, from, func(e harness.Event) bool {
+		return e.Msg == switchedBack && e.Str("next_url") == j1.v2URL()
+	})
+	if err != nil {
+		t.Fatalf("appview did not switch back to the thawed first Jetstream within a minute: %v\n%s", err, a.Tail(20))
+	}
+	t.Logf("FIGURE failback: switched back %v after the thaw (failback_interval 1s, stale_timeout %v)",
+		back.Logged.Sub(thawed).Round(time.Millisecond), staleTimeout)
+	waitSeq(t, j1.addr, newestSeq(t, j1), time.Minute, a)
+	if host, _, _ := position(t, db); host != j1.addr {
+		t.Fatalf("stored position on %q, want the first Jetstream %q", host, j1.addr)
+	}
+}
+
 // A stored seq older than Jetstream's lookback is refused (CursorTooOld):
 // appview logs the gap with its size, records it, requests a backfill
 // run, resumes from the oldest event and keeps consuming.
