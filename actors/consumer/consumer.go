@@ -351,7 +351,12 @@ const reorderWindow = time.Second
 // order); older ones from a replay out of its time-ordered store.
 const liveTailLag = time.Minute
 
-// drainGrace is added to webhooks.timeout to bound a drain of the dispatcher.
+// drainGrace is added to webhooks.timeout to bound a drain of the
+// dispatcher, itself bounded by workers.DrainBudget: a webhooks.timeout
+// longer than that (a receiver that hangs) would keep the consumer from
+// stopping, and the whole instance's stop past shutdown_timeout. A
+// delivery still in flight then is cancelled when the dispatcher stops
+// and sent again by the next holder (at least once).
 const drainGrace = time.Second
 
 // drain runs before a graceful stop, while custody is still held: stop
@@ -363,7 +368,7 @@ func (c *consumer) drain() {
 	if c.disp == nil {
 		return
 	}
-	bound := c.o.Dispatcher.Config.Timeout + drainGrace
+	bound := min(c.o.Dispatcher.Config.Timeout+drainGrace, workers.DrainBudget)
 	if _, err := c.root.RequestFuture(c.disp, &webhooks.Drain{}, bound).Result(); err != nil {
 		c.log.Warn().Err(logval.Error(err)).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
 	}

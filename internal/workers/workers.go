@@ -37,6 +37,13 @@ var ErrDisabled = errors.New("worker disabled by configuration")
 // stopped at once.
 type Drain struct{}
 
+// DrainBudget is the most a worker may spend on a Drain: the LeaseActor
+// waits 10 s for its worker to stop (actors/lease, "Every stop of the
+// worker is bounded"), then reports it stuck and moves on, and an actor
+// still stopping holds the whole instance's stop up past
+// shutdown_timeout. The 2 s left are for the worker's own stop.
+const DrainBudget = 8 * time.Second
+
 // ErrDrain is the cause (context.Cause) of a job's context when its
 // worker is stopped gracefully: the LeaseActor sent Drain, and
 // custody stays held and renewed until the job returns. A job must start
