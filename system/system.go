@@ -338,11 +338,20 @@ func (s *System) Statuses() []lease.Status {
 	return out
 }
 
+// ErrStoppedLate is wrapped by Stop's error when ctx ended while an actor
+// was still stopping (a worker stuck past the LeaseActor's bound on its
+// stop, left behind) but every lease this instance held had been
+// released: nothing is left for a successor to wait out, and the writes
+// of the actor left behind are fenced under a custody that has ended.
+var ErrStoppedLate = errors.New("an actor was still stopping when the shutdown timeout ran out; every lease held was released")
+
 // Stop stops every worker gracefully and waits until the whole actor tree
 // has stopped: each LeaseActor stops its worker, releases its lease and
-// waits for that write to land before it stops. It returns ctx.Err() if ctx
-// ends first (the caller then exits anyway; unreleased leases run out their
-// TTL). Unlike protoactor's PoisonFuture, there is no 10 s cap.
+// waits for that write to land before it stops. If ctx ends first (the
+// caller then exits anyway) it returns an error wrapping ctx.Err() and
+// naming the leases not released, which run out their TTL, or wrapping
+// ErrStoppedLate when there are none. Unlike protoactor's PoisonFuture,
+// there is no 10 s cap.
 func (s *System) Stop(ctx context.Context) error {
 	defer s.eventLog.Close()
 	if s.root == nil {
@@ -378,9 +387,10 @@ func (s *System) Stop(ctx context.Context) error {
 	case <-done:
 		err = s.releases.unreleased()
 	case <-ctx.Done():
-		err = fmt.Errorf("actors still stopping when the shutdown timeout ran out: %w", ctx.Err())
 		if left := s.releases.unreleased(); left != nil {
-			err = fmt.Errorf("%w; %w", err, left)
+			err = fmt.Errorf("actors still stopping when the shutdown timeout ran out: %w; %w", ctx.Err(), left)
+		} else {
+			err = fmt.Errorf("%w: %w", ErrStoppedLate, ctx.Err())
 		}
 	}
 	s.actors.EventStream.Unsubscribe(s.releasesSub)

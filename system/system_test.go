@@ -658,3 +658,44 @@ func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
 	h2.stop()
 	leakcheck.VerifyNone(t)
 }
+
+// stuckActor blocks in Drain until release is closed: a worker whose
+// graceful stop hangs (a request with no answer and a long timeout).
+type stuckActor struct{ release chan struct{} }
+
+func (a *stuckActor) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(*workers.Drain); ok {
+		<-a.release
+	}
+}
+
+// A worker stuck past the LeaseActor's bound on its stop is reported and
+// left behind, and the lease is released; Stop then runs out of time
+// waiting for the stuck actor. It said "a lease not released runs out its
+// TTL" (exit 1 from serve), though every lease had been released: now its
+// error wraps ErrStoppedLate, and the lease row is released in place.
+func TestAStopThatRunsOutWithEveryLeaseReleasedIsLateNotIncomplete(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, testConfig(), workers.Spec{Name: "stuck", Leased: true, Actor: func(fence.Custody) *actor.Props {
+		return actor.PropsFromProducer(func() actor.Actor { return &stuckActor{release: release} })
+	}})
+	h.start()
+	// The LeaseActor spawns its worker as it handles the grant, before any
+	// later message (the stop) reaches it.
+	testsupport.Eventually(t, "the lease to be acquired", func() bool { return len(h.seen(events.LeaseAcquired, "stuck")) == 1 })
+	r, _ := h.row("stuck")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // past the 10 s bound on a worker's stop
+	defer cancel()
+	err := h.sys.Stop(ctx)
+	close(release) // the stuck actor may now finish, for goleak
+	if !errors.Is(err, ErrStoppedLate) {
+		t.Fatalf("Stop = %v, want an error wrapping ErrStoppedLate", err)
+	}
+	h.assertReleasedInPlace("stuck", r.fence)
+	if len(h.seen(events.WorkerStuck, "stuck")) != 1 {
+		t.Fatalf("no worker.stuck event for the stuck worker")
+	}
+	if err := h.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -257,7 +257,12 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	// watch of later signals ends first.
 	close(stopDone)
 	<-watched
-	if stopErr != nil {
+	switch {
+	case errors.Is(stopErr, system.ErrStoppedLate):
+		// Every lease was released: the stop did what it is for, late.
+		// The line after this one is the last, as after any stop.
+		log.Warn().Err(stopErr).Msg("a worker was still stopping at shutdown_timeout and is left behind (its writes are fenced)")
+	case stopErr != nil:
 		log.Error().Err(stopErr).Msg("stop incomplete (see error); a lease not released runs out its TTL")
 		return &loggedError{err: stopErr}
 	}
