@@ -53,6 +53,9 @@ func refuseDatabase(err error, format string, args ...any) error {
 	if database.Transient(err) {
 		return &TransientError{Key: "database.url", Reason: fmt.Sprintf(format, args...)}
 	}
+	if database.TLSMismatch(err) {
+		format += " (the server does not speak TLS: libsql:// and https:// connect with TLS; use http:// for a server without it)"
+	}
 	return Refuse("database.url", format, args...)
 }
 

@@ -217,6 +217,34 @@ func Unavailable(err error) bool {
 	return false
 }
 
+// tlsMismatchMessages are what the client's TLS stack says when the peer
+// does not speak TLS at all (a libsql:// or https:// URL naming a plain
+// HTTP server): rustls's "received corrupt message of type
+// InvalidContentType" (go-libsql's Hrana client), Go's and OpenSSL's
+// words for the same. Retrying never changes them.
+var tlsMismatchMessages = []string{
+	"received corrupt message",
+	"invalidcontenttype",
+	"first record does not look like a tls handshake",
+	"wrong version number",
+}
+
+// TLSMismatch reports whether err is a TLS connection to a peer that does
+// not speak TLS: the URL's scheme is wrong for the server (libsql:// and
+// https:// use TLS; http:// and ws:// do not).
+func TLSMismatch(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := strings.ToLower(driverText(err))
+	for _, m := range tlsMismatchMessages {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // Transient reports whether err is a condition that can pass by itself,
 // so that a process that met it while starting should be started again
 // later rather than refused: Unavailable (no answer, connection refused,
@@ -224,9 +252,10 @@ func Unavailable(err error) bool {
 // busy_timeout, an HTTP 5xx from a proxy in front of a server still
 // starting), except an HTTP answer that retrying does not change: a 4xx
 // other than 408, 425 and 429 (a wrong auth token or path) and a 501 or
-// 505 (the URL names a web server, not a libSQL server).
+// 505 (the URL names a web server, not a libSQL server), and a TLS
+// connection to a server that does not speak TLS (TLSMismatch).
 func Transient(err error) bool {
-	if !Unavailable(err) {
+	if !Unavailable(err) || TLSMismatch(err) {
 		return false
 	}
 	s := driverText(err)

@@ -94,6 +94,10 @@ func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
 		{"forbidden", status("403 Forbidden"), false},
 		{"wrong path", status("404 Not Found"), false},
 		{"a web server, not sqld", status("501 Not Implemented"), false},
+		// libsql:// or https:// naming a server without TLS (a new user's
+		// exit 1, restarted for ever): retrying never changes it.
+		{"tls to a plain http server", transport("http error: `error trying to connect: received corrupt message of type InvalidContentType`"), false},
+		{"tls to a plain server, go's words", transport("http error: `tls: first record does not look like a TLS handshake`"), false},
 		{"status cut short", transport("api error: `status=5"), true},
 		{"unwritable", local("attempt to write a readonly database"), false},
 		{"not a database", local("file is not a database"), false},
