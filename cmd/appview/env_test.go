@@ -88,3 +88,18 @@ func TestOtherCommandsWarnOnStderrAndRun(t *testing.T) {
 		t.Errorf("the warning reached stdout: %q", r.stdout)
 	}
 }
+
+// A refusal caused by a mistyped variable (the intended value never
+// applied) was printed alone: the warning naming the typo, the likely
+// cause, was dropped with the JSON log that never started.
+func TestServeRefusingItsConfigurationPrintsTheWarningsFirst(t *testing.T) {
+	r := runAppview(t, t.TempDir(), childEnv("APPVIEW_LEASES_TLL=5s", "APPVIEW_LEASES_TTL=1ms"), "serve")
+	if r.code != cli.ExitConfig {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, cli.ExitConfig, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "appview: warning: environment variable APPVIEW_LEASES_TLL is not a config key") ||
+		!strings.Contains(lines[1], "leases.ttl") {
+		t.Fatalf("stderr = %q, want the warning about APPVIEW_LEASES_TLL, then the refusal naming leases.ttl", r.stderr)
+	}
+}

@@ -50,6 +50,10 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.Load()
 			if err != nil {
+				// Refused before any JSON log: the warnings (a mistyped
+				// APPVIEW_* variable, often the refusal's cause) come
+				// first, in the refusal's plain form.
+				flags.PrintWarnings()
 				return err
 			}
 			return flags.Explain(serve(cmd.Context(), cfg, sigs, flags.Warnings()...))
