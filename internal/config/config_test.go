@@ -144,6 +144,10 @@ var badConfigs = []struct {
 	{name: "advertise url over websocket", sets: []string{"admin.advertise_url=ws://10.0.0.5:5001"}, key: "admin.advertise_url", reason: "scheme must be one of http, https"},
 	{name: "stripe url over ftp", sets: []string{"billing.enabled=true", "billing.stripe_secret_key=sk", "billing.stripe_api_url=ftp://stripe"},
 		key: "billing.stripe_api_url", reason: "scheme must be one of"},
+	// Checked with their workers off too: wrong before the day they are used.
+	{name: "stripe url with credentials, billing off", sets: []string{"billing.stripe_api_url=http://u:pw@stripe.example"}, key: "billing.stripe_api_url", reason: "credentials"},
+	{name: "stripe url that is no url, billing off", sets: []string{"billing.stripe_api_url=notaurl"}, key: "billing.stripe_api_url", reason: ""},
+	{name: "relay over ftp, backfill off", sets: []string{"backfill.enabled=false", "backfill.relay_endpoints=ftp://relay.example"}, key: "backfill.relay_endpoints", reason: "scheme must be one of http, https"},
 	{name: "admin addr without a port", sets: []string{"admin.addr=localhost"}, key: "admin.addr", reason: "want host:port"},
 	{name: "bad collection pattern", sets: []string{"jetstream.collections=io.atcr"}, key: "jetstream.collections", reason: "not an NSID"},
 	{name: "a collection name with a hyphen", sets: []string{"jetstream.collections=io.atcr.foo-bar"}, key: "jetstream.collections", reason: "not an NSID"},

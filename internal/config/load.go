@@ -846,14 +846,14 @@ func (c Config) Validate() error {
 	if err := checkList("backfill.relay_endpoints", c.Backfill.RelayEndpoints, sameEndpoint); err != nil {
 		return err
 	}
-	if c.Backfill.Enabled {
-		if len(c.Backfill.RelayEndpoints) == 0 {
-			return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
-		}
-		for _, u := range c.Backfill.RelayEndpoints {
-			if err := checkURL("backfill.relay_endpoints", u, "http", "https"); err != nil {
-				return err
-			}
+	if c.Backfill.Enabled && len(c.Backfill.RelayEndpoints) == 0 {
+		return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
+	}
+	// URLs are checked whether or not their worker is on: a URL that is
+	// wrong (or carries credentials) is wrong before the day it is used.
+	for _, u := range c.Backfill.RelayEndpoints {
+		if err := checkURL("backfill.relay_endpoints", u, "http", "https"); err != nil {
+			return err
 		}
 	}
 	if err := checkURL("identity.plc_url", c.Identity.PLCURL, "http", "https"); err != nil {
@@ -869,10 +869,10 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	if c.Billing.Enabled {
-		if c.Billing.StripeSecretKey == "" {
-			return keyErr("billing.stripe_secret_key", "required when billing.enabled is true")
-		}
+	if c.Billing.Enabled && c.Billing.StripeSecretKey == "" {
+		return keyErr("billing.stripe_secret_key", "required when billing.enabled is true")
+	}
+	if c.Billing.Enabled || c.Billing.StripeAPIURL != "" {
 		if err := checkURL("billing.stripe_api_url", c.Billing.StripeAPIURL, "http", "https"); err != nil {
 			return err
 		}
