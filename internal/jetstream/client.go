@@ -1082,7 +1082,7 @@ func (c *Client) v2Decoder(ctx context.Context, base string) (dec *Decoder, id u
 		// moment a failover dials it: read it uncompressed for now and
 		// ask again later.
 		c.dictRetry[host] = time.Now().Add(dictRetryAfter)
-		c.opts.Log.Warn().Err(err).Str("url", base).Dur("retry_in", dictRetryAfter).
+		c.opts.Log.Warn().Err(err).Str("url", base).Int64("retry_in_ms", dictRetryAfter.Milliseconds()).
 			Msg("jetstream: zstd dictionary not fetched; reading this host uncompressed for now")
 		return c.dec, 0, false
 	case err != nil:
