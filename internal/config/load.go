@@ -995,13 +995,6 @@ const (
 	jetstreamPathLegacy = "/subscribe"
 )
 
-// checkJetstreamPath refuses a jetstream.urls element whose path is
-// neither Jetstream path (one trailing slash aside): exactly the v2 path
-// (WireOf picks the v2 wire only for it), or one ending in /subscribe (a
-// proxy's prefix before it is kept; the legacy wire dials it as given).
-// Anything else the consumer would dial as the legacy wire and retry its
-// failed handshake for ever (a typo of the v2 path, "/x"), as labeler.url
-// would.
 // jetstreamQuerySet are the subscription parameters the consumer sets on
 // every connection itself (from jetstream.collections, its position and
 // jetstream.compress); jetstreamQueryNarrowing are those that would narrow
@@ -1050,6 +1043,13 @@ func checkJetstreamQuery(raw string) error {
 	return nil
 }
 
+// checkJetstreamPath refuses a jetstream.urls element whose path is
+// neither Jetstream path (one trailing slash aside): exactly the v2 path
+// (WireOf picks the v2 wire only for it), or one ending in /subscribe (a
+// proxy's prefix before it is kept; the legacy wire dials it as given).
+// Anything else the consumer would dial as the legacy wire and retry its
+// failed handshake for ever (a typo of the v2 path, "/x"), as labeler.url
+// would.
 func checkJetstreamPath(raw string) error {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
