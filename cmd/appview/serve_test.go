@@ -365,11 +365,16 @@ func TestACrashDiesOfASignalNotExit2(t *testing.T) {
 	p.started()
 	p.signal(syscall.SIGQUIT)
 	// The runtime raises SIGABRT, or SIGQUIT again when the signal landed
-	// on a thread it does not run (libSQL's): either is a death by a
-	// signal systemd counts as a failure, never an exit code.
+	// on a thread it does not run (libSQL's); when it landed in C code on
+	// a Go thread, the runtime's own traceback can fail ("unsafe.Slice:
+	// len out of range" dumping the foreign stack, then "panic during
+	// panic") and the process dies of SIGSEGV (seen once, in a full run of
+	// scripts/test).
+	// Each is a death by a signal systemd counts as a failure, never an
+	// exit code.
 	code, _ := p.wait(startTimeout)
-	if code != 128+int(syscall.SIGABRT) && code != 128+int(syscall.SIGQUIT) {
-		t.Fatalf("after SIGQUIT: exit %d, want death by SIGABRT (%d) or SIGQUIT (%d); exit %d would read as a refused configuration",
-			code, 128+int(syscall.SIGABRT), 128+int(syscall.SIGQUIT), cli.ExitConfig)
+	if code != 128+int(syscall.SIGABRT) && code != 128+int(syscall.SIGQUIT) && code != 128+int(syscall.SIGSEGV) {
+		t.Fatalf("after SIGQUIT: exit %d, want death by SIGABRT (%d), SIGQUIT (%d) or SIGSEGV (%d); exit %d would read as a refused configuration",
+			code, 128+int(syscall.SIGABRT), 128+int(syscall.SIGQUIT), 128+int(syscall.SIGSEGV), cli.ExitConfig)
 	}
 }
