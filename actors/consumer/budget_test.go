@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/workers"
 )
 
 func TestTheCommitBudgetLeavesALeaseRenewalTimeToLand(t *testing.T) {
@@ -24,6 +25,25 @@ func TestTheCommitBudgetLeavesALeaseRenewalTimeToLand(t *testing.T) {
 		cfg.Jetstream.CommitBudget, cfg.Leases.RenewInterval, cfg.Leases.RenewDeadline, cfg.Leases.Enabled = c.budget, c.every, c.dead, c.leases
 		if got := EffectiveCommitBudget(cfg); got != c.want {
 			t.Errorf("%s: budget %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The webhook drain leaves half of shutdown_timeout for the release: a
+// 3 s shutdown_timeout ran out during an 8 s drain and the lease was left
+// to its TTL.
+func TestTheDrainBudgetLeavesTheReleaseHalfOfTheShutdownTimeout(t *testing.T) {
+	for _, c := range []struct {
+		shutdown, want time.Duration
+	}{
+		{30 * time.Second, workers.DrainBudget},
+		{3 * time.Second, 1500 * time.Millisecond},
+		{100 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		cfg := config.Default()
+		cfg.ShutdownTimeout = c.shutdown
+		if got := DrainBudget(cfg); got != c.want {
+			t.Errorf("shutdown_timeout %v: drain budget %v, want %v", c.shutdown, got, c.want)
 		}
 	}
 }

@@ -42,6 +42,11 @@ type Options struct {
 	Jetstream config.Jetstream
 	// Processor applies the events; share one per process.
 	Processor *processor.Processor
+	// DrainBudget bounds a graceful stop's wait for the webhook
+	// dispatcher's deliveries in flight; 0 means workers.DrainBudget.
+	// The worker sets it to at most half of shutdown_timeout, so the
+	// release still lands within the stop.
+	DrainBudget time.Duration
 	// Dispatcher configures the webhook dispatcher child (its Custody is
 	// set to Custody here).
 	Dispatcher webhooks.DispatcherOptions
@@ -368,7 +373,11 @@ func (c *consumer) drain() {
 	if c.disp == nil {
 		return
 	}
-	bound := min(c.o.Dispatcher.Config.Timeout+drainGrace, workers.DrainBudget)
+	budget := c.o.DrainBudget
+	if budget <= 0 {
+		budget = workers.DrainBudget
+	}
+	bound := min(c.o.Dispatcher.Config.Timeout+drainGrace, budget)
 	if _, err := c.root.RequestFuture(c.disp, &webhooks.Drain{}, bound).Result(); err != nil {
 		c.log.Warn().Err(logval.Error(err)).Msg("webhook dispatcher did not drain; deliveries in flight are resent by the next holder")
 	}

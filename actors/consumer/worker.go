@@ -65,6 +65,7 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 		Jetstream:     js,
 		Processor:     proc,
 		Dispatcher:    disp,
+		DrainBudget:   DrainBudget(d.Config),
 		ClientMetrics: jm,
 		Stats:         sp,
 		Metrics:       cm,
@@ -82,6 +83,18 @@ func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (
 			return NewProps(oc)
 		},
 	}, nil
+}
+
+// DrainBudget is how long a graceful stop under cfg waits for the webhook
+// deliveries in flight: workers.DrainBudget, but at most half of
+// shutdown_timeout, so the lease's release still lands within the stop
+// (a new user's 3 s shutdown_timeout with a hung receiver ran out during
+// an 8 s drain and left the lease to its TTL).
+func DrainBudget(cfg config.Config) time.Duration {
+	if cfg.ShutdownTimeout > 0 {
+		return min(workers.DrainBudget, cfg.ShutdownTimeout/2)
+	}
+	return workers.DrainBudget
 }
 
 // EffectiveCommitBudget is the consumer's commit budget under cfg:
