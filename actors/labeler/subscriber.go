@@ -16,6 +16,7 @@ import (
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/retryafter"
 	"github.com/atcr-io/appview/internal/workers"
+	"github.com/atcr-io/appview/internal/wsdial"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
@@ -349,7 +350,7 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	conn, resp, err := s.o.Dialer.DialContext(ctx, target, nil)
+	conn, resp, err := wsdial.Dial(ctx, s.o.Dialer, target, nil)
 	if err != nil {
 		s.o.Metrics.Connections.WithLabelValues("failed").Inc()
 		if resp != nil {

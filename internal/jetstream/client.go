@@ -20,6 +20,7 @@ import (
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/retryafter"
 	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/wsdial"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -472,7 +473,17 @@ func (c *Client) sessionWithFailback(ctx context.Context, base string, earlier [
 			case <-t.C:
 			}
 			for i, nb := range notBefore {
-				if time.Now().Before(nb) || !c.probe(pctx, c.opts.URLs[i]) {
+				if time.Now().Before(nb) {
+					continue
+				}
+				ok, hold, why := c.probe(pctx, c.opts.URLs[i])
+				if !ok {
+					// A refusal's Retry-After holds the probes too: a
+					// limiter counting refused attempts would otherwise
+					// be kept spent by them.
+					notBefore[i] = time.Now().Add(hold)
+					c.opts.Log.Debug().Str("url", c.opts.URLs[i]).Str("why", why).Int64("retry_in_ms", hold.Milliseconds()).
+						Msg("jetstream failback probe: the earlier URL does not answer yet")
 					continue
 				}
 				found <- i
@@ -511,7 +522,9 @@ func (c *Client) sessionWithFailback(ctx context.Context, base string, earlier [
 // probe reports whether the URL base takes a connection and sends a data
 // frame within StaleTimeout. It asks for no cursor (a live tail) and no
 // compression, and closes the connection as soon as the frame is read.
-func (c *Client) probe(ctx context.Context, base string) bool {
+// When not, hold is what a refusal asked (refusalHold, 0 for none) and
+// why says what happened.
+func (c *Client) probe(ctx context.Context, base string) (ok bool, hold time.Duration, why string) {
 	c.mu.Lock()
 	cols := slices.Clone(c.collections)
 	c.mu.Unlock()
@@ -523,16 +536,20 @@ func (c *Client) probe(ctx context.Context, base string) bool {
 		target, err = subscribeURL(base, cols, 0, false)
 	}
 	if err != nil {
-		return false
+		return false, 0, err.Error()
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.opts.StaleTimeout)
 	defer cancel()
-	conn, resp, err := c.opts.Dialer.DialContext(dctx, target, nil)
+	conn, resp, err := wsdial.Dial(dctx, c.opts.Dialer, target, nil)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}
 	if err != nil {
-		return false
+		if resp != nil {
+			hold = refusalHold(resp, time.Now())
+			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
+		}
+		return false, hold, err.Error()
 	}
 	defer conn.Close()
 	stopWatch := context.AfterFunc(dctx, func() { conn.Close() })
@@ -544,12 +561,12 @@ func (c *Client) probe(ctx context.Context, base string) bool {
 	for {
 		kind, _, err := conn.ReadMessage()
 		if err != nil {
-			return false
+			return false, 0, "connected, but no frame: " + err.Error()
 		}
 		if kind == websocket.TextMessage || kind == websocket.BinaryMessage {
 			_ = conn.WriteControl(websocket.CloseMessage,
 				websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeFrameWait))
-			return true
+			return true, 0, ""
 		}
 	}
 }
@@ -844,7 +861,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	if err != nil {
 		return sessionEnd{err: err, reason: ReasonDial}
 	}
-	conn, resp, err := c.opts.Dialer.DialContext(ctx, target, nil)
+	conn, resp, err := wsdial.Dial(ctx, c.opts.Dialer, target, nil)
 	if err != nil {
 		return c.refused(base, cursor, dictID, freshDict, resp, err)
 	}

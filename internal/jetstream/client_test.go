@@ -1031,3 +1031,50 @@ func TestClientDoesNotSwitchBackToAnEarlierURLThatSendsNothing(t *testing.T) {
 		t.Fatal("no event from the second URL")
 	}
 }
+
+// A failback probe refused with Retry-After holds that URL's probes as
+// long as asked: they came every FailbackInterval into the limit.
+func TestFailbackProbesHonourTheProbedURLsRetryAfter(t *testing.T) {
+	var hits atomic.Int32
+	limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // the first dial: no hold, the backoff
+			return
+		}
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer limited.Close()
+	second := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl"), Rate: 200, Loop: true})
+	lines := make(chan map[string]any, 64)
+	log := zerolog.New(writerFunc(func(p []byte) (int, error) {
+		var line map[string]any
+		if json.Unmarshal(p, &line) == nil && line["message"] == "jetstream failback probe: the earlier URL does not answer yet" {
+			select {
+			case lines <- line:
+			default:
+			}
+		}
+		return len(p), nil
+	})).Level(zerolog.DebugLevel)
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{"ws" + strings.TrimPrefix(limited.URL, "http") + "/subscribe", second.URL()},
+		FailbackInterval: 20 * time.Millisecond, StaleTimeout: testWait, Log: log,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, s.handle)
+	s.waitEvents(t, 1)
+	select {
+	case line := <-lines:
+		if ms, _ := line["retry_in_ms"].(float64); ms != float64(maxRefusalHold.Milliseconds()) {
+			t.Fatalf("probe line %v, want retry_in_ms %d (Retry-After 3600 capped)", line, maxRefusalHold.Milliseconds())
+		}
+	case <-time.After(testWait):
+		t.Fatal("no probe line")
+	}
+	// Many failback intervals later (20 ms each), the limited URL has
+	// seen its first dial and the one probe it refused.
+	n := len(s.waitEvents(t, 1))
+	s.waitEvents(t, n+40)
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("the rate-limited URL was asked %d times, want 2 (the dial, one probe)", n)
+	}
+}
