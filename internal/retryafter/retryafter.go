@@ -8,6 +8,7 @@
 package retryafter
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,6 +21,9 @@ import (
 // a delay.
 const EpochFloor = 1_000_000_000
 
+// maxSeconds clamps a delay in seconds: a century.
+const maxSeconds = 100 * 365 * 24 * 3600
+
 // Parse reads a Retry-After value: delay-seconds (a non-negative integer)
 // or an HTTP-date, as a delay from now (0 for a date already past). ok is
 // false when v is empty or neither form.
@@ -28,12 +32,13 @@ func Parse(v string, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		if secs < 0 {
 			return 0, false
 		}
-		// Clamped well below time.Duration's range (292 years).
-		return time.Duration(min(secs, 100*365*24*3600)) * time.Second, true
+		// Clamped well below time.Duration's range (292 years); more
+		// digits than an int64 holds is as long a wait as can be.
+		return time.Duration(min(secs, maxSeconds)) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0), true
@@ -61,7 +66,7 @@ func Reset(h http.Header, now time.Time) (at time.Time, ok bool) {
 	case v > EpochFloor:
 		return time.Unix(v+1, 0), true
 	default:
-		return now.Add(time.Duration(min(v, 100*365*24*3600)) * time.Second), true
+		return now.Add(time.Duration(min(v, maxSeconds)) * time.Second), true
 	}
 }
 

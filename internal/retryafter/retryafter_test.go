@@ -17,13 +17,15 @@ func TestParseTakesSecondsOrAnHTTPDate(t *testing.T) {
 		"Thu, 02 Jan 2025 03:04:35 GMT": 30 * time.Second,
 		"Thu, 02 Jan 2025 03:00:00 GMT": 0, // in the past: retry now
 		"99999999999999":                100 * 365 * 24 * time.Hour,
+		"99999999999999999999999":       100 * 365 * 24 * time.Hour, // past int64: as long as can be
+
 	} {
 		got, ok := retryafter.Parse(v, now)
 		if !ok || got != want {
 			t.Errorf("Parse(%q) = %s, %v; want %s", v, got, ok, want)
 		}
 	}
-	for _, v := range []string{"", "-1", "soon", "1.5", "99999999999999999999999"} {
+	for _, v := range []string{"", "-1", "soon", "1.5", "-99999999999999999999999"} {
 		if _, ok := retryafter.Parse(v, now); ok {
 			t.Errorf("Parse(%q) accepted", v)
 		}
