@@ -1132,7 +1132,13 @@ func (c *Client) fetchDictionary(ctx context.Context, base string) (*Decoder, er
 		return nil, err
 	}
 	u.Scheme = map[string]string{"ws": "http", "wss": "https"}[u.Scheme]
-	u.Path, u.RawQuery = PathZstdDictionary, ""
+	// The URL's own parameters (a proxy's token) go with the request, as
+	// they do with the subscription; the subscription's do not.
+	q := u.Query()
+	for _, k := range []string{"collections", "cursor", "zstdDictionary", "wantedCollections", "compress", "requireHello"} {
+		q.Del(k)
+	}
+	u.Path, u.RawQuery = PathZstdDictionary, q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err

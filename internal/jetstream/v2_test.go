@@ -41,6 +41,7 @@ type v2Server struct {
 	dictStatus   int
 	dictFailures int32
 	dictHits     atomic.Int32
+	dictQueries  []url.Values // under mu
 
 	mu      sync.Mutex
 	queries []url.Values
@@ -65,6 +66,9 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 		s.wg.Add(1)
 		defer s.wg.Done()
 		if r.URL.Path == PathZstdDictionary {
+			s.mu.Lock()
+			s.dictQueries = append(s.dictQueries, r.URL.Query())
+			s.mu.Unlock()
 			if n := s.dictHits.Add(1); s.dictStatus != 0 && n <= s.dictFailures {
 				w.WriteHeader(s.dictStatus)
 				return
@@ -325,6 +329,25 @@ func TestV2DictionaryFetchFailingForNowIsTriedAgainLater(t *testing.T) {
 		if !tc.forGood && got != id {
 			t.Fatalf("HTTP %d: dictionary %d once the retry time came, want %d", tc.status, got, id)
 		}
+	}
+}
+
+// A URL's own parameter (a proxy's token) was sent with the subscription
+// but not with getZstdDictionary, so behind a proxy that checks it the
+// host was read uncompressed.
+func TestV2DictionaryFetchCarriesTheURLsOwnParameters(t *testing.T) {
+	id, err := DictionaryIDOf(dictionary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startV2(t, &v2Server{script: script(2), dict: dictionary, dictID: id})
+	k := newSink()
+	runClient(t, ClientOptions{URLs: []string{s.url() + "?token=abc"}, Compress: true}, k.handle)
+	k.waitEvents(t, 2)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.dictQueries) != 1 || s.dictQueries[0].Get("token") != "abc" || len(s.dictQueries[0]) != 1 {
+		t.Fatalf("dictionary requests' queries %v, want one with token=abc alone", s.dictQueries)
 	}
 }
 
