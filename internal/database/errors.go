@@ -252,13 +252,20 @@ func TLSMismatch(err error) bool {
 // busy_timeout, an HTTP 5xx from a proxy in front of a server still
 // starting), except an HTTP answer that retrying does not change: a 4xx
 // other than 408, 425 and 429 (a wrong auth token or path) and a 501 or
-// 505 (the URL names a web server, not a libSQL server), and a TLS
-// connection to a server that does not speak TLS (TLSMismatch).
+// 505 (the URL names a web server, not a libSQL server), a redirect (3xx,
+// not followed), a 2xx whose body is not Hrana's JSON (a web server
+// answering 200), and a TLS connection to a server that does not speak
+// TLS (TLSMismatch).
 func Transient(err error) bool {
 	if !Unavailable(err) || TLSMismatch(err) {
 		return false
 	}
 	s := driverText(err)
+	if strings.Contains(s, hranaJSONError) {
+		// A 2xx whose body is not Hrana (a web page, another API's
+		// JSON): the URL names another server, which will not change.
+		return false
+	}
 	i := strings.Index(s, httpStatus)
 	if i < 0 {
 		return true
@@ -270,11 +277,17 @@ func Transient(err error) bool {
 	switch code = code[:3]; {
 	case code == "408", code == "425", code == "429":
 		return true
-	case code[0] == '4', code == "501", code == "505":
+	case code[0] == '3', code[0] == '4', code == "501", code == "505":
+		// A redirect is not followed: the URL is to be changed.
 		return false
 	}
 	return true
 }
+
+// hranaJSONError is how go-libsql's Hrana client reports an answer whose
+// body is not the JSON it expects ("Hrana: `json error: expected value
+// at line 1 column 1`").
+const hranaJSONError = "Hrana: `json error"
 
 // httpStatus precedes the HTTP status of a libSQL server's answer that
 // was not SQL ("Hrana: `api error: `status=401 Unauthorized, body=...").

@@ -96,6 +96,10 @@ func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
 		{"a web server, not sqld", status("501 Not Implemented"), false},
 		// libsql:// or https:// naming a server without TLS (a new user's
 		// exit 1, restarted for ever): retrying never changes it.
+		// A web server answering 200 with a page or other JSON, and a
+		// redirect: exit 1 restarted them for ever (a new user's).
+		{"a web page with 200", transport("json error: `expected value at line 1 column 1`"), false},
+		{"a redirect", status("308 Permanent Redirect"), false},
 		{"tls to a plain http server", transport("http error: `error trying to connect: received corrupt message of type InvalidContentType`"), false},
 		{"tls to a plain server, go's words", transport("http error: `tls: first record does not look like a TLS handshake`"), false},
 		{"status cut short", transport("api error: `status=5"), true},
