@@ -1002,9 +1002,9 @@ const (
 // carrying one is refused rather than overridden or passed on.
 var (
 	jetstreamQuerySet = map[string]string{
-		"wantedCollections": "jetstream.collections", "collections": "jetstream.collections",
-		"cursor": "the consumer's stored position", "compress": "jetstream.compress",
-		"zstdDictionary": "jetstream.compress",
+		"wantedCollections": "from jetstream.collections", "collections": "from jetstream.collections",
+		"cursor": "at its stored position", "compress": "after jetstream.compress",
+		"zstdDictionary": "after jetstream.compress",
 	}
 	jetstreamQueryNarrowing = map[string]string{
 		"wantedDids":          "commits of other repositories would never arrive",
@@ -1031,7 +1031,7 @@ func checkJetstreamQuery(raw string) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if from, ok := jetstreamQuerySet[k]; ok {
-			return keyErr("jetstream.urls", "%q: remove %s=: the consumer sets it on every connection (from %s)", raw, k, from)
+			return keyErr("jetstream.urls", "%q: remove %s=: the consumer sets it on every connection, %s", raw, k, from)
 		}
 		if why, ok := jetstreamQueryNarrowing[k]; ok {
 			return keyErr("jetstream.urls", "%q: remove %s=: %s", raw, k, why)
