@@ -32,7 +32,9 @@ func isServiceLink(name, value string) bool {
 // key: it says the variable is ignored and suggests the nearest variable
 // that is one (a misspelt APPVIEW_LEASES_TLL gets APPVIEW_LEASES_TTL).
 func unknownEnvWarning(name string, byEnv map[string]string) string {
-	best, _ := nearest(name, byEnv)
+	// Variable names are upper case: compare in it, so APPVIEW_jetstream_urls
+	// suggests APPVIEW_JETSTREAM_URLS, not the nearest name by bytes.
+	best, _ := nearest(strings.ToUpper(name), byEnv)
 	return fmt.Sprintf("environment variable %s is not a config key and is ignored (did you mean %s, key %s?)", name, best, byEnv[best])
 }
 

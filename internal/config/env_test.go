@@ -51,10 +51,11 @@ func TestKubernetesServiceLinksAreIgnoredQuietly(t *testing.T) {
 
 func TestUnknownAppviewVariablesWarnWithTheClosestKey(t *testing.T) {
 	for name, closest := range map[string]string{
-		"APPVIEW_LEASES_TLL":  "APPVIEW_LEASES_TTL",
-		"APPVIEW_LEASE_TTL":   "APPVIEW_LEASES_TTL",
-		"APPVIEW_DATABSE_URL": "APPVIEW_DATABASE_URL",
-		"APPVIEW_LOGLEVEL":    "APPVIEW_LOG_LEVEL",
+		"APPVIEW_LEASES_TLL":     "APPVIEW_LEASES_TTL",
+		"APPVIEW_LEASE_TTL":      "APPVIEW_LEASES_TTL",
+		"APPVIEW_DATABSE_URL":    "APPVIEW_DATABASE_URL",
+		"APPVIEW_LOGLEVEL":       "APPVIEW_LOG_LEVEL",
+		"APPVIEW_jetstream_urls": "APPVIEW_JETSTREAM_URLS", // names are compared in upper case
 		// A deploy script's own variables: the closest key is named all
 		// the same; the line says the variable is ignored.
 		"APPVIEW_BIN":     "",
