@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
@@ -355,12 +354,10 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 		s.o.Metrics.Connections.WithLabelValues("failed").Inc()
 		if resp != nil {
 			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
-			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-				// The labeler said when to come back (Retry-After, else
-				// RateLimit-Reset): the next dial waits at least that.
-				if d, ok := retryafter.Delay(resp.Header, time.Now()); ok && d > 0 {
-					err = &heldRefusal{err: err, hold: min(d, maxRefusalHold)}
-				}
+			// A 429 or 503 said when to come back (Retry-After, else
+			// RateLimit-Reset): the next dial waits at least that.
+			if d, ok := retryafter.Refusal(resp, time.Now()); ok && d > 0 {
+				err = &heldRefusal{err: err, hold: min(d, maxRefusalHold)}
 			}
 		}
 		return false, fmt.Errorf("connect to labeler %s: %w", target, err)

@@ -959,13 +959,9 @@ const (
 // throttling CDN (segment fetches); the hold is the larger of this and
 // the URL's backoff.
 func refusalHold(resp *http.Response, now time.Time) time.Duration {
-	var d time.Duration
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests:
-		d, _ = retryafter.Delay(resp.Header, now)
+	d, _ := retryafter.Refusal(resp, now)
+	if resp.StatusCode == http.StatusTooManyRequests {
 		d = max(d, minRateLimitHold)
-	case http.StatusServiceUnavailable:
-		d, _ = retryafter.Delay(resp.Header, now)
 	}
 	return min(d, maxRefusalHold)
 }

@@ -70,6 +70,16 @@ func Reset(h http.Header, now time.Time) (at time.Time, ok bool) {
 	}
 }
 
+// Refusal is the wait a refused response asked for: for a 429 (Too Many
+// Requests) or a 503 (Service Unavailable), Delay of its headers. ok is
+// false for any other status, and when neither header parses.
+func Refusal(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	return Delay(resp.Header, now)
+}
+
 // Delay is Reset as a wait from now, at least 0. ok is false when neither
 // header parses.
 func Delay(h http.Header, now time.Time) (time.Duration, bool) {

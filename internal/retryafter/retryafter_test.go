@@ -70,3 +70,15 @@ func TestResetTakesRetryAfterFirstThenAUnixOrDeltaRateLimitReset(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusalReadsTheHeadersOfA429OrA503Only(t *testing.T) {
+	now := time.Unix(1_767_000_000, 0)
+	h := http.Header{"Retry-After": {"7"}}
+	for status, want := range map[int]bool{http.StatusTooManyRequests: true, http.StatusServiceUnavailable: true,
+		http.StatusInternalServerError: false, http.StatusOK: false} {
+		d, ok := retryafter.Refusal(&http.Response{StatusCode: status, Header: h}, now)
+		if ok != want || (ok && d != 7*time.Second) {
+			t.Errorf("HTTP %d: Refusal = %v, %v; want ok %v (7s)", status, d, ok, want)
+		}
+	}
+}

@@ -152,14 +152,10 @@ func send(ctx context.Context, client *http.Client, custody fence.Custody, a att
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return response{result: resultDelivered, status: resp.StatusCode, elapsed: elapsed}
 	}
-	var hold time.Duration
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		// The receiver said when it can take the delivery (RFC 9110
-		// §15.5.20, §15.6.4): the next attempt waits at least that long.
-		if d, ok := retryafter.Delay(resp.Header, clock()); ok {
-			hold = min(d, maxReceiverRetryAfter)
-		}
-	}
+	// A 429 or 503 says when the receiver can take the delivery (RFC 9110
+	// §15.5.20, §15.6.4): the next attempt waits at least that long.
+	hold, _ := retryafter.Refusal(resp, clock())
+	hold = min(hold, maxReceiverRetryAfter)
 	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
 	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		msg += " (redirect to " + loc + " not followed)"
