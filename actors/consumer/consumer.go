@@ -438,7 +438,7 @@ func (c *consumer) reportHealth(client *jetstream.Client) {
 // backfill.interval tick, or the next grant of its lease with interval 0),
 // re-reading every io.atcr.* record the gap may have hidden.
 func (c *consumer) cursorTooOld(url string, cursor, floor int64) {
-	c.log.Error().Str("url", url).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
+	c.log.Error().Str("url", logval.RedactURL(url)).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
 		Msg("Jetstream gap: events between the stored position and the host's oldest event are lost; resuming from the oldest and requesting a backfill run")
 	c.recordGap(url, cursor, floor, nil)
 }
@@ -450,7 +450,7 @@ func (c *consumer) cursorTooOld(url string, cursor, floor int64) {
 // The gap is recorded with its times (from_seq 0: no seq was sent) and a
 // backfill run requested, in one fenced transaction.
 func (c *consumer) outdatedCursor(url string, cursorUS, firstUS, firstSeq int64) {
-	c.log.Error().Str("url", url).Int64("cursor_us", cursorUS).Int64("first_us", firstUS).
+	c.log.Error().Str("url", logval.RedactURL(url)).Int64("cursor_us", cursorUS).Int64("first_us", firstUS).
 		Dur("gap", time.Duration(firstUS-cursorUS)*time.Microsecond).
 		Msg("Jetstream gap: the host no longer has events as old as the time cursor (OutdatedCursor); resuming from its oldest and requesting a backfill run")
 	c.recordGap(url, 0, firstSeq, &[2]int64{cursorUS, firstUS})
@@ -653,7 +653,7 @@ func (c *consumer) logFailures(b *jetstream.Batch) {
 		if !ok {
 			l = c.sampled
 		}
-		e := l.Warn().Str("class", string(f.Class)).Int64("size", f.Size).Str("url", b.URL)
+		e := l.Warn().Str("class", string(f.Class)).Int64("size", f.Size).Str("url", logval.RedactURL(b.URL))
 		if f.TimeUS > 0 {
 			e = e.Int64("time_us", f.TimeUS)
 		}

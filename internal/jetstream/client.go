@@ -406,7 +406,7 @@ func (c *Client) Run(ctx context.Context) error {
 			// failure of this one, and the earlier one is dialled now.
 			h.bo.Reset()
 			c.opts.Metrics.reconnect(ReasonFailback)
-			c.opts.Log.Info().Str("url", endpoint).Str("reason", ReasonFailback).Str("next_url", c.opts.URLs[back.to]).
+			c.opts.Log.Info().Str("url", logval.RedactURL(endpoint)).Str("reason", ReasonFailback).Str("next_url", logval.RedactURL(c.opts.URLs[back.to])).
 				Int64("retry_in_ms", 0).Msg("jetstream switching back to an earlier URL, which answers again")
 			at = back.to
 			hosts[at].notBefore = time.Time{}
@@ -429,8 +429,8 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		next := c.opts.URLs[at]
 		c.opts.Metrics.reconnect(end.reason)
-		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", endpoint).Str("reason", end.reason).
-			Str("next_url", next).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")
+		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", logval.RedactURL(endpoint)).Str("reason", end.reason).
+			Str("next_url", logval.RedactURL(next)).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")
 	}
 }
 
@@ -482,7 +482,7 @@ func (c *Client) sessionWithFailback(ctx context.Context, base string, earlier [
 					// limiter counting refused attempts would otherwise
 					// be kept spent by them.
 					notBefore[i] = time.Now().Add(hold)
-					c.opts.Log.Debug().Str("url", c.opts.URLs[i]).Str("why", why).Int64("retry_in_ms", hold.Milliseconds()).
+					c.opts.Log.Debug().Str("url", logval.RedactURL(c.opts.URLs[i])).Str("why", why).Int64("retry_in_ms", hold.Milliseconds()).
 						Msg("jetstream failback probe: the earlier URL does not answer yet")
 					continue
 				}
@@ -869,7 +869,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	connected := time.Now()
 	c.opts.Metrics.setConnected(true)
 	c.opts.Metrics.state(c.opts.URLs, base, StateConnected)
-	c.opts.Log.Info().Str("url", base).Str("wire", string(WireOf(base))).Int64("cursor", cursor).Strs("collections", sent).
+	c.opts.Log.Info().Str("url", logval.RedactURL(base)).Str("wire", string(WireOf(base))).Int64("cursor", cursor).Strs("collections", sent).
 		Bool("compress", c.opts.Compress && (!cs.v2 || dictID > 0)).Msg("jetstream connected")
 
 	items := make(chan item, c.opts.BatchSize)
@@ -918,7 +918,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	switch {
 	case errors.Is(readErr, ErrSeqReset):
 		end.reason, end.retryNow = ReasonSeqReset, true
-		c.opts.Log.Error().Err(readErr).Str("url", base).Msg("jetstream: the host's sequence numbers restarted; resuming it by time")
+		c.opts.Log.Error().Err(readErr).Str("url", logval.RedactURL(base)).Msg("jetstream: the host's sequence numbers restarted; resuming it by time")
 		if c.opts.OnSeqReset != nil {
 			c.opts.OnSeqReset(base)
 		}
@@ -1004,7 +1004,7 @@ var floorInMessage = regexp.MustCompile(`floor (\d+)`)
 // telling OnCursorTooOld) and UnknownZstdDictionary (fetch the dictionary
 // again, or read uncompressed if the fresh one was refused too).
 func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict bool, resp *http.Response, err error) sessionEnd {
-	end := sessionEnd{err: fmt.Errorf("dial %s: %w", base, err), reason: ReasonDial}
+	end := sessionEnd{err: fmt.Errorf("dial %s: %w", logval.RedactURL(base), err), reason: ReasonDial}
 	if resp == nil {
 		return end
 	}
@@ -1019,7 +1019,7 @@ func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict boo
 		// follow; a proxy's or CDN's 429 or 502 page; a v1 host's plain
 		// text 400): gorilla says only "bad handshake", so the status,
 		// the Location and the start of the body are added here.
-		end.err = fmt.Errorf("dial %s: %w (%s)", base, err, describeRefusal(resp, raw))
+		end.err = fmt.Errorf("dial %s: %w (%s)", logval.RedactURL(base), err, describeRefusal(resp, raw))
 		if resp.StatusCode >= 400 {
 			end.reason = ReasonRefused
 			c.opts.Metrics.serverError(httpErrorName(resp.StatusCode))
@@ -1041,7 +1041,7 @@ func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict boo
 			return end
 		}
 		c.opts.Metrics.cursorTooOld(floor - cursor)
-		c.opts.Log.Error().Str("url", base).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
+		c.opts.Log.Error().Str("url", logval.RedactURL(base)).Int64("cursor", cursor).Int64("floor", floor).Int64("gap_events", floor-cursor).
 			Msg("jetstream: cursor too old; the events between cursor and floor are gone from this host: resuming from its oldest event")
 		if c.opts.OnCursorTooOld != nil {
 			c.opts.OnCursorTooOld(base, cursor, floor)
@@ -1062,7 +1062,7 @@ func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict boo
 			// The dictionary it just served is refused: compression is an
 			// optimisation, carry on without it.
 			c.noDict[host] = true
-			c.opts.Log.Warn().Str("url", base).Msg("jetstream: the host refuses its own zstd dictionary; reading uncompressed")
+			c.opts.Log.Warn().Str("url", logval.RedactURL(base)).Msg("jetstream: the host refuses its own zstd dictionary; reading uncompressed")
 		}
 		end.retryNow = true
 	}
@@ -1095,12 +1095,12 @@ func (c *Client) v2Decoder(ctx context.Context, base string) (dec *Decoder, id u
 		// moment a failover dials it: read it uncompressed for now and
 		// ask again later.
 		c.dictRetry[host] = time.Now().Add(dictRetryAfter)
-		c.opts.Log.Warn().Err(err).Str("url", base).Int64("retry_in_ms", dictRetryAfter.Milliseconds()).
+		c.opts.Log.Warn().Err(err).Str("url", logval.RedactURL(base)).Int64("retry_in_ms", dictRetryAfter.Milliseconds()).
 			Msg("jetstream: zstd dictionary not fetched; reading this host uncompressed for now")
 		return c.dec, 0, false
 	case err != nil:
 		c.noDict[host] = true
-		c.opts.Log.Warn().Err(err).Str("url", base).Msg("jetstream: no zstd dictionary; reading this host uncompressed")
+		c.opts.Log.Warn().Err(err).Str("url", logval.RedactURL(base)).Msg("jetstream: no zstd dictionary; reading this host uncompressed")
 		return c.dec, 0, false
 	}
 	delete(c.dictRetry, host)
@@ -1232,7 +1232,7 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 					cs.outdated = true
 				}
 				c.opts.Metrics.info(d.info.Name)
-				c.opts.Log.Warn().Str("url", base).Str("name", bounded(d.info.Name)).Str("message", bounded(d.info.Message)).
+				c.opts.Log.Warn().Str("url", logval.RedactURL(base)).Str("name", bounded(d.info.Name)).Str("message", bounded(d.info.Message)).
 					Msg("jetstream #info advisory")
 			default:
 				it.ev = d.ev

@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // closeBound bounds Close and context cancellation in these tests. What
@@ -1076,5 +1078,23 @@ func TestFailbackProbesHonourTheProbedURLsRetryAfter(t *testing.T) {
 	s.waitEvents(t, n+40)
 	if n := hits.Load(); n != 2 {
 		t.Fatalf("the rate-limited URL was asked %d times, want 2 (the dial, one probe)", n)
+	}
+}
+
+// A token in a configured URL's query (jetstream.urls keeps it for a
+// proxy) reached the connection_state label on /metrics and the log
+// lines in clear.
+func TestAURLsQueryValuesStayOutOfLogsAndMetrics(t *testing.T) {
+	srv := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
+	m := testMetrics(t)
+	var logs testsupport.LockedBuffer
+	s := newSink()
+	runClient(t, ClientOptions{URLs: []string{srv.URL() + "?token=s3cr3t"}, Metrics: m, Log: zerolog.New(&logs)}, s.handle)
+	s.waitEvents(t, 1)
+	if strings.Contains(logs.String(), "s3cr3t") {
+		t.Fatalf("the token was logged: %s", logs.String())
+	}
+	if v := metricValue(t, m.connState.WithLabelValues(srv.URL()+"?token=xxxxx", StateConnected)); v != 1 {
+		t.Fatalf("connection_state for the redacted URL = %v, want 1", v)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/promshare"
 )
 
@@ -209,7 +210,7 @@ func (m *Metrics) state(urls []string, at, st string) {
 			if u == at && s == st {
 				v = 1
 			}
-			m.connState.WithLabelValues(u, s).Set(v)
+			m.connState.WithLabelValues(logval.RedactURL(u), s).Set(v)
 		}
 	}
 }

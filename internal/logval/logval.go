@@ -126,3 +126,25 @@ func URLParseReason(err error) string {
 	}
 	return err.Error()
 }
+
+// RedactURL is MaskURL with every query value replaced by "xxxxx" too: a
+// configured URL's query may carry a proxy's token (jetstream.urls keeps
+// such parameters), and the URL is shown in logs and metric labels.
+// Parameter names are kept, so the line still says which were given. A
+// URL that does not parse is returned masked by MaskURL only.
+func RedactURL(raw string) string {
+	masked := MaskURL(raw)
+	u, err := url.Parse(masked)
+	if err != nil || u.RawQuery == "" {
+		return masked
+	}
+	q := u.Query()
+	for k, vs := range q {
+		for i := range vs {
+			vs[i] = "xxxxx"
+		}
+		q[k] = vs
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}

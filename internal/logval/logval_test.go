@@ -93,3 +93,18 @@ func TestMaskURLMasksAPasswordInAnyURL(t *testing.T) {
 		}
 	}
 }
+
+// A jetstream.urls query may carry a proxy's token, and the URL is shown
+// in logs and on the open /metrics page: the values are hidden, the names
+// kept (a new user found ?token=s3cr3t on /metrics three times).
+func TestRedactURLHidesQueryValuesAndPasswords(t *testing.T) {
+	for raw, want := range map[string]string{
+		"ws://h/subscribe?token=s3cr3t":                      "ws://h/subscribe?token=xxxxx",
+		"wss://u:pw@h/x?a=1&a=2&b=":                          "wss://u:xxxxx@h/x?a=xxxxx&a=xxxxx&b=xxxxx",
+		"ws://h/xrpc/network.bsky.jetstream.subscribeEvents": "ws://h/xrpc/network.bsky.jetstream.subscribeEvents",
+	} {
+		if got := RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
