@@ -38,7 +38,11 @@ func newConfigCommand() *cobra.Command {
 			}
 			f, err := os.OpenFile(args[0], flags, 0o644)
 			if errors.Is(err, fs.ErrExist) {
-				// Refused before anything was written: exit 2, as a usage error.
+				// Refused before anything was written: exit 2, as a usage
+				// error. --force is suggested only where it would help.
+				if st, serr := os.Stat(args[0]); serr == nil && !st.Mode().IsRegular() {
+					return cli.Usage(cmd, "%s is not a regular file", args[0])
+				}
 				return cli.Usage(cmd, "%s exists (use --force to overwrite)", args[0])
 			}
 			if errors.Is(err, syscall.ENXIO) || errors.Is(err, syscall.EISDIR) { // a FIFO with no reader, a directory

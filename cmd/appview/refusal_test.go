@@ -367,7 +367,8 @@ func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"config", "init", "--force", "fifo"}, {"config", "init", "--force", "."}} {
+	for _, args := range [][]string{{"config", "init", "--force", "fifo"}, {"config", "init", "--force", "."},
+		{"config", "init", "fifo"}, {"config", "init", "."}} { // without --force: no hint that it would help
 		r := runAppview(t, dir, childEnv(), args...)
 		if r.code != cli.ExitConfig || !strings.Contains(r.stderr, "is not a regular file") {
 			t.Errorf("appview %s: exit %d, stderr %q; want 2 and \"is not a regular file\"", strings.Join(args, " "), r.code, r.stderr)
