@@ -430,6 +430,7 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 		{"unknown trigger", []string{"--trigger", "pull", "--url", "https://93.184.216.34/hook"}, `unknown webhook trigger "pull"`},
 		{"empty trigger", []string{"--trigger", "", "--url", "https://93.184.216.34/hook"}, "blank webhook trigger"},
 		{"blank trigger in a list", []string{"--trigger", "push,,push", "--url", "https://93.184.216.34/hook"}, "blank webhook trigger"},
+		{"empty trigger beside a named one", []string{"--trigger", "push", "--trigger=", "--url", "https://93.184.216.34/hook"}, "blank webhook trigger"},
 		{"empty secret on stdin", []string{"--secret", "-", "--url", "https://93.184.216.34/hook"}, "empty secret"},
 		{"url of 100 KB", []string{"--url", "https://93.184.216.34/" + strings.Repeat("a", 100<<10)}, "is 102422 bytes: at most 2048 are accepted"},
 	} {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
@@ -35,6 +36,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 
 	var (
 		added              webhooks.Webhook
+		triggers           = &blankSeen{} // --trigger's value, set below
 		did, hookURL, secr onceFlag
 		allowPrivate       bool
 	)
@@ -69,11 +71,12 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				}
 				return cli.Usage(cmd, "--%s given %s: a webhook %s; run webhooks add once for each", f.name, given, f.what)
 			}
-			if cmd.Flags().Changed("trigger") && len(added.Triggers) == 0 {
+			if triggers.blank {
 				// pflag reads --trigger "" as no triggers at all, which
-				// would quietly mean the default: name it as the blank
-				// trigger it is, as in --trigger push,,push.
-				added.Triggers = []string{""}
+				// would quietly drop it (or, alone, mean the default):
+				// name it as the blank trigger it is, as in --trigger
+				// push,,push.
+				added.Triggers = append(added.Triggers, "")
 			}
 			w := added
 			w.DID, w.URL, w.Secret = did.value(), hookURL.value(), secr.value()
@@ -135,6 +138,8 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 	af.Var(&hookURL, "url", "http(s) URL receiving the POSTs (required, once)")
 	af.Var(&secr, "secret", `HMAC-SHA256 signing secret, not empty ("-": read the first line of stdin; omitted: unsigned)`)
 	af.StringSliceVar(&added.Triggers, "trigger", []string{webhooks.TriggerPush}, "trigger to subscribe to (repeatable)")
+	triggers.Value = af.Lookup("trigger").Value
+	af.Lookup("trigger").Value = triggers
 	af.BoolVar(&allowPrivate, "allow-private", false, "accept a URL that resolves to a loopback/private address")
 	_ = add.MarkFlagRequired("did")
 	_ = add.MarkFlagRequired("url")
@@ -240,4 +245,20 @@ func (f *onceFlag) value() string {
 		return ""
 	}
 	return f.values[len(f.values)-1]
+}
+
+// blankSeen wraps a list flag's value and remembers whether any of its
+// values was blank: pflag reads --trigger "" (or --trigger=) as no
+// element at all, so the list alone cannot tell it was given.
+type blankSeen struct {
+	pflag.Value
+	blank bool
+}
+
+// Set records a blank s, then sets the wrapped value.
+func (b *blankSeen) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		b.blank = true
+	}
+	return b.Value.Set(s)
 }
