@@ -454,11 +454,14 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 }
 
 func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
-	for _, args := range [][]string{{"leases"}, {"webhooks", "list"}} {
+	// webhooks rm writes, but only to a database that exists: a mistyped
+	// path created and migrated one, then said "no webhook with id 5".
+	for _, args := range [][]string{{"leases"}, {"webhooks", "list"}, {"webhooks", "rm", "5"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			dir := t.TempDir()
 			r := runAppview(t, dir, childEnv(), args...)
 			assertRefusal(t, r, "database.url", "no database at ./data/appview.db")
+			assertEmptyDir(t, dir)
 		})
 	}
 }

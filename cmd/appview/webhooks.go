@@ -208,6 +208,15 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			if err != nil || id <= 0 {
 				return cli.Usage(cmd, "webhook id %q: want a positive integer, as `appview webhooks list` prints", args[0])
 			}
+			// The webhook to remove lives in a database that exists: a
+			// mistyped database.url is refused ("no database at PATH",
+			// exit 2) as by list, not created and migrated only to find
+			// no webhook in it.
+			probe, err := openRead(cmd.Context())
+			if err != nil {
+				return err
+			}
+			probe.Close()
 			db, err := open(cmd.Context())
 			if err != nil {
 				return err
