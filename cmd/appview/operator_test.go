@@ -249,6 +249,42 @@ func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testi
 	assertJSONLog(t, p.lines())
 }
 
+// A --config that blocks (a FIFO whose writer sends nothing, a pipe from
+// a slow generator) kept serve deaf to every signal: only SIGKILL ended
+// it, so a service manager's stop waited out its kill timeout.
+func TestASignalWhileTheConfigurationIsReadAbortsTheStartWithExit0(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "config.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), "--config", fifo)
+	// A writer's non-blocking open succeeds once serve has the FIFO open
+	// for reading; the writer then sends nothing, so serve's read blocks.
+	var w *os.File
+	p.waitFor(startTimeout, "serve to open its --config FIFO", func() bool {
+		f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			w = f
+		}
+		return err == nil
+	})
+	defer w.Close()
+	p.signal(syscall.SIGTERM)
+	code, took := p.wait(stopBound)
+	if code != 0 {
+		t.Fatalf("exit %d after SIGTERM while the configuration was read, want 0 (nothing was acquired)", code)
+	}
+	t.Logf("exit 0 %s after SIGTERM during a blocked configuration read", took.Round(time.Millisecond))
+	want := "appview: signal terminated while the configuration was read: start aborted, nothing was acquired"
+	if got := strings.TrimSpace(p.stderr.String()); got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the aborted start created ./data (stat: %v)", err)
+	}
+}
+
 func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
 	url, _ := silentServer(t)
 	cfg := config.Default()

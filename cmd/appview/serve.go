@@ -48,7 +48,10 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 		Short: "Run an instance until SIGINT, SIGTERM or SIGHUP; exit 0 once every lease it held is released",
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := flags.Load()
+			cfg, aborted, err := loadDuringStart(flags, sigs)
+			if aborted {
+				return nil
+			}
 			if err != nil {
 				// Refused before any JSON log: the warnings (a mistyped
 				// APPVIEW_* variable, often the refusal's cause) come
@@ -58,6 +61,30 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 			}
 			return flags.Explain(serve(cmd.Context(), cfg, sigs, flags.Warnings()...))
 		},
+	}
+}
+
+// loadDuringStart loads the configuration (flags.Load) while watching
+// sigs. A signal aborts the start (aborted true, exit 0: nothing was
+// acquired) with one plain line on stderr, even while the read is
+// blocked: a --config FIFO no one writes to, a pipe from a slow
+// generator. The blocked read is abandoned; the process exits.
+func loadDuringStart(flags *cli.ConfigFlags, sigs <-chan os.Signal) (cfg config.Config, aborted bool, err error) {
+	type loaded struct {
+		cfg config.Config
+		err error
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		cfg, err := flags.Load()
+		done <- loaded{cfg, err}
+	}()
+	select {
+	case l := <-done:
+		return l.cfg, false, l.err
+	case sig := <-sigs:
+		fmt.Fprintf(os.Stderr, "appview: signal %v while the configuration was read: start aborted, nothing was acquired\n", sig)
+		return config.Config{}, true, nil
 	}
 }
 

@@ -97,6 +97,12 @@ type Admin struct {
 	Pprof bool `yaml:"pprof"`
 }
 
+// MaxConfigFileBytes bounds the --config file (1 MiB; the commented
+// default configuration is under 20 KiB): a file that never ends
+// (/dev/zero, a runaway generator behind a pipe) is refused once this much
+// is read instead of filling memory.
+const MaxConfigFileBytes = 1 << 20
+
 // MaxTokenFileBytes bounds admin.token_file: a token is a line, not a file
 // of megabytes (a wrong path, e.g. a log file, is refused rather than read).
 const MaxTokenFileBytes = 4 << 10

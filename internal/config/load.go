@@ -70,7 +70,7 @@ func Load(src Sources) (Config, error) {
 		origins = map[string]string{}
 	}
 	if src.File != "" {
-		data, err := os.ReadFile(src.File)
+		data, err := readConfigFile(src.File)
 		if err != nil {
 			return cfg, &Error{Key: "--config", Reason: err.Error()}
 		}
@@ -1060,4 +1060,23 @@ func checkJetstreamPath(raw string) error {
 		return nil
 	}
 	return keyErr("jetstream.urls", "%q: path %q is neither %s (Jetstream v2) nor %s (legacy); give the full endpoint URL", raw, u.Path, jetstreamPathV2, jetstreamPathLegacy)
+}
+
+// readConfigFile reads the --config file, at most MaxConfigFileBytes: a
+// longer one (or one that never ends) is an error naming the bound.
+// Errors name the file.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxConfigFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes (1 MiB): not a configuration file", path, MaxConfigFileBytes)
+	}
+	return data, nil
 }
