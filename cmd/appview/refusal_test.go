@@ -72,6 +72,24 @@ func refusals() []refusal {
 			},
 		},
 		{
+			// SQLite refused a FIFO or a device only after creating
+			// PATH-journal beside it (/dev/null-journal for file:/dev/null).
+			name: "database path is a FIFO", key: "database.url", reason: "database file db.fifo is a FIFO, not a regular file",
+			setup: func(t *testing.T, dir string) []string {
+				if err := syscall.Mkfifo(filepath.Join(dir, "db.fifo"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					for _, side := range []string{"-journal", "-wal", "-shm"} {
+						if _, err := os.Stat(filepath.Join(dir, "db.fifo"+side)); err == nil {
+							t.Errorf("the refusal left db.fifo%s behind", side)
+						}
+					}
+				})
+				return []string{"--set", "database.url=file:db.fifo"}
+			},
+		},
+		{
 			// A refusal made after the configuration loaded (the database
 			// would not open) still says where the value came from.
 			name: "unopenable database named in the environment", key: "database.url", reason: "(from APPVIEW_DATABASE_URL)",

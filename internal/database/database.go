@@ -105,6 +105,11 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		// file" (code 14), which names neither the path nor the cause.
 		if st, err := os.Stat(loc.Path); err == nil && st.IsDir() {
 			return nil, fmt.Errorf("database file %s is a directory; name a file in it (file:%s)", loc.Path, filepath.Join(loc.Path, "appview.db"))
+		} else if err == nil && !st.Mode().IsRegular() {
+			// A device, FIFO or socket (file:/dev/null): SQLite would
+			// refuse it only after creating PATH-journal or PATH-wal
+			// beside it, in /dev for /dev/null.
+			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, fileKind(st.Mode()))
 		}
 	}
 	var inner driver.Connector
@@ -543,4 +548,20 @@ func QueryReturning(ctx context.Context, q Querier, query string, args []any, de
 		return false, err
 	}
 	return found, rows.Close()
+}
+
+// fileKind names what a file that is neither a directory nor a regular
+// file is, for a refusal: "a character device", "a FIFO", ...
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file (" + m.Type().String() + ")"
 }
