@@ -47,6 +47,8 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 		{[]string{"serv"}, `unknown command "serv" for "appview" (did you mean serve?)`},
 		{[]string{"webhooks", "lst"}, `unknown command "lst" for "appview webhooks" (did you mean list?)`},
 		{[]string{"config", "bogus"}, `unknown command "bogus" for "appview config"`},
+		{[]string{"--set", "leases.ttl=15s"}, `--set given without a command: name the command it is for (appview COMMAND --set ...) (see appview --help)`},
+		{[]string{"webhooks", "--config", "a.yaml"}, `--config given without a command: name the command it is for (appview webhooks COMMAND --config ...)`},
 		{[]string{"help", "bogus"}, `appview: unknown help topic "bogus" (see appview help --help)`},
 		{[]string{"help", "webhooks", "bogus"}, `unknown help topic "webhooks bogus"`},
 		{[]string{"config", "init", ""}, "FILE is empty (omit it, or give -, to write to stdout)"},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // UsageError is a command line that cannot be run as typed: an unknown
@@ -65,7 +66,18 @@ func StrictUsage(root *cobra.Command) {
 			// only of runnable commands, so the group gets a RunE that
 			// shows its help when called bare.
 			cmd.Args = unknownSubcommand
-			cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+			cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+				// Flags given to a group apply to no command: --set
+				// or --config with the command forgotten would be
+				// dropped without a word (help, exit 0).
+				var given []string
+				cmd.Flags().Visit(func(f *pflag.Flag) { given = append(given, "--"+f.Name) })
+				if len(given) > 0 {
+					return Usage(cmd, "%s given without a command: name the command it is for (%s COMMAND %s ...)",
+						strings.Join(given, ", "), cmd.CommandPath(), given[0])
+				}
+				return cmd.Help()
+			}
 		}
 		if check := cmd.Args; check != nil {
 			cmd.Args = func(cmd *cobra.Command, args []string) error {
