@@ -65,11 +65,14 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 }
 
 // loadDuringStart loads the configuration (flags.Load) while watching
-// sigs. A signal aborts the start (aborted true, exit 0: nothing was
-// acquired) with one plain line on stderr, even while the read is
-// blocked: a --config FIFO no one writes to, a pipe from a slow
-// generator. The blocked read is abandoned; the process exits.
-func loadDuringStart(flags *cli.ConfigFlags, sigs <-chan os.Signal) (cfg config.Config, aborted bool, err error) {
+// sigs. A signal that comes while the read is blocked (a --config FIFO no
+// one writes to, a pipe from a slow generator) aborts the start (aborted
+// true, exit 0: nothing was acquired) with one plain line on stderr; the
+// blocked read is abandoned and the process exits. A load that finishes
+// within loadAbortWait of the signal is kept and the signal put back on
+// sigs, so the start is aborted as any signal during start is, logged as
+// JSON (openDuringStart).
+func loadDuringStart(flags *cli.ConfigFlags, sigs chan os.Signal) (cfg config.Config, aborted bool, err error) {
 	type loaded struct {
 		cfg config.Config
 		err error
@@ -79,14 +82,29 @@ func loadDuringStart(flags *cli.ConfigFlags, sigs <-chan os.Signal) (cfg config.
 		cfg, err := flags.Load()
 		done <- loaded{cfg, err}
 	}()
+	var sig os.Signal
 	select {
 	case l := <-done:
 		return l.cfg, false, l.err
-	case sig := <-sigs:
-		fmt.Fprintf(os.Stderr, "appview: signal %v while the configuration was read: start aborted, nothing was acquired\n", sig)
-		return config.Config{}, true, nil
+	case sig = <-sigs:
 	}
+	select {
+	case l := <-done:
+		select {
+		case sigs <- sig:
+		default: // the buffer holds later signals: the stop is asked anyway
+		}
+		return l.cfg, false, l.err
+	case <-time.After(loadAbortWait):
+	}
+	fmt.Fprintf(os.Stderr, "appview: signal %v while the configuration was read: start aborted, nothing was acquired\n", sig)
+	return config.Config{}, true, nil
 }
+
+// loadAbortWait is how long a signal during the configuration's load
+// waits for the load to finish before it abandons it: a file loads in
+// well under this, a blocked read never does.
+const loadAbortWait = 200 * time.Millisecond
 
 // startAbortWait is how long a start aborted by a signal waits for the
 // database open in progress to return, so that what it opened is closed.
