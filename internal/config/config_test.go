@@ -173,6 +173,7 @@ var badConfigs = []struct {
 	{name: "negative rewind", sets: []string{"jetstream.rewind=-5s"}, key: "jetstream.rewind", reason: "must not be negative"},
 	{name: "negative max message bytes", sets: []string{"jetstream.max_message_bytes=-1"}, key: "jetstream.max_message_bytes", reason: "at least 1024"},
 	{name: "negative backfill interval", sets: []string{"backfill.interval=-1h"}, key: "backfill.interval", reason: "must not be negative"},
+	{name: "backfill interval below its floor", sets: []string{"backfill.interval=1ns"}, key: "backfill.interval", reason: "must be at least 1s (a shorter interval walks every repository of the relays again with no pause), got 1ns"},
 	{name: "negative backfill concurrency", sets: []string{"backfill.concurrency=-1"}, key: "backfill.concurrency", reason: "at least 1"},
 	{name: "negative retry delay", sets: []string{"webhooks.retry_schedule=[0s, -30s]"}, key: "webhooks.retry_schedule", reason: "must not be negative"},
 	{name: "negative cleanup interval", yaml: "cleanup:\n  interval: -1h\n", key: "cleanup.interval", reason: "must be positive"},

@@ -658,6 +658,7 @@ func durationFloors(c Config) []durationFloor {
 		{"jetstream.unhealthy_after", c.Jetstream.UnhealthyAfter, 100 * ms, "a shorter silence is no sign of trouble"},
 		{"jetstream.failback_interval", c.Jetstream.FailbackInterval, time.Second, "the probes would load the earlier hosts"},
 		{"jetstream.commit_budget", c.Jetstream.CommitBudget, ms, "a transaction would commit every group of events"},
+		{"backfill.interval", c.Backfill.Interval, time.Second, "a shorter interval walks every repository of the relays again with no pause"},
 		{"cleanup.interval", c.Cleanup.Interval, 100 * ms, loop},
 		{"labeler.stale_timeout", c.Labeler.StaleTimeout, 100 * ms, stream},
 		{"billing.interval", c.Billing.Interval, 100 * ms, loop},

@@ -52,7 +52,7 @@ jetstream:
 
 backfill:
   enabled: true
-  interval: 0s                  # 0: once, when first granted (lease then held); >0: periodic
+  interval: 0s                  # 0: once, when first granted (lease then held); >0: periodic (>= 1s)
   rerun_after: 24h              # interval 0: a new holder skips a run that completed more recently
   relay_endpoints: ["https://relay1.us-east.bsky.network"]
   concurrency: 4                # repositories fetched at once
