@@ -73,19 +73,11 @@ func newServeCommand(flags *cli.ConfigFlags, sigs chan os.Signal) *cobra.Command
 // sigs, so the start is aborted as any signal during start is, logged as
 // JSON (openDuringStart).
 func loadDuringStart(flags *cli.ConfigFlags, sigs chan os.Signal) (cfg config.Config, aborted bool, err error) {
-	type loaded struct {
-		cfg config.Config
-		err error
-	}
-	done := make(chan loaded, 1)
-	go func() {
-		cfg, err := flags.Load()
-		done <- loaded{cfg, err}
-	}()
+	done := inBackground(flags.Load)
 	var sig os.Signal
 	select {
 	case l := <-done:
-		return l.cfg, false, l.err
+		return l.v, false, l.err
 	case sig = <-sigs:
 	}
 	select {
@@ -94,11 +86,29 @@ func loadDuringStart(flags *cli.ConfigFlags, sigs chan os.Signal) (cfg config.Co
 		case sigs <- sig:
 		default: // the buffer holds later signals: the stop is asked anyway
 		}
-		return l.cfg, false, l.err
+		return l.v, false, l.err
 	case <-time.After(loadAbortWait):
 	}
 	fmt.Fprintf(os.Stderr, "appview: signal %v while the configuration was read: start aborted, nothing was acquired\n", sig)
 	return config.Config{}, true, nil
+}
+
+// outcome is what a call run by inBackground returned.
+type outcome[T any] struct {
+	v   T
+	err error
+}
+
+// inBackground runs f on its own goroutine and delivers its outcome on
+// the returned channel, buffered so f never blocks on a caller that
+// stopped waiting (a start aborted by a signal abandons it).
+func inBackground[T any](f func() (T, error)) <-chan outcome[T] {
+	done := make(chan outcome[T], 1)
+	go func() {
+		v, err := f()
+		done <- outcome[T]{v, err}
+	}()
+	return done
 }
 
 // loadAbortWait is how long a signal during the configuration's load
@@ -349,19 +359,11 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger, sigs <-chan os.Signal) (db *database.DB, aborted bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type opened struct {
-		db  *database.DB
-		err error
-	}
-	done := make(chan opened, 1)
-	go func() {
-		db, err := cli.OpenDatabase(ctx, cfg)
-		done <- opened{db, err}
-	}()
+	done := inBackground(func() (*database.DB, error) { return cli.OpenDatabase(ctx, cfg) })
 	var sig os.Signal
 	select {
 	case o := <-done:
-		return o.db, false, o.err
+		return o.v, false, o.err
 	case sig = <-sigs:
 	}
 	first := time.Now()
@@ -372,8 +374,8 @@ func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger,
 	select {
 	case o := <-done:
 		// Its error, if any, is the cancellation itself.
-		if o.db != nil {
-			o.db.Close()
+		if o.v != nil {
+			o.v.Close()
 		}
 		log.Info().Float64("abort_ms", msSince(first)).Msg("start aborted")
 	case <-time.After(startAbortWait):
