@@ -153,7 +153,8 @@ func answered(s string) bool {
 // Refused reports whether err is the database refusing a statement for
 // the values it carries: a UNIQUE, NOT NULL, CHECK or FOREIGN KEY
 // constraint, a trigger's RAISE, a datatype mismatch, a value too big,
-// malformed JSON. The same statement with other values can succeed, so a
+// malformed JSON, a text argument with a NUL byte (ErrTextNUL, refused
+// before the statement runs). The same statement with other values can succeed, so a
 // caller may skip the one input that caused it and go on.
 //
 // Everything else is a failure of the database itself, and Refused is
@@ -164,6 +165,9 @@ func answered(s string) bool {
 // its checkpoint instead. An unknown shape counts as a failure of the
 // database, because skipping on a guess loses data and retrying does not.
 func Refused(err error) bool {
+	if errors.Is(err, ErrTextNUL) {
+		return true // refused before it ran: the value, not the database
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

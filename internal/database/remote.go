@@ -130,6 +130,9 @@ func (c *remoteConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 }
 
 func (c *remoteConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := textNUL(args); err != nil {
+		return nil, err
+	}
 	if c.cache != nil {
 		r, err := c.cache.exec(query, args)
 		return r, c.note(err)
@@ -139,6 +142,9 @@ func (c *remoteConn) ExecContext(ctx context.Context, query string, args []drive
 }
 
 func (c *remoteConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := textNUL(args); err != nil {
+		return nil, err
+	}
 	if c.cache != nil {
 		r, err := c.cache.query(query, args)
 		return r, c.note(err)
@@ -225,21 +231,33 @@ func (s *remoteStmt) NumInput() int { return s.inner.NumInput() }
 
 // Exec and Query complete driver.Stmt; database/sql calls the Context forms.
 func (s *remoteStmt) Exec(args []driver.Value) (driver.Result, error) {
+	if err := textNULValues(args); err != nil {
+		return nil, err
+	}
 	r, err := s.inner.Exec(args)
 	return r, s.c.note(err)
 }
 
 func (s *remoteStmt) Query(args []driver.Value) (driver.Rows, error) {
+	if err := textNULValues(args); err != nil {
+		return nil, err
+	}
 	r, err := s.inner.Query(args)
 	return r, s.c.note(err)
 }
 
 func (s *remoteStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	if err := textNUL(args); err != nil {
+		return nil, err
+	}
 	r, err := s.inner.ExecContext(ctx, args)
 	return r, s.c.note(err)
 }
 
 func (s *remoteStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if err := textNUL(args); err != nil {
+		return nil, err
+	}
 	r, err := s.inner.QueryContext(ctx, args)
 	return r, s.c.note(err)
 }
