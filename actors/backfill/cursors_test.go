@@ -37,7 +37,7 @@ func TestAPDSWhoseCursorsCycleFailsTheRepositoryInsteadOfLooping(t *testing.T) {
 		rkey := "3k" + req.Cursor
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"cursor": cycling(req.Cursor), "records": []any{map[string]any{
-			"uri": "at://did:plc:loop/" + colManifest + "/" + rkey, "cid": "bafy-" + rkey, "value": map[string]any{"$type": "x"}}}})
+			"uri": "at://did:plc:loop/" + colManifest + "/" + rkey, "cid": "bafyrei" + rkey, "value": map[string]any{"$type": "x"}}}})
 		return true
 	})
 	if err := e.backfiller(e.options(relay.URL())).Run(context.Background(), e.acquire("instance-a")); err != nil {

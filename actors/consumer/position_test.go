@@ -352,7 +352,7 @@ func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 				fmt.Fprint(w, `{"records":[]}`)
 				return
 			}
-			fmt.Fprintf(w, `{"records":[{"uri":"at://%s/%s/kept","cid":"c1","value":%s},{"uri":"at://%s/%s/new","cid":"c2","value":%s}]}`,
+			fmt.Fprintf(w, `{"records":[{"uri":"at://%s/%s/kept","cid":"bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm","value":%s},{"uri":"at://%s/%s/new","cid":"bafyreib2rxk3rybk3aobmv5cjuql3bm2twh4jo5uxgf5kpqcsgz7soxkba","value":%s}]}`,
 				did, processor.CollectionTag, rec("kept"), did, processor.CollectionTag, rec("new"))
 		default:
 			http.NotFound(w, r)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/atcr-io/appview/internal/datetime"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -193,6 +194,13 @@ func (s *store) applyLabel(ctx context.Context, tx *sql.Tx, seq int64, l Label, 
 		}
 		exp = sql.NullInt64{Int64: ms, Valid: true}
 	}
+	if l.CID != "" {
+		// Stored with the label: a CID, or the label is malformed (a NUL
+		// or stray text would otherwise reach the database).
+		if _, err := syntax.ParseCID(l.CID); err != nil {
+			return fmt.Errorf("%w label cid %q: %v", errMalformed, l.CID, err)
+		}
+	}
 	sub, err := resolveSubject(ctx, tx, l.URI)
 	if err != nil {
 		return err
@@ -376,7 +384,7 @@ func skipOutcome(err error) string {
 // datetime syntax (atproto.com/specs/lexicon#datetime), stricter than Go's
 // RFC 3339 parser (no T3:20:50, no -00:00).
 func parseTime(s string) (int64, error) {
-	t, err := syntax.ParseDatetimeTime(s)
+	t, err := datetime.Parse(s)
 	if err != nil {
 		return 0, err
 	}

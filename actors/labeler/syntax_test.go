@@ -69,3 +69,16 @@ func TestLabelSourcesFollowTheSpecificationsTestVectors(t *testing.T) {
 		}
 	}
 }
+
+// A label's cid is stored with it: a CID by the specification, or the
+// label is skipped as malformed before anything is written (a NUL in it
+// would otherwise reach the database, which refuses such text and would
+// fail the frame).
+func TestLabelCIDsFollowTheSpecificationsTestVectors(t *testing.T) {
+	for _, cid := range append(syntaxvectors.Invalid(syntaxvectors.CID), "bafyrei\x00abcdefgh") {
+		l := Label{Src: "did:plc:labeler", URI: "did:plc:alice", Val: ValTakedown, Cts: "2024-01-01T00:00:00Z", CID: cid}
+		if err := new(store).applyLabel(context.Background(), nil, 1, l, 0, map[string]int{}); !errors.Is(err, errMalformed) {
+			t.Errorf("label cid %q: %v, want it refused as malformed", cid, err)
+		}
+	}
+}

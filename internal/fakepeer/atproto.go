@@ -1,7 +1,9 @@
 package fakepeer
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -249,7 +251,9 @@ type Record struct {
 	RKey string
 	// URI overrides the record's at:// URI (to serve a bad one).
 	URI string
-	// CID is the record's CID ("bafy-<rkey>" when empty).
+	// CID is the record's CID (when empty, one made from the rkey:
+	// "bafyrei" and the hex of its SHA-256, a CID by the AT Protocol
+	// syntax).
 	CID string
 	// Value is the record; json.RawMessage is served as is.
 	Value any
@@ -350,7 +354,7 @@ func (p *PDS) serve(w http.ResponseWriter, req Request) {
 			e.URI = "at://" + req.Repo + "/" + req.Collection + "/" + rec.RKey
 		}
 		if e.CID == "" {
-			e.CID = "bafy-" + rec.RKey
+			e.CID = fmt.Sprintf("bafyrei%x", sha256.Sum256([]byte(rec.RKey)))
 		}
 		out.Records = append(out.Records, e)
 	}

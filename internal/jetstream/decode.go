@@ -169,6 +169,10 @@ func Validate(ev *Event) error {
 		if ev.Account == nil {
 			return errors.New("account event without an account")
 		}
+		if ev.Account.Active == nil {
+			// Required: read as false it would hide the account.
+			return errors.New("account event without active")
+		}
 		ev.Commit, ev.Identity, ev.Sync = nil, nil, nil
 	case KindSync:
 		if ev.Sync == nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -163,6 +164,11 @@ func TestDecodeRejectsBadFramesWithTheirClass(t *testing.T) {
 		{"identity without body", `{"did":"did:plc:abc","time_us":1,"kind":"identity"}`, ClassInvalidEvent},
 		{"account without body", `{"did":"did:plc:abc","time_us":1,"kind":"account"}`, ClassInvalidEvent},
 		{"commit without body", `{"did":"did:plc:abc","time_us":1,"kind":"commit"}`, ClassInvalidEvent},
+		// active is required in #account: read as false, it hid a live
+		// account.
+		{"account without active", `{"did":"did:plc:abc","time_us":1700000000000000,"kind":"account","account":{"did":"did:plc:abc","seq":1}}`, ClassInvalidEvent},
+		{"account active under Active", `{"did":"did:plc:abc","time_us":1700000000000000,"kind":"account","account":{"Active":true,"did":"did:plc:abc","seq":1}}`, ClassInvalidEvent},
+		{"account active as string", `{"did":"did:plc:abc","time_us":1700000000000000,"kind":"account","account":{"active":"true","did":"did:plc:abc","seq":1}}`, ClassMalformedJSON},
 		{"commit bad operation", strings.Replace(valid, `"create"`, `"upsert"`, 1), ClassInvalidEvent},
 		{"commit no collection", strings.Replace(valid, `"io.atcr.tag"`, `""`, 1), ClassInvalidEvent},
 		{"commit no rkey", strings.Replace(valid, `"rkey":"k"`, `"rkey":""`, 1), ClassInvalidEvent},
@@ -180,6 +186,12 @@ func TestDecodeRejectsBadFramesWithTheirClass(t *testing.T) {
 	d := newTestDecoder(t, 0)
 	if _, err := d.Decode([]byte(valid), false); err != nil {
 		t.Fatalf("the valid base case fails: %v", err)
+	}
+	for _, active := range []string{"true", "false"} {
+		ev, err := d.Decode([]byte(`{"did":"did:plc:abc","time_us":1700000000000000,"kind":"account","account":{"active":`+active+`,"did":"did:plc:abc","seq":1}}`), false)
+		if err != nil || ev.Account.Active == nil || fmt.Sprint(*ev.Account.Active) != active {
+			t.Fatalf("an account with active %s: %+v, %v", active, ev.Account, err)
+		}
 	}
 	for _, tc := range cases {
 		for _, compressed := range []bool{false, true} {

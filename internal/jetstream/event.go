@@ -76,7 +76,9 @@ type Identity struct {
 // Account reports an account status change. Status is set when Active is
 // false: takendown, suspended, deleted, deactivated, ...
 type Account struct {
-	Active bool   `json:"active"`
+	// Active is required (com.atproto.sync.subscribeRepos#account): nil
+	// when the frame did not carry it, which Validate refuses.
+	Active *bool  `json:"active"`
 	DID    string `json:"did"`
 	Seq    int64  `json:"seq"`
 	Time   string `json:"time"`

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 // applier applies the ops of one batch inside one transaction.
@@ -413,25 +414,90 @@ func (a *applier) apply(o *op) (bool, error) {
 	if deleted, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deleted >= o.version {
 		return false, nil
 	}
+	var (
+		changed bool
+		err     error
+	)
 	switch o.collection {
 	case CollectionManifest:
-		return a.putManifest(o)
+		changed, err = a.putManifest(o)
 	case CollectionTag:
-		return a.putTag(o)
+		changed, err = a.putTag(o)
 	case CollectionStar:
 		return a.putStar(o)
 	case CollectionProfile:
 		return a.putProfile(o)
 	case CollectionRepoPage:
-		return a.putRepoPage(o)
+		changed, err = a.putRepoPage(o)
 	case CollectionCaptain:
 		return a.putCaptain(o)
 	case CollectionCrew:
 		return a.putCrew(o)
 	case CollectionStats:
-		return a.putStats(o)
+		changed, err = a.putStats(o)
+	default:
+		return false, fmt.Errorf("no handler for %s", o.collection)
 	}
-	return false, fmt.Errorf("no handler for %s", o.collection)
+	if err != nil || !changed || !mayMove(o) {
+		return changed, err
+	}
+	return true, a.dropMoved(o)
+}
+
+// mayMove reports whether a create or update may have changed what row
+// its record writes: an update (its record may name another repository,
+// digest or tag at the same rkey), or a backfill read (no rev: the
+// record may have changed any way since an earlier read). A create with
+// a rev cannot: the rev screen drops a commit older than its repo's
+// newest, and a delete removed the record's row before any create of
+// the same rkey.
+func mayMove(o *op) bool {
+	c := o.ev.Commit
+	return c != nil && (c.Operation == jetstream.OpUpdate || c.Rev == "")
+}
+
+// dropMoved removes the row an earlier version of o's record wrote under
+// another key (manifests: repository and digest; tags: repository and
+// tag; repo pages: repository; hold stats: owner and repository), which
+// the upsert of the new version left behind: the record at an rkey is
+// one row, the newest version's (docs/ordering.md). Only rows of an
+// older version go: a row the same rkey wrote at a newer version cannot
+// exist (o just won), and a row of another rkey is another record's.
+func (a *applier) dropMoved(o *op) error {
+	var err error
+	switch o.collection {
+	case CollectionManifest:
+		// Layers, references and annotations go with it (ON DELETE CASCADE).
+		_, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND version < ?3
+  AND NOT (repository = ?4 AND digest = ?5)`, o.did, o.rkey, o.version, o.manifest.Repository, o.manifest.Digest)
+	case CollectionTag:
+		_, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND version < ?3
+  AND NOT (repository = ?4 AND tag = ?5)`, o.did, o.rkey, o.version, o.tag.Repository, o.tag.Tag)
+	case CollectionRepoPage:
+		_, err = a.exec(`DELETE FROM repo_pages WHERE did = ?1 AND rkey = ?2 AND version < ?3 AND repository <> ?4`,
+			o.did, o.rkey, o.version, o.page.Repository)
+	case CollectionStats:
+		s := o.stats
+		var old HoldStat
+		found, qerr := a.queryRow(`DELETE FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND version < ?3
+  AND NOT (did = ?4 AND repository = ?5)
+RETURNING `+database.Text("did")+`, `+database.Text("repository")+`, pull_count, push_count, last_pull, last_push, updated_at`,
+			[]any{o.did, o.rkey, o.version, s.OwnerDID, s.Repository},
+			&old.OwnerDID, &old.Repository, &old.PullCount, &old.PushCount, &old.LastPull, &old.LastPush, &old.UpdatedAt)
+		if qerr != nil || !found {
+			err = qerr
+			break
+		}
+		// The StatsCache and the old repository's aggregate lose this
+		// hold's numbers, as on a delete of the record.
+		old.HoldDID, old.RKey, old.SourceUS, old.Version, old.Deleted = o.did, o.rkey, o.ev.TimeUS, o.version, true
+		a.pendingStats = append(a.pendingStats, old)
+		a.pendingTouched = append(a.pendingTouched, repoKey{old.OwnerDID, old.Repository})
+	}
+	if err != nil {
+		return fmt.Errorf("drop the %s row the record wrote before: %w", o.collection, err)
+	}
+	return nil
 }
 
 // readUsers marks, among dids, those whose users row exists, so
@@ -502,14 +568,16 @@ func (a *applier) fillHandle(did string) error {
 
 // identity applies an #identity event. The handle is the one PrepareBatch
 // verified from the DID document ("" clears a handle that no longer
-// verifies); without one (no resolver, or the lookup failed) it is the
-// event's own, if it carries one.
+// verifies); without one (no resolver, or the lookup failed) the row
+// keeps the handle it has. The event's own handle is never stored: the
+// firehose says it "might have been validated or passed-through from an
+// upstream source" (com.atproto.sync.subscribeRepos#identity), and the
+// owner of a did:web whose document cannot be fetched could otherwise
+// name itself with anyone's handle.
 func (a *applier) identity(o *op) (bool, error) {
 	var handle any
 	if h, ok := a.handles[o.did]; ok {
 		handle = h
-	} else if o.identity.Handle != "" {
-		handle = o.identity.Handle
 	}
 	n, err := a.exec(`UPDATE users SET handle = COALESCE(?1, handle), identity_us = ?2, updated_at = ?3
 WHERE did = ?4 AND identity_us < ?2`, handle, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
@@ -520,12 +588,13 @@ WHERE did = ?4 AND identity_us < ?2`, handle, o.ev.TimeUS, o.ev.TimeUS/1000, o.d
 }
 
 func (a *applier) account(o *op) (bool, error) {
+	active := *o.account.Active // decode refused an event without it
 	status := o.account.Status
-	if o.account.Active {
+	if active {
 		status = ""
 	}
 	n, err := a.exec(`UPDATE users SET active = ?1, status = ?2, account_us = ?3, updated_at = ?4
-WHERE did = ?5 AND account_us < ?3`, o.account.Active, status, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
+WHERE did = ?5 AND account_us < ?3`, active, status, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
 	if err != nil {
 		return false, fmt.Errorf("account: %w", err)
 	}

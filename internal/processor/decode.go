@@ -95,6 +95,9 @@ func decode(ev *jetstream.Event) (*op, string, error) {
 		if o.did == "" {
 			o.did = ev.Identity.DID
 		}
+		if d := ev.Identity.DID; d != "" && d != o.did {
+			return nil, ReasonBadValue, fmt.Errorf("identity of %q in an event of %q", d, o.did)
+		}
 		if h := ev.Identity.Handle; h != "" && !validHandle(h) {
 			return nil, ReasonBadValue, fmt.Errorf("handle %q is not a handle", h)
 		}
@@ -103,8 +106,14 @@ func decode(ev *jetstream.Event) (*op, string, error) {
 		if ev.Account == nil {
 			return nil, ReasonMalformedEvent, errors.New("account event without account")
 		}
+		if ev.Account.Active == nil {
+			return nil, ReasonMissingField, errors.New("account event without active")
+		}
 		if o.did == "" {
 			o.did = ev.Account.DID
+		}
+		if d := ev.Account.DID; d != "" && d != o.did {
+			return nil, ReasonBadValue, fmt.Errorf("account of %q in an event of %q", d, o.did)
 		}
 		o.account = ev.Account
 	case jetstream.KindCommit:
@@ -174,6 +183,12 @@ func decodeCommit(o *op) (*op, string, error) {
 	}
 	if len(c.Record) == 0 || string(c.Record) == "null" {
 		return nil, ReasonMissingField, errors.New("create/update without record")
+	}
+	if c.CID != "" {
+		// Stored with the manifest (manifests.cid): a CID, or a bad value.
+		if _, err := syntax.ParseCID(c.CID); err != nil {
+			return nil, ReasonBadValue, fmt.Errorf("cid %q is not a CID", c.CID)
+		}
 	}
 	switch c.Collection {
 	case CollectionManifest:

@@ -80,7 +80,7 @@ func handlesFrom(ctx context.Context) verifiedHandles {
 //     one is filled in once it verifies.
 //
 // A lookup that fails (network, directory down) leaves that DID out: the
-// event's handle, if any, is used as before and the row keeps what it had.
+// row keeps what it had (the event's own handle is never used).
 // With no resolver configured it returns ctx unchanged; with db nil (or
 // the users read failing) it looks up no new user's handle and refreshes
 // only the DIDs it knows have a row without asking.

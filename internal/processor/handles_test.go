@@ -113,7 +113,9 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
 		t.Fatalf("unverified handle kept: %q", h)
 	}
-	// A directory outage keeps the row's handle (the event's, if any).
+	// A directory outage keeps the row's handle, and the event's own
+	// handle is not taken instead: the owner of a did:web whose document
+	// host hangs could otherwise name itself with anyone's handle.
 	res.mu.Lock()
 	res.handles["did:plc:alice"] = "alice3.test"
 	res.failing["did:plc:alice"] = true
@@ -121,6 +123,35 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	apply(identity("did:plc:alice", 40, ""))
 	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
 		t.Fatalf("outage changed the handle to %q", h)
+	}
+	apply(identity("did:plc:alice", 50, "atcr.io"))
+	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
+		t.Fatalf("outage took the event's unverified handle %q", h)
+	}
+}
+
+// Without a resolver (none configured) no handle is stored at all: the
+// event's is never verified.
+func TestWithoutAResolverTheEventsHandleIsNotStored(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	now := time.Now().UnixMicro()
+	events := []jetstream.Event{
+		commit("did:plc:bob", now+10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", "sha256:"+strings.Repeat("a", 64))),
+		identityEvent("did:plc:bob", now+20, "Bob.EXAMPLE.com"),
+	}
+	if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+		t.Fatal(err)
+	}
+	if h := userHandle(t, db.DB, "did:plc:bob"); h != "" {
+		t.Fatalf("handle %q stored from the event", h)
+	}
+	// An identity naming another DID than its event is refused.
+	other := identityEvent("did:plc:bob", now+30, "")
+	other.Identity.DID = "did:plc:carol"
+	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{other})
+	if err != nil || res.Skipped[processor.ReasonBadValue] != 1 {
+		t.Fatalf("identity of another DID: %+v, %v; want it skipped as bad_value", res, err)
 	}
 }
 

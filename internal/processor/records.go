@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/atcr-io/appview/internal/datetime"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atcr-io/appview/internal/strictjson"
@@ -144,6 +145,17 @@ func (c *check) key(field, v string) {
 	}
 }
 
+// text checks a stored string that names nothing (a media type, an
+// annotation, a description, a region): no NUL byte, which SQLite's C
+// API would cut the value at (database.ErrTextNUL), so that "v\u0000tail"
+// would be stored as "v". Invalid UTF-8 cannot reach it: the frame
+// decoder refuses it.
+func (c *check) text(field, v string) {
+	if c.err == nil && strings.IndexByte(v, 0) >= 0 {
+		c.err = invalid(ReasonBadValue, "%s %q contains a NUL", field, v)
+	}
+}
+
 // count checks a count: an integer in [0, MaxSafeInteger].
 func (c *check) count(field string, v int64) {
 	if c.err == nil && (v < 0 || v > MaxSafeInteger) {
@@ -163,6 +175,7 @@ func (c *check) integer(field string, v int64) {
 // byte count (never negative).
 func (c *check) blob(field string, b *blobRef) {
 	c.required(field+".digest", b.Digest != "")
+	c.text(field+".mediaType", b.MediaType)
 	c.key(field+".digest", b.Digest)
 	c.digest(field+".digest", b.Digest)
 	c.count(field+".size", b.Size)
@@ -288,7 +301,7 @@ func (c *check) datetime(field string, v *string) int64 {
 	if c.err != nil || v == nil {
 		return 0
 	}
-	t, err := syntax.ParseDatetimeTime(*v)
+	t, err := datetime.Parse(*v)
 	if err != nil {
 		c.err = invalid(ReasonBadValue, "%s %q is not an AT Protocol datetime", field, *v)
 		return 0
@@ -405,6 +418,17 @@ func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	}
 	for i := range r.Manifests {
 		c.blob("manifests", &r.Manifests[i].blobRef)
+		if p := r.Manifests[i].Platform; p != nil {
+			c.text("manifests.platform.os", p.OS)
+			c.text("manifests.platform.architecture", p.Architecture)
+			c.text("manifests.platform.variant", p.Variant)
+		}
+	}
+	c.text("mediaType", str(r.MediaType))
+	c.text("holdEndpoint", str(r.HoldEndpoint))
+	for k, v := range r.Annotations {
+		c.text("annotations key", k)
+		c.text("annotations."+k, v)
 	}
 	m := &manifest{
 		Repository:   str(r.Repository),
@@ -698,6 +722,7 @@ func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 	c.maxLen("repository", str(r.Repository), maxPageRepositoryLen)
 	c.maxLen("description", str(r.Description), maxDescriptionLen)
 	c.repository("repository", str(r.Repository))
+	c.text("description", str(r.Description))
 	p := &repoPage{
 		Repository:  str(r.Repository),
 		Description: str(r.Description),
@@ -755,6 +780,8 @@ func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
 	if s := str(r.Successor); s != "" {
 		c.did("successor", s)
 	}
+	c.text("region", str(r.Region))
+	c.text("provider", str(r.Provider))
 	return &captain{
 		Owner:              *r.Owner,
 		Public:             *r.Public,
@@ -800,6 +827,11 @@ func decodeCrew(raw json.RawMessage) (*crew, error) {
 		return nil, c.err
 	}
 	c.did("member", *r.Member)
+	c.text("role", *r.Role)
+	c.text("tier", str(r.Tier))
+	for _, p := range *r.Permissions {
+		c.text("permissions", p)
+	}
 	perms, err := json.Marshal(*r.Permissions)
 	if err != nil {
 		return nil, invalid(ReasonMalformedRecord, "permissions: %v", err)

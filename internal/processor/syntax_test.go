@@ -99,3 +99,24 @@ func TestHoldDIDFromEndpointRefusesHostsNoDIDCanName(t *testing.T) {
 		t.Errorf("got %q %v", did, err)
 	}
 }
+
+// A commit's cid is stored with its manifest: a CID by the specification
+// (its test vectors), or the event is a bad value; a commit without one
+// (the backfill's reads of old records) is kept.
+func TestCommitCIDsFollowTheSpecificationsTestVectors(t *testing.T) {
+	commit := func(cid string) *jetstream.Event {
+		return &jetstream.Event{DID: "did:plc:alice", TimeUS: 1, Kind: jetstream.KindCommit,
+			Commit: &jetstream.Commit{Operation: jetstream.OpCreate, Collection: CollectionTag, RKey: "latest", CID: cid,
+				Record: []byte(`{"repository":"r","tag":"latest","manifestDigest":"sha256:x"}`)}}
+	}
+	for _, cid := range append(syntaxvectors.Valid(syntaxvectors.CID), "") {
+		if _, reason, err := decode(commit(cid)); reason != "" {
+			t.Errorf("cid %q refused (%s %v), the specification says valid", cid, reason, err)
+		}
+	}
+	for _, cid := range append(syntaxvectors.Invalid(syntaxvectors.CID), "bafyrei\x00abcdefgh") {
+		if _, reason, _ := decode(commit(cid)); reason != ReasonBadValue {
+			t.Errorf("cid %q: reason %q, want %q", cid, reason, ReasonBadValue)
+		}
+	}
+}

@@ -19,6 +19,7 @@ var files embed.FS
 const (
 	ATIdentifier = "atidentifier"
 	ATURI        = "aturi"
+	CID          = "cid"
 	Datetime     = "datetime"
 	DID          = "did"
 	Handle       = "handle"

@@ -630,7 +630,10 @@ func (g *Generator) identity() (jetstream.Event, bool) {
 	}
 	handle := fmt.Sprintf("%s-%d.synth.example", strings.TrimPrefix(did, "did:plc:"), g.rng.IntN(10))
 	if u := g.m.users[did]; u != nil {
-		u.handle, u.updatedAt = handle, g.ms()
+		// The event's handle is never stored (only one verified through
+		// the DID document), and the synthetic DIDs resolve nowhere: the
+		// row's handle stays empty.
+		u.updatedAt = g.ms()
 	}
 	return jetstream.Event{DID: did, TimeUS: g.t, Kind: jetstream.KindIdentity,
 		Identity: &jetstream.Identity{DID: did, Handle: handle, Seq: g.t, Time: datetime(g.ms())}}, true
@@ -641,12 +644,13 @@ func (g *Generator) account() (jetstream.Event, bool) {
 	if g.rng.IntN(4) == 0 {
 		did = fmt.Sprintf("did:plc:outsider%05d", g.rng.IntN(1000))
 	}
-	acc := &jetstream.Account{Active: g.rng.IntN(2) == 0, DID: did, Seq: g.t, Time: datetime(g.ms())}
-	if !acc.Active {
+	active := g.rng.IntN(2) == 0
+	acc := &jetstream.Account{Active: &active, DID: did, Seq: g.t, Time: datetime(g.ms())}
+	if !active {
 		acc.Status = []string{"deactivated", "takendown", "suspended"}[g.rng.IntN(3)]
 	}
 	if u := g.m.users[did]; u != nil {
-		u.active, u.status, u.updatedAt = acc.Active, acc.Status, g.ms()
+		u.active, u.status, u.updatedAt = active, acc.Status, g.ms()
 	}
 	return jetstream.Event{DID: did, TimeUS: g.t, Kind: jetstream.KindAccount, Account: acc}, true
 }
