@@ -204,7 +204,7 @@ func (c *cache) warm() error {
 var reconcileSQL = `INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT k.did, k.repository, ` + processor.SaturatingSumSQL("h.pull_count") + `, ` + processor.SaturatingSumSQL("h.push_count") + `,
   MAX(h.last_pull), MAX(h.last_push),
-  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?1, ` + database.NowMS + `
+  ` + processor.StarCountSQL("k") + `, ?1, ` + database.NowMS + `
 FROM (SELECT did, repository FROM repository_hold_stats UNION SELECT did, repository FROM repository_stats) AS k
 LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
 WHERE true

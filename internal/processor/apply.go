@@ -587,16 +587,45 @@ WHERE did = ?4 AND identity_us < ?2`, handle, o.ev.TimeUS, o.ev.TimeUS/1000, o.d
 	return n > 0, nil
 }
 
+// account applies an #account event. When it changes whether the
+// account is active, the repositories it starred are touched: their
+// star_count counts only active accounts' stars (StarCountSQL).
 func (a *applier) account(o *op) (bool, error) {
 	active := *o.account.Active // decode refused an event without it
 	status := o.account.Status
 	if active {
 		status = ""
 	}
+	var was bool
+	err := a.tx.QueryRowContext(a.ctx, `SELECT active FROM users WHERE did = ?1 AND account_us < ?2`, o.did, o.ev.TimeUS).Scan(&was)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil // no row, or a newer account event applied
+	case err != nil:
+		return false, fmt.Errorf("account: %w", err)
+	}
 	n, err := a.exec(`UPDATE users SET active = ?1, status = ?2, account_us = ?3, updated_at = ?4
 WHERE did = ?5 AND account_us < ?3`, active, status, o.ev.TimeUS, o.ev.TimeUS/1000, o.did)
 	if err != nil {
 		return false, fmt.Errorf("account: %w", err)
+	}
+	if n > 0 && was != active {
+		rows, err := a.tx.QueryContext(a.ctx, `SELECT DISTINCT `+database.Text("owner_did")+`, `+database.Text("repository")+`
+FROM stars WHERE did = ?1`, o.did)
+		if err != nil {
+			return false, fmt.Errorf("account: stars of %s: %w", o.did, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k repoKey
+			if err := rows.Scan(&k.did, &k.repository); err != nil {
+				return false, fmt.Errorf("account: stars of %s: %w", o.did, err)
+			}
+			a.pendingTouched = append(a.pendingTouched, k)
+		}
+		if err := rows.Err(); err != nil {
+			return false, fmt.Errorf("account: stars of %s: %w", o.did, err)
+		}
 	}
 	return n > 0, nil
 }
@@ -985,7 +1014,7 @@ var refreshManySQL = `WITH k AS (SELECT j.value ->> 0 AS did, j.value ->> 1 AS r
 INSERT INTO repository_stats (did, repository, pull_count, push_count, last_pull, last_push, star_count, fence, updated_at)
 SELECT k.did, k.repository, ` + SaturatingSumSQL("h.pull_count") + `, ` + SaturatingSumSQL("h.push_count") + `,
   MAX(h.last_pull), MAX(h.last_push),
-  (SELECT COUNT(*) FROM stars s WHERE s.owner_did = k.did AND s.repository = k.repository), ?2, k.at
+  ` + StarCountSQL("k") + `, ?2, k.at
 FROM k LEFT JOIN repository_hold_stats AS h ON h.did = k.did AND h.repository = k.repository
 WHERE true
 GROUP BY k.did, k.repository
@@ -1000,6 +1029,18 @@ WHERE excluded.updated_at > repository_stats.updated_at
    OR (repository_stats.pull_count, repository_stats.push_count, repository_stats.last_pull, repository_stats.last_push,
        repository_stats.star_count)
    IS NOT (excluded.pull_count, excluded.push_count, excluded.last_pull, excluded.last_push, excluded.star_count)`
+
+// StarCountSQL is the SQL expression counting the stars of the
+// repository (did, repository) of the row alias k: stars of inactive
+// accounts (users.active 0: deactivated, taken down, deleted) do not
+// count. Nothing of an inactive account is visible (docs/interop.md), and
+// the backfill, which skips inactive repos, never stores their stars: the
+// live and the backfilled index agree. An account that becomes active
+// again counts again (account touches what it starred).
+func StarCountSQL(k string) string {
+	return `(SELECT COUNT(*) FROM stars s WHERE s.owner_did = ` + k + `.did AND s.repository = ` + k + `.repository
+    AND NOT EXISTS (SELECT 1 FROM users u WHERE u.did = s.did AND u.active = 0))`
+}
 
 // SaturatingSumSQL is the SQL aggregate summing an INTEGER count column
 // over a group, capped at MaxSafeInteger, 0 for no rows. SQLite's SUM

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -408,8 +409,10 @@ func (g *Generator) star() (jetstream.Event, bool) {
 	g.m.stars[sk] = &starM{subject: subject, createdAt: createdAt}
 	g.m.starPool.add(sk)
 	g.m.starred[starredKey{did, subject}] = true
-	g.m.starCount[subject]++
-	g.m.ensureUser(did, g.t)
+	g.m.starsBy[did] = append(g.m.starsBy[did], sk)
+	if g.m.ensureUser(did, g.t).active {
+		g.m.starCount[subject]++ // an inactive account's stars do not count
+	}
 	g.m.refresh(subject, g.t)
 	return g.commit(did, "create", colStar, sk.rkey, rec), true
 }
@@ -423,7 +426,10 @@ func (g *Generator) unstar() (jetstream.Event, bool) {
 	delete(g.m.stars, sk)
 	g.m.starPool.remove(sk)
 	delete(g.m.starred, starredKey{sk.did, st.subject})
-	g.m.starCount[st.subject]--
+	g.m.starsBy[sk.did] = slices.DeleteFunc(g.m.starsBy[sk.did], func(k starKey) bool { return k == sk })
+	if u := g.m.users[sk.did]; u != nil && u.active {
+		g.m.starCount[st.subject]--
+	}
 	g.m.refresh(st.subject, g.t)
 	return g.commit(sk.did, "delete", colStar, sk.rkey, nil), true
 }
@@ -650,7 +656,21 @@ func (g *Generator) account() (jetstream.Event, bool) {
 		acc.Status = []string{"deactivated", "takendown", "suspended"}[g.rng.IntN(3)]
 	}
 	if u := g.m.users[did]; u != nil {
+		was := u.active
 		u.active, u.status, u.updatedAt = active, acc.Status, g.ms()
+		if was != active {
+			// The account's stars stop or start counting: every
+			// repository it starred is refreshed.
+			for _, sk := range g.m.starsBy[did] {
+				subject := g.m.stars[sk].subject
+				if active {
+					g.m.starCount[subject]++
+				} else {
+					g.m.starCount[subject]--
+				}
+				g.m.refresh(subject, g.t)
+			}
+		}
 	}
 	return jetstream.Event{DID: did, TimeUS: g.t, Kind: jetstream.KindAccount, Account: acc}, true
 }
@@ -808,7 +828,8 @@ type model struct {
 	stars        map[starKey]*starM
 	starPool     pool[starKey]
 	starred      map[starredKey]bool
-	starCount    map[repoKey]int64
+	starCount    map[repoKey]int64 // stars of active accounts
+	starsBy      map[string][]starKey
 	holdStats    map[holdKey]*holdStatM
 	holdStatPool pool[holdKey]
 	byRepo       map[repoKey]map[string]*holdStatM
@@ -826,7 +847,7 @@ func newModel() *model {
 	return &model{
 		users: map[string]*userM{}, manifests: map[manifestKey]*manifestM{}, liveInRepo: map[repoKey]int{},
 		tags: map[tagKey]*tagM{}, stars: map[starKey]*starM{}, starred: map[starredKey]bool{},
-		starCount: map[repoKey]int64{}, holdStats: map[holdKey]*holdStatM{}, byRepo: map[repoKey]map[string]*holdStatM{},
+		starCount: map[repoKey]int64{}, starsBy: map[string][]starKey{}, holdStats: map[holdKey]*holdStatM{}, byRepo: map[repoKey]map[string]*holdStatM{},
 		aggs: map[repoKey]*aggM{}, pages: map[repoKey]*pageM{}, captains: map[string]*captainM{},
 		crew: map[crewKey]*crewM{}, crewCount: map[string]int{}, pushKeys: map[string]struct{}{},
 	}
