@@ -798,8 +798,8 @@ type connState struct {
 	v2   bool
 	dec  *Decoder
 	// seen is the highest sequence number this connection has accounted
-	// for: an event at or below it is a replay of one already delivered
-	// (dropped; below it, counted as ClassSeqRegression).
+	// for: an event at it is a replay of the one the cursor named
+	// (dropped); a frame below it ends the connection (ErrSeqReset).
 	seen int64
 	// resumed: the connection was dialled with a seq cursor and has not
 	// yet delivered a numbered frame (see ErrSeqReset).
@@ -821,6 +821,12 @@ const infoOutdatedCursor = "OutdatedCursor"
 // OnSeqReset and dials again at once; the consumer then resumes that host
 // by time.
 var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
+
+// errSeqRegressed marks an ErrSeqReset found after the first frame: a
+// frame numbered below one the same connection carried. The host is
+// dialled again after its backoff, not at once, so a host that keeps
+// doing it is not dialled in a loop.
+var errSeqRegressed = errors.New("a frame numbered below an earlier one")
 
 // session runs one connection: dial, read on its own goroutine, deliver on
 // this one, and tear down. It returns when the connection fails, ctx ends
@@ -917,7 +923,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	var se *ServerError
 	switch {
 	case errors.Is(readErr, ErrSeqReset):
-		end.reason, end.retryNow = ReasonSeqReset, true
+		end.reason, end.retryNow = ReasonSeqReset, !errors.Is(readErr, errSeqRegressed)
 		c.opts.Log.Error().Err(readErr).Str("url", logval.RedactURL(base)).Msg("jetstream: the host's sequence numbers restarted; resuming it by time")
 		if c.opts.OnSeqReset != nil {
 			c.opts.OnSeqReset(base)
@@ -1261,6 +1267,18 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 			if seq < cs.seen {
 				return fmt.Errorf("%w: first seq %d, cursor %d", ErrSeqReset, seq, cs.seen)
 			}
+		} else if seq > 0 && seq < cs.seen {
+			// Numbered below a frame this connection already carried: one
+			// of the two numbers is wrong (a frame numbered far ahead, a
+			// host renumbering), and which cannot be told. Dropping every
+			// frame until the stream caught up with the higher number
+			// lost them all, and the position stayed on it. The host is
+			// resumed by time instead, like a reset at the first frame:
+			// what it sends again is applied idempotently. The frame is
+			// counted as ClassSeqRegression.
+			err := fmt.Errorf("%w: %w: seq %d after seq %d on the same connection", ErrSeqReset, errSeqRegressed, seq, cs.seen)
+			c.opts.Metrics.decoded(nil, &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: it.ev.TimeUS, Seq: seq, Err: err})
+			return err
 		}
 		if it.fail == nil {
 			c.check(&it, n, cs, progressed)
@@ -1309,10 +1327,6 @@ func (c *Client) check(it *item, n int64, cs *connState, progressed *atomic.Bool
 		switch {
 		case ev.Seq == cs.seen:
 			*ev = Event{}
-			return
-		case ev.Seq < cs.seen:
-			it.fail = &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: ev.TimeUS,
-				Err: fmt.Errorf("seq %d after seq %d on the same connection", ev.Seq, cs.seen)}
 			return
 		}
 		cs.seen = ev.Seq

@@ -57,9 +57,10 @@ const (
 	// ClassUnknownType: a v2 frame or payload whose $type this client does
 	// not know (skipped for forward compatibility, counted).
 	ClassUnknownType ErrorClass = "unknown_type"
-	// ClassSeqRegression: an event whose sequence number is below one the
-	// same connection already delivered (a broken server); only a Client
-	// reports it.
+	// ClassSeqRegression: a frame whose sequence number is below one the
+	// same connection already carried (a broken server, or one bad frame
+	// numbered far ahead); only a Client reports it, counted, and it ends
+	// the connection (ErrSeqReset: the host is resumed by time).
 	ClassSeqRegression ErrorClass = "seq_regression"
 )
 

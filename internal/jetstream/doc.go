@@ -85,9 +85,11 @@
 // was delivering is retried first.
 //
 // Sequence numbers: on a connection resumed from a seq cursor the event
-// at the cursor (Jetstream replays inclusively) is dropped; an event whose
-// seq is below one the connection already delivered is a
-// ClassSeqRegression failure. Batch.MaxSeq is the highest seq a batch
+// at the cursor (Jetstream replays inclusively) is dropped; a frame whose
+// seq is below one the connection already carried is counted as a
+// ClassSeqRegression failure and ends the connection with ErrSeqReset, so
+// the host is resumed by time (dropping every frame below a number one
+// bad frame had set lost them all). Batch.MaxSeq is the highest seq a batch
 // covers, failures included, so a consumer's position moves past frames
 // it could not use.
 //

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ type v2Server struct {
 	dictID uint32
 	// extra frames sent first on every connection (an #info, ...).
 	first [][]byte
+	// firstOnce are frames sent first on the first connection only.
+	firstOnce [][]byte
+	conns     atomic.Int32
 	// dictStatus, when set, answers the dictionary endpoint with this
 	// status for the first dictFailures requests.
 	dictStatus   int
@@ -109,7 +113,11 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 			}
 			return ws.WriteMessage(websocket.TextMessage, f)
 		}
-		for _, f := range s.first {
+		frames := s.first
+		if s.conns.Add(1) == 1 {
+			frames = append(slices.Clone(s.firstOnce), frames...)
+		}
+		for _, f := range frames {
 			if send(f) != nil {
 				return
 			}
@@ -369,7 +377,7 @@ func TestBadV2FramesAreCountedSkippedAndThePositionMovesPastThem(t *testing.T) {
 		v2Commit(1, "did:plc:a", "3l3qo2vutsw01"),
 		[]byte(`not json`),
 		[]byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#future","seq":3}}`),
-		v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), // seq going backwards
+		[]byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#future","seq":4}}`),
 		[]byte(strings.Replace(string(v2Commit(5, "did:plc:a", "3l3qo2vutsw05")), "2026-", "1970-", 1)),
 		v2Commit(6, "did:plc:a", "3l3qo2vutsw06"),
 	}
@@ -386,7 +394,7 @@ func TestBadV2FramesAreCountedSkippedAndThePositionMovesPastThem(t *testing.T) {
 	}
 	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m}, k.handle)
 	k.waitFor(t, "the last event", func(evs []Event, _ []*DecodeError) bool { return len(evs) > 0 && evs[len(evs)-1].Seq == 6 })
-	for class, want := range map[ErrorClass]float64{ClassMalformedJSON: 1, ClassUnknownType: 1, ClassSeqRegression: 1, ClassInvalidEvent: 1} {
+	for class, want := range map[ErrorClass]float64{ClassMalformedJSON: 1, ClassUnknownType: 2, ClassInvalidEvent: 1} {
 		if v := metricValue(t, m.decodeErrors.WithLabelValues(string(class))); v < want {
 			t.Errorf("%s counted %v, want %v", class, v, want)
 		}
@@ -452,6 +460,38 @@ func TestAHostWhoseSeqsRestartedBelowTheCursorIsReportedAndRedialled(t *testing.
 	}
 	if v := metricValue(t, m.decodeErrors.WithLabelValues(string(ClassSeqRegression))); v != 0 {
 		t.Fatalf("%v events skipped as regressions: the reset host's stream was thrown away", v)
+	}
+}
+
+// One frame numbered far ahead of the stream (a broken server, a bad
+// proxy) was kept as the connection's high mark, and every real frame
+// after it was dropped as a regression until the stream caught up with
+// it: all lost, the position parked on the bad number. A frame numbered
+// below an earlier one now ends the connection as a seq reset (counted
+// as seq_regression), the host is resumed by time, and no real event is
+// lost.
+func TestAFrameNumberedFarAheadCostsNoEventsAfterIt(t *testing.T) {
+	s := startV2(t, &v2Server{script: script(3), firstOnce: [][]byte{
+		[]byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#bogus","seq":999999990}}`)}})
+	m := testMetrics(t)
+	k := newSink()
+	var resets atomic.Int32
+	runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m,
+		OnSeqReset: func(string) { resets.Add(1) }}, k.handle)
+	evs := k.waitEvents(t, 3)
+	for i, ev := range evs[:3] {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d, want %d: %+v", i, ev.Seq, i+1, evs)
+		}
+	}
+	if v := metricValue(t, m.reconnects.WithLabelValues(ReasonSeqReset)); v != 1 {
+		t.Fatalf("seq_reset reconnects %v, want 1", v)
+	}
+	if v := metricValue(t, m.decodeErrors.WithLabelValues(string(ClassSeqRegression))); v != 1 {
+		t.Fatalf("seq_regression counted %v, want 1", v)
+	}
+	if resets.Load() != 1 {
+		t.Fatalf("OnSeqReset told %d times, want 1", resets.Load())
 	}
 }
 
