@@ -192,6 +192,7 @@ func (c *consumer) start(ctx actor.Context) {
 	c.pos = pos
 	stored := pos.TimeUS
 	c.cursor.Store(stored)
+	c.o.Metrics.following(stored)
 	if c.o.Stats != nil {
 		c.stats = ctx.Spawn(c.o.Stats(c.o.Custody))
 	}
@@ -395,6 +396,7 @@ func (c *consumer) stop() {
 	<-c.runDone
 	c.bgDone.Wait()
 	c.client = nil
+	c.o.Metrics.following(0)
 }
 
 // healthTick is how often the consumer re-evaluates its health report.
@@ -666,19 +668,25 @@ type Metrics struct {
 	batches   prometheus.Counter
 	events    prometheus.Counter
 	commit    prometheus.Histogram
-	cursorLag prometheus.Gauge
-	cursorTS  prometheus.Gauge
-	seq       prometheus.Gauge
-	stale     prometheus.Counter
-	future    prometheus.Counter
-	syncs     prometheus.Counter
-	gaps      prometheus.Counter
+	cursorLag prometheus.GaugeFunc
+	// cursorUS is the committed cursor (Unix µs) of the consumer running
+	// in this process, 0 while none runs (a standby): what cursorLag is
+	// computed from when scraped.
+	cursorUS atomic.Int64
+	cursorTS prometheus.Gauge
+	seq      prometheus.Gauge
+	stale    prometheus.Counter
+	future   prometheus.Counter
+	syncs    prometheus.Counter
+	gaps     prometheus.Counter
 }
 
 // NewMetrics registers on reg: appview_consumer_batches_total,
 // appview_consumer_events_total (committed), appview_consumer_commit_seconds
 // (one batch: apply, enqueue, cursor, commit), appview_jetstream_cursor_lag_seconds
-// (wall clock minus the committed cursor),
+// (wall clock minus the committed cursor, computed when scraped, so it
+// grows while nothing commits: a stalled host, a stuck stream, a full
+// disk; 0 on an instance whose consumer is not running),
 // appview_jetstream_cursor_timestamp_seconds (the committed cursor as a
 // Unix time in seconds; it replaces appview_jetstream_cursor_time_us,
 // whose unit promlint refuses), appview_jetstream_position_seq (the stored
@@ -701,9 +709,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_consumer_commit_seconds", Help: "Time to apply and commit one batch, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
-		cursorLag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "appview_jetstream_cursor_lag_seconds", Help: "Wall clock minus the committed Jetstream cursor, in seconds.",
-		}),
 		cursorTS: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appview_jetstream_cursor_timestamp_seconds", Help: "The committed Jetstream cursor (time_us) as a Unix time in seconds.",
 		}),
@@ -723,6 +728,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld, OutdatedCursor); each requests a backfill run.",
 		}),
 	}
+	m.cursorLag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "appview_jetstream_cursor_lag_seconds", Help: "Wall clock minus the committed Jetstream cursor, in seconds (0 while this instance runs no consumer).",
+	}, m.lag)
 	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register consumer metrics: %w", err)
@@ -739,7 +747,25 @@ func (m *Metrics) committed(events int, took time.Duration, cursorUS int64) {
 	m.events.Add(float64(events))
 	m.commit.Observe(took.Seconds())
 	m.cursorTS.Set(float64(cursorUS) / 1e6)
-	m.cursorLag.Set(time.Since(time.UnixMicro(cursorUS)).Seconds())
+	m.cursorUS.Store(cursorUS)
+}
+
+// following sets the cursor the lag is computed from: the stored one when
+// a consumer starts, 0 when it stops.
+func (m *Metrics) following(cursorUS int64) {
+	if m != nil {
+		m.cursorUS.Store(cursorUS)
+	}
+}
+
+// lag is appview_jetstream_cursor_lag_seconds: the wall clock minus the
+// committed cursor, now; 0 without one.
+func (m *Metrics) lag() float64 {
+	us := m.cursorUS.Load()
+	if us <= 0 {
+		return 0
+	}
+	return time.Since(time.UnixMicro(us)).Seconds()
 }
 
 func (m *Metrics) screened(stale, future, syncs int, seq int64) {
