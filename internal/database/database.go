@@ -110,6 +110,10 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			// refuse it only after creating PATH-journal or PATH-wal
 			// beside it, in /dev for /dev/null.
 			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, fileKind(st.Mode()))
+		} else if err == nil {
+			if err := oneName(loc.Path, st); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var inner driver.Connector
