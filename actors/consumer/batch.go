@@ -144,6 +144,11 @@ func positionOf(host string, events []jetstream.Event, maxSeq, high int64) batch
 	for i := range events {
 		pos.seq = max(pos.seq, events[i].Seq)
 	}
+	for i := range events {
+		if pos.seq > 0 && events[i].Seq == pos.seq {
+			pos.seqUS = events[i].TimeUS // else the frame there did not decode: 0
+		}
+	}
 	pos.last, pos.newest = batchCursor(events)
 	pos.reached = pos.newest
 	if pos.last > 0 && high > pos.newest {

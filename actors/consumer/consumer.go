@@ -202,6 +202,7 @@ func (c *consumer) start(ctx actor.Context) {
 		URLs:             js.URLs,
 		Collections:      js.Collections,
 		CursorFor:        c.resumeAt,
+		SeqTimeFor:       c.seqTimeAt,
 		Compress:         js.Compress,
 		MaxMessageBytes:  js.MaxMessageBytes,
 		StaleTimeout:     js.StaleTimeout,
@@ -302,6 +303,16 @@ func (c *consumer) resumeAt(url string) int64 {
 	}
 	limit := time.Now().Add(cursorLead).UnixMicro()
 	return max(jetstream.CursorSeqMax, min(t, limit)-c.o.Jetstream.Rewind.Microseconds())
+}
+
+// seqTimeAt is the time_us read for the event at the seq resumeAt gave
+// url's host (Position.SeqUS; 0 when unknown or the position is not in
+// that host's seq space).
+func (c *consumer) seqTimeAt(url string) int64 {
+	if p := c.pos; p.Host == jetstream.HostOf(url) && p.Seq > 0 {
+		return p.SeqUS
+	}
+	return 0
 }
 
 // resumeAtTime is the time cursor for url on a host whose position is in
@@ -526,10 +537,10 @@ func (c *consumer) seqReset(url string) {
 	if c.pos.Host != host {
 		return
 	}
-	c.pos.Seq = 0
+	c.pos.Seq, c.pos.SeqUS = 0, 0
 	c.resumeURL, c.resumeUS = "", 0
 	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0 WHERE id = 1 AND host = ?1`, host)
+		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0, seq_us = 0 WHERE id = 1 AND host = ?1`, host)
 		return err
 	})
 	if err != nil {
@@ -605,7 +616,7 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 		if acceptShared(c.pos, pos.host, pos.shared) {
 			c.pos.SharedUS = pos.shared
 		}
-		c.pos.Host, c.pos.Seq = pos.host, pos.seq
+		c.pos.Host, c.pos.Seq, c.pos.SeqUS = pos.host, pos.seq, pos.seqUS
 		if pos.last > 0 {
 			c.pos.TimeUS = pos.last
 		}

@@ -34,12 +34,16 @@ type Position struct {
 	// SharedUS is a time every host agrees on for the last processed
 	// batch (see sharedTime), in Unix microseconds; 0 when unknown.
 	SharedUS int64
+	// SeqUS is Host's own time of the event numbered Seq as it was read
+	// (Unix µs; 0 when unknown): a resume by Seq expects the host to
+	// replay that event first (jetstream.ClientOptions.SeqTimeFor).
+	SeqUS int64
 }
 
 // LoadPosition returns the stored position; ok is false when none is stored.
 func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err error) {
-	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us FROM jetstream_cursor WHERE id = 1`).
-		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS)
+	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us, seq_us FROM jetstream_cursor WHERE id = 1`).
+		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS, &p.SeqUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Position{}, false, nil
 	}
@@ -102,8 +106,9 @@ func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now 
 type batchPosition struct {
 	host string
 	// seq is the batch's highest sequence number (Batch.MaxSeq), 0 on a
-	// server without them.
-	seq int64
+	// server without them; seqUS the time_us of the event numbered seq as
+	// read (0: the frame there did not decode).
+	seq, seqUS int64
 	// last and newest are batchCursor's figures (time_us), last raised
 	// to reorderWindow below reached.
 	last, newest int64
@@ -116,7 +121,7 @@ type batchPosition struct {
 
 // savePositionSQL stores a batch's position. ?1 last time_us (0: keep),
 // ?2 reached time_us (batchPosition.reached), ?3 fence, ?4 cursorLead in µs, ?5 host, ?6 seq,
-// ?7 shared time (0: keep).
+// ?7 shared time (0: keep), ?9 the time_us of the event at ?6 (0: unknown).
 //
 // It moves the position only forward within one position space: on the
 // same host, to a higher sequence number (seq space) or a newer time
@@ -130,14 +135,15 @@ type batchPosition struct {
 // is overwritten by the next batch. The shared time follows the batch's
 // (sharedTime) except that on the same host it never moves back by more
 // than sharedOutlier (?8, µs): see acceptShared.
-const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us)
-VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7)
+const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us, seq_us)
+VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7, ?9)
 ON CONFLICT (id) DO UPDATE SET
   time_us    = CASE WHEN ?1 > 0 THEN excluded.time_us ELSE jetstream_cursor.time_us END,
   updated_at = excluded.updated_at,
   fence      = excluded.fence,
   host       = excluded.host,
   seq        = excluded.seq,
+  seq_us     = excluded.seq_us,
   shared_us  = CASE WHEN ?7 > 0 AND (jetstream_cursor.host <> excluded.host OR ?7 >= jetstream_cursor.shared_us - ?8)
                     THEN ?7 ELSE jetstream_cursor.shared_us END
 WHERE jetstream_cursor.host <> excluded.host
@@ -148,7 +154,7 @@ func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int6
 	if p.seq == 0 && p.last == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared, sharedOutlier.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared, sharedOutlier.Microseconds(), p.seqUS); err != nil {
 		return fmt.Errorf("save jetstream position: %w", err)
 	}
 	return nil

@@ -566,3 +566,17 @@ func TestOneEventStampedFarAheadOfItsBatchDoesNotMoveThePosition(t *testing.T) {
 		})
 	}
 }
+
+// The position keeps the time of the event at its seq, as read, so a
+// resume by seq can check the host replays that very event first
+// (Jetstream v2 renumbers after a crash); 0 when the frame there did not
+// decode.
+func TestThePositionKeepsTheTimeOfTheEventAtItsSeq(t *testing.T) {
+	evs := []jetstream.Event{{Seq: 5, TimeUS: 1_780_000_000_000_005}, {Seq: 6, TimeUS: 1_780_000_000_000_006}}
+	if p := positionOf("h", evs, 6, 0); p.seq != 6 || p.seqUS != 1_780_000_000_000_006 {
+		t.Fatalf("seq %d seqUS %d, want 6 and the event's time", p.seq, p.seqUS)
+	}
+	if p := positionOf("h", evs, 7, 0); p.seq != 7 || p.seqUS != 0 {
+		t.Fatalf("a batch ending on a frame that did not decode: seq %d seqUS %d, want 7 and 0", p.seq, p.seqUS)
+	}
+}

@@ -126,6 +126,18 @@ type ClientOptions struct {
 	// its own times, so a time from another instance needs a margin.
 	// Batch.URL says which endpoint each batch came from.
 	CursorFor func(url string) int64
+	// SeqTimeFor, when set, is asked after CursorFor gave a sequence
+	// number: the time_us of the event at that number as it was read
+	// (0: unknown). A host's sequence numbers outlive neither its store
+	// nor a crash (Jetstream v2 restarts from the last number it saved
+	// and numbers what it reads again anew), so the connection checks
+	// that the host replays that very event first: the cursor's number
+	// first, stamped with this time. Anything else ends the connection
+	// (with 0 only a first number below the cursor does)
+	// with ErrSeqReset (the host is resumed by time): resuming from a
+	// number that now names another event would skip the events
+	// renumbered below it.
+	SeqTimeFor func(url string) int64
 	// Compress asks for zstd binary frames (compress=true): about half the
 	// bytes on the wire for a little CPU.
 	Compress bool
@@ -802,8 +814,12 @@ type connState struct {
 	// (dropped); a frame below it ends the connection (ErrSeqReset).
 	seen int64
 	// resumed: the connection was dialled with a seq cursor and has not
-	// yet delivered a numbered frame (see ErrSeqReset).
-	resumed bool
+	// yet delivered a numbered frame (see ErrSeqReset). replayed: the
+	// cursor's own event is expected first (a seq cursor, not a floor),
+	// stamped seenUS when that is known (ClientOptions.SeqTimeFor).
+	resumed  bool
+	replayed bool
+	seenUS   int64
 	// timeCursor is the time cursor (Unix µs) the connection was dialled
 	// with, 0 for none or a seq; outdated: the host announced it clamped
 	// it (OutdatedCursor) and no event has come since.
@@ -817,7 +833,10 @@ const infoOutdatedCursor = "OutdatedCursor"
 // ErrSeqReset ends a connection resumed from a sequence number whose first
 // event is numbered below it: the host no longer knows that number (its
 // store was reset, or another instance answers under the same name), and
-// a future cursor only makes Jetstream live-tail. The client tells
+// a future cursor only makes Jetstream live-tail. It also ends one whose
+// first event is not the cursor's own, replayed (the host renumbered its
+// events after a crash: see ClientOptions.SeqTimeFor), and one that
+// carries a frame numbered below an earlier one. The client tells
 // OnSeqReset and dials again at once; the consumer then resumes that host
 // by time.
 var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
@@ -848,6 +867,11 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 		cs.seen, cs.resumed = cursor, true
 		if fromFloor {
 			cs.seen = cursor - 1
+		} else {
+			cs.replayed = true
+			if c.opts.SeqTimeFor != nil {
+				cs.seenUS = c.opts.SeqTimeFor(base)
+			}
 		}
 	} else if cursor >= CursorSeqMax {
 		cs.timeCursor = cursor
@@ -1264,8 +1288,15 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 		healthy.Store(true)
 		if seq := max(it.ev.Seq, failSeq(it.fail)); cs.resumed && seq > 0 {
 			cs.resumed = false
-			if seq < cs.seen {
+			switch {
+			case seq < cs.seen:
 				return fmt.Errorf("%w: first seq %d, cursor %d", ErrSeqReset, seq, cs.seen)
+			case cs.replayed && cs.seenUS > 0 && seq > cs.seen:
+				return fmt.Errorf("%w: first seq %d, not the cursor's own %d replayed (the host renumbered its events, or no longer sends that one)",
+					ErrSeqReset, seq, cs.seen)
+			case cs.replayed && cs.seenUS > 0 && it.fail == nil && it.ev.TimeUS != cs.seenUS:
+				return fmt.Errorf("%w: the event at the cursor's seq %d is stamped %d, not %d as read before (the host renumbered its events)",
+					ErrSeqReset, seq, it.ev.TimeUS, cs.seenUS)
 			}
 		} else if seq > 0 && seq < cs.seen {
 			// Numbered below a frame this connection already carried: one

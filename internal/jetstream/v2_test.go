@@ -463,6 +463,54 @@ func TestAHostWhoseSeqsRestartedBelowTheCursorIsReportedAndRedialled(t *testing.
 	}
 }
 
+// Jetstream v2 restarts from the last sequence number it saved and
+// numbers the events it reads again anew: a consumer resuming by a
+// number above that point got the events after it, and the ones
+// renumbered below it were lost (found against the real server, killed
+// and restarted). A resume by seq now expects the cursor's own event
+// first, stamped as it was read; anything else resumes the host by time.
+func TestAResumeBySeqChecksTheHostReplaysTheCursorsOwnEvent(t *testing.T) {
+	eventUS := func(seq int64) int64 { return 1_780_000_000_000_000 + seq }
+	for name, tc := range map[string]struct {
+		script []byte // the frame the host now numbers 2
+		seqUS  int64  // what SeqTimeFor says event 2 was stamped
+		reset  bool
+	}{
+		"the same event":               {v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), eventUS(2), false},
+		"the same event, time unknown": {v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), 0, false},
+		"another event at 2":           {v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), eventUS(2) - 5, true},
+		"the cursor's own skipped":     {v2Commit(7, "did:plc:a", "3l3qo2vutsw07"), eventUS(2), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sc := [][]byte{v2Commit(1, "did:plc:a", "3l3qo2vutsw01"), tc.script, v2Commit(8, "did:plc:a", "3l3qo2vutsw08")}
+			s := startV2(t, &v2Server{script: sc})
+			m := testMetrics(t)
+			k := newSink()
+			var resets atomic.Int32
+			runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m,
+				CursorFor: func(string) int64 {
+					if resets.Load() > 0 {
+						return 0 // by time: here, from the start
+					}
+					return 2
+				},
+				SeqTimeFor: func(string) int64 { return tc.seqUS },
+				OnSeqReset: func(string) { resets.Add(1) }}, k.handle)
+			want := 1 // the event after the cursor's own
+			if tc.reset {
+				want = 3 // everything again, by time
+			}
+			evs := k.waitEvents(t, want)
+			if got := metricValue(t, m.reconnects.WithLabelValues(ReasonSeqReset)); (got == 1) != tc.reset || resets.Load() > 1 {
+				t.Fatalf("seq_reset reconnects %v (told %d), want reset %v", got, resets.Load(), tc.reset)
+			}
+			if last := evs[len(evs)-1]; last.Seq != 8 {
+				t.Fatalf("last event seq %d, want 8: %+v", last.Seq, evs)
+			}
+		})
+	}
+}
+
 // One frame numbered far ahead of the stream (a broken server, a bad
 // proxy) was kept as the connection's high mark, and every real frame
 // after it was dropped as a regression until the stream caught up with
