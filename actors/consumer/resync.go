@@ -70,7 +70,8 @@ var resyncCollections = []struct {
 	rkeys string
 }{
 	{processor.CollectionManifest, `SELECT ` + database.Text("rkey") + ` FROM manifests WHERE did = ?1`},
-	{processor.CollectionTag, `SELECT ` + database.Text("rkey") + ` FROM tags WHERE did = ?1`},
+	{processor.CollectionTag, `SELECT ` + database.Text("rkey") + ` FROM tags WHERE did = ?1
+UNION SELECT ` + database.Text("rkey") + ` FROM pending_tags WHERE did = ?1`},
 	{processor.CollectionStar, `SELECT ` + database.Text("rkey") + ` FROM stars WHERE did = ?1`},
 	{processor.CollectionRepoPage, `SELECT ` + database.Text("rkey") + ` FROM repo_pages WHERE did = ?1`},
 	{processor.CollectionCaptain, `SELECT 'self' FROM hold_captains WHERE hold_did = ?1`},

@@ -42,6 +42,13 @@ type applier struct {
 	// database in this transaction (so tombstones holds it, or it has none
 	// but what the transaction's own deletes wrote).
 	loaded map[recordKey]bool
+	// pendingDIDs, when not nil, are the DIDs that may have pending_tags
+	// rows, as a tag record's repo or as its manifest's (read once per
+	// transaction by TxSession.Preload, added to when a tag is kept
+	// pending): a DID outside it needs no pending_tags statement. nil:
+	// unknown, every DID may. Not journaled: a DID left in it by a
+	// rolled-back batch costs one statement that finds nothing.
+	pendingDIDs map[string]bool
 	// journal, when true, makes every change to the four maps above append
 	// to undo how to take it back (TxSession.Apply's fast path: restoring
 	// the maps after a failed batch costs what the batch changed, where a
@@ -149,10 +156,11 @@ func (a *applier) takeBack() {
 // txState is what an applier knows of its transaction, carried from one
 // TxSession.Apply to the next.
 type txState struct {
-	touched    map[repoKey]int64
-	users      map[string]bool
-	tombstones map[recordKey]string
-	loaded     map[recordKey]bool
+	touched     map[repoKey]int64
+	users       map[string]bool
+	tombstones  map[recordKey]string
+	loaded      map[recordKey]bool
+	pendingDIDs map[string]bool
 }
 
 func newTxState() txState {
@@ -162,11 +170,64 @@ func newTxState() txState {
 // use makes s the applier's state.
 func (a *applier) use(s txState) {
 	a.touched, a.users, a.tombstones, a.loaded = s.touched, s.users, s.tombstones, s.loaded
+	a.pendingDIDs = s.pendingDIDs
 }
 
 // state is the applier's state (applyInSavepoint may have replaced maps).
 func (a *applier) state() txState {
-	return txState{touched: a.touched, users: a.users, tombstones: a.tombstones, loaded: a.loaded}
+	return txState{touched: a.touched, users: a.users, tombstones: a.tombstones, loaded: a.loaded, pendingDIDs: a.pendingDIDs}
+}
+
+// mayPend reports whether did may have pending_tags rows (pendingDIDs).
+func (a *applier) mayPend(did string) bool {
+	return a.pendingDIDs == nil || a.pendingDIDs[did]
+}
+
+// pend marks dids as having pending_tags rows.
+func (a *applier) pend(dids ...string) {
+	if a.pendingDIDs != nil {
+		for _, d := range dids {
+			a.pendingDIDs[d] = true
+		}
+	}
+}
+
+// readPendingDIDsSQL returns which of the DIDs in ?1 (a JSON array) have
+// pending_tags rows, as a tag's repo or as its manifest's.
+const readPendingDIDsSQL = `SELECT ` + "j.value ->> '$'" + ` FROM json_each(?1) AS j
+WHERE EXISTS (SELECT 1 FROM pending_tags p WHERE p.did = j.value)
+   OR EXISTS (SELECT 1 FROM pending_tags p WHERE p.manifest_did = j.value)`
+
+// readPendingDIDs sets pendingDIDs to those of dids with pending_tags
+// rows: one statement for the batch, so a batch of DIDs without any (the
+// rule) costs no pending_tags statement per event.
+func (a *applier) readPendingDIDs(dids []string) error {
+	list, err := json.Marshal(dids)
+	if err != nil {
+		return err
+	}
+	rows, err := a.tx.QueryContext(a.ctx, readPendingDIDsSQL, string(list))
+	if err != nil {
+		return fmt.Errorf("read pending tags: %w", err)
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return fmt.Errorf("read pending tags: %w", err)
+		}
+		found[d] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read pending tags: %w", err)
+	}
+	if a.pendingDIDs == nil {
+		a.pendingDIDs = found
+	} else {
+		maps.Copy(a.pendingDIDs, found)
+	}
+	return nil
 }
 
 // savepointError means the transaction cannot isolate events any more.
@@ -189,6 +250,17 @@ func (a *applier) exec(query string, args ...any) (int64, error) {
 		a.wrote = true
 	}
 	return n, err
+}
+
+// exists reports whether the read query returns a row (it writes
+// nothing, so it does not count as a write, unlike queryRow).
+func (a *applier) exists(query string, args ...any) (bool, error) {
+	var x any
+	err := a.tx.QueryRowContext(a.ctx, query, args...).Scan(&x)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // queryRow scans the first row of query into dest; found is false when
@@ -684,7 +756,10 @@ WHERE did = ?1 AND repository = ?2 AND digest = ?3 AND version < ?15 RETURNING i
 			}
 		}
 	}
-	return true, a.putManifestChildren(id, m)
+	if err := a.putManifestChildren(id, m); err != nil {
+		return false, err
+	}
+	return true, a.resolvePending(o.did, o.rkey, m.Digest)
 }
 
 // putManifestChildren inserts layers, references and annotations: a
@@ -771,6 +846,9 @@ WHERE excluded.version > tags.version`,
 		return false, fmt.Errorf("upsert tag: %w", err)
 	}
 	if n > 0 {
+		if err := a.dropPending(o); err != nil {
+			return false, err
+		}
 		return true, a.ensureUser(o)
 	}
 	if t.ManifestDigest != "" {
@@ -783,10 +861,98 @@ FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKe
 		return false, fmt.Errorf("resolve tag manifest: %w", err)
 	}
 	if !found {
-		return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s is not stored and the tag has no manifestDigest",
-			t.ManifestDID, CollectionManifest, t.ManifestRKey)
+		// A replay of a stored tag (its manifest since deleted) changes
+		// nothing; a tag naming a deleted manifest is dangling.
+		if replay, err := a.exists(`SELECT 1 FROM tags WHERE did = ?1 AND rkey = ?2 AND version >= ?3`,
+			o.did, o.rkey, o.version); err != nil || replay {
+			return false, err
+		}
+		if gone, err := a.exists(`SELECT 1 FROM record_tombstones WHERE did = ?1 AND collection = ?2 AND rkey = ?3`,
+			t.ManifestDID, CollectionManifest, t.ManifestRKey); err != nil {
+			return false, err
+		} else if gone {
+			return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s was deleted and the tag has no manifestDigest",
+				t.ManifestDID, CollectionManifest, t.ManifestRKey)
+		}
+		// Not stored yet: any event may arrive late. The tag is kept
+		// until its manifest arrives (putManifest resolves it).
+		n, err := a.exec(`INSERT INTO pending_tags (did, rkey, repository, tag, manifest_did, manifest_rkey, created_at, updated_at,
+  source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+ON CONFLICT (did, rkey) DO UPDATE SET repository = excluded.repository, tag = excluded.tag,
+  manifest_did = excluded.manifest_did, manifest_rkey = excluded.manifest_rkey, created_at = excluded.created_at,
+  updated_at = excluded.updated_at, source_us = excluded.source_us, version = excluded.version
+WHERE excluded.version > pending_tags.version`,
+			o.did, o.rkey, t.Repository, t.Tag, t.ManifestDID, t.ManifestRKey, createdAt, updatedAt, o.ev.TimeUS, o.version)
+		if err != nil {
+			return false, fmt.Errorf("keep tag pending: %w", err)
+		}
+		a.pend(o.did, t.ManifestDID)
+		if n > 0 {
+			return true, a.ensureUser(o)
+		}
+		return false, nil
 	}
 	return false, nil // older than the stored tag
+}
+
+// dropPending removes the pending_tags row of o's tag record, if one is
+// older than o: the record is now stored, replaced or deleted.
+func (a *applier) dropPending(o *op) error {
+	if !a.mayPend(o.did) {
+		return nil
+	}
+	if _, err := a.exec(`DELETE FROM pending_tags WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, o.version); err != nil {
+		return fmt.Errorf("drop pending tag: %w", err)
+	}
+	return nil
+}
+
+// resolvePending writes the tags kept pending for the manifest record
+// (did, rkey), now stored with digest, and removes them from
+// pending_tags.
+func (a *applier) resolvePending(did, rkey, digest string) error {
+	if !a.mayPend(did) {
+		return nil
+	}
+	type pendingTag struct {
+		did, rkey, repository, tag, version string
+		createdAt, updatedAt, sourceUS      int64
+	}
+	rows, err := a.tx.QueryContext(a.ctx, `SELECT `+database.Text("did")+`, `+database.Text("rkey")+`, `+
+		database.Text("repository")+`, `+database.Text("tag")+`, `+database.Text("version")+`, created_at, updated_at, source_us
+FROM pending_tags WHERE manifest_did = ?1 AND manifest_rkey = ?2`, did, rkey)
+	if err != nil {
+		return fmt.Errorf("read pending tags: %w", err)
+	}
+	var found []pendingTag
+	for rows.Next() {
+		var p pendingTag
+		if err := rows.Scan(&p.did, &p.rkey, &p.repository, &p.tag, &p.version, &p.createdAt, &p.updatedAt, &p.sourceUS); err != nil {
+			rows.Close()
+			return fmt.Errorf("read pending tags: %w", err)
+		}
+		found = append(found, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read pending tags: %w", err)
+	}
+	for _, p := range found {
+		if _, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
+  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
+  version = excluded.version
+WHERE excluded.version > tags.version`,
+			p.did, p.repository, p.tag, digest, p.rkey, p.createdAt, p.updatedAt, p.sourceUS, p.version); err != nil {
+			return fmt.Errorf("write pending tag: %w", err)
+		}
+		if _, err := a.exec(`DELETE FROM pending_tags WHERE did = ?1 AND rkey = ?2`, p.did, p.rkey); err != nil {
+			return fmt.Errorf("drop pending tag: %w", err)
+		}
+	}
+	return nil
 }
 
 func (a *applier) putStar(o *op) (bool, error) {
@@ -939,6 +1105,9 @@ WHERE excluded.version > record_tombstones.version`, o.did, o.collection, o.rkey
 		n, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 	case CollectionTag:
 		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
+		if err == nil {
+			err = a.dropPending(o)
+		}
 	case CollectionStar:
 		// One statement: the row is deleted and its subject read back
 		// (stars is keyed by (did, rkey), so at most one row).

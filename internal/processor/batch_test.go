@@ -99,7 +99,6 @@ func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
 	add(processor.CollectionStats, "s1", map[string]any{"ownerDid": bob, "repository": "app", "pullCount": -3, "pushCount": 0, "updatedAt": "2026-01-01T00:00:00Z"})
 	add(processor.CollectionStar, "st1", map[string]any{"subject": "at://did:plc:x/app.bsky.feed.post/1", "createdAt": "2026-01-01T00:00:00Z"})
 	add(processor.CollectionProfile, "notself", map[string]any{"createdAt": "2026-01-01T00:00:00Z"})
-	add(processor.CollectionTag, "t1", map[string]any{"repository": "app", "tag": "latest", "manifest": "at://" + bob + "/io.atcr.manifest/nope"})
 	add("io.atcr.future.thing", "f1", map[string]any{})
 	add("app.bsky.feed.post", "p1", map[string]any{"text": "hi"})
 	events = append(events, jetstream.Event{DID: bob, TimeUS: 100, Kind: jetstream.KindCommit})
@@ -114,7 +113,7 @@ func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
 	}
 	want := map[string]int{
 		processor.ReasonMissingField: 31, processor.ReasonTooLong: 1, processor.ReasonBadValue: 4,
-		processor.ReasonMalformedRecord: 1, processor.ReasonUnresolvedManifest: 1,
+		processor.ReasonMalformedRecord: 1,
 		processor.ReasonUnknownCollection: 1, processor.ReasonNotATCR: 1, processor.ReasonMalformedEvent: 1,
 	}
 	for reason, n := range want {

@@ -43,8 +43,9 @@ const (
 	// outside the AT Protocol data model's ±MaxSafeInteger, or a key field
 	// (repository, digest, tag, DID, rkey) holding a NUL or invalid UTF-8.
 	ReasonBadValue = "bad_value"
-	// ReasonUnresolvedManifest: an io.atcr.tag whose manifest at-uri names no
-	// stored manifest and that carries no manifestDigest.
+	// ReasonUnresolvedManifest: an io.atcr.tag without manifestDigest whose
+	// manifest at-uri names a manifest record that was deleted (one not
+	// stored yet is waited for: pending_tags).
 	ReasonUnresolvedManifest = "unresolved_manifest"
 	// ReasonDatabase: the database refused the event's writes (e.g. a
 	// constraint); they were undone with it (its savepoint rolled back,
@@ -354,14 +355,21 @@ func (p *Processor) begin(ctx context.Context, tx *sql.Tx, c fence.Custody, bare
 // chunk at a time, each in one query per database.Chunks of keys: the
 // tombstones of every record events create or update, and which of their
 // DIDs already have a users row (so no statement ensures those rows: an
-// INSERT ... DO NOTHING of an existing row changes nothing). Calling it
-// is optional; errors are the database's.
+// INSERT ... DO NOTHING of an existing row changes nothing), and which
+// DIDs of its tags and manifests have pending tags (pending_tags: a
+// session that did not preload looks for them on every tag and manifest
+// it writes). Calling it is optional; errors are the database's.
 func (s *TxSession) Preload(events []jetstream.Event) error {
 	var keys []recordKey
-	var dids []string
-	seen := map[string]bool{}
+	var dids, tagDIDs []string
+	seen, tagSeen := map[string]bool{}, map[string]bool{}
 	for i := range events {
 		ev := &events[i]
+		if ev.Kind == jetstream.KindCommit && ev.Commit != nil && !tagSeen[ev.DID] &&
+			(ev.Commit.Collection == CollectionTag || ev.Commit.Collection == CollectionManifest) {
+			tagSeen[ev.DID] = true
+			tagDIDs = append(tagDIDs, ev.DID)
+		}
 		if ev.Kind != jetstream.KindCommit || ev.Commit == nil || !knownCollection(ev.Commit.Collection) ||
 			(ev.Commit.Operation != jetstream.OpCreate && ev.Commit.Operation != jetstream.OpUpdate) {
 			continue
@@ -377,6 +385,10 @@ func (s *TxSession) Preload(events []jetstream.Event) error {
 	if err := a.readTombstones(keys); err != nil {
 		return err
 	}
+	if err := a.readPendingDIDs(tagDIDs); err != nil {
+		return err
+	}
+	s.st = a.state()
 	return a.readUsers(dids)
 }
 

@@ -1,0 +1,75 @@
+package processor_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/atcr-io/appview/internal/jetstream"
+	"github.com/atcr-io/appview/internal/processor"
+	"github.com/atcr-io/appview/internal/testsupport"
+)
+
+// A tag naming its manifest by at-uri only, committed before that
+// manifest record was stored, was skipped for good (unresolved_manifest):
+// the manifest arrived in the next event and the tag never appeared.
+// Any event may arrive late: the tag is now kept pending until its
+// manifest arrives, and dropped if its record is deleted first. A tag
+// naming a deleted manifest is still skipped.
+func TestATagWhoseManifestArrivesLaterIsWrittenWhenItDoes(t *testing.T) {
+	const (
+		alice = "did:plc:alice"
+		t0    = int64(1764547200000000)
+		mrkey = "3m6v4okrju222"
+	)
+	digest := "sha256:" + strings.Repeat("a", 64)
+	manifest := `{"$type":"io.atcr.manifest","repository":"app","digest":"` + digest +
+		`","mediaType":"application/vnd.oci.image.manifest.v1+json","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z"}`
+	tag := func(name, rkey string) string {
+		return `{"$type":"io.atcr.tag","repository":"app","tag":"` + name + `","manifest":"at://` + alice + `/io.atcr.manifest/` + rkey + `"}`
+	}
+	for _, split := range []bool{false, true} {
+		db := testsupport.OpenDB(t)
+		p := processor.New(processor.Options{Log: zerolog.Nop()})
+		apply := func(events ...jetstream.Event) processor.Result {
+			t.Helper()
+			res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		events := []jetstream.Event{
+			revCommit(alice, t0+1, "create", processor.CollectionTag, "early", tag("latest", mrkey)),
+			revCommit(alice, t0+2, "create", processor.CollectionTag, "gone", tag("old", mrkey)),
+			revCommit(alice, t0+3, "delete", processor.CollectionTag, "gone", ""),
+			revCommit(alice, t0+4, "create", processor.CollectionManifest, mrkey, manifest),
+		}
+		if split { // the manifest in a later batch
+			apply(events[:3]...)
+			apply(events[3:]...)
+		} else {
+			apply(events...)
+		}
+		var got string
+		if err := db.QueryRow(`SELECT group_concat(tag || '=' || digest || '@' || rkey) FROM tags`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != "latest="+digest+"@early" {
+			t.Errorf("split %v: tags %q, want latest at the manifest's digest (and not the deleted tag)", split, got)
+		}
+		if n := countRows(t, db.DB, "pending_tags"); n != 0 {
+			t.Errorf("split %v: %d pending tags left", split, n)
+		}
+		// A tag naming a manifest deleted since is dangling.
+		res := apply(
+			revCommit(alice, t0+5, "delete", processor.CollectionManifest, mrkey, ""),
+			revCommit(alice, t0+6, "create", processor.CollectionTag, "late", tag("late", mrkey)),
+		)
+		if res.Skipped[processor.ReasonUnresolvedManifest] != 1 || countRows(t, db.DB, "pending_tags") != 0 {
+			t.Errorf("split %v: a tag of a deleted manifest: %+v, want it skipped as unresolved_manifest", split, res)
+		}
+	}
+}
