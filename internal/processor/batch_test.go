@@ -113,7 +113,7 @@ func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
 	}
 	want := map[string]int{
 		processor.ReasonMissingField: 31, processor.ReasonTooLong: 1, processor.ReasonBadValue: 4,
-		processor.ReasonMalformedRecord: 1,
+		processor.ReasonMalformedRecord:   1,
 		processor.ReasonUnknownCollection: 1, processor.ReasonNotATCR: 1, processor.ReasonMalformedEvent: 1,
 	}
 	for reason, n := range want {
