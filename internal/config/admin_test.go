@@ -24,6 +24,7 @@ func TestAdminAuthRules(t *testing.T) {
 	}
 	good := write("good", "  s3cret-token-0123456789\n")
 	empty := write("empty", " \n")
+	short := write("short", "abcde\n")
 	big := write("big", strings.Repeat("x", MaxTokenFileBytes+1))
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -64,8 +65,13 @@ func TestAdminAuthRules(t *testing.T) {
 		// Found by new users: a directory was named twice ("read DIR: read
 		// DIR: is a directory"), and a FIFO with no writer hung the start
 		// past every signal. Anything but a regular file is refused.
-		{name: "token file is a directory", sets: []string{"admin.token_file=" + dir}, key: "admin.token_file", reason: "admin.token_file: " + dir + " is not a regular file (d"},
-		{name: "token file is a fifo", sets: []string{"admin.token_file=" + fifo}, key: "admin.token_file", reason: "is not a regular file (p"},
+		{name: "token file is a directory", sets: []string{"admin.token_file=" + dir}, key: "admin.token_file", reason: "admin.token_file: " + dir + " is a directory, not a regular file (from --set)"},
+		{name: "token file is a fifo", sets: []string{"admin.token_file=" + fifo}, key: "admin.token_file", reason: "is a FIFO, not a regular file"},
+		// Found by a new user: a short token read from the file was
+		// refused under admin.token, and no refusal said where the file
+		// name came from.
+		{name: "short token in the file", sets: []string{"admin.token_file=" + short}, key: "admin.token_file", reason: "the token in " + short + " must be at least 16 characters (got 5) (from --set)"},
+		{name: "missing token file names its source", sets: []string{"admin.token_file=" + filepath.Join(dir, "nope")}, key: "admin.token_file", reason: "(from --set)"},
 		{name: "oversized token file", sets: []string{"admin.token_file=" + big}, key: "admin.token_file", reason: "larger than"},
 		{name: "protect metrics without token", sets: []string{"admin.protect_metrics=true"}, key: "admin.protect_metrics", reason: "needs admin.token"},
 	} {

@@ -202,6 +202,7 @@ var badConfigs = []struct {
 	{name: "a --set key with a space", sets: []string{" leases.ttl=15s"}, key: " leases.ttl", reason: "--set key with spaces around it (write leases.ttl=...)"},
 	{name: "section name in --set", sets: []string{"leases=15s"}, key: "leases", reason: "a section, not a value: set one of its keys (leases.enabled, "},
 	{name: "misspelt key in --set", sets: []string{"jetstream.url=wss://a.example/subscribe"}, key: "jetstream.url", reason: "unknown key (did you mean jetstream.urls?)"},
+	{name: "key in the wrong case in --set", sets: []string{"Leases.TTL=20s"}, key: "Leases.TTL", reason: "unknown key (did you mean leases.ttl?) (from --set)"},
 	{name: "--set without a key", sets: []string{"=5"}, key: "=5", reason: "--set wants key=value"},
 	{name: "bad whole number in --set", sets: []string{"webhooks.concurrency=four"}, key: "webhooks.concurrency", reason: `expected a whole number, got "four"`},
 	{name: "--set without a value", sets: []string{"leases.ttl"}, key: "leases.ttl", reason: "--set wants key=value"},

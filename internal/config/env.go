@@ -83,7 +83,8 @@ func editDistance(a, b string) int {
 // known key nearest to key by editDistance, or "" when the nearest is
 // more than a third of key away (a different word, not a typo).
 func suggestKey[V any](key string, known map[string]V) string {
-	best, bestDist := nearest(key, known)
+	// Keys are lower case: "Leases.TTL" is one case fold from leases.ttl.
+	best, bestDist := nearest(strings.ToLower(key), known)
 	if best == "" || bestDist > max(2, len(key)/3) {
 		return ""
 	}

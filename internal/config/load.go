@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"net"
@@ -124,7 +125,7 @@ func Load(src Sources) (Config, error) {
 		cfg.InstanceID = NewInstanceID()
 	}
 	if err := cfg.readTokenFile(); err != nil {
-		return cfg, err
+		return cfg, PointAt(err, origins)
 	}
 	return cfg, PointAt(cfg.Validate(), origins)
 }
@@ -190,7 +191,7 @@ func (c *Config) readTokenFile() error {
 	if st, err := f.Stat(); err != nil {
 		return keyErr("admin.token_file", "%v", err)
 	} else if !st.Mode().IsRegular() {
-		return keyErr("admin.token_file", "%s is not a regular file (%s)", a.TokenFile, st.Mode().Type())
+		return keyErr("admin.token_file", "%s is %s, not a regular file", a.TokenFile, kindOf(st.Mode()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
@@ -204,6 +205,24 @@ func (c *Config) readTokenFile() error {
 		return keyErr("admin.token_file", "%s is empty", a.TokenFile)
 	}
 	return nil
+}
+
+// kindOf names what a file that is not a regular file is: "a directory",
+// "a FIFO", ...
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file (" + m.Type().String() + ")"
 }
 
 // MinTokenLength is the shortest admin.token accepted: shorter secrets are
@@ -724,6 +743,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Admin.Token != "" && len(c.Admin.Token) < MinTokenLength {
+		if c.Admin.TokenFile != "" {
+			return keyErr("admin.token_file", "the token in %s must be at least %d characters (got %d)", c.Admin.TokenFile, MinTokenLength, len(c.Admin.Token))
+		}
 		return keyErr("admin.token", "must be at least %d characters (got %d)", MinTokenLength, len(c.Admin.Token))
 	}
 	if c.Admin.Token != "" && strings.ContainsAny(c.Admin.Token, " \t\r\n") {
