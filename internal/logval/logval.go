@@ -23,12 +23,18 @@ const MaxBytes = 512
 // around the marker "…[truncated N bytes]…", N being the bytes cut: the
 // start says what the value is, and the end of an error is usually its
 // cause (a database error quotes the statement first and the reason last).
+// A value only a few bytes over (fewer than the marker would take) is kept
+// whole: cutting it would make the line longer, not shorter.
 func String(s string) string {
 	if len(s) <= MaxBytes {
 		return s
 	}
 	h, t := cuts(s)
-	return s[:h] + marker(t-h) + s[t:]
+	if m := marker(t - h); len(m) < t-h {
+		return s[:h] + m + s[t:]
+	}
+	// Cutting fewer bytes than the marker takes would lengthen the line.
+	return s
 }
 
 // cuts returns where the kept head of v ends and its kept tail starts, for

@@ -108,3 +108,18 @@ func TestRedactURLHidesQueryValuesAndPasswords(t *testing.T) {
 		}
 	}
 }
+
+// A value a byte over the bound was logged as its 512 bytes and a
+// 24-byte marker: a longer line than the value itself.
+func TestAValueBarelyOverTheBoundIsKeptWhole(t *testing.T) {
+	for _, n := range []int{MaxBytes + 1, MaxBytes + 10} {
+		s := strings.Repeat("r", n)
+		if got := String(s); got != s {
+			t.Errorf("%d bytes: got %d bytes %q..., want the value whole", n, len(got), got[:20])
+		}
+	}
+	s := strings.Repeat("r", MaxBytes+100)
+	if got := String(s); len(got) >= len(s) || !strings.Contains(got, "…[truncated 100 bytes]…") {
+		t.Errorf("100 bytes over: %d bytes, want it cut", len(got))
+	}
+}
