@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"math"
 	"net"
@@ -23,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/atcr-io/appview/internal/database/dburl"
+	"github.com/atcr-io/appview/internal/filekind"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/nsid"
@@ -191,7 +191,7 @@ func (c *Config) readTokenFile() error {
 	if st, err := f.Stat(); err != nil {
 		return keyErr("admin.token_file", "%v", err)
 	} else if !st.Mode().IsRegular() {
-		return keyErr("admin.token_file", "%s is %s, not a regular file", a.TokenFile, kindOf(st.Mode()))
+		return keyErr("admin.token_file", "%s is %s, not a regular file", a.TokenFile, filekind.Of(st.Mode()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
@@ -205,24 +205,6 @@ func (c *Config) readTokenFile() error {
 		return keyErr("admin.token_file", "%s is empty", a.TokenFile)
 	}
 	return nil
-}
-
-// kindOf names what a file that is not a regular file is: "a directory",
-// "a FIFO", ...
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "a special file (" + m.Type().String() + ")"
 }
 
 // MinTokenLength is the shortest admin.token accepted: shorter secrets are

@@ -40,6 +40,7 @@ import (
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
 
 	"github.com/atcr-io/appview/internal/database/dburl"
+	"github.com/atcr-io/appview/internal/filekind"
 )
 
 // Options says which database to open and how.
@@ -109,7 +110,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			// A device, FIFO or socket (file:/dev/null): SQLite would
 			// refuse it only after creating PATH-journal or PATH-wal
 			// beside it, in /dev for /dev/null.
-			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, fileKind(st.Mode()))
+			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, filekind.Of(st.Mode()))
 		} else if err == nil {
 			if err := oneName(loc.Path, st); err != nil {
 				return nil, err
@@ -552,20 +553,4 @@ func QueryReturning(ctx context.Context, q Querier, query string, args []any, de
 		return false, err
 	}
 	return found, rows.Close()
-}
-
-// fileKind names what a file that is neither a directory nor a regular
-// file is, for a refusal: "a character device", "a FIFO", ...
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "a special file (" + m.Type().String() + ")"
 }

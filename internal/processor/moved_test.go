@@ -9,6 +9,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/testsupport"
@@ -71,18 +72,9 @@ func TestAnUpdateThatMovesARecordLeavesNoRowBehind(t *testing.T) {
 	)
 	rows := func(q string) []string {
 		t.Helper()
-		r, err := db.Query(q)
+		out, err := database.Column(context.Background(), db.DB, q)
 		if err != nil {
 			t.Fatal(err)
-		}
-		defer r.Close()
-		var out []string
-		for r.Next() {
-			var s string
-			if err := r.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
 		}
 		return out
 	}
