@@ -182,6 +182,8 @@ type fakeHold struct {
 	// answering, when set, runs after a push is accepted and before the
 	// hold answers it (a slow hold, or one the client gives up on).
 	answering func(r *http.Request)
+	// tierName, when set, is the name every accepted push is answered with.
+	tierName string
 }
 
 func newFakeHold(t *testing.T) *fakeHold {
@@ -226,7 +228,11 @@ func newFakeHold(t *testing.T) *fakeHold {
 			h.answering(r)
 			h.mu.Lock()
 		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": fmt.Sprintf("hold-tier-%d", *in.TierRank)})
+		name := fmt.Sprintf("hold-tier-%d", *in.TierRank)
+		if h.tierName != "" {
+			name = h.tierName
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": name})
 	})
 	mux.HandleFunc("GET /moved", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{"tierName": "moved"})
@@ -593,6 +599,33 @@ func TestUserNotFoundIsRecordedAndRetriedOnlyWhenSomethingChanges(t *testing.T) 
 	mustRound(t, r, c)
 	if got := h.attempts.Load(); got != attempts+1 {
 		t.Errorf("a new rank after UserNotFound sent %d requests, want 1", got-attempts)
+	}
+}
+
+// A hold answering a tier name with a NUL made the record of the push
+// fail (the database refuses such text), so the round failed, and every
+// round after pushed again and failed again. The push is recorded
+// without the name, and the next round has nothing to push.
+func TestATierNameThatCannotBeStoredIsDroppedNotTheRound(t *testing.T) {
+	for _, bad := range []string{"gold\x00x", strings.Repeat("n", maxTierNameBytes+1)} {
+		f := newFixture(t)
+		h := newFakeHold(t)
+		h.tierName = bad
+		f.crew(t, h, alice, "a", 1)
+		f.stripe.subscribe(alice, 2)
+		c := f.acquire(t, "inst-a")
+		r := f.refresher(t, zerolog.Nop())
+		if rep := mustRound(t, r, c); rep.Pushed != 1 || rep.Failed != 0 {
+			t.Fatalf("report %+v, want the push recorded", rep)
+		}
+		if got, ok := f.recorded(t, h, alice); !ok || got.Outcome != OutcomePushed || got.Name != "" || got.Rank != 2 {
+			t.Fatalf("recorded %+v (%v), want pushed at rank 2 without the name", got, ok)
+		}
+		attempts := h.attempts.Load()
+		mustRound(t, r, c)
+		if h.attempts.Load() != attempts {
+			t.Fatalf("pushed again after the push was recorded")
+		}
 	}
 }
 

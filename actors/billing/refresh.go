@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"net/http"
 	"sync"
 	"time"
@@ -290,6 +291,14 @@ func (r *Refresher) pushHold(ctx context.Context, c fence.Custody, changes []cha
 		outcome := OutcomePushed
 		switch {
 		case err == nil:
+			if !storableTierName(name) {
+				// The push took; only the hold's name for it cannot be
+				// kept (a NUL the database would refuse, failing every run
+				// after; or a name far too long to be one).
+				r.o.Log.Warn().Str("hold", logval.String(hold)).Str("tier_name", logval.String(name)).
+					Msg("billing: hold answered a tier name that is not stored")
+				name = ""
+			}
 		case xrpcName(err) == ErrNameUserNotFound:
 			outcome = OutcomeUserNotFound
 			name = ""
@@ -431,4 +440,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// maxTierNameBytes bounds the tier name a hold answers that is stored.
+const maxTierNameBytes = 256
+
+// storableTierName reports whether a hold's tierName can be stored as
+// given: at most maxTierNameBytes, no NUL (database.ErrTextNUL).
+func storableTierName(name string) bool {
+	return len(name) <= maxTierNameBytes && !strings.ContainsRune(name, 0)
 }

@@ -216,10 +216,8 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 		r.Log.Info().Str("did", did).Str("error", bounded(err.Error())).Msg("repository not re-read: its PDS does not serve it (inactive or gone)")
 		return nil
 	}
-	msg := err.Error()
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
+	// Bounded, cut at whole characters, and a peer's NUL kept readable.
+	msg := database.Diagnostic(logval.String(err.Error()))
 	var attempts int64
 	ferr := fence.Fenced(context.Background(), r.DB, c, func(tx *sql.Tx) error {
 		if err := tx.QueryRow(`SELECT attempts + 1 FROM repo_resyncs WHERE did = ?1`, did).Scan(&attempts); err != nil {

@@ -18,6 +18,16 @@ import (
 // check it first and name the field.
 var ErrTextNUL = errors.New("a text argument contains a NUL byte, which SQLite's C API would cut the text at")
 
+// Diagnostic returns s with every NUL byte replaced by U+FFFD, for a
+// free-form text a peer may have put anything in (an error message, the
+// start of a receiver's answer) that is stored to be read by an
+// operator: such text is kept, where a NUL would make the database refuse
+// the statement (ErrTextNUL) and fail whatever records it. Never for
+// data, which is stored as written or refused.
+func Diagnostic(s string) string {
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
 // textNUL returns an error wrapping ErrTextNUL naming the first argument
 // (1-based position) whose string value contains a NUL byte, or nil.
 // Blobs ([]byte) may hold any byte and are not checked.

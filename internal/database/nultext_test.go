@@ -71,3 +71,14 @@ func assertNULRefused(t *testing.T, db *DB) {
 		t.Fatalf("rows = %d, %v; want 2 (nothing cut was stored)", n, err)
 	}
 }
+
+func TestDiagnosticKeepsAPeersTextStorable(t *testing.T) {
+	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
+	if _, err := db.Exec("CREATE TABLE t (v TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	got := Diagnostic("bad\x00answer")
+	if _, err := db.Exec("INSERT INTO t (v) VALUES (?)", got); err != nil || got != "bad\uFFFDanswer" {
+		t.Fatalf("Diagnostic = %q, stored: %v", got, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -174,5 +175,7 @@ func printable(b []byte) string {
 	for len(b) > 0 && !utf8.Valid(b) {
 		b = b[:len(b)-1]
 	}
-	return strings.Join(strings.Fields(string(b)), " ")
+	// Control characters (a NUL among them, which the database refuses)
+	// count as white space.
+	return strings.Join(strings.FieldsFunc(string(b), func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }), " ")
 }

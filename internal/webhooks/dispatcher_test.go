@@ -726,3 +726,20 @@ func TestDispatcherOptionsFromDepsShareCollectorsAcrossCalls(t *testing.T) {
 		}
 	}
 }
+
+// The start of a receiver's refusal is kept in last_error; a NUL in it
+// made the database refuse the outcome (it cuts text at a NUL), so the
+// delivery's state could not be recorded. Control characters are kept as
+// spaces.
+func TestARefusalsAnswerWithControlCharactersIsStorable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("oops\x00bad\x1b[31mred"))
+	}))
+	defer srv.Close()
+	a := attempt{url: srv.URL, body: []byte("{}"), trigger: TriggerPush, eventKey: "k"}
+	r := send(context.Background(), srv.Client(), fence.Custody{Lease: "l", Fence: 1}, a, time.Second, time.Now)
+	if r.result != resultFailed || r.message != "HTTP 500: oops bad [31mred" {
+		t.Fatalf("result %v, message %q", r.result, r.message)
+	}
+}
