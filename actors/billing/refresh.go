@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
