@@ -194,7 +194,7 @@ func (a *applier) pend(dids ...string) {
 
 // readPendingDIDsSQL returns which of the DIDs in ?1 (a JSON array) have
 // pending_tags rows, as a tag's repo or as its manifest's.
-const readPendingDIDsSQL = `SELECT ` + "j.value ->> '$'" + ` FROM json_each(?1) AS j
+var readPendingDIDsSQL = `SELECT ` + database.Text("j.value") + ` FROM json_each(?1) AS j
 WHERE EXISTS (SELECT 1 FROM pending_tags p WHERE p.did = j.value)
    OR EXISTS (SELECT 1 FROM pending_tags p WHERE p.manifest_did = j.value)`
 
