@@ -300,7 +300,9 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 				}
 				listed[col.nsid][rkey] = true
 				events = append(events, jetstream.Event{DID: did, TimeUS: now, Kind: jetstream.KindCommit,
-					Commit: &jetstream.Commit{Rev: latest.Rev, Operation: jetstream.OpCreate, Collection: col.nsid, RKey: rkey, CID: rec.CID, Record: rec.Value}})
+					// An update: the record may have changed in any way since
+					// the version the index holds (processor: mayMove).
+					Commit: &jetstream.Commit{Rev: latest.Rev, Operation: jetstream.OpUpdate, Collection: col.nsid, RKey: rkey, CID: rec.CID, Record: rec.Value}})
 			}
 			if out.Cursor == "" || len(out.Records) == 0 || out.Cursor == cursor {
 				break

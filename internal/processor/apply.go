@@ -486,6 +486,15 @@ func (a *applier) apply(o *op) (bool, error) {
 	if deleted, ok := a.tombstones[recordKey{o.did, o.collection, o.rkey}]; ok && deleted >= o.version {
 		return false, nil
 	}
+	if mayMove(o) {
+		// A read (a backfill page, a re-read) older than a version of the
+		// same record already applied under another name must not bring
+		// the old name back: the upsert of that name would find no row
+		// to lose to.
+		if newer, err := a.newerVersion(o); err != nil || newer {
+			return false, err
+		}
+	}
 	var (
 		changed bool
 		err     error
@@ -518,14 +527,41 @@ func (a *applier) apply(o *op) (bool, error) {
 
 // mayMove reports whether a create or update may have changed what row
 // its record writes: an update (its record may name another repository,
-// digest or tag at the same rkey), or a backfill read (no rev: the
-// record may have changed any way since an earlier read). A create with
-// a rev cannot: the rev screen drops a commit older than its repo's
-// newest, and a delete removed the record's row before any create of
-// the same rkey.
+// digest or tag at the same rkey; a re-read of a repository applies its
+// records as updates), or a backfill read (no rev: the record may have
+// changed any way since an earlier read). A live create with a rev
+// cannot: the rev screen drops a commit older than its repo's newest,
+// a PDS creates a record only at a key that holds none, and the delete
+// that emptied the key removed its row (a delete the stream missed is a
+// gap, which a re-read of the repository repairs).
 func mayMove(o *op) bool {
 	c := o.ev.Commit
 	return c != nil && (c.Operation == jetstream.OpUpdate || c.Rev == "")
+}
+
+// newerVersionSQL finds a row (or a pending tag) written by a newer
+// version of the record (did, rkey) than ?3, under any name.
+var newerVersionSQL = map[string]string{
+	CollectionManifest: `SELECT 1 FROM manifests WHERE did = ?1 AND rkey = ?2 AND version > ?3 LIMIT 1`,
+	CollectionTag: `SELECT 1 FROM tags WHERE did = ?1 AND rkey = ?2 AND version > ?3
+UNION ALL SELECT 1 FROM pending_tags WHERE did = ?1 AND rkey = ?2 AND version > ?3 LIMIT 1`,
+	CollectionRepoPage: `SELECT 1 FROM repo_pages WHERE did = ?1 AND rkey = ?2 AND version > ?3 LIMIT 1`,
+	CollectionStats:    `SELECT 1 FROM repository_hold_stats WHERE hold_did = ?1 AND rkey = ?2 AND version > ?3 LIMIT 1`,
+}
+
+// newerVersion reports whether a newer version of o's record has been
+// applied, under whatever name (newerVersionSQL); false for collections
+// whose rows are keyed by the record itself.
+func (a *applier) newerVersion(o *op) (bool, error) {
+	q, ok := newerVersionSQL[o.collection]
+	if !ok {
+		return false, nil
+	}
+	newer, err := a.exists(q, o.did, o.rkey, o.version)
+	if err != nil {
+		return false, fmt.Errorf("read newer versions of %s/%s: %w", o.collection, o.rkey, err)
+	}
+	return newer, nil
 }
 
 // dropMoved removes the row an earlier version of o's record wrote under
@@ -871,6 +907,11 @@ FROM manifests WHERE did = ?1 AND rkey = ?2`, []any{t.ManifestDID, t.ManifestRKe
 			t.ManifestDID, CollectionManifest, t.ManifestRKey); err != nil {
 			return false, err
 		} else if gone {
+			// The record's older pending version is replaced by this
+			// one, which names nothing: it must not be resolved later.
+			if err := a.dropPending(o); err != nil {
+				return false, err
+			}
 			return false, invalid(ReasonUnresolvedManifest, "manifest at://%s/%s/%s was deleted and the tag has no manifestDigest",
 				t.ManifestDID, CollectionManifest, t.ManifestRKey)
 		}
@@ -1103,6 +1144,10 @@ WHERE excluded.version > record_tombstones.version`, o.did, o.collection, o.rkey
 	case CollectionManifest:
 		// Layers, references and annotations go with it (ON DELETE CASCADE).
 		n, err = a.exec(`DELETE FROM manifests WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
+		if err == nil && a.mayPend(o.did) {
+			// Tags waiting for this manifest wait for nothing now.
+			_, err = a.exec(`DELETE FROM pending_tags WHERE manifest_did = ?1 AND manifest_rkey = ?2`, o.did, o.rkey)
+		}
 	case CollectionTag:
 		n, err = a.exec(`DELETE FROM tags WHERE did = ?1 AND rkey = ?2 AND version <= ?3`, o.did, o.rkey, v)
 		if err == nil {

@@ -115,6 +115,9 @@ func decode(ev *jetstream.Event) (*op, string, error) {
 		if d := ev.Account.DID; d != "" && d != o.did {
 			return nil, ReasonBadValue, fmt.Errorf("account of %q in an event of %q", d, o.did)
 		}
+		if s := ev.Account.Status; !validKey(s) || len(s) > maxAccountStatusLen {
+			return nil, ReasonBadValue, fmt.Errorf("account status %q is not a status", s)
+		}
 		o.account = ev.Account
 	case jetstream.KindCommit:
 		return decodeCommit(o)
@@ -216,3 +219,7 @@ func decodeCommit(o *op) (*op, string, error) {
 	}
 	return o, "", nil
 }
+
+// maxAccountStatusLen bounds an #account status (a known value such as
+// takendown or deactivated; the field is open, so others are stored).
+const maxAccountStatusLen = 128

@@ -101,3 +101,40 @@ func TestAnUpdateThatMovesARecordLeavesNoRowBehind(t *testing.T) {
 		t.Errorf("tags %q, want r1:four@same,r1:three@other", got)
 	}
 }
+
+// A read older than a move (a backfill page read before the record was
+// renamed, applied after) brought the old name back beside the new one:
+// the old name's row was gone, so its upsert had nothing to lose to. A
+// read is now dropped when a newer version of the same record was
+// applied under any name.
+func TestAReadOlderThanAMoveDoesNotBringTheOldNameBack(t *testing.T) {
+	const (
+		alice = "did:plc:alice"
+		t0    = int64(1764547200000000)
+	)
+	tag := func(name string) string {
+		return `{"$type":"io.atcr.tag","repository":"app","tag":"` + name + `","manifestDigest":"sha256:` + strings.Repeat("a", 64) + `"}`
+	}
+	db := testsupport.OpenDB(t)
+	p := processor.New(processor.Options{Log: zerolog.Nop()})
+	read := revCommit(alice, t0+1, "create", processor.CollectionTag, "lv", tag("stale"))
+	read.Commit.Rev = "" // a backfill read: the no-rev version, below every TID
+	older := revCommit(alice, t0+2, "update", processor.CollectionTag, "lv", tag("older"))
+	for _, events := range [][]jetstream.Event{
+		{revCommit(alice, t0+10, "create", processor.CollectionTag, "lv", tag("live")),
+			revCommit(alice, t0+11, "update", processor.CollectionTag, "lv", tag("renamed"))},
+		{read},
+		{older}, // a re-read's update stamped with a rev older than the move
+	} {
+		if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := database.Column(context.Background(), db.DB, `SELECT tag FROM tags ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "renamed" {
+		t.Fatalf("tags %v, want only the newest version's name", got)
+	}
+}

@@ -72,10 +72,17 @@ func TestATagWhoseManifestArrivesLaterIsWrittenWhenItDoes(t *testing.T) {
 		if n := countRows(t, db.DB, "pending_tags"); n != 0 {
 			t.Errorf("%+v: %d pending tags left", tc, n)
 		}
+		// A manifest deleted before it was ever stored: the tag waiting
+		// for it waits for nothing.
+		apply(revCommit(alice, t0+5, "create", processor.CollectionTag, "orphan", tag("orphan", "3m6v4okrju333")),
+			revCommit(alice, t0+6, "delete", processor.CollectionManifest, "3m6v4okrju333", ""))
+		if n := countRows(t, db.DB, "pending_tags"); n != 0 {
+			t.Errorf("%+v: %d pending tags left after their manifest was deleted", tc, n)
+		}
 		// A tag naming a manifest deleted since is dangling.
 		res := apply(
-			revCommit(alice, t0+5, "delete", processor.CollectionManifest, mrkey, ""),
-			revCommit(alice, t0+6, "create", processor.CollectionTag, "late", tag("late", mrkey)),
+			revCommit(alice, t0+7, "delete", processor.CollectionManifest, mrkey, ""),
+			revCommit(alice, t0+8, "create", processor.CollectionTag, "late", tag("late", mrkey)),
 		)
 		if res.Skipped[processor.ReasonUnresolvedManifest] != 1 || countRows(t, db.DB, "pending_tags") != 0 {
 			t.Errorf("%+v: a tag of a deleted manifest: %+v, want it skipped as unresolved_manifest", tc, res)

@@ -78,6 +78,10 @@ func TestDecodeRefusesWhatTheSpecificationRefuses(t *testing.T) {
 			Identity: &jetstream.Identity{DID: "did:plc:" + strings.Repeat("a", 2041)}},
 		"handle not a DNS name": {DID: "did:plc:alice", TimeUS: 1, Kind: jetstream.KindIdentity,
 			Identity: &jetstream.Identity{DID: "did:plc:alice", Handle: "alice.test "}},
+		// A NUL was refused by the database instead (db_error), and the
+		// takedown it carried was not applied.
+		"account status with a NUL": {DID: "did:plc:alice", TimeUS: 1, Kind: jetstream.KindAccount,
+			Account: &jetstream.Account{DID: "did:plc:alice", Active: new(bool), Status: "takendown\x00evil"}},
 	} {
 		if _, reason, err := decode(ev); reason != ReasonBadValue {
 			t.Errorf("%s: reason %q (%v), want %q", name, reason, err, ReasonBadValue)
