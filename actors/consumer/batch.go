@@ -145,8 +145,8 @@ func positionOf(host string, events []jetstream.Event, maxSeq, high int64) batch
 		pos.seq = max(pos.seq, events[i].Seq)
 	}
 	for i := range events {
-		if pos.seq > 0 && events[i].Seq == pos.seq {
-			pos.seqUS = events[i].TimeUS // else the frame there did not decode: 0
+		if s := events[i].Seq; s > pos.checkSeq && s <= pos.seq {
+			pos.checkSeq, pos.checkUS = s, events[i].TimeUS
 		}
 	}
 	pos.last, pos.newest = batchCursor(events)

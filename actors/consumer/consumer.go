@@ -288,6 +288,9 @@ func (c *consumer) resumeAt(url string) int64 {
 	}
 	if p.Host == host && p.Seq > 0 {
 		c.dialHighUS = c.highUS
+		if p.CheckSeq > 0 && p.CheckSeq <= p.Seq {
+			return p.CheckSeq // its event is checked (seqTimeAt)
+		}
 		return p.Seq
 	}
 	if p.Host == host || (p.Host == "" && p.SharedUS == 0) {
@@ -306,11 +309,11 @@ func (c *consumer) resumeAt(url string) int64 {
 }
 
 // seqTimeAt is the time_us read for the event at the seq resumeAt gave
-// url's host (Position.SeqUS; 0 when unknown or the position is not in
-// that host's seq space).
+// url's host (Position.CheckUS; 0 when unknown or the position is not
+// in that host's seq space).
 func (c *consumer) seqTimeAt(url string) int64 {
-	if p := c.pos; p.Host == jetstream.HostOf(url) && p.Seq > 0 {
-		return p.SeqUS
+	if p := c.pos; p.Host == jetstream.HostOf(url) && p.Seq > 0 && p.CheckSeq > 0 && p.CheckSeq <= p.Seq {
+		return p.CheckUS
 	}
 	return 0
 }
@@ -537,10 +540,10 @@ func (c *consumer) seqReset(url string) {
 	if c.pos.Host != host {
 		return
 	}
-	c.pos.Seq, c.pos.SeqUS = 0, 0
+	c.pos.Seq, c.pos.CheckSeq, c.pos.CheckUS = 0, 0, 0
 	c.resumeURL, c.resumeUS = "", 0
 	err := fence.Fenced(context.Background(), c.o.DB, c.o.Custody, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0, seq_us = 0 WHERE id = 1 AND host = ?1`, host)
+		_, err := tx.Exec(`UPDATE jetstream_cursor SET seq = 0, check_seq = 0, check_us = 0 WHERE id = 1 AND host = ?1`, host)
 		return err
 	})
 	if err != nil {
@@ -616,7 +619,12 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 		if acceptShared(c.pos, pos.host, pos.shared) {
 			c.pos.SharedUS = pos.shared
 		}
-		c.pos.Host, c.pos.Seq, c.pos.SeqUS = pos.host, pos.seq, pos.seqUS
+		if pos.checkSeq > 0 {
+			c.pos.CheckSeq, c.pos.CheckUS = pos.checkSeq, pos.checkUS
+		} else if pos.host != c.pos.Host {
+			c.pos.CheckSeq, c.pos.CheckUS = 0, 0
+		}
+		c.pos.Host, c.pos.Seq = pos.host, pos.seq
 		if pos.last > 0 {
 			c.pos.TimeUS = pos.last
 		}

@@ -34,16 +34,19 @@ type Position struct {
 	// SharedUS is a time every host agrees on for the last processed
 	// batch (see sharedTime), in Unix microseconds; 0 when unknown.
 	SharedUS int64
-	// SeqUS is Host's own time of the event numbered Seq as it was read
-	// (Unix µs; 0 when unknown): a resume by Seq expects the host to
-	// replay that event first (jetstream.ClientOptions.SeqTimeFor).
-	SeqUS int64
+	// CheckSeq and CheckUS are the last event Host delivered at or below
+	// Seq that decoded: its sequence number and its time as read (Unix
+	// µs); 0 when unknown. A resume by seq starts at CheckSeq and expects
+	// the host to replay that event first (jetstream.ClientOptions.
+	// SeqTimeFor); the frames after it up to Seq did not decode, and are
+	// skipped again.
+	CheckSeq, CheckUS int64
 }
 
 // LoadPosition returns the stored position; ok is false when none is stored.
 func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err error) {
-	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us, seq_us FROM jetstream_cursor WHERE id = 1`).
-		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS, &p.SeqUS)
+	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us, check_seq, check_us FROM jetstream_cursor WHERE id = 1`).
+		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS, &p.CheckSeq, &p.CheckUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Position{}, false, nil
 	}
@@ -106,9 +109,9 @@ func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now 
 type batchPosition struct {
 	host string
 	// seq is the batch's highest sequence number (Batch.MaxSeq), 0 on a
-	// server without them; seqUS the time_us of the event numbered seq as
-	// read (0: the frame there did not decode).
-	seq, seqUS int64
+	// server without them; checkSeq and checkUS the batch's last event at
+	// or below seq that decoded, its seq and time_us as read (0: none).
+	seq, checkSeq, checkUS int64
 	// last and newest are batchCursor's figures (time_us), last raised
 	// to reorderWindow below reached.
 	last, newest int64
@@ -121,7 +124,8 @@ type batchPosition struct {
 
 // savePositionSQL stores a batch's position. ?1 last time_us (0: keep),
 // ?2 reached time_us (batchPosition.reached), ?3 fence, ?4 cursorLead in µs, ?5 host, ?6 seq,
-// ?7 shared time (0: keep), ?9 the time_us of the event at ?6 (0: unknown).
+// ?7 shared time (0: keep), ?9 and ?10 the check event's seq and time_us
+// (0: keep the stored one on the same host, none on another).
 //
 // It moves the position only forward within one position space: on the
 // same host, to a higher sequence number (seq space) or a newer time
@@ -135,15 +139,16 @@ type batchPosition struct {
 // is overwritten by the next batch. The shared time follows the batch's
 // (sharedTime) except that on the same host it never moves back by more
 // than sharedOutlier (?8, µs): see acceptShared.
-const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us, seq_us)
-VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7, ?9)
+const savePositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at, fence, host, seq, shared_us, check_seq, check_us)
+VALUES (1, MIN(?1, ` + database.NowUS + ` + ?4), ` + database.NowMS + `, ?3, ?5, ?6, ?7, ?9, ?10)
 ON CONFLICT (id) DO UPDATE SET
   time_us    = CASE WHEN ?1 > 0 THEN excluded.time_us ELSE jetstream_cursor.time_us END,
   updated_at = excluded.updated_at,
   fence      = excluded.fence,
   host       = excluded.host,
   seq        = excluded.seq,
-  seq_us     = excluded.seq_us,
+  check_seq  = CASE WHEN ?9 > 0 THEN ?9 WHEN jetstream_cursor.host <> excluded.host THEN 0 ELSE jetstream_cursor.check_seq END,
+  check_us   = CASE WHEN ?9 > 0 THEN ?10 WHEN jetstream_cursor.host <> excluded.host THEN 0 ELSE jetstream_cursor.check_us END,
   shared_us  = CASE WHEN ?7 > 0 AND (jetstream_cursor.host <> excluded.host OR ?7 >= jetstream_cursor.shared_us - ?8)
                     THEN ?7 ELSE jetstream_cursor.shared_us END
 WHERE jetstream_cursor.host <> excluded.host
@@ -154,7 +159,7 @@ func savePositionTx(ctx context.Context, tx *sql.Tx, p batchPosition, fence int6
 	if p.seq == 0 && p.last == 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared, sharedOutlier.Microseconds(), p.seqUS); err != nil {
+	if _, err := tx.ExecContext(ctx, savePositionSQL, p.last, p.reached, fence, cursorLead.Microseconds(), p.host, p.seq, p.shared, sharedOutlier.Microseconds(), p.checkSeq, p.checkUS); err != nil {
 		return fmt.Errorf("save jetstream position: %w", err)
 	}
 	return nil

@@ -567,16 +567,36 @@ func TestOneEventStampedFarAheadOfItsBatchDoesNotMoveThePosition(t *testing.T) {
 	}
 }
 
-// The position keeps the time of the event at its seq, as read, so a
-// resume by seq can check the host replays that very event first
-// (Jetstream v2 renumbers after a crash); 0 when the frame there did not
-// decode.
-func TestThePositionKeepsTheTimeOfTheEventAtItsSeq(t *testing.T) {
+// The position keeps the last decoded event at or below its seq (its
+// seq and time as read), so a resume by seq can start there and check
+// the host replays that very event first (Jetstream v2 renumbers after a
+// crash), even when the batch ended on frames that did not decode.
+func TestThePositionKeepsTheLastEventItCanCheck(t *testing.T) {
 	evs := []jetstream.Event{{Seq: 5, TimeUS: 1_780_000_000_000_005}, {Seq: 6, TimeUS: 1_780_000_000_000_006}}
-	if p := positionOf("h", evs, 6, 0); p.seq != 6 || p.seqUS != 1_780_000_000_000_006 {
-		t.Fatalf("seq %d seqUS %d, want 6 and the event's time", p.seq, p.seqUS)
+	if p := positionOf("h", evs, 6, 0); p.seq != 6 || p.checkSeq != 6 || p.checkUS != 1_780_000_000_000_006 {
+		t.Fatalf("seq %d check %d@%d, want 6 and the event at 6", p.seq, p.checkSeq, p.checkUS)
 	}
-	if p := positionOf("h", evs, 7, 0); p.seq != 7 || p.seqUS != 0 {
-		t.Fatalf("a batch ending on a frame that did not decode: seq %d seqUS %d, want 7 and 0", p.seq, p.seqUS)
+	if p := positionOf("h", evs, 7, 0); p.seq != 7 || p.checkSeq != 6 || p.checkUS != 1_780_000_000_000_006 {
+		t.Fatalf("a batch ending on a frame that did not decode: seq %d check %d@%d, want 7, and 6 checked", p.seq, p.checkSeq, p.checkUS)
+	}
+}
+
+// A resume by seq starts at the last event it can check, not at a frame
+// that did not decode: from there the host must replay that event first,
+// stamped as read, or it is resumed by time (a tester lost 294 rows
+// after a position ended on an undecodable frame and the host renumbered).
+func TestAResumeBySeqStartsAtTheEventItCanCheck(t *testing.T) {
+	const url = "ws://jetstream.example:6008/xrpc/network.bsky.jetstream.subscribeEvents"
+	host := jetstream.HostOf(url)
+	c := &consumer{pos: Position{Host: host, Seq: 7, TimeUS: 1_780_000_000_000_006, CheckSeq: 6, CheckUS: 1_780_000_000_000_006}}
+	if got := c.resumeAt(url); got != 6 {
+		t.Fatalf("resume at %d, want 6 (the event checked)", got)
+	}
+	if got := c.seqTimeAt(url); got != 1_780_000_000_000_006 {
+		t.Fatalf("expected time %d, want the checked event's", got)
+	}
+	c.pos.CheckSeq, c.pos.CheckUS = 0, 0 // a position from before: no check
+	if got, us := c.resumeAt(url), c.seqTimeAt(url); got != 7 || us != 0 {
+		t.Fatalf("without a checked event: resume at %d expecting %d, want 7 and no check", got, us)
 	}
 }

@@ -817,9 +817,12 @@ type connState struct {
 	// yet delivered a numbered frame (see ErrSeqReset). replayed: the
 	// cursor's own event is expected first (a seq cursor, not a floor),
 	// stamped seenUS when that is known (ClientOptions.SeqTimeFor).
+	// After the first frame, seenUS and seenDID are the time and DID of
+	// the event numbered seen (0 and "" when that frame did not decode).
 	resumed  bool
 	replayed bool
 	seenUS   int64
+	seenDID  string
 	// timeCursor is the time cursor (Unix µs) the connection was dialled
 	// with, 0 for none or a seq; outdated: the host announced it clamped
 	// it (OutdatedCursor) and no event has come since.
@@ -836,7 +839,8 @@ const infoOutdatedCursor = "OutdatedCursor"
 // a future cursor only makes Jetstream live-tail. It also ends one whose
 // first event is not the cursor's own, replayed (the host renumbered its
 // events after a crash: see ClientOptions.SeqTimeFor), and one that
-// carries a frame numbered below an earlier one. The client tells
+// carries a frame numbered below an earlier one, or two different frames
+// under one number. The client tells
 // OnSeqReset and dials again at once; the consumer then resumes that host
 // by time.
 var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
@@ -1310,11 +1314,22 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 			err := fmt.Errorf("%w: %w: seq %d after seq %d on the same connection", ErrSeqReset, errSeqRegressed, seq, cs.seen)
 			c.opts.Metrics.decoded(nil, &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: it.ev.TimeUS, Seq: seq, Err: err})
 			return err
+		} else if seq > 0 && seq == cs.seen && (it.fail != nil || cs.seenUS == 0 || it.ev.TimeUS != cs.seenUS || it.ev.DID != cs.seenDID) {
+			// The number of the frame before it, on another frame: one of
+			// the two is not what the host numbers so (a bogus frame just
+			// before a real one took its number, and dropping the second
+			// as a duplicate lost the real event for good). Only an exact
+			// repeat of a decoded event is a duplicate; anything else
+			// resumes the host by time, as above.
+			err := fmt.Errorf("%w: %w: seq %d twice on the same connection, on different frames", ErrSeqReset, errSeqRegressed, seq)
+			c.opts.Metrics.decoded(nil, &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: it.ev.TimeUS, Seq: seq, Err: err})
+			return err
 		}
 		if it.fail == nil {
 			c.check(&it, n, cs, progressed)
 		} else if it.fail.Seq > cs.seen {
 			cs.seen = it.fail.Seq // delivered, if undecodable: later seqs must be above it
+			cs.seenUS, cs.seenDID = 0, ""
 		}
 		if it.fail == nil && it.ev.Kind == "" {
 			continue // a replay of an event already delivered
@@ -1360,7 +1375,7 @@ func (c *Client) check(it *item, n int64, cs *connState, progressed *atomic.Bool
 			*ev = Event{}
 			return
 		}
-		cs.seen = ev.Seq
+		cs.seen, cs.seenUS, cs.seenDID = ev.Seq, ev.TimeUS, ev.DID
 	}
 	if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
 		it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS, Seq: ev.Seq,

@@ -37,9 +37,11 @@ type v2Server struct {
 	dictID uint32
 	// extra frames sent first on every connection (an #info, ...).
 	first [][]byte
-	// firstOnce are frames sent first on the first connection only.
-	firstOnce [][]byte
-	conns     atomic.Int32
+	// firstOnce are frames sent first on the first connection only;
+	// beforeOnce[i], frames sent just before script[i] on it.
+	firstOnce  [][]byte
+	beforeOnce map[int][]byte
+	conns      atomic.Int32
 	// dictStatus, when set, answers the dictionary endpoint with this
 	// status for the first dictFailures requests.
 	dictStatus   int
@@ -114,7 +116,8 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 			return ws.WriteMessage(websocket.TextMessage, f)
 		}
 		frames := s.first
-		if s.conns.Add(1) == 1 {
+		first := s.conns.Add(1) == 1
+		if first {
 			frames = append(slices.Clone(s.firstOnce), frames...)
 		}
 		for _, f := range frames {
@@ -128,6 +131,9 @@ func startV2(t *testing.T, s *v2Server) *v2Server {
 			from = 1
 		}
 		for i := max(from, 1) - 1; i < int64(len(s.script)); i++ {
+			if f, ok := s.beforeOnce[int(i)]; ok && first && send(f) != nil {
+				return
+			}
 			if send(s.script[i]) != nil {
 				return
 			}
@@ -540,6 +546,41 @@ func TestAFrameNumberedFarAheadCostsNoEventsAfterIt(t *testing.T) {
 	}
 	if resets.Load() != 1 {
 		t.Fatalf("OnSeqReset told %d times, want 1", resets.Load())
+	}
+}
+
+// A bogus frame carrying the number of the real event after it made the
+// client drop that event as a duplicate (found against the real server
+// through a proxy): the real update was lost for good. Two different
+// frames under one number now resume the host by time; an exact repeat
+// of an event is still a duplicate.
+func TestTwoFramesUnderOneNumberCostNoEvent(t *testing.T) {
+	bogus := []byte(`{"$type":"message","payload":{"$type":"network.bsky.jetstream.subscribeEvents#bogus","seq":2}}`)
+	for name, tc := range map[string]struct {
+		before []byte
+		reset  bool
+	}{
+		"a bogus frame takes the number": {bogus, true},
+		"another event takes the number": {v2Commit(2, "did:plc:b", "3l3qo2vutsw02"), true},
+		"an exact repeat":                {v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := startV2(t, &v2Server{script: script(3), beforeOnce: map[int][]byte{1: tc.before}})
+			m := testMetrics(t)
+			k := newSink()
+			runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m}, k.handle)
+			k.waitFor(t, "the event numbered 2 from did:plc:a", func(evs []Event, _ []*DecodeError) bool {
+				for _, ev := range evs {
+					if ev.Seq == 2 && ev.DID == "did:plc:a" {
+						return true
+					}
+				}
+				return false
+			})
+			if got := metricValue(t, m.reconnects.WithLabelValues(ReasonSeqReset)); (got >= 1) != tc.reset {
+				t.Fatalf("seq_reset reconnects %v, want a reset %v", got, tc.reset)
+			}
+		})
 	}
 }
 
