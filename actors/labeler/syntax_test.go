@@ -46,15 +46,11 @@ func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
 		}
 	}
 
-	for _, s := range syntaxvectors.Valid(syntaxvectors.Datetime) {
-		if _, err := parseTime(s); err != nil {
-			t.Errorf("datetime %q refused, the specification says valid: %v", s, err)
-		}
-	}
-	for _, s := range syntaxvectors.Invalid(syntaxvectors.Datetime) {
-		if _, err := parseTime(s); err == nil {
-			t.Errorf("datetime %q accepted, the specification says invalid", s)
-		}
+	// Label times (cts, exp) go through internal/datetime, whose test
+	// holds it to the datetime vectors; a comma before the fraction, which
+	// indigo's pattern let through, is refused here too.
+	if _, err := parseTime("2024-01-01T00:00:00,123Z"); err == nil {
+		t.Error("a datetime with a comma before its fraction accepted")
 	}
 }
 
