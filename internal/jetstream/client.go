@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net"
 	"net/http"
@@ -817,12 +818,14 @@ type connState struct {
 	// yet delivered a numbered frame (see ErrSeqReset). replayed: the
 	// cursor's own event is expected first (a seq cursor, not a floor),
 	// stamped seenUS when that is known (ClientOptions.SeqTimeFor).
-	// After the first frame, seenUS and seenDID are the time and DID of
-	// the event numbered seen (0 and "" when that frame did not decode).
-	resumed  bool
-	replayed bool
-	seenUS   int64
-	seenDID  string
+	// After the first frame, seenUS is the time of the event numbered
+	// seen (0 when that frame did not decode).
+	// seenHash is the hash of the frame numbered seen (seenHashed: known).
+	resumed    bool
+	replayed   bool
+	seenUS     int64
+	seenHash   uint64
+	seenHashed bool
 	// timeCursor is the time cursor (Unix µs) the connection was dialled
 	// with, 0 for none or a seq; outdated: the host announced it clamped
 	// it (OutdatedCursor) and no event has come since.
@@ -844,6 +847,9 @@ const infoOutdatedCursor = "OutdatedCursor"
 // OnSeqReset and dials again at once; the consumer then resumes that host
 // by time.
 var ErrSeqReset = errors.New("jetstream: the host's sequence numbers restarted below the resume cursor")
+
+// frameSeed seeds the hashes that tell an exact repeat of a frame.
+var frameSeed = maphash.MakeSeed()
 
 // errSeqRegressed marks an ErrSeqReset found after the first frame: a
 // frame numbered below one the same connection carried. The host is
@@ -1279,6 +1285,9 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 			it.ev = ev
 		}
 		c.opts.Metrics.frame(n)
+		// The frame's own bytes tell an exact repeat from another frame
+		// under the same number (see the duplicate check below).
+		frameHash := maphash.Bytes(frameSeed, buf.Bytes())
 		if buf.Cap() > keptReadBuffer {
 			// A large frame grew the buffer (to up to twice the frame
 			// limit): let it go instead of holding it for every frame
@@ -1314,22 +1323,27 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 			err := fmt.Errorf("%w: %w: seq %d after seq %d on the same connection", ErrSeqReset, errSeqRegressed, seq, cs.seen)
 			c.opts.Metrics.decoded(nil, &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: it.ev.TimeUS, Seq: seq, Err: err})
 			return err
-		} else if seq > 0 && seq == cs.seen && (it.fail != nil || cs.seenUS == 0 || it.ev.TimeUS != cs.seenUS || it.ev.DID != cs.seenDID) {
+		} else if seq > 0 && seq == cs.seen && (it.fail != nil || !cs.seenHashed || frameHash != cs.seenHash) {
 			// The number of the frame before it, on another frame: one of
 			// the two is not what the host numbers so (a bogus frame just
-			// before a real one took its number, and dropping the second
-			// as a duplicate lost the real event for good). Only an exact
-			// repeat of a decoded event is a duplicate; anything else
-			// resumes the host by time, as above.
+			// before a real one took its number, even its DID and time,
+			// and dropping the second as a duplicate lost the real event
+			// for good). Only a byte-for-byte repeat of a decoded event is
+			// a duplicate; anything else resumes the host by time, as
+			// above.
 			err := fmt.Errorf("%w: %w: seq %d twice on the same connection, on different frames", ErrSeqReset, errSeqRegressed, seq)
 			c.opts.Metrics.decoded(nil, &DecodeError{Class: ClassSeqRegression, Size: n, TimeUS: it.ev.TimeUS, Seq: seq, Err: err})
 			return err
 		}
 		if it.fail == nil {
+			before := cs.seen
 			c.check(&it, n, cs, progressed)
+			if cs.seen != before {
+				cs.seenHash, cs.seenHashed = frameHash, true
+			}
 		} else if it.fail.Seq > cs.seen {
 			cs.seen = it.fail.Seq // delivered, if undecodable: later seqs must be above it
-			cs.seenUS, cs.seenDID = 0, ""
+			cs.seenUS, cs.seenHashed = 0, false
 		}
 		if it.fail == nil && it.ev.Kind == "" {
 			continue // a replay of an event already delivered
@@ -1375,7 +1389,7 @@ func (c *Client) check(it *item, n int64, cs *connState, progressed *atomic.Bool
 			*ev = Event{}
 			return
 		}
-		cs.seen, cs.seenUS, cs.seenDID = ev.Seq, ev.TimeUS, ev.DID
+		cs.seen, cs.seenUS = ev.Seq, ev.TimeUS
 	}
 	if limit := time.Now().Add(MaxFutureSkew).UnixMicro(); ev.TimeUS > limit {
 		it.fail = &DecodeError{Class: ClassInvalidEvent, Size: n, TimeUS: ev.TimeUS, Seq: ev.Seq,

@@ -563,15 +563,18 @@ func TestTwoFramesUnderOneNumberCostNoEvent(t *testing.T) {
 		"a bogus frame takes the number": {bogus, true},
 		"another event takes the number": {v2Commit(2, "did:plc:b", "3l3qo2vutsw02"), true},
 		"an exact repeat":                {v2Commit(2, "did:plc:a", "3l3qo2vutsw02"), false},
+		// Found against the real server: a twin with the real event's
+		// number, DID and time, another record.
+		"a twin of another record": {[]byte(strings.Replace(string(v2Commit(2, "did:plc:a", "3l3qo2vutsw02")), `"rkey":"r2"`, `"rkey":"twin"`, 1)), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := startV2(t, &v2Server{script: script(3), beforeOnce: map[int][]byte{1: tc.before}})
 			m := testMetrics(t)
 			k := newSink()
 			runClient(t, ClientOptions{URLs: []string{s.url()}, Metrics: m}, k.handle)
-			k.waitFor(t, "the event numbered 2 from did:plc:a", func(evs []Event, _ []*DecodeError) bool {
+			k.waitFor(t, "the event numbered 2 from did:plc:a, record r2", func(evs []Event, _ []*DecodeError) bool {
 				for _, ev := range evs {
-					if ev.Seq == 2 && ev.DID == "did:plc:a" {
+					if ev.Seq == 2 && ev.DID == "did:plc:a" && ev.Commit != nil && ev.Commit.RKey == "r2" {
 						return true
 					}
 				}
