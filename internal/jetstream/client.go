@@ -1287,7 +1287,10 @@ func (c *Client) read(cs *connState, base string, items chan<- item, ahead *read
 		c.opts.Metrics.frame(n)
 		// The frame's own bytes tell an exact repeat from another frame
 		// under the same number (see the duplicate check below).
-		frameHash := maphash.Bytes(frameSeed, buf.Bytes())
+		var frameHash uint64
+		if max(it.ev.Seq, failSeq(it.fail)) > 0 { // only numbered frames are compared
+			frameHash = maphash.Bytes(frameSeed, buf.Bytes())
+		}
 		if buf.Cap() > keptReadBuffer {
 			// A large frame grew the buffer (to up to twice the frame
 			// limit): let it go instead of holding it for every frame

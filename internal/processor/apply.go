@@ -854,6 +854,13 @@ func (a *applier) putManifestChildren(id int64, m *manifest) error {
 	})
 }
 
+// tagConflict is the newer-wins update of a tag row, shared by every
+// tag upsert (putTag, resolvePending).
+const tagConflict = `ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
+  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
+  version = excluded.version
+WHERE excluded.version > tags.version`
+
 func (a *applier) putTag(o *op) (bool, error) {
 	t := o.tag
 	at := o.ev.TimeUS / 1000
@@ -873,10 +880,7 @@ func (a *applier) putTag(o *op) (bool, error) {
 	n, err := a.exec(`INSERT OR IGNORE INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
 VALUES (?1, ?2, ?3, NULLIF(COALESCE(
     (SELECT digest FROM manifests WHERE did = ?9 AND rkey = ?10 ORDER BY version DESC LIMIT 1), ?4), ''), ?5, ?6, ?7, ?8, ?11)
-ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
-  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
-  version = excluded.version
-WHERE excluded.version > tags.version`,
+`+tagConflict,
 		o.did, t.Repository, t.Tag, t.ManifestDigest, o.rkey, createdAt, updatedAt, o.ev.TimeUS, t.ManifestDID, t.ManifestRKey, o.version)
 	if err != nil {
 		return false, fmt.Errorf("upsert tag: %w", err)
@@ -982,10 +986,7 @@ FROM pending_tags WHERE manifest_did = ?1 AND manifest_rkey = ?2`, did, rkey)
 	for _, p := range found {
 		if _, err := a.exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at, source_us, version)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-ON CONFLICT (did, repository, tag) DO UPDATE SET digest = excluded.digest, rkey = excluded.rkey,
-  created_at = excluded.created_at, updated_at = excluded.updated_at, source_us = excluded.source_us,
-  version = excluded.version
-WHERE excluded.version > tags.version`,
+`+tagConflict,
 			p.did, p.repository, p.tag, digest, p.rkey, p.createdAt, p.updatedAt, p.sourceUS, p.version); err != nil {
 			return fmt.Errorf("write pending tag: %w", err)
 		}
