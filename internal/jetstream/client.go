@@ -134,10 +134,10 @@ type ClientOptions struct {
 	// and numbers what it reads again anew), so the connection checks
 	// that the host replays that very event first: the cursor's number
 	// first, stamped with this time. Anything else ends the connection
-	// (with 0 only a first number below the cursor does)
 	// with ErrSeqReset (the host is resumed by time): resuming from a
 	// number that now names another event would skip the events
-	// renumbered below it.
+	// renumbered below it. With 0, only a first number below the cursor
+	// ends it.
 	SeqTimeFor func(url string) int64
 	// Compress asks for zstd binary frames (compress=true): about half the
 	// bytes on the wire for a little CPU.
@@ -812,7 +812,8 @@ type connState struct {
 	dec  *Decoder
 	// seen is the highest sequence number this connection has accounted
 	// for: an event at it is a replay of the one the cursor named
-	// (dropped); a frame below it ends the connection (ErrSeqReset).
+	// (dropped); a frame below it, or another frame under it, ends the
+	// connection (ErrSeqReset).
 	seen int64
 	// resumed: the connection was dialled with a seq cursor and has not
 	// yet delivered a numbered frame (see ErrSeqReset). replayed: the
