@@ -22,7 +22,6 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/events"
-	"github.com/atcr-io/appview/internal/leakcheck"
 )
 
 // Timing bounds for the tests. Lease timings are short so that expiry,
@@ -41,8 +40,8 @@ const (
 
 // TestMain fails the package if goroutines outlive the tests; the one
 // standing exception (protoactor-go's dead-letter throttle) is in
-// internal/leakcheck.
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+// internal/testsupport (VerifyTestMain).
+func TestMain(m *testing.M) { testsupport.VerifyTestMain(m) }
 
 // harness is one System on a fresh file database, with every custody
 // event it publishes recorded in order.
@@ -308,7 +307,7 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 		t.Errorf("actors saw Stopping %d and %d times, want once each", leasedActor.stopping, unleasedActor.stopping)
 	}
 	h.db.Close()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 // reopen opens the closed harness database again, to read it after Stop.
@@ -359,7 +358,7 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 	if wroteWhileStopping.Load() {
 		t.Error("a fenced write ran after the job's context was cancelled")
 	}
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T) {
@@ -390,7 +389,7 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 	if cause := <-causes; !errors.Is(cause, workers.ErrDrain) {
 		t.Errorf("a job stopped gracefully ended with cause %v, want workers.ErrDrain", cause)
 	}
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
@@ -410,7 +409,7 @@ func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	h.db = reopen(t, h.db)
 	h.assertReleasedInPlace("once", 1)
 	h.db.Close()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
@@ -452,7 +451,7 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 		t.Errorf("once-only job runs by fence %v, want all under fence 1", once.byFence)
 	}
 	h.stop()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
@@ -481,7 +480,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 	if !strings.Contains(h.log.String(), `"event":"worker.restarted","lease":"panicky"`) {
 		t.Errorf("worker.restarted was not logged:\n%s", h.log.String())
 	}
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
@@ -494,7 +493,7 @@ func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
 		t.Errorf("worker.failed %+v then lease.released %+v; want fence 1 and reason %s", failed, released, events.ReasonWorkerFailed)
 	}
 	h.stop()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
@@ -535,7 +534,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	}
 	testsupport.Eventually(h.t, "the job run under the new custody", func() bool { return r.under(3) == 1 })
 	h.stop()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 // A worker whose last write the database failed makes the instance
@@ -567,7 +566,7 @@ func TestReadyForgetsAWorkersFailedWriteOnceItsLeaseIsLost(t *testing.T) {
 	h.waitEvent(events.LeaseLost, "broken", 1)
 	testsupport.Eventually(h.t, "Ready healthy once the lease is lost", func() bool { return h.sys.Ready() == nil })
 	h.stop()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
@@ -605,7 +604,7 @@ func TestLeasesDisabledRunsLeasedWorkersUnfencedWithoutRows(t *testing.T) {
 	if _, ok := seenAt(); ok {
 		t.Error("the leases-off record outlived the stop")
 	}
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 // An instance with leases off that finds, after its start, a lease held
@@ -640,7 +639,7 @@ VALUES ('earlier', 'n0', 0, 9000000000000, 1000)`, "earlier (seen 0s ago) starte
 				t.Fatal("no conflict reported within ten refreshes")
 			}
 			h.stop()
-			leakcheck.VerifyNone(t)
+			testsupport.VerifyNone(t)
 		})
 	}
 }
@@ -656,7 +655,7 @@ func TestStopBeforeStartAndStartTwiceAreHarmless(t *testing.T) {
 
 	h2 := newHarness(t, testConfig())
 	h2.stop()
-	leakcheck.VerifyNone(t)
+	testsupport.VerifyNone(t)
 }
 
 // stuckActor blocks in Drain until release is closed: a worker whose

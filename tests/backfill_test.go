@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/actors/backfill"
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // backfillWorld is the network a backfill walks: a relay listing every
@@ -21,9 +21,9 @@ import (
 // PLC directory resolving them to it. Each DID has the same number of
 // manifests and of tags; tag i points at manifest i.
 type backfillWorld struct {
-	relay     *fakepeer.Relay
-	pds       *fakepeer.PDS
-	plc       *fakepeer.PLC
+	relay     *testsupport.Relay
+	pds       *testsupport.PDS
+	plc       *testsupport.PLC
 	dids      []string
 	manifests int // per DID
 	tags      int // per DID
@@ -35,20 +35,20 @@ const (
 )
 
 func newBackfillWorld(t *testing.T, manifests, tags int, dids ...string) *backfillWorld {
-	w := &backfillWorld{relay: fakepeer.NewRelay(t), pds: fakepeer.NewPDS(t), plc: fakepeer.NewPLC(t),
+	w := &backfillWorld{relay: testsupport.NewRelay(t), pds: testsupport.NewPDS(t), plc: testsupport.NewPLC(t),
 		dids: dids, manifests: manifests, tags: tags}
 	for _, did := range dids {
 		w.plc.Register(did, w.pds.URL())
 		for i := range manifests {
 			sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", did, i))
-			w.pds.Put(did, colManifest, fakepeer.Record{RKey: manifestRKey(i), Value: map[string]any{
+			w.pds.Put(did, colManifest, testsupport.Record{RKey: manifestRKey(i), Value: map[string]any{
 				"$type": colManifest, "repository": "app", "digest": "sha256:" + hex.EncodeToString(sum[:]),
 				"mediaType": "application/vnd.oci.image.manifest.v1+json", "schemaVersion": 2,
 				"createdAt": "2025-06-01T12:00:00.000Z",
 			}})
 		}
 		for i := range tags {
-			w.pds.Put(did, colTag, fakepeer.Record{RKey: fmt.Sprintf("3t%03d", i), Value: map[string]any{
+			w.pds.Put(did, colTag, testsupport.Record{RKey: fmt.Sprintf("3t%03d", i), Value: map[string]any{
 				"$type": colTag, "repository": "app", "tag": fmt.Sprintf("v%d", i),
 				"manifest": "at://" + did + "/" + colManifest + "/" + manifestRKey(i), "createdAt": "2025-06-01T12:00:00.000Z",
 			}})
@@ -219,7 +219,7 @@ func TestBackfillKilledMidPageResumesFromTheCheckpointOnTheOtherInstance(t *test
 	stalledAt := [3]string{"did:plc:carol", colManifest, manifestRKey(99)}
 	inflight, closed := make(chan struct{}), make(chan struct{})
 	var stalled atomic.Bool
-	w.pds.Intercept(func(_ http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	w.pds.Intercept(func(_ http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		if [3]string{req.Repo, req.Collection, req.Cursor} != stalledAt || !stalled.CompareAndSwap(false, true) {
 			return false
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev bench

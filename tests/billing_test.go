@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // billingHold is the hold DID of the billing scenarios (a did:plc, so a
@@ -74,12 +74,12 @@ func (s *tierStripe) set(did string, rank int) {
 // their tiers come from.
 type billingWorld struct {
 	stripe *tierStripe
-	hold   *fakepeer.Hold
-	plc    *fakepeer.PLC
+	hold   *testsupport.Hold
+	plc    *testsupport.PLC
 }
 
 func newBillingWorld(t *testing.T, ctx context.Context, reader *dbReader) *billingWorld {
-	w := &billingWorld{stripe: newTierStripe(t), hold: fakepeer.NewHold(t), plc: fakepeer.NewPLC(t)}
+	w := &billingWorld{stripe: newTierStripe(t), hold: testsupport.NewHold(t), plc: testsupport.NewPLC(t)}
 	w.plc.RegisterHold(billingHold, w.hold.URL())
 	for i, member := range []string{"did:plc:alice", "did:plc:bob"} {
 		reader.exec(t, ctx, `INSERT INTO hold_crew (hold_did, rkey, member_did, role, added_at) VALUES (?1, ?2, ?3, 'write', ?4)`,
@@ -141,7 +141,7 @@ func settled(ctx context.Context, i *harness.Instance, fence int64, from, pushes
 }
 
 // wantCalls checks the hold received exactly want, each once.
-func wantCalls(t *testing.T, hold *fakepeer.Hold, want ...fakepeer.CrewTier) {
+func wantCalls(t *testing.T, hold *testsupport.Hold, want ...testsupport.CrewTier) {
 	t.Helper()
 	got := hold.Calls()
 	sort.Slice(got, func(i, j int) bool {
@@ -182,7 +182,7 @@ func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
 	if _, err := next.Wait(ctx, harness.Is(harness.LeaseContended, leaseBilling)); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, w.hold, fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
+	wantCalls(t, w.hold, testsupport.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
 
 	mark := next.Log.Len()
 	stopCleanly(t, ctx, holder)
@@ -210,9 +210,9 @@ func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, w.hold,
-		fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1},
-		fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 2},
-		fakepeer.CrewTier{UserDID: "did:plc:bob", TierRank: 3})
+		testsupport.CrewTier{UserDID: "did:plc:alice", TierRank: 1},
+		testsupport.CrewTier{UserDID: "did:plc:alice", TierRank: 2},
+		testsupport.CrewTier{UserDID: "did:plc:bob", TierRank: 3})
 	stopCleanly(t, ctx, next)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leaseBilling); err != nil {
@@ -240,7 +240,7 @@ func TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated(t *testing.T) {
 	w := newBillingWorld(t, ctx, reader)
 	inflight := make(chan struct{})
 	var once sync.Once
-	w.hold.Intercept(func(_ http.ResponseWriter, r *http.Request, _ fakepeer.CrewTier) bool {
+	w.hold.Intercept(func(_ http.ResponseWriter, r *http.Request, _ testsupport.CrewTier) bool {
 		once.Do(func() { close(inflight) })
 		select {
 		case <-time.After(slowHoldAnswer):
@@ -278,7 +278,7 @@ func TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated(t *testing.T) {
 	if err := settled(ctx, b, acq.Fence, mark, 0, 2); err != nil {
 		t.Error(err)
 	}
-	wantCalls(t, w.hold, fakepeer.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
+	wantCalls(t, w.hold, testsupport.CrewTier{UserDID: "did:plc:alice", TierRank: 1})
 	if n := reader.int(t, ctx, `SELECT COUNT(*) FROM billing_tier_pushes WHERE user_did = 'did:plc:alice' AND tier_rank = 1 AND fence = ?1`, started.Fence); n != 1 {
 		t.Errorf("the push a sent is not recorded under a's fence %d", started.Fence)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // Generous bounds for the handovers: a test proves the mechanism works (a

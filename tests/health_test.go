@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Health check timing of the scenario: short rounds, and a timeout below
@@ -86,8 +86,8 @@ func TestEveryInstanceChecksHoldsIntoItsOwnCacheAndSeesAHoldGoDownWithinOneInter
 	db := fileDB(t)
 	reader := newDBReader(t, db)
 	ctx := within(t, 60*time.Second)
-	plc := fakepeer.NewPLC(t)
-	up, down := fakepeer.NewHold(t), fakepeer.NewHold(t)
+	plc := testsupport.NewPLC(t)
+	up, down := testsupport.NewHold(t), testsupport.NewHold(t)
 	const upDID, downDID = "did:plc:holdup", "did:plc:holddown"
 	plc.RegisterHold(upDID, up.URL())
 	plc.RegisterHold(downDID, down.URL())

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/harness"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/internal/testsupport"
-	"github.com/atcr-io/appview/tests/harness"
 )
 
 // Shape of the jump-back scenario (issue 13 item 3).

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // labelerSrc is the DID the fake labeler signs its labels with.
@@ -21,8 +21,8 @@ const labelerSrc = "did:plc:fakelabeler"
 const acceptWithin = 20 * time.Second
 
 // takedown is a !takedown label on subject, created now.
-func takedown(subject string) fakepeer.Label {
-	return fakepeer.Label{"ver": 1, "src": labelerSrc, "uri": subject, "val": "!takedown",
+func takedown(subject string) testsupport.Label {
+	return testsupport.Label{"ver": 1, "src": labelerSrc, "uri": subject, "val": "!takedown",
 		"cts": time.Now().UTC().Format(time.RFC3339Nano)}
 }
 
@@ -60,7 +60,7 @@ func TestTheLabelerSubscriberResumesFromTheStoredCursorAfterAGracefulHandover(t 
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)
-	labeler := fakepeer.NewLabeler(t)
+	labeler := testsupport.NewLabeler(t)
 	ctx := within(t, 60*time.Second)
 	spec := func(id string) harness.Spec {
 		return feedSpec(id, db, map[string]any{"labeler.url": labeler.URL()})
@@ -86,7 +86,7 @@ func TestTheLabelerSubscriberResumesFromTheStoredCursorAfterAGracefulHandover(t 
 	}
 	first.SendLabels(t, 1, takedown("did:plc:spammer1"))
 	first.SendLabels(t, 2, takedown("at://did:plc:spammer2"))
-	first.SendLabels(t, 3, fakepeer.Label{"ver": 1, "src": labelerSrc, "uri": "did:plc:spammer1", "val": "spam",
+	first.SendLabels(t, 3, testsupport.Label{"ver": 1, "src": labelerSrc, "uri": "did:plc:spammer1", "val": "spam",
 		"cts": time.Now().UTC().Format(time.RFC3339Nano)})
 	if err := reader.pollInt(ctx, 3, `SELECT COALESCE(MAX(seq), 0) FROM labeler_cursors`); err != nil {
 		t.Fatalf("a did not store the cursor of its last frame: %v", err)

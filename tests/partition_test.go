@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // sqldPort is sqld's port inside its namespace (its own port space).

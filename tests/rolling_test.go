@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // rollingCycles is how many instances a rolling restart replaces, one at a

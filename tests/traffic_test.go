@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/dbdump"
+	"github.com/atcr-io/appview/internal/harness"
 	"github.com/atcr-io/appview/internal/synth"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // leaseConsumer is the Jetstream consumer's lease (docs/spec.md §4).
@@ -272,11 +272,11 @@ func (tr *traffic) rowsUnderFence(ctx context.Context, fence int64) map[string]m
 	t.Helper()
 	out := map[string]map[string]bool{}
 	for _, table := range fencedTables {
-		q, err := dbdump.SelectAll(ctx, tr.reader, table)
+		q, err := testsupport.SelectAll(ctx, tr.reader, table)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines, err := dbdump.Rows(ctx, tr.reader.DB, q+" WHERE fence = ?1", fence)
+		lines, err := testsupport.DumpRows(ctx, tr.reader.DB, q+" WHERE fence = ?1", fence)
 		if err != nil {
 			t.Fatal(err)
 		}

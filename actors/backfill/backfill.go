@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/repostate"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/rs/zerolog"
@@ -182,7 +182,7 @@ func New(o Options) (*Backfiller, error) {
 		o.Metrics, _ = NewMetrics(nil) // unregistered: cannot fail
 	}
 	if o.HTTP == nil {
-		o.HTTP = netguard.Guard{Purpose: "backfill"}.TrustURLs(o.RelayEndpoints...).Client(0)
+		o.HTTP = outbound.Guard{Purpose: "backfill"}.TrustURLs(o.RelayEndpoints...).Client(0)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -614,14 +614,14 @@ func (r *run) hasCollection(ctx context.Context, pds, did, col string) (bool, er
 
 // inactiveRepo reports whether err is a PDS refusing a repository because
 // its account is not active (deactivated, taken down, suspended) or is
-// gone (repostate.Inactive). A RepoNotFound stays a failure here: the
+// gone (atproto.Inactive). A RepoNotFound stays a failure here: the
 // backfill found the repository listed by a relay.
 func inactiveRepo(err error) bool {
 	var xe *xrpcError
 	if !errors.As(err, &xe) || xe.class != classClient || xe.code == "RepoNotFound" {
 		return false
 	}
-	return repostate.Inactive(xe.code, xe.message)
+	return atproto.RepoInactive(xe.code, xe.message)
 }
 
 // skipInactive checkpoints an inactive repository as done with no

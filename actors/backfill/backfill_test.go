@@ -15,19 +15,15 @@ import (
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
+	"github.com/atcr-io/appview/internal/identity"
+	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
-
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/internal/identity"
-	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.VerifyTestMain(m)
+	testsupport.VerifyTestMain(m)
 }
 
 // waitFor bounds every wait on a fake peer or a running job.
@@ -69,7 +65,7 @@ var fakeApplier = ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Cust
 type env struct {
 	t       *testing.T
 	db      *sql.DB
-	plc     *fakepeer.PLC
+	plc     *testsupport.PLC
 	http    *http.Client
 	metrics *Metrics
 	writes  atomic.Int64
@@ -80,7 +76,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, db: openDB(t), plc: fakepeer.NewPLC(t)}
+	e := &env{t: t, db: openDB(t), plc: testsupport.NewPLC(t)}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.http = &http.Client{Transport: tr}
@@ -158,8 +154,8 @@ func (e *env) noDuplicates() {
 }
 
 // pds starts a fake PDS hosting each did with n records per collection.
-func (e *env) pds(n int, dids ...string) *fakepeer.PDS {
-	p := fakepeer.NewPDS(e.t)
+func (e *env) pds(n int, dids ...string) *testsupport.PDS {
+	p := testsupport.NewPDS(e.t)
 	for _, did := range dids {
 		e.plc.Register(did, p.URL())
 		for _, col := range []string{colManifest, colTag} {
@@ -169,15 +165,15 @@ func (e *env) pds(n int, dids ...string) *fakepeer.PDS {
 	return p
 }
 
-func records(n int) []fakepeer.Record {
-	out := make([]fakepeer.Record, n)
+func records(n int) []testsupport.Record {
+	out := make([]testsupport.Record, n)
 	for i := range out {
-		out[i] = fakepeer.Record{RKey: fmt.Sprintf("3k%03d", i), Value: map[string]any{"$type": "x", "i": i}}
+		out[i] = testsupport.Record{RKey: fmt.Sprintf("3k%03d", i), Value: map[string]any{"$type": "x", "i": i}}
 	}
 	return out
 }
 
-func cursors(reqs []fakepeer.Request, repo, col string) []string {
+func cursors(reqs []testsupport.Request, repo, col string) []string {
 	var out []string
 	for _, r := range reqs {
 		if r.Repo == repo && r.Collection == col {
@@ -201,19 +197,19 @@ func equal(a, b []string) bool {
 
 func TestBackfillFollowsRelayAndPDSPagesSkipsBrokenPeersAndFailsOverRelays(t *testing.T) {
 	e := newEnv(t)
-	deadRelay := fakepeer.NewRelay(t)
-	deadRelay.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
-		fakepeer.XRPCError(w, http.StatusBadGateway, "UpstreamFailure", "down")
+	deadRelay := testsupport.NewRelay(t)
+	deadRelay.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
+		testsupport.XRPCError(w, http.StatusBadGateway, "UpstreamFailure", "down")
 		return true
 	})
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	good := e.pds(5, "did:plc:alice", "did:plc:bob", "did:plc:erin")
 	good.Put("did:plc:bob", colManifest,
-		fakepeer.Record{RKey: "3kzzz1", URI: "at://did:plc:mallory/io.atcr.manifest/3kzzz1", Value: map[string]any{}},
-		fakepeer.Record{RKey: "3kzzz2", Value: "not an object"})
-	broken := fakepeer.NewPDS(t)
-	broken.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
-		fakepeer.XRPCError(w, http.StatusInternalServerError, "InternalServerError", "disk on fire")
+		testsupport.Record{RKey: "3kzzz1", URI: "at://did:plc:mallory/io.atcr.manifest/3kzzz1", Value: map[string]any{}},
+		testsupport.Record{RKey: "3kzzz2", Value: "not an object"})
+	broken := testsupport.NewPDS(t)
+	broken.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
+		testsupport.XRPCError(w, http.StatusInternalServerError, "InternalServerError", "disk on fire")
 		return true
 	})
 	e.plc.Register("did:plc:carol", broken.URL())
@@ -301,7 +297,7 @@ func TestBackfillFollowsRelayAndPDSPagesSkipsBrokenPeersAndFailsOverRelays(t *te
 
 func TestIntervalZeroRunsOnceAcrossTwoCustodies(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(3, "did:plc:alice")
 	for _, col := range Collections {
 		relay.Add(col, "did:plc:alice")
@@ -359,10 +355,10 @@ func TestIntervalZeroRunsOnceAcrossTwoCustodies(t *testing.T) {
 
 // stallOnce makes the PDS stall the first request matching match until the
 // client gives up, signalling when it arrives and when it was cancelled.
-func stallOnce(p *fakepeer.PDS, match func(fakepeer.Request) bool) (inflight, cancelled chan struct{}) {
+func stallOnce(p *testsupport.PDS, match func(testsupport.Request) bool) (inflight, cancelled chan struct{}) {
 	inflight, cancelled = make(chan struct{}), make(chan struct{})
 	var stalled atomic.Bool
-	p.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	p.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		if !match(req) || !stalled.CompareAndSwap(false, true) {
 			return false
 		}
@@ -388,17 +384,17 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 // while c's second manifest page is in flight, checking that Run returned
 // context.Canceled. It returns the peers, the options and the custody for
 // the test to resume with; pds still stalls until Intercept(nil).
-func (e *env) interruptedRun() (*fakepeer.Relay, *fakepeer.PDS, Options, fence.Custody) {
+func (e *env) interruptedRun() (*testsupport.Relay, *testsupport.PDS, Options, fence.Custody) {
 	t := e.t
 	t.Helper()
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	dids := []string{"did:plc:a", "did:plc:b", "did:plc:c", "did:plc:d"}
 	pds := e.pds(5, dids...)
 	relay.Add(colManifest, dids...)
 	relay.Add(colTag, dids...)
 	o := e.options(relay.URL())
 	o.Concurrency = 1
-	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool {
+	inflight, cancelled := stallOnce(pds, func(r testsupport.Request) bool {
 		return r.Repo == "did:plc:c" && r.Collection == colManifest && r.Cursor == "3k001"
 	})
 	first := e.acquire("instance-a")
@@ -466,19 +462,19 @@ func TestResumedRunSendsADateLikeRecordCursorExactlyAsStored(t *testing.T) {
 	// pages by rkey: the cursor is a name like 2024-06-02, which go-libsql
 	// would hand a plain read back as 2024-06-02T00:00:00Z.
 	const colRepoPage = "io.atcr.repo.page"
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	relay.Add(colRepoPage, "did:plc:a")
-	pds := fakepeer.NewPDS(t)
+	pds := testsupport.NewPDS(t)
 	e.plc.Register("did:plc:a", pds.URL())
-	var pages []fakepeer.Record
+	var pages []testsupport.Record
 	for day := 1; day <= 5; day++ {
-		pages = append(pages, fakepeer.Record{RKey: fmt.Sprintf("2024-06-%02d", day), Value: map[string]any{"$type": colRepoPage}})
+		pages = append(pages, testsupport.Record{RKey: fmt.Sprintf("2024-06-%02d", day), Value: map[string]any{"$type": colRepoPage}})
 	}
 	pds.Put("did:plc:a", colRepoPage, pages...)
 	o := e.options(relay.URL())
 	o.Collections = []string{colRepoPage}
 
-	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool { return r.Cursor == "2024-06-02" })
+	inflight, cancelled := stallOnce(pds, func(r testsupport.Request) bool { return r.Cursor == "2024-06-02" })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.backfiller(o).Run(ctx, e.acquire("instance-a")) }()
@@ -505,10 +501,10 @@ func TestResumedRunSendsADateLikeRecordCursorExactlyAsStored(t *testing.T) {
 
 func TestShutdownCancelsTheRequestInFlightAndNothingIsWrittenAfter(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(5, "did:plc:a", "did:plc:b")
 	relay.Add(colManifest, "did:plc:a", "did:plc:b")
-	inflight, cancelled := stallOnce(pds, func(r fakepeer.Request) bool { return r.Cursor == "3k003" })
+	inflight, cancelled := stallOnce(pds, func(r testsupport.Request) bool { return r.Cursor == "3k003" })
 
 	var returned atomic.Bool
 	var lateWrites atomic.Int64
@@ -540,7 +536,7 @@ func TestShutdownCancelsTheRequestInFlightAndNothingIsWrittenAfter(t *testing.T)
 	writes := e.writes.Load()
 	e.http.Transport.(*http.Transport).CloseIdleConnections()
 	// Nothing Run started is still running, so nothing can write later.
-	leakcheck.VerifyNone(t, before)
+	testsupport.VerifyNone(t, before)
 	if lateWrites.Load() != 0 || e.writes.Load() != writes {
 		t.Fatalf("%d writes after Run returned", e.writes.Load()-writes)
 	}
@@ -554,12 +550,12 @@ func TestShutdownCancelsTheRequestInFlightAndNothingIsWrittenAfter(t *testing.T)
 
 func TestASupersededCustodyCannotWriteRecordsOrCheckpoints(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(5, "did:plc:a")
 	relay.Add(colManifest, "did:plc:a")
 	c := e.acquire("instance-a")
 	// While a's second page is being fetched, instance b takes the lease over.
-	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		if req.Cursor == "3k001" {
 			if _, err := e.db.Exec(`UPDATE leases SET holder = 'instance-b', fence = fence + 1 WHERE name = ?1`, LeaseName); err != nil {
 				t.Error(err)
@@ -597,15 +593,15 @@ func TestASupersededCustodyCannotWriteRecordsOrCheckpoints(t *testing.T) {
 
 func TestOnceResumesAnUnfinishedRunUntilItCompletes(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	e.pds(1, "did:plc:a")
 	relay.Add(colManifest, "did:plc:a")
 	relay.Add(colTag, "did:plc:a")
 	var outage atomic.Int32
 	outage.Store(4) // longer than one run's MaxTries of 3
-	relay.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	relay.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		if req.Collection == colTag && outage.Add(-1) >= 0 {
-			fakepeer.XRPCError(w, http.StatusServiceUnavailable, "Unavailable", "maintenance")
+			testsupport.XRPCError(w, http.StatusServiceUnavailable, "Unavailable", "maintenance")
 			return true
 		}
 		return false
@@ -632,7 +628,7 @@ func TestOnceResumesAnUnfinishedRunUntilItCompletes(t *testing.T) {
 
 func TestOneRecordTheDatabaseRefusesDoesNotStallTheRun(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	e.pds(5, "did:plc:alice")
 	relay.Add(colManifest, "did:plc:alice")
 	relay.Add(colTag, "did:plc:alice")
@@ -676,7 +672,7 @@ func TestOneRecordTheDatabaseRefusesDoesNotStallTheRun(t *testing.T) {
 
 func TestADatabaseFailureOfAPageStopsTheRunWithoutSkippingRecords(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	e.pds(3, "did:plc:alice")
 	relay.Add(colManifest, "did:plc:alice")
 	o := e.options(relay.URL())

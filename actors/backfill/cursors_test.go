@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // cycling answers every page with one item and the next cursor of a cycle
@@ -27,10 +27,10 @@ func cycling(cursor string) string {
 // soon as a cursor comes back, the other repositories are done.
 func TestAPDSWhoseCursorsCycleFailsTheRepositoryInsteadOfLooping(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(3, "did:plc:good", "did:plc:loop")
 	relay.Add(colManifest, "did:plc:good", "did:plc:loop")
-	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req testsupport.Request) bool {
 		if req.Method != methodListRecords || req.Repo != "did:plc:loop" || req.Collection != colManifest {
 			return false
 		}
@@ -61,9 +61,9 @@ func TestAPDSWhoseCursorsCycleFailsTheRepositoryInsteadOfLooping(t *testing.T) {
 // ends that relay's walk with a protocol error instead of looping.
 func TestARelayWhoseCursorsCycleIsNotPagedForEver(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	e.pds(1, "did:plc:a")
-	relay.Intercept(func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+	relay.Intercept(func(w http.ResponseWriter, _ *http.Request, req testsupport.Request) bool {
 		if req.Method != methodListRepos {
 			return false
 		}

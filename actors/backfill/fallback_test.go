@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Bluesky's relay (indigo cmd/relay) answers 404 to
@@ -16,9 +16,9 @@ import (
 // collections a repository has, and lists only those.
 func TestARelayWithoutListReposByCollectionIsWalkedWithListRepos(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewListReposRelay(t)
+	relay := testsupport.NewListReposRelay(t)
 	pds := e.pds(3, "did:plc:a", "did:plc:b", "did:plc:c")
-	tagsOnly := fakepeer.NewPDS(t)
+	tagsOnly := testsupport.NewPDS(t)
 	e.plc.Register("did:plc:tags", tagsOnly.URL())
 	tagsOnly.Put("did:plc:tags", colTag, records(2)...)
 	e.plc.Register("did:plc:gone", pds.URL())
@@ -65,7 +65,7 @@ func TestARelayWithoutListReposByCollectionIsWalkedWithListRepos(t *testing.T) {
 
 func TestAResumedFallbackWalkGoesOnWithListRepos(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewListReposRelay(t)
+	relay := testsupport.NewListReposRelay(t)
 	e.pds(1, "did:plc:a", "did:plc:b", "did:plc:c")
 	relay.Add("did:plc:a", "did:plc:b", "did:plc:c")
 	o := e.options(relay.URL())
@@ -112,14 +112,14 @@ func TestAResumedFallbackWalkGoesOnWithListRepos(t *testing.T) {
 // "collections unknown": every collection is listed.
 func TestADescribeRepoThePDSCannotAnswerListsEveryCollection(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewListReposRelay(t)
+	relay := testsupport.NewListReposRelay(t)
 	pds := e.pds(2, "did:plc:a")
-	gone := fakepeer.NewPDS(t)
+	gone := testsupport.NewPDS(t)
 	e.plc.Register("did:plc:gone", gone.URL())
 	relay.Add("did:plc:a", "did:plc:gone")
-	refuse := func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+	refuse := func(w http.ResponseWriter, _ *http.Request, req testsupport.Request) bool {
 		if req.Method == methodDescribeRepo && req.Repo == "did:plc:a" {
-			fakepeer.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not resolve DID: Error: Invalid hostname")
+			testsupport.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not resolve DID: Error: Invalid hostname")
 			return true
 		}
 		return false
@@ -150,16 +150,16 @@ func TestADescribeRepoThePDSCannotAnswerListsEveryCollection(t *testing.T) {
 // only describeRepo names the state. That is done too.
 func TestARepositoryThePDSRefusesAsInactiveIsDoneNotFailed(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(1, "did:plc:a", "did:plc:off", "did:plc:gone")
 	relay.Add(colManifest, "did:plc:a", "did:plc:off", "did:plc:gone")
-	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req fakepeer.Request) bool {
+	pds.Intercept(func(w http.ResponseWriter, _ *http.Request, req testsupport.Request) bool {
 		switch req.Repo {
 		case "did:plc:off":
-			fakepeer.XRPCError(w, http.StatusBadRequest, "RepoDeactivated", "Repo has been deactivated: did:plc:off")
+			testsupport.XRPCError(w, http.StatusBadRequest, "RepoDeactivated", "Repo has been deactivated: did:plc:off")
 			return true
 		case "did:plc:gone":
-			fakepeer.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not find repo: did:plc:gone")
+			testsupport.XRPCError(w, http.StatusBadRequest, "InvalidRequest", "Could not find repo: did:plc:gone")
 			return true
 		}
 		return false

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -20,7 +20,7 @@ import (
 // loopback too), are still used.
 func TestTheWorkerDoesNotReachNonPublicPDSesUnlessAllowed(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(3, "did:plc:alice")
 	e.plc.Register("did:plc:meta", "http://169.254.169.254")
 	relay.Add(colManifest, "did:plc:alice", "did:plc:meta")

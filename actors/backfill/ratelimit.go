@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/atcr-io/appview/internal/retryafter"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // Rate limits as the reference PDS states them. Its XRPC server answers
@@ -24,7 +24,7 @@ import (
 //
 // and, once the limit is spent, HTTP 429 RateLimitExceeded (0.5.x also
 // sends Retry-After; earlier releases did not, so it is not relied on).
-// Both forms of the reset are read by package retryafter.
+// Both forms of the reset are read by package outbound (RateLimitReset).
 
 // Defaults of the rate-limit options.
 const (
@@ -63,13 +63,13 @@ type rateLimitHeaders struct {
 }
 
 // parseRateLimit reads RateLimit-Remaining, and the reset from
-// Retry-After, else RateLimit-Reset (retryafter.Reset).
+// Retry-After, else RateLimit-Reset (outbound.Reset).
 func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
 	out := rateLimitHeaders{remaining: -1}
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("RateLimit-Remaining"))); err == nil && v >= 0 {
 		out.remaining = v
 	}
-	if at, ok := retryafter.Reset(h, now); ok {
+	if at, ok := outbound.RateLimitReset(h, now); ok {
 		out.reset = at
 	}
 	return out

@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // referenceLimiter answers like the reference PDS's XRPC rate limiter: a
@@ -36,7 +36,7 @@ type referenceLimiter struct {
 	headersOnSuccess bool
 }
 
-func (l *referenceLimiter) intercept(w http.ResponseWriter, _ *http.Request, _ fakepeer.Request) bool {
+func (l *referenceLimiter) intercept(w http.ResponseWriter, _ *http.Request, _ testsupport.Request) bool {
 	n := l.inflight.Add(1)
 	defer l.inflight.Add(-1)
 	for {
@@ -69,7 +69,7 @@ func (l *referenceLimiter) intercept(w http.ResponseWriter, _ *http.Request, _ f
 		w.Header().Set("RateLimit-Policy", fmt.Sprintf("%d;w=%d", l.limit, int(l.window.Seconds())))
 	}
 	if over {
-		fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "Rate Limit Exceeded")
+		testsupport.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "Rate Limit Exceeded")
 		return true
 	}
 	return false
@@ -86,7 +86,7 @@ func (l *referenceLimiter) refusals() int {
 // before the window reset, and marked the repositories failed.
 func TestA429WithRateLimitResetIsWaitedOutNotCountedAsAFailure(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	dids := []string{"did:plc:r1", "did:plc:r2", "did:plc:r3", "did:plc:r4", "did:plc:r5", "did:plc:r6"}
 	pds := e.pds(1, dids...)
 	relay.Add(colManifest, dids...)
@@ -124,7 +124,7 @@ func TestA429WithRateLimitResetIsWaitedOutNotCountedAsAFailure(t *testing.T) {
 // host, however high Concurrency is.
 func TestBackfillPacesByRemainingAndBoundsRequestsPerHost(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	var dids []string
 	for i := range 8 {
 		dids = append(dids, fmt.Sprintf("did:plc:p%d", i))

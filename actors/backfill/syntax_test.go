@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/syntaxvectors"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // listRecords URIs are checked by the AT-URI syntax: every spec-invalid
 // URI is skipped, every spec-valid record URI is taken.
 func TestRecordURIsFollowTheSpecificationsTestVectors(t *testing.T) {
 	taken := 0
-	for _, uri := range syntaxvectors.Valid(syntaxvectors.ATURI) {
+	for _, uri := range testsupport.ValidVectors(testsupport.SyntaxATURI) {
 		parts := strings.Split(strings.TrimPrefix(uri, "at://"), "/")
 		if len(parts) != 3 {
 			if _, err := rkeyOf(uri, parts[0], ""); err == nil {
@@ -27,7 +27,7 @@ func TestRecordURIsFollowTheSpecificationsTestVectors(t *testing.T) {
 	if taken == 0 {
 		t.Fatal("no record URI among the vectors: the test checks nothing")
 	}
-	for _, uri := range syntaxvectors.Invalid(syntaxvectors.ATURI) {
+	for _, uri := range testsupport.InvalidVectors(testsupport.SyntaxATURI) {
 		parts := strings.Split(strings.TrimPrefix(uri, "at://"), "/")
 		if len(parts) != 3 {
 			continue // refused for its shape before and after

@@ -17,20 +17,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/fakepeer"
+	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/system"
 )
 
 func TestRateLimitedRequestsWaitAsToldAndThenSucceed(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(3, "did:plc:a")
 	relay.Add(colManifest, "did:plc:a")
 	var limited atomic.Int32
-	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		if limited.Add(1) <= 2 {
 			w.Header().Set("Retry-After", "0")
-			fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "slow down")
+			testsupport.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "slow down")
 			return true
 		}
 		return false
@@ -51,14 +51,14 @@ func TestRateLimitedRequestsWaitAsToldAndThenSucceed(t *testing.T) {
 
 func TestAPeerAskingToWaitTooLongOrRefusingTheRepoIsSkippedWithoutRetries(t *testing.T) {
 	e := newEnv(t)
-	relay := fakepeer.NewRelay(t)
+	relay := testsupport.NewRelay(t)
 	pds := e.pds(1, "did:plc:slow")
 	other := e.pds(1, "did:plc:known")
 	e.plc.Register("did:plc:gone", other.URL()) // resolves, but the PDS does not host it
 	relay.Add(colManifest, "did:plc:slow", "did:plc:gone", "did:plc:known")
-	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req fakepeer.Request) bool {
+	pds.Intercept(func(w http.ResponseWriter, r *http.Request, req testsupport.Request) bool {
 		w.Header().Set("Retry-After", "3600")
-		fakepeer.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "come back in an hour")
+		testsupport.XRPCError(w, http.StatusTooManyRequests, "RateLimitExceeded", "come back in an hour")
 		return true
 	})
 	o := e.options(relay.URL())

@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/retryafter"
-	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/atproto"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/cenkalti/backoff/v5"
 )
 
@@ -229,7 +228,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 			return backoff.Permanent(ctx.Err())
 		}
 		xe := &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
-		if errors.Is(err, netguard.ErrRefused) {
+		if errors.Is(err, outbound.ErrRefused) {
 			// The outbound guard refused the address: asking again
 			// cannot change that.
 			return backoff.Permanent(xe)
@@ -244,7 +243,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 	}
 	body := io.LimitReader(resp.Body, maxResponseBytes)
 	if resp.StatusCode/100 == 2 {
-		if err := strictjson.UnmarshalRead(body, out); err != nil {
+		if err := atproto.UnmarshalRead(body, out); err != nil {
 			return backoff.Permanent(&xrpcError{method: method, host: host, status: resp.StatusCode,
 				message: "decode response: " + err.Error(), class: classDecode})
 		}
@@ -255,7 +254,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
-	if strictjson.UnmarshalRead(io.LimitReader(body, 64<<10), &xb) == nil {
+	if atproto.UnmarshalRead(io.LimitReader(body, 64<<10), &xb) == nil {
 		xe.code, xe.message = xb.Error, xb.Message
 	}
 	switch {
@@ -275,7 +274,7 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		}
 		return backoff.Permanent(&rateLimitDeferral{xe: xe, wait: wait})
 	}
-	wait, ok := retryafter.Parse(resp.Header.Get("Retry-After"), now)
+	wait, ok := outbound.ParseRetryAfter(resp.Header.Get("Retry-After"), now)
 	switch {
 	case !ok:
 		return xe

@@ -20,13 +20,11 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
-
-	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -37,7 +35,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testsupport.VerifyTestMain(m) }
 
 const secretKey = "sk_test_fake_123"
 
@@ -310,7 +308,7 @@ func (f *fixture) handOver(t *testing.T, holder string) fence.Custody {
 
 // loopback is a client whose guard lets the fake holds (on 127.0.0.1)
 // through, as network.allow_private does.
-var loopback = netguard.Guard{AllowPrivate: true}.Client(0)
+var loopback = outbound.Guard{AllowPrivate: true}.Client(0)
 
 func (f *fixture) refresher(t *testing.T, log zerolog.Logger) *Refresher {
 	t.Helper()

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/atproto"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // UpdateCrewTierPath is the hold XRPC procedure the refresh calls (docs/lexicons.md).
@@ -88,7 +88,7 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 	// ever seeing the tier. The 3xx is an error (holdDown) and the push
 	// is made again next interval.
 	noRedirect := *client
-	noRedirect.CheckRedirect = netguard.NoRedirect
+	noRedirect.CheckRedirect = outbound.NoRedirect
 	resp, err := noRedirect.Do(req)
 	if err != nil {
 		return "", err
@@ -104,7 +104,7 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 			Error   string `json:"error"`
 			Message string `json:"message"`
 		}
-		if strictjson.Unmarshal(raw, &e) == nil {
+		if atproto.Unmarshal(raw, &e) == nil {
 			xe.Name, xe.Message = e.Error, e.Message
 		}
 		return "", xe
@@ -112,7 +112,7 @@ func updateCrewTier(ctx context.Context, client *http.Client, endpoint, userDID 
 	var out struct {
 		TierName string `json:"tierName"`
 	}
-	if err := strictjson.Unmarshal(raw, &out); err != nil {
+	if err := atproto.Unmarshal(raw, &out); err != nil {
 		return "", fmt.Errorf("decode answer: %w", err)
 	}
 	return out.TierName, nil

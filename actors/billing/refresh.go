@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -102,7 +102,7 @@ func New(o Options) (*Refresher, error) {
 		return nil, fmt.Errorf("billing: default rank must not be negative, got %d", o.DefaultRank)
 	}
 	if o.HTTP == nil {
-		o.HTTP = netguard.Guard{Purpose: "hold tier update"}.Client(0)
+		o.HTTP = outbound.Guard{Purpose: "hold tier update"}.Client(0)
 	}
 	return &Refresher{o: o}, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/atproto"
 )
 
 // Tier is a user's billing tier.
@@ -177,12 +177,12 @@ func (s *Stripe) page(ctx context.Context, status, after string) (*stripeList, e
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		_ = strictjson.Unmarshal(body, &e)
+		_ = atproto.Unmarshal(body, &e)
 		return nil, fmt.Errorf("stripe: list %s subscriptions: HTTP %d: %s %s",
 			status, resp.StatusCode, e.Error.Type, e.Error.Message)
 	}
 	var list stripeList
-	if err := strictjson.Unmarshal(body, &list); err != nil {
+	if err := atproto.Unmarshal(body, &list); err != nil {
 		return nil, fmt.Errorf("stripe: list %s subscriptions: decode: %w", status, err)
 	}
 	return &list, nil
@@ -193,7 +193,7 @@ func subscriptionTier(sub stripeSubscription) (string, Tier, bool) {
 	did := sub.Metadata[MetadataDID]
 	if did == "" && bytes.HasPrefix(bytes.TrimSpace(sub.Customer), []byte("{")) {
 		var c stripeCustomer
-		if strictjson.Unmarshal(sub.Customer, &c) == nil {
+		if atproto.Unmarshal(sub.Customer, &c) == nil {
 			did = c.Metadata[MetadataDID]
 		}
 	}

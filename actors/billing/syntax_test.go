@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/syntaxvectors"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // The DID a subscription's metadata names is checked by the DID syntax:
@@ -19,12 +19,12 @@ func TestSubscriptionDIDsFollowTheSpecificationsTestVectors(t *testing.T) {
 		s.Metadata = map[string]string{MetadataDID: did}
 		return s
 	}
-	for _, did := range syntaxvectors.Valid(syntaxvectors.DID) {
+	for _, did := range testsupport.ValidVectors(testsupport.SyntaxDID) {
 		if got, _, ok := subscriptionTier(sub(did)); !ok || got != did {
 			t.Errorf("subscription of %q: %q %v, the specification says valid", did, got, ok)
 		}
 	}
-	for _, did := range syntaxvectors.Invalid(syntaxvectors.DID) {
+	for _, did := range testsupport.InvalidVectors(testsupport.SyntaxDID) {
 		if got, _, ok := subscriptionTier(sub(did)); ok && got == did {
 			t.Errorf("subscription of %q accepted, the specification says invalid", did)
 		}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -32,7 +32,7 @@ func Worker(d workers.Deps) (workers.Spec, error) {
 	}
 	// Stripe is the operator's endpoint; hold endpoints come from records
 	// anyone can publish, so those requests pass the outbound guard.
-	stripe := &http.Client{Timeout: cfg.Timeout, CheckRedirect: netguard.SameHostRedirect}
+	stripe := &http.Client{Timeout: cfg.Timeout, CheckRedirect: outbound.SameHostRedirect}
 	holds := workers.Outbound(d.Config, "hold tier update").Client(cfg.Timeout)
 	log := d.Log.With().Str("worker", LeaseName).Logger()
 	return worker(d, &Stripe{BaseURL: cfg.StripeAPIURL, SecretKey: cfg.StripeSecretKey, HTTP: stripe, Log: log},

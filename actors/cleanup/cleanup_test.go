@@ -18,8 +18,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -29,7 +27,7 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testsupport.VerifyTestMain(m) }
 
 const (
 	hour      = int64(time.Hour / time.Millisecond)

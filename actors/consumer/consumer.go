@@ -20,7 +20,6 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
@@ -52,7 +51,7 @@ type Options struct {
 	Dispatcher webhooks.DispatcherOptions
 	// Stats builds the StatsCache child that this grant's per-hold stats
 	// are sent to (statscache.New); nil runs without one.
-	Stats statsview.Props
+	Stats processor.StatsProps
 	// ClientMetrics and Metrics may be nil.
 	ClientMetrics *jetstream.Metrics
 	Metrics       *Metrics
@@ -657,7 +656,7 @@ func (c *consumer) commitPart(ctx context.Context, url, host string, events []je
 		c.o.Resync.Kick()
 	}
 	if len(out.res.HoldStats) > 0 && c.stats != nil {
-		c.root.Send(c.stats, &statsview.Observe{Custody: c.o.Custody, Stats: out.res.HoldStats})
+		c.root.Send(c.stats, &processor.ObserveStats{Custody: c.o.Custody, Stats: out.res.HoldStats})
 	}
 	if out.enqueued > 0 {
 		c.root.Send(c.disp, &webhooks.Kick{})

@@ -23,12 +23,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
@@ -36,7 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.VerifyTestMain(m)
+	testsupport.VerifyTestMain(m)
 }
 
 // fixture is one synthetic stream served by a replay server.
@@ -192,14 +189,14 @@ func registryDump(t *testing.T, db *sql.DB) string {
 		"users", "manifests", "manifest_layers", "manifest_references", "manifest_annotations", "tags", "stars", "repo_pages",
 		"hold_captains", "hold_crew", "repository_hold_stats", "repository_stats", "record_tombstones",
 	} {
-		q, err := dbdump.SelectAll(context.Background(), db, table)
+		q, err := testsupport.SelectAll(context.Background(), db, table)
 		if err != nil {
 			t.Fatal(err)
 		}
 		queries = append(queries, q)
 	}
 	for _, q := range queries {
-		lines, err := dbdump.Rows(context.Background(), db, q)
+		lines, err := testsupport.DumpRows(context.Background(), db, q)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@
 // durable past an event whose records, stats or deliveries are not, and a
 // replay after a crash or a rewind is harmless (every write is newer-wins
 // or idempotent). After the commit the consumer tells the StatsCache what
-// changed (statsview.Observe) and kicks the webhook dispatcher when
+// changed (processor.ObserveStats) and kicks the webhook dispatcher when
 // deliveries were enqueued. A commit that fails with fence.ErrSuperseded
 // means custody is lost: the worker fails with that error.
 //

@@ -16,13 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/repostate"
-	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // Re-read limits.
@@ -377,7 +376,7 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 	if len(body) > maxResponseBytes {
 		return fmt.Errorf("%s: answer larger than %d bytes", method, maxResponseBytes)
 	}
-	if err := strictjson.Unmarshal(body, out); err != nil {
+	if err := atproto.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("%s: %w", method, err)
 	}
 	return nil
@@ -390,7 +389,7 @@ func inactiveAnswer(body []byte) bool {
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
-	return json.Unmarshal(body, &xe) == nil && repostate.Inactive(xe.Error, xe.Message)
+	return json.Unmarshal(body, &xe) == nil && atproto.RepoInactive(xe.Error, xe.Message)
 }
 
 // bounded bounds a value a peer chose (a rev, an HTTP body) before it is

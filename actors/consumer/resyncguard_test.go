@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // A #sync re-read fetches from the PDS a DID document names, so its dial
@@ -20,7 +20,7 @@ func TestTheReReadClientRefusesPrivateAddressesUnlessAllowed(t *testing.T) {
 	}))
 	t.Cleanup(pds.Close)
 	cfg := config.Default()
-	if _, err := resyncHTTP(cfg).Get(pds.URL); !errors.Is(err, netguard.ErrRefused) {
+	if _, err := resyncHTTP(cfg).Get(pds.URL); !errors.Is(err, outbound.ErrRefused) {
 		t.Fatalf("a re-read of a loopback PDS: %v, want it refused", err)
 	}
 	cfg.Network.AllowPrivate = true

@@ -11,7 +11,6 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/webhooks"
 	"github.com/atcr-io/appview/internal/workers"
 )
@@ -23,11 +22,11 @@ import (
 // builds the process-wide parts once (processor, metrics, the webhook
 // client and configuration); each grant of custody gets a new actor with
 // them. Its errors are a *config.Error or a metrics registration failure.
-func Worker(stats func(workers.Deps) (statsview.Props, error)) func(workers.Deps) (workers.Spec, error) {
+func Worker(stats func(workers.Deps) (processor.StatsProps, error)) func(workers.Deps) (workers.Spec, error) {
 	return func(d workers.Deps) (workers.Spec, error) { return worker(d, stats) }
 }
 
-func worker(d workers.Deps, stats func(workers.Deps) (statsview.Props, error)) (workers.Spec, error) {
+func worker(d workers.Deps, stats func(workers.Deps) (processor.StatsProps, error)) (workers.Spec, error) {
 	pm, err := processor.NewMetrics(d.Metrics)
 	if err != nil {
 		return workers.Spec{}, err
@@ -125,7 +124,7 @@ func EffectiveCommitBudget(cfg config.Config) time.Duration {
 // its dials are checked like the backfill's (a loopback, private or
 // link-local address is refused unless network.allow_private), and a
 // redirect is followed only on the same host with the same method
-// (netguard.SameHostRedirect).
+// (outbound.SameHostRedirect).
 func resyncHTTP(cfg config.Config) *http.Client {
 	return workers.Outbound(cfg, "repository re-read").Client(resyncTimeout)
 }

@@ -13,8 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/retryafter"
+	"github.com/atcr-io/appview/internal/outbound"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -101,7 +100,7 @@ func NewChecker(o Options) (*Checker, error) {
 		return nil, fmt.Errorf("health: concurrency must be at least 1, got %d", o.Concurrency)
 	}
 	if o.HTTP == nil {
-		o.HTTP = netguard.Guard{Purpose: "hold health check"}.Client(0)
+		o.HTTP = outbound.Guard{Purpose: "hold health check"}.Client(0)
 	}
 	return &Checker{o: o, limitedUntil: map[string]time.Time{}}, nil
 }
@@ -270,7 +269,7 @@ func (c *Checker) get(ctx context.Context, url string) error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBodyBytes))
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusTooManyRequests {
-		d, _ := retryafter.Delay(resp.Header, time.Now())
+		d, _ := outbound.RetryDelay(resp.Header, time.Now())
 		return &errRateLimited{retryAfter: min(d, maxHealthRetryAfter)}
 	}
 	if resp.StatusCode/100 != 2 {

@@ -13,13 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
-
-	"github.com/atcr-io/appview/internal/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -29,7 +27,7 @@ import (
 	"github.com/atcr-io/appview/internal/identity"
 )
 
-func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testsupport.VerifyTestMain(m) }
 
 // fakeHold answers GET /xrpc/_health with its current status code; with
 // hang set it answers nothing until the client gives up. Everything else
@@ -90,7 +88,7 @@ func addManifest(t *testing.T, db *sql.DB, digest, holdDID string) {
 
 // loopback is a client whose guard lets the fake holds (on 127.0.0.1)
 // through, as network.allow_private does.
-var loopback = netguard.Guard{AllowPrivate: true}.Client(0)
+var loopback = outbound.Guard{AllowPrivate: true}.Client(0)
 
 // resolver resolves loopback did:web holds over plain HTTP.
 func resolver() *identity.Resolver { return &identity.Resolver{WebScheme: "http", HTTP: loopback} }

@@ -23,15 +23,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/fakepeer"
-	"github.com/atcr-io/appview/internal/leakcheck"
 )
 
 // TestMain fails the package if goroutines outlive the tests, except
-// protoactor-go's dead-letter throttle (see internal/leakcheck): a message
+// protoactor-go's dead-letter throttle (see internal/testsupport): a message
 // that reaches a stopped subscriber starts it, and it lives a second.
 func TestMain(m *testing.M) {
-	leakcheck.VerifyTestMain(m)
+	testsupport.VerifyTestMain(m)
 }
 
 // waitFor bounds every wait on the subscriber or the fake labeler.
@@ -60,7 +58,7 @@ type harness struct {
 	t       *testing.T
 	db      *sql.DB
 	sys     *actor.ActorSystem
-	fake    *fakepeer.Labeler
+	fake    *testsupport.Labeler
 	metrics *Metrics
 	logs    *testsupport.LockedBuffer
 	writes  atomic.Int64
@@ -69,7 +67,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: fakepeer.NewLabeler(t), logs: &testsupport.LockedBuffer{}}
+	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: testsupport.NewLabeler(t), logs: &testsupport.LockedBuffer{}}
 	endpoint, err := SubscribeURL(h.fake.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -134,12 +132,12 @@ const src = "did:plc:labeler"
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-func takedownLabel(uri string) fakepeer.Label {
-	return fakepeer.Label{"ver": 1, "src": src, "uri": uri, "val": ValTakedown, "cts": rfc3339(time.Now())}
+func takedownLabel(uri string) testsupport.Label {
+	return testsupport.Label{"ver": 1, "src": src, "uri": uri, "val": ValTakedown, "cts": rfc3339(time.Now())}
 }
 
-func with(l fakepeer.Label, key string, value any) fakepeer.Label {
-	out := fakepeer.Label{}
+func with(l testsupport.Label, key string, value any) testsupport.Label {
+	out := testsupport.Label{}
 	for k, v := range l {
 		out[k] = v
 	}
@@ -324,13 +322,13 @@ func TestMalformedFramesAreSkippedLoggedAndCountedAndTheStreamGoesOn(t *testing.
 
 	header := map[string]any{"op": 1, "t": "#labels"}
 	malformed := [][]byte{
-		{0xff, 0x00, 0x13},                                                                   // not CBOR
-		fakepeer.Frame(t, header, "x")[:7],                                                   // header and no body
-		fakepeer.Frame(t, header, map[string]any{"labels": []any{}}),                         // #labels without seq
-		fakepeer.Frame(t, map[string]any{"t": "#labels"}, map[string]any{"seq": 1}),          // header without op
-		append(fakepeer.Frame(t, header, map[string]any{"seq": 1, "labels": []any{}}), 0x01), // trailing bytes
-		fakepeer.Frame(t, map[string]any{"op": 7}, map[string]any{}),                         // unknown op
-		fakepeer.Frame(t, header, map[string]any{"seq": "one", "labels": []any{}}),           // mistyped seq
+		{0xff, 0x00, 0x13},                                                                      // not CBOR
+		testsupport.Frame(t, header, "x")[:7],                                                   // header and no body
+		testsupport.Frame(t, header, map[string]any{"labels": []any{}}),                         // #labels without seq
+		testsupport.Frame(t, map[string]any{"t": "#labels"}, map[string]any{"seq": 1}),          // header without op
+		append(testsupport.Frame(t, header, map[string]any{"seq": 1, "labels": []any{}}), 0x01), // trailing bytes
+		testsupport.Frame(t, map[string]any{"op": 7}, map[string]any{}),                         // unknown op
+		testsupport.Frame(t, header, map[string]any{"seq": "one", "labels": []any{}}),           // mistyped seq
 	}
 	for _, m := range malformed {
 		conn.SendRaw(t, m)
@@ -339,7 +337,7 @@ func TestMalformedFramesAreSkippedLoggedAndCountedAndTheStreamGoesOn(t *testing.
 	for i := 0; i < 10; i++ { // enough to exceed the log sampler's burst
 		conn.SendRaw(t, []byte{0xff})
 	}
-	conn.SendRaw(t, fakepeer.Frame(t, map[string]any{"op": 1, "t": "#future"}, map[string]any{"x": 1}))
+	conn.SendRaw(t, testsupport.Frame(t, map[string]any{"op": 1, "t": "#future"}, map[string]any{"x": 1}))
 	conn.SendLabels(t, 3, takedownLabel("did:plc:alice"))
 	h.waitCursor(3)
 

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/atcr-io/appview/internal/datetime"
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -384,7 +384,7 @@ func skipOutcome(err error) string {
 // datetime syntax (atproto.com/specs/lexicon#datetime), stricter than Go's
 // RFC 3339 parser (no T3:20:50, no -00:00).
 func parseTime(s string) (int64, error) {
-	t, err := datetime.Parse(s)
+	t, err := atproto.ParseDatetime(s)
 	if err != nil {
 		return 0, err
 	}

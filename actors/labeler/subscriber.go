@@ -13,9 +13,8 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/retryafter"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/workers"
-	"github.com/atcr-io/appview/internal/wsdial"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/scheduler"
@@ -349,14 +348,14 @@ func (s *subscriber) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	conn, resp, err := wsdial.Dial(ctx, s.o.Dialer, target, nil)
+	conn, resp, err := outbound.DialWebsocket(ctx, s.o.Dialer, target, nil)
 	if err != nil {
 		s.o.Metrics.Connections.WithLabelValues("failed").Inc()
 		if resp != nil {
 			err = fmt.Errorf("%w (HTTP %s)", err, resp.Status)
 			// A 429 or 503 said when to come back (Retry-After, else
 			// RateLimit-Reset): the next dial waits at least that.
-			if d, ok := retryafter.Refusal(resp, time.Now()); ok && d > 0 {
+			if d, ok := outbound.RetryRefusal(resp, time.Now()); ok && d > 0 {
 				err = &heldRefusal{err: err, hold: min(d, maxRefusalHold)}
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/syntaxvectors"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -25,28 +24,28 @@ func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
 		return errors.Is(err, errMalformed)
 	}
 
-	for _, did := range syntaxvectors.Valid(syntaxvectors.DID) {
+	for _, did := range testsupport.ValidVectors(testsupport.SyntaxDID) {
 		if got, err := resolveSubject(ctx, tx, did); err != nil || got.did != did {
 			t.Errorf("subject DID %q: %+v %v, the specification says valid", did, got, err)
 		}
 	}
-	for _, did := range append(syntaxvectors.Invalid(syntaxvectors.DID), "did:plc:"+strings.Repeat("a", 2041)) {
+	for _, did := range append(testsupport.InvalidVectors(testsupport.SyntaxDID), "did:plc:"+strings.Repeat("a", 2041)) {
 		if strings.HasPrefix(did, "did:") && !malformed(did) {
 			t.Errorf("subject DID %q (%d bytes) accepted, the specification says invalid", did, len(did))
 		}
 	}
-	for _, uri := range syntaxvectors.Valid(syntaxvectors.ATURI) {
+	for _, uri := range testsupport.ValidVectors(testsupport.SyntaxATURI) {
 		if malformed(uri) && strings.HasPrefix(uri, "at://did:") {
 			t.Errorf("subject %q refused as malformed, the specification says valid", uri)
 		}
 	}
-	for _, uri := range syntaxvectors.Invalid(syntaxvectors.ATURI) {
+	for _, uri := range testsupport.InvalidVectors(testsupport.SyntaxATURI) {
 		if !malformed(uri) {
 			t.Errorf("subject %q not refused as malformed, the specification says invalid", uri)
 		}
 	}
 
-	// Label times (cts, exp) go through internal/datetime, whose test
+	// Label times (cts, exp) go through internal/atproto, whose test
 	// holds it to the datetime vectors; a comma before the fraction, which
 	// indigo's pattern let through, is refused here too.
 	if _, err := parseTime("2024-01-01T00:00:00,123Z"); err == nil {
@@ -58,7 +57,7 @@ func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
 // by the specification, or the label is skipped as malformed before
 // anything is written.
 func TestLabelSourcesFollowTheSpecificationsTestVectors(t *testing.T) {
-	for _, src := range append(syntaxvectors.Invalid(syntaxvectors.DID), "", "did:plc:"+strings.Repeat("a", 2041)) {
+	for _, src := range append(testsupport.InvalidVectors(testsupport.SyntaxDID), "", "did:plc:"+strings.Repeat("a", 2041)) {
 		l := Label{Src: src, URI: "did:plc:alice", Val: ValTakedown, Cts: "2024-01-01T00:00:00Z"}
 		if err := new(store).applyLabel(context.Background(), nil, 1, l, 0, map[string]int{}); !errors.Is(err, errMalformed) {
 			t.Errorf("label src %q: %v, want it refused as malformed", src, err)
@@ -71,7 +70,7 @@ func TestLabelSourcesFollowTheSpecificationsTestVectors(t *testing.T) {
 // would otherwise reach the database, which refuses such text and would
 // fail the frame).
 func TestLabelCIDsFollowTheSpecificationsTestVectors(t *testing.T) {
-	for _, cid := range append(syntaxvectors.Invalid(syntaxvectors.CID), "bafyrei\x00abcdefgh") {
+	for _, cid := range append(testsupport.InvalidVectors(testsupport.SyntaxCID), "bafyrei\x00abcdefgh") {
 		l := Label{Src: "did:plc:labeler", URI: "did:plc:alice", Val: ValTakedown, Cts: "2024-01-01T00:00:00Z", CID: cid}
 		if err := new(store).applyLabel(context.Background(), nil, 1, l, 0, map[string]int{}); !errors.Is(err, errMalformed) {
 			t.Errorf("label cid %q: %v, want it refused as malformed", cid, err)

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leakcheck"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
@@ -345,7 +344,7 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	h.shutdown()
 	// protoactor's dead-letter log throttle (started when a message reaches
 	// a stopped actor) ends on its own after its 1 s window: not ours.
-	leakcheck.VerifyNone(t, baseline)
+	testsupport.VerifyNone(t, baseline)
 }
 
 // zombieTiming has a TTL long next to the retry interval, so a grant left

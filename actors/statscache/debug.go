@@ -15,7 +15,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -33,7 +32,7 @@ const debugTimeout = 5 * time.Second
 // d.Metrics and its /debug/stats handler on d.Admin (when set), and returns
 // the builder of its props for each grant of the consumer's custody. It
 // returns the metrics registerer's error.
-func New(d workers.Deps) (statsview.Props, error) {
+func New(d workers.Deps) (processor.StatsProps, error) {
 	m, err := NewMetrics(d.Metrics)
 	if err != nil {
 		return nil, err
@@ -196,16 +195,16 @@ func truncate(s string) string {
 var errNoCache = errors.New("no StatsCache runs on this instance (it does not hold the jetstream-consumer lease)")
 
 // get asks the running cache for one repository.
-func (l *live) get(did, repo string) (*statsview.Snapshot, error) {
+func (l *live) get(did, repo string) (*processor.StatsSnapshot, error) {
 	sys, pid := l.current()
 	if pid == nil {
 		return nil, errNoCache
 	}
-	reply, err := sys.Root.RequestFuture(pid, &statsview.Get{OwnerDID: did, Repository: repo}, debugTimeout).Result()
+	reply, err := sys.Root.RequestFuture(pid, &processor.GetStats{OwnerDID: did, Repository: repo}, debugTimeout).Result()
 	if err != nil {
 		return nil, fmt.Errorf("statscache did not answer: %w", err)
 	}
-	snap, ok := reply.(*statsview.Snapshot)
+	snap, ok := reply.(*processor.StatsSnapshot)
 	if !ok {
 		return nil, fmt.Errorf("statscache answered %T", reply)
 	}

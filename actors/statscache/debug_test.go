@@ -12,7 +12,6 @@ import (
 
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 )
@@ -59,7 +58,7 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 
 	c := acquire(t, db.DB, "me")
 	pid := sys.Root.Spawn(props(c))
-	res := request[*statsview.Observed](t, sys, pid, &statsview.Observe{Custody: c, Stats: []processor.HoldStat{
+	res := request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: c, Stats: []processor.HoldStat{
 		stat("did:web:h1", 5, 100), stat("did:web:h2", 7, 100),
 	}})
 	if res.Applied != 2 {
@@ -113,9 +112,9 @@ func TestAnUnexpectedMessageIsLoggedNotDroppedSilently(t *testing.T) {
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.New(logs)}))
 	defer stopped(t, sys, pid)
 	// A value where the protocol sends a pointer: the mistake the log catches.
-	sys.Root.Send(pid, statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
-	request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
-	if got := logs.String(); !strings.Contains(got, "unexpected message ignored") || !strings.Contains(got, "statsview.Get") {
+	sys.Root.Send(pid, processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
+	request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
+	if got := logs.String(); !strings.Contains(got, "unexpected message ignored") || !strings.Contains(got, "processor.Get") {
 		t.Fatalf("log after an unexpected message: %q", got)
 	}
 }

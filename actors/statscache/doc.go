@@ -22,7 +22,7 @@
 //     StatsCache, gets the same guarantee.)
 //   - Every message carries the custody it was produced under; a message
 //     whose custody is not the actor's own is rejected with a
-//     *statsview.StaleCustodyError reply and counted
+//     *processor.StaleCustodyError reply and counted
 //     (appview_statscache_rejected_total).
 //   - It warms from repository_hold_stats when it starts, and then
 //     reconciles: under fence.Fenced with its custody it recomputes every
@@ -32,13 +32,13 @@
 //     therefore starts from the whole persisted truth and repairs any
 //     partial sum it finds; it does not trust its own memory for writes.
 //
-// # Messages (package internal/statsview)
+// # Messages (package internal/processor)
 //
 //	*Observe{Custody, Stats}   → *Observed | *StaleCustodyError   (after a commit;
 //	                             answered only when sent as a request)
 //	*Get{OwnerDID, Repository} → *Snapshot
 //
-// The messages live in internal/statsview so the consumer, which spawns
+// The messages live in internal/processor so the consumer, which spawns
 // the cache as its child, never imports this package: the registration
 // (consumer.Worker(statscache.New) in cmd/appview/workers.go) hands the
 // consumer the cache's props builder.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 )
 
 // Options configures the actor.
@@ -69,15 +68,15 @@ func (c *cache) Receive(ctx actor.Context) {
 		if c.cancel != nil {
 			c.cancel()
 		}
-	case *statsview.Observe:
+	case *processor.ObserveStats:
 		if msg.Custody != c.o.Custody {
 			c.o.Metrics.rejected()
 			c.log.Warn().Str("message_custody", msg.Custody.String()).Msg("stale-custody Observe rejected")
-			respond(ctx, &statsview.StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
+			respond(ctx, &processor.StaleCustodyError{Have: c.o.Custody, Got: msg.Custody})
 			return
 		}
 		respond(ctx, c.observe(msg.Stats))
-	case *statsview.Get:
+	case *processor.GetStats:
 		ctx.Respond(c.snapshot(repoKey{msg.OwnerDID, msg.Repository}))
 	default:
 		c.log.Warn().Str("message_type", fmt.Sprintf("%T", msg)).Msg("unexpected message ignored")
@@ -94,8 +93,8 @@ func respond(ctx actor.Context, reply any) {
 
 // observe applies stats newer-wins by version (the hold repo's rev, as the
 // processor decided in SQL); updatedAt is data only.
-func (c *cache) observe(stats []processor.HoldStat) *statsview.Observed {
-	out := &statsview.Observed{}
+func (c *cache) observe(stats []processor.HoldStat) *processor.StatsObserved {
+	out := &processor.StatsObserved{}
 	for _, s := range stats {
 		k := repoKey{s.OwnerDID, s.Repository}
 		holds := c.holds[k]
@@ -126,8 +125,8 @@ func (c *cache) observe(stats []processor.HoldStat) *statsview.Observed {
 	return out
 }
 
-func (c *cache) snapshot(k repoKey) *statsview.Snapshot {
-	s := &statsview.Snapshot{OwnerDID: k.did, Repository: k.repository, Custody: c.o.Custody}
+func (c *cache) snapshot(k repoKey) *processor.StatsSnapshot {
+	s := &processor.StatsSnapshot{OwnerDID: k.did, Repository: k.repository, Custody: c.o.Custody}
 	for _, h := range c.holds[k] {
 		s.Holds = append(s.Holds, h)
 		s.PullCount = processor.SaturatingAdd(s.PullCount, h.PullCount)

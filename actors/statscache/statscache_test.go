@@ -16,18 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
 	"github.com/atcr-io/appview/actors/statscache"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/statsview"
 	"github.com/atcr-io/appview/internal/synth"
 )
 
 func TestMain(m *testing.M) {
-	leakcheck.VerifyTestMain(m)
+	testsupport.VerifyTestMain(m)
 }
 
 const ttl = time.Minute
@@ -85,18 +82,18 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: cur, Log: zerolog.Nop(), Metrics: m}))
 	defer stopped(t, sys, pid)
 
-	rej := request[*statsview.StaleCustodyError](t, sys, pid, &statsview.Observe{Custody: old, Stats: []processor.HoldStat{stat("did:web:h1", 5, 100)}})
+	rej := request[*processor.StaleCustodyError](t, sys, pid, &processor.ObserveStats{Custody: old, Stats: []processor.HoldStat{stat("did:web:h1", 5, 100)}})
 	if rej.Got != old || rej.Have != cur {
 		t.Fatalf("rejection %+v", rej)
 	}
 	if got := testutil.ToFloat64(m.Rejected()); got != 1 {
 		t.Fatalf("rejected metric = %v, want 1", got)
 	}
-	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
 	if len(snap.Holds) != 0 {
 		t.Fatalf("a rejected message changed the view: %+v", snap)
 	}
-	ok := request[*statsview.Observed](t, sys, pid, &statsview.Observe{Custody: cur, Stats: []processor.HoldStat{stat("did:web:h1", 5, 100)}})
+	ok := request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: cur, Stats: []processor.HoldStat{stat("did:web:h1", 5, 100)}})
 	if ok.Applied != 1 {
 		t.Fatalf("current custody: %+v", ok)
 	}
@@ -108,13 +105,13 @@ func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 	c := acquire(t, db.DB, "a")
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
-	res := request[*statsview.Observed](t, sys, pid, &statsview.Observe{Custody: c, Stats: []processor.HoldStat{
+	res := request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: c, Stats: []processor.HoldStat{
 		stat("did:web:h1", 10, 200), stat("did:web:h2", 4, 150), stat("did:web:h1", 3, 100), stat("did:web:h1", 10, 200),
 	}})
 	if res.Applied != 2 || res.Ignored != 2 {
 		t.Fatalf("observed %+v, want 2 applied 2 ignored", res)
 	}
-	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
 	if snap.PullCount != 14 || len(snap.Holds) != 2 || snap.Holds[0].PullCount != 10 {
 		t.Fatalf("snapshot %+v", snap)
 	}
@@ -140,7 +137,7 @@ func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
 	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(101, "3lrnqkdzhdq23", 9)}); err != nil {
 		t.Fatal(err)
 	}
-	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
 	if snap.PullCount != 9 {
 		t.Fatalf("view pull count = %d, want 9 (the later commit)", snap.PullCount)
 	}
@@ -157,7 +154,7 @@ func applyStream(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *sql.D
 			return err
 		}
 		if pid != nil {
-			request[*statsview.Observed](t, sys, pid, &statsview.Observe{Custody: c, Stats: res.HoldStats})
+			request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: c, Stats: res.HoldStats})
 		}
 	}
 	return nil
@@ -228,7 +225,7 @@ FROM repository_stats`)
 	rows.Close()
 	withHolds := 0
 	for _, r := range all {
-		snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: r.did, Repository: r.repo})
+		snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: r.did, Repository: r.repo})
 		if snap.PullCount != r.pull || snap.PushCount != r.push {
 			t.Errorf("%s/%s: cache %d/%d, database %d/%d", r.did, r.repo, snap.PullCount, snap.PushCount, r.pull, r.push)
 		}
@@ -309,7 +306,7 @@ WHERE (SELECT COUNT(*) FROM repository_hold_stats h WHERE h.did = repository_sta
 	m, _ := statscache.NewMetrics(reg)
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: b, Log: zerolog.Nop(), Metrics: m}))
 	defer stopped(t, sys, pid)
-	request[*statsview.Snapshot](t, sys, pid, &statsview.Get{}) // answered only once warm
+	request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{}) // answered only once warm
 	assertAggregateIsSumOverHolds(t, db.DB)
 	// The repaired rows carry the repairing custody; their values are the
 	// expected ones (updated_at is the repair's time, so it is not compared).
@@ -375,7 +372,7 @@ VALUES ('did:plc:o', 'app', ?, 'rk', 9223372036854775807, 2, 1, 1)`, hold); err 
 	c := acquire(t, db.DB, "me")
 	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
-	snap := request[*statsview.Snapshot](t, sys, pid, &statsview.Get{OwnerDID: "did:plc:o", Repository: "app"})
+	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
 	if snap.PullCount != processor.MaxSafeInteger || snap.PushCount != 4 {
 		t.Fatalf("snapshot pull %d push %d, want %d and 4", snap.PullCount, snap.PushCount, int64(processor.MaxSafeInteger))
 	}

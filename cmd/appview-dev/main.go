@@ -2,7 +2,7 @@
 // `bench` measures the lease runtime and the consumer on real `appview
 // serve` processes, `synth` writes synthetic io.atcr.* Jetstream traffic
 // and the database state it must produce, `synth-check` compares a
-// database with that state. They link test support (tests/harness), which
+// database with that state. They link test support (internal/harness), which
 // the shipped `appview` binary must not (cmd/appview/deps_test.go).
 package main
 

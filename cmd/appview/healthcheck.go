@@ -13,7 +13,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/cli"
-	"github.com/atcr-io/appview/internal/urlcheck"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // healthcheckTimeout bounds the probe (a container HEALTHCHECK has its
@@ -33,8 +33,8 @@ func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url != "" {
-				// The rules of every URL key (urlcheck.Check).
-				u, err := urlcheck.Check(url, "http", "https")
+				// The rules of every URL key (outbound.Check).
+				u, err := outbound.CheckURL(url, "http", "https")
 				if err != nil {
 					return cli.Usage(cmd, "--url: %s", err)
 				}

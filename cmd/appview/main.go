@@ -56,13 +56,13 @@ func run(args []string) int {
 	// command gets their default behaviour back (and one that arrived is
 	// acted on now). Only a signal arriving during the Go runtime's own
 	// start, before any package is initialised, can still be missed.
-	sigs := stopsignal.Take()
+	sigs := stopsignal.TakeSignals()
 	root := newRootCommand(sigs)
 	root.SetArgs(args)
 	if c, _, err := root.Find(args); err == nil && c.Name() == "serve" {
 		defer signal.Stop(sigs)
 	} else {
-		stopsignal.Release()
+		stopsignal.ReleaseSignals()
 	}
 	err := root.Execute()
 	var logged *loggedError

@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/dbdump"
-	"github.com/atcr-io/appview/internal/sqldtest"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -58,7 +56,7 @@ func TestProcessesStartingAtOnceOnANewFileMigrateItExactlyOnce(t *testing.T) {
 
 func TestProcessesStartingAtOnceOnANewSqldMigrateItExactlyOnce(t *testing.T) {
 	t.Parallel()
-	srv := sqldtest.Start(t)
+	srv := testsupport.StartSQLD(t)
 	startAtOnce(t, t.TempDir(), childEnv("APPVIEW_DATABASE_URL="+srv.URL))
 	db, err := database.Open(context.Background(), database.Options{URL: srv.URL})
 	if err != nil {
@@ -80,7 +78,7 @@ func referenceSchema(t *testing.T) []string {
 
 func schemaOf(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	out, err := dbdump.Rows(context.Background(), db, `SELECT type, name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
+	out, err := testsupport.DumpRows(context.Background(), db, `SELECT type, name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func testMain(m *testing.M) int {
 	// The test binary links package main, and with it the subscription to
 	// SIGINT and SIGTERM that run hands to serve: give them back their
 	// default action, so that an interrupted test run stops.
-	stopsignal.Release()
+	stopsignal.ReleaseSignals()
 	dir, err := os.MkdirTemp("", "appview-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "temp dir:", err)

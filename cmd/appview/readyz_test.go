@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/events"
-	"github.com/atcr-io/appview/internal/sqldtest"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // readyzNoticeBound is how soon /readyz must report a lost or restored
@@ -22,7 +22,7 @@ var shortLeases = []string{
 }
 
 func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing.T) {
-	srv := sqldtest.Start(t)
+	srv := testsupport.StartSQLD(t)
 	env := childEnv(append([]string{"APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL=" + srv.URL}, shortLeases...)...)
 	p := startServe(t, t.TempDir(), env)
 	base := p.started()

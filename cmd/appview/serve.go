@@ -25,7 +25,6 @@ import (
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/statuspage"
 	"github.com/atcr-io/appview/system"
 )
 
@@ -233,7 +232,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	mux.Handle("POST "+leasestore.StandbyPath, sys.StandbyHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
 	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
-	hist := statuspage.NewHistory()
+	hist := admin.NewHistory()
 	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist))
 	if err := reg.Register(backfill.NewProgressCollector(db.DB)); err != nil {
 		return err

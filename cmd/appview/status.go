@@ -15,7 +15,6 @@ import (
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
-	"github.com/atcr-io/appview/internal/statuspage"
 )
 
 // Status page sampling (issue 11.7): the lease table every
@@ -42,7 +41,7 @@ var (
 // sampleStatus feeds hist until ctx ends: one sample at once, then on the
 // periods above. A failed read is skipped (the page shows the failure
 // when it is rendered); it is logged at debug only.
-func sampleStatus(ctx context.Context, db *sql.DB, hist *statuspage.History, log zerolog.Logger) {
+func sampleStatus(ctx context.Context, db *sql.DB, hist *admin.History, log zerolog.Logger) {
 	leases := time.NewTicker(statusLeaseEvery)
 	defer leases.Stop()
 	lastLag := time.Time{}
@@ -57,9 +56,9 @@ func sampleStatus(ctx context.Context, db *sql.DB, hist *statuspage.History, log
 		}
 		rctx, cancel := context.WithTimeout(ctx, statusReadWithin)
 		if rows, err := leasestore.ListBounded(rctx, db); err == nil {
-			snaps := make([]statuspage.LeaseSnap, 0, len(rows))
+			snaps := make([]admin.LeaseSnap, 0, len(rows))
 			for _, r := range rows {
-				snaps = append(snaps, statuspage.LeaseSnap{Name: r.Name, Holder: r.Holder, Fence: r.Fence, AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt})
+				snaps = append(snaps, admin.LeaseSnap{Name: r.Name, Holder: r.Holder, Fence: r.Fence, AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt})
 			}
 			hist.ObserveLeases(snaps)
 		} else if ctx.Err() == nil {
@@ -87,13 +86,13 @@ func sampleStatus(ctx context.Context, db *sql.DB, hist *statuspage.History, log
 // Jetstream position and lag, backfill progress and the webhook outbox,
 // as one HTML page. A section whose read fails names the failure and the
 // rest still shows.
-func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statuspage.History) http.Handler {
+func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin.History) http.Handler {
 	version := readBuildIdentity().String()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), statusReadWithin)
 		defer cancel()
 		hist.Viewed(time.Now())
-		p := statuspage.Page{Instance: instance, Version: version, Now: time.Now()}
+		p := admin.Page{Instance: instance, Version: version, Now: time.Now()}
 		problem := func(what string, err error) {
 			p.Problems = append(p.Problems, fmt.Sprintf("%s: %s", what, admin.OneLine(err.Error())))
 		}
@@ -103,16 +102,16 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 		if err != nil {
 			problem("leases", err)
 		}
-		snaps := make([]statuspage.LeaseSnap, 0, len(rows))
+		snaps := make([]admin.LeaseSnap, 0, len(rows))
 		for _, r := range rows {
-			snaps = append(snaps, statuspage.LeaseSnap{Name: r.Name, Holder: r.Holder, Fence: r.Fence, AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt})
+			snaps = append(snaps, admin.LeaseSnap{Name: r.Name, Holder: r.Holder, Fence: r.Fence, AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt})
 		}
 		hist.ObserveLeases(snaps)
 		p.Handovers = hist.Handovers()
 		var dbNow int64
 		for _, row := range rows {
 			l := row.Listed()
-			p.Leases = append(p.Leases, statuspage.Lease{Name: row.Name, Holder: row.Holder, State: l.State, Fence: row.Fence, TimeLeft: row.TimeLeft()})
+			p.Leases = append(p.Leases, admin.Lease{Name: row.Name, Holder: row.Holder, State: l.State, Fence: row.Fence, TimeLeft: row.TimeLeft()})
 			if l.State == leasestore.StateHeld {
 				holds[row.Holder] = append(holds[row.Holder], row.Name)
 				seen[row.Holder] = min(seenAgo(seen, row.Holder), time.Duration(row.Now-row.RenewedAt)*time.Millisecond)
@@ -139,7 +138,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 		seen[instance] = 0
 		for id, ago := range seen {
 			sort.Strings(holds[id])
-			p.Instances = append(p.Instances, statuspage.Instance{ID: id, SeenAgo: ago, Holds: holds[id], Self: id == instance})
+			p.Instances = append(p.Instances, admin.Instance{ID: id, SeenAgo: ago, Holds: holds[id], Self: id == instance})
 		}
 		sort.Slice(p.Instances, func(i, j int) bool { return p.Instances[i].ID < p.Instances[j].ID })
 
@@ -147,7 +146,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 		switch err := db.QueryRowContext(ctx, cursorSQL).Scan(&us, &fence); err {
 		case nil:
 			pos := time.UnixMicro(us).UTC()
-			p.Jetstream = statuspage.Jetstream{Known: true, Position: pos, Lag: time.Since(pos), Fence: fence}
+			p.Jetstream = admin.Jetstream{Known: true, Position: pos, Lag: time.Since(pos), Fence: fence}
 		case sql.ErrNoRows:
 		default:
 			problem("jetstream position", err)
@@ -159,7 +158,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 		} else if bp.Run {
 			var out bytes.Buffer
 			writeETA(&out, bp)
-			p.Backfill = statuspage.Backfill{Run: true, RunID: bp.RunID, Holder: bp.Holder, State: bp.State,
+			p.Backfill = admin.Backfill{Run: true, RunID: bp.RunID, Holder: bp.Holder, State: bp.State,
 				Finished: bp.Finished(), Known: bp.ReposKnown, Failed: bp.ReposFailed, Records: bp.Records,
 				Listing: !bp.ListingDone && bp.CompletedAt == nil, Fraction: bp.Fraction, ReposPerSecond: bp.ReposPerSecond, ETA: out.String()}
 		}
@@ -177,11 +176,11 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *statu
 			problem("webhook outbox", err)
 		}
 		for _, s := range []string{"pending", "delivered", "failed"} {
-			p.Outbox = append(p.Outbox, statuspage.StateCount{State: s, Count: counts[s]})
+			p.Outbox = append(p.Outbox, admin.StateCount{State: s, Count: counts[s]})
 		}
 
 		var body bytes.Buffer
-		if err := statuspage.Render(&body, p); err != nil {
+		if err := admin.RenderStatus(&body, p); err != nil {
 			http.Error(w, "render status page: "+admin.OneLine(err.Error()), http.StatusInternalServerError)
 			return
 		}

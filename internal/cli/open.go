@@ -9,7 +9,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/database/dburl"
 )
 
 // OpenTimeout bounds opening and migrating the database at start.
@@ -85,7 +84,7 @@ func noAnswer(err error, doing string, within time.Duration, url string) error {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if loc, perr := dburl.Parse(url); perr == nil && !loc.Remote() {
+	if loc, perr := database.ParseURL(url); perr == nil && !loc.Remote() {
 		return fmt.Errorf("the database gave no answer within %s while %s it (another process holding its write lock: a backup, an sqlite3 shell, an instance migrating it?)", within, doing)
 	}
 	return fmt.Errorf("the database gave no answer within %s while %s it (a server that accepts connections but is stopped or paused?)", within, doing)

@@ -50,7 +50,7 @@ type Config struct {
 type Network struct {
 	// AllowPrivate lets those requests reach loopback, private, link-local
 	// (cloud metadata) and other non-public addresses, which the outbound
-	// guard (internal/netguard) otherwise refuses at dial time. For a
+	// guard (internal/outbound) otherwise refuses at dial time. For a
 	// closed network or a test bed; it also permits them for webhooks.
 	AllowPrivate bool `yaml:"allow_private"`
 }

@@ -239,7 +239,7 @@ var badConfigs = []struct {
 		key: "jetstream.urls", reason: `element 2 ("wss://h.example/subscribe") is the same endpoint as element 1`},
 	{name: "jetstream url on an IPv6 address repeated with its default port", sets: []string{"jetstream.urls=[\"wss://[2001:db8::1]/subscribe\", \"wss://[2001:DB8::1]:443/subscribe\"]"},
 		key: "jetstream.urls", reason: `element 2 ("wss://[2001:DB8::1]:443/subscribe") is the same endpoint as element 1`},
-	// RFC 3986 §6.2.2 normalisations (urlcheck.Canonical): dot segments,
+	// RFC 3986 §6.2.2 normalisations (outbound.CanonicalURL): dot segments,
 	// an unreserved character percent-encoded, a trailing dot of the host.
 	{name: "jetstream url repeated with a dot segment, an encoded letter and a host's trailing dot", sets: []string{"jetstream.urls=wss://h.example/subscribe,wss://h.example./x/../%73ubscribe"},
 		key: "jetstream.urls", reason: `element 2 ("wss://h.example./x/../%73ubscribe") is the same endpoint as element 1`},

@@ -21,12 +21,11 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/atcr-io/appview/internal/database/dburl"
-	"github.com/atcr-io/appview/internal/filekind"
+	"github.com/atcr-io/appview/internal/atproto"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/nsid"
-	"github.com/atcr-io/appview/internal/urlcheck"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // EnvPrefix starts every environment override (docs/spec.md §2).
@@ -191,7 +190,7 @@ func (c *Config) readTokenFile() error {
 	if st, err := f.Stat(); err != nil {
 		return keyErr("admin.token_file", "%v", err)
 	} else if !st.Mode().IsRegular() {
-		return keyErr("admin.token_file", "%s is %s, not a regular file", a.TokenFile, filekind.Of(st.Mode()))
+		return keyErr("admin.token_file", "%s is %s, not a regular file", a.TokenFile, database.FileKind(st.Mode()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 	if err != nil {
@@ -716,7 +715,7 @@ func (c Config) Validate() error {
 		}
 		return keyErr("leases", "%v", err)
 	}
-	if _, err := dburl.Parse(c.Database.URL); err != nil {
+	if _, err := database.ParseURL(c.Database.URL); err != nil {
 		return keyErr("database.url", "%v", err)
 	}
 	if c.Admin.Addr != "" {
@@ -771,7 +770,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	for _, col := range c.Jetstream.Collections {
-		if !nsid.ValidPattern(col) {
+		if !atproto.ValidNSIDPattern(col) {
 			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
 		}
 	}
@@ -923,7 +922,7 @@ func redacted(s string) string {
 
 // sameEndpoint is the form in which two endpoint URLs of a list are
 // compared: surrounding whitespace dropped, the URL's canonical form
-// (urlcheck.Canonical: scheme and host case, the scheme's default port —
+// (outbound.Canonical: scheme and host case, the scheme's default port —
 // wss://h:443/x is wss://h/x, and so is an empty port, wss://h:/x —
 // percent-encoding and dot segments make no difference), and one
 // trailing slash of the path dropped. A trailing slash counts as the same
@@ -939,7 +938,7 @@ func sameEndpoint(raw string) string {
 	if err != nil {
 		return raw
 	}
-	c, err := url.Parse(urlcheck.Canonical(u))
+	c, err := url.Parse(outbound.CanonicalURL(u))
 	if err != nil {
 		return raw
 	}
@@ -968,10 +967,10 @@ func validLogLevel(s string) bool {
 	return false
 }
 
-// checkURL refuses, naming key, a URL urlcheck.Check refuses for schemes.
+// checkURL refuses, naming key, a URL outbound.Check refuses for schemes.
 func checkURL(key, raw string, schemes ...string) error {
-	_, err := urlcheck.Check(raw, schemes...)
-	var e *urlcheck.Error
+	_, err := outbound.CheckURL(raw, schemes...)
+	var e *outbound.URLError
 	switch {
 	case errors.As(err, &e) && e.Credentials:
 		// No URL key takes credentials. A websocket endpoint

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/syntaxvectors"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // jetstream.collections takes every NSID the specification does (so the
@@ -16,12 +16,12 @@ func TestCollectionsFollowTheSpecificationsTestVectors(t *testing.T) {
 		c.Jetstream.Collections = []string{col}
 		return c.Validate()
 	}
-	for _, col := range syntaxvectors.Valid(syntaxvectors.NSID) {
+	for _, col := range testsupport.ValidVectors(testsupport.SyntaxNSID) {
 		if err := withCollection(col); err != nil {
 			t.Errorf("collection %q refused, the specification says valid: %v", col, err)
 		}
 	}
-	for _, col := range syntaxvectors.Invalid(syntaxvectors.NSID) {
+	for _, col := range testsupport.InvalidVectors(testsupport.SyntaxNSID) {
 		if strings.HasSuffix(col, ".*") {
 			continue // not an NSID, but a wildcard Jetstream takes
 		}

@@ -38,9 +38,6 @@ import (
 	"time"
 
 	_ "github.com/tursodatabase/go-libsql" // registers driver "libsql"
-
-	"github.com/atcr-io/appview/internal/database/dburl"
-	"github.com/atcr-io/appview/internal/filekind"
 )
 
 // Options says which database to open and how.
@@ -97,7 +94,7 @@ type DB struct {
 // driver sees it. For a file URL the parent directory is created, unless
 // Options.MustExist. Errors say which part failed.
 func Open(ctx context.Context, o Options) (*DB, error) {
-	loc, err := dburl.Parse(o.URL)
+	loc, err := ParseURL(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
@@ -110,7 +107,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			// A device, FIFO or socket (file:/dev/null): SQLite would
 			// refuse it only after creating PATH-journal or PATH-wal
 			// beside it, in /dev for /dev/null.
-			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, filekind.Of(st.Mode()))
+			return nil, fmt.Errorf("database file %s is %s, not a regular file", loc.Path, FileKind(st.Mode()))
 		} else if err == nil {
 			if err := oneName(loc.Path, st); err != nil {
 				return nil, err
@@ -400,7 +397,7 @@ func Bounded(ctx context.Context, fn func() error) error {
 
 // fileDSN is the go-libsql DSN of a file path. go-libsql decodes percent
 // escapes in a file: DSN, as SQLite URIs do, so the path (decoded by
-// dburl.Parse) is escaped again: "%", "#" or "?" in a directory name reach
+// Parse) is escaped again: "%", "#" or "?" in a directory name reach
 // the file system as they are.
 func fileDSN(path string) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath()

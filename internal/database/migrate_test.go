@@ -4,14 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/atcr-io/appview/internal/dbdump"
 )
 
 func openTemp(t *testing.T, path string) *DB {
@@ -90,10 +90,23 @@ func assertRecordedOnce(t *testing.T, db *sql.DB) {
 // own objects), for comparing two databases.
 func schema(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	out, err := dbdump.Rows(context.Background(), db, `SELECT type, name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
+	rows, err := db.QueryContext(context.Background(), `SELECT type, name, COALESCE(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'`)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var typ, name, def string
+		if err := rows.Scan(&typ, &name, &def); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("type=%q name=%q sql=%q", typ, name, def))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
 	return out
 }
 

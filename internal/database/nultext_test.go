@@ -4,8 +4,6 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-
-	"github.com/atcr-io/appview/internal/sqldtest"
 )
 
 // TestTextWithANULIsRefusedNotCut: SQLite's C API ends text at a NUL, so
@@ -15,12 +13,6 @@ import (
 func TestTextWithANULIsRefusedNotCut(t *testing.T) {
 	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
 	assertNULRefused(t, db)
-}
-
-func TestTextWithANULIsRefusedNotCutOverSqld(t *testing.T) {
-	t.Parallel()
-	srv := sqldtest.Start(t)
-	assertNULRefused(t, openRemote(t, srv.URL))
 }
 
 func assertNULRefused(t *testing.T, db *DB) {

@@ -4,8 +4,6 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
-
-	"github.com/atcr-io/appview/internal/sqldtest"
 )
 
 // dateLikeTexts are TEXT values go-libsql would otherwise parse as dates:
@@ -46,12 +44,6 @@ func TestPlainTextColumnReadLosesADateLikeValue(t *testing.T) {
 func TestTextReadsEveryDateLikeValueBackUnchanged(t *testing.T) {
 	db := openTemp(t, filepath.Join(t.TempDir(), "a.db"))
 	assertTextRoundTrips(t, db)
-}
-
-func TestTextReadsEveryDateLikeValueBackUnchangedOverSqld(t *testing.T) {
-	t.Parallel()
-	srv := sqldtest.Start(t)
-	assertTextRoundTrips(t, openRemote(t, srv.URL))
 }
 
 // assertTextRoundTrips stores every date-like value, an empty string,

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // A did:web names its host, and anyone can publish one: the resolver's
@@ -34,7 +34,7 @@ func TestDefaultClientRefusesDidWebOnNonPublicAddresses(t *testing.T) {
 	}
 	loopback := "did:web:" + strings.ReplaceAll(strings.TrimPrefix(web.URL, "http://"), ":", "%3A")
 	for _, did := range []string{loopback, "did:web:169.254.169.254", "did:web:localhost"} {
-		if _, err := r.Resolve(ctx, did); !errors.Is(err, netguard.ErrRefused) {
+		if _, err := r.Resolve(ctx, did); !errors.Is(err, outbound.ErrRefused) {
 			t.Errorf("Resolve(%s) = %v, want a refusal", did, err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 func TestWebDIDURLFollowsTheDidWebMethod(t *testing.T) {
@@ -67,7 +67,7 @@ func TestResolverReadsPLCAndWebDocumentsAndCachesThem(t *testing.T) {
 	defer web.Close()
 
 	// The did:web hold is on loopback: allowed here as network.allow_private does.
-	r := &Resolver{PLCURL: plc.URL, WebScheme: "http", HTTP: netguard.Guard{AllowPrivate: true}.Client(0)}
+	r := &Resolver{PLCURL: plc.URL, WebScheme: "http", HTTP: outbound.Guard{AllowPrivate: true}.Client(0)}
 	ctx := context.Background()
 	for range 3 {
 		pds, err := r.PDSEndpoint(ctx, "did:plc:alice")

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/atproto"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/bluesky-social/indigo/atproto/identity"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -90,7 +90,7 @@ func (r *Resolver) client() *http.Client {
 	if r.HTTP != nil {
 		return r.HTTP
 	}
-	return netguard.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL, r.HandleWellKnownURL).Client(DefaultTimeout)
+	return outbound.Guard{Purpose: "DID resolution"}.TrustURLs(r.PLCURL, r.HandleWellKnownURL).Client(DefaultTimeout)
 }
 
 // DefaultTimeout bounds one resolution request when the Resolver was
@@ -210,7 +210,7 @@ func (d directory) LookupDID(ctx context.Context, did syntax.DID) (*identity.Ide
 		return nil, err
 	}
 	var doc identity.DIDDocument
-	if err := strictjson.Unmarshal(raw, &doc); err != nil {
+	if err := atproto.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("resolve %s: decode DID document: %w", did, err)
 	}
 	if doc.DID != did {

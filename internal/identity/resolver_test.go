@@ -196,7 +196,7 @@ func TestDidWebIsHostLevelOnlyAsTheATProtocolSpecSays(t *testing.T) {
 func waitABit() { runtime.Gosched() }
 
 // A DID document's member names are read exactly and once
-// (internal/strictjson): encoding/json took "AlsoKnownAs" for alsoKnownAs
+// (internal/atproto): encoding/json took "AlsoKnownAs" for alsoKnownAs
 // and the last of two, so a document every other resolver reads as
 // declaring no handle, or another one, declared one here.
 func TestDocumentMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {

@@ -18,10 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/retryafter"
-	"github.com/atcr-io/appview/internal/strictjson"
-	"github.com/atcr-io/appview/internal/wsdial"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/gorilla/websocket"
 	"github.com/rs/zerolog"
@@ -553,7 +552,7 @@ func (c *Client) probe(ctx context.Context, base string) (ok bool, hold time.Dur
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.opts.StaleTimeout)
 	defer cancel()
-	conn, resp, err := wsdial.Dial(dctx, c.opts.Dialer, target, nil)
+	conn, resp, err := outbound.DialWebsocket(dctx, c.opts.Dialer, target, nil)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}
@@ -902,7 +901,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	if err != nil {
 		return sessionEnd{err: err, reason: ReasonDial}
 	}
-	conn, resp, err := wsdial.Dial(ctx, c.opts.Dialer, target, nil)
+	conn, resp, err := outbound.DialWebsocket(ctx, c.opts.Dialer, target, nil)
 	if err != nil {
 		return c.refused(base, cursor, dictID, freshDict, resp, err)
 	}
@@ -1000,7 +999,7 @@ const (
 // throttling CDN (segment fetches); the hold is the larger of this and
 // the URL's backoff.
 func refusalHold(resp *http.Response, now time.Time) time.Duration {
-	d, _ := retryafter.Refusal(resp, now)
+	d, _ := outbound.RetryRefusal(resp, now)
 	if resp.StatusCode == http.StatusTooManyRequests {
 		d = max(d, minRateLimitHold)
 	}
@@ -1055,7 +1054,7 @@ func (c *Client) refused(base string, cursor int64, dictID uint32, freshDict boo
 		Message string `json:"message"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
-	if resp.StatusCode < 400 || strictjson.Unmarshal(raw, &body) != nil || body.Error == "" {
+	if resp.StatusCode < 400 || atproto.Unmarshal(raw, &body) != nil || body.Error == "" {
 		// Not an XRPC refusal (a redirect, which gorilla does not
 		// follow; a proxy's or CDN's 429 or 502 page; a v1 host's plain
 		// text 400): gorilla says only "bad handshake", so the status,

@@ -10,7 +10,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/atcr-io/appview/internal/strictjson"
+	"github.com/atcr-io/appview/internal/atproto"
 )
 
 // DictionaryID is the zstd dictionary ID of the dictionary Jetstream v1 uses
@@ -108,7 +108,7 @@ func ClassOf(err error) ErrorClass {
 // ClassMalformedJSON or ClassInvalidEvent.
 func Decode(data []byte) (Event, error) {
 	var ev Event
-	if err := strictjson.Unmarshal(data, &ev); err != nil {
+	if err := atproto.Unmarshal(data, &ev); err != nil {
 		return Event{}, &DecodeError{Class: ClassMalformedJSON, Size: int64(len(data)), Err: err}
 	}
 	if err := Validate(&ev); err != nil {

@@ -174,7 +174,7 @@ func TestDecodeRejectsBadFramesWithTheirClass(t *testing.T) {
 		{"commit no rkey", strings.Replace(valid, `"rkey":"k"`, `"rkey":""`, 1), ClassInvalidEvent},
 		{"create without record", strings.Replace(valid, `"record":{"a":1},`, ``, 1), ClassInvalidEvent},
 		{"update with null record", strings.Replace(strings.Replace(valid, `{"a":1}`, `null`, 1), "create", "update", 1), ClassInvalidEvent},
-		// Member names match exactly and once (internal/strictjson):
+		// Member names match exactly and once (internal/atproto):
 		// encoding/json read "DID" as did and kept the last duplicate.
 		{"did under DID", strings.Replace(valid, `"did"`, `"DID"`, 1), ClassInvalidEvent},
 		{"operation under Operation", strings.Replace(valid, `"operation"`, `"Operation"`, 1), ClassInvalidEvent},

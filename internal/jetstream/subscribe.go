@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/atcr-io/appview/internal/nsid"
+	"github.com/atcr-io/appview/internal/atproto"
 )
 
 // messageTypeOptionsUpdate is the "type" of the only subscriber-sourced
@@ -51,8 +51,8 @@ func encodeOptionsUpdate(collections []string) ([]byte, error) {
 }
 
 // ValidCollection reports whether s is a wantedCollections value Jetstream
-// accepts: an NSID or an NSID prefix ending in ".*" (nsid.ValidPattern).
-func ValidCollection(s string) bool { return nsid.ValidPattern(s) }
+// accepts: an NSID or an NSID prefix ending in ".*" (atproto.ValidPattern).
+func ValidCollection(s string) bool { return atproto.ValidNSIDPattern(s) }
 
 // collectionFilter is a parsed wantedCollections list.
 type collectionFilter struct {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // The Jetstream v2 wire (docs/README.md §5.2 of
@@ -136,7 +136,7 @@ type decodedV2 struct {
 func decodeV2(data []byte) (decodedV2, error) {
 	size := int64(len(data))
 	var f v2Frame
-	if err := strictjson.Unmarshal(data, &f); err != nil {
+	if err := atproto.Unmarshal(data, &f); err != nil {
 		return decodedV2{}, &DecodeError{Class: ClassMalformedJSON, Size: size, Err: err}
 	}
 	switch f.Type {
@@ -147,7 +147,7 @@ func decodeV2(data []byte) (decodedV2, error) {
 		return decodedV2{}, &DecodeError{Class: ClassUnknownType, Size: size, Err: fmt.Errorf("frame $type %q", bounded(f.Type))}
 	}
 	var p v2Payload
-	if err := strictjson.Unmarshal(f.Payload, &p); err != nil {
+	if err := atproto.Unmarshal(f.Payload, &p); err != nil {
 		return decodedV2{}, &DecodeError{Class: ClassMalformedJSON, Size: size, Err: fmt.Errorf("payload: %w", err)}
 	}
 	kind, ok := strings.CutPrefix(p.Type, v2Prefix)

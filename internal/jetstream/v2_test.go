@@ -588,7 +588,7 @@ func TestTwoFramesUnderOneNumberCostNoEvent(t *testing.T) {
 }
 
 // The v2 frame and its payload are read with exact, once-only member
-// names too (internal/strictjson): a "Seq" is no seq, and a second "seq"
+// names too (internal/atproto): a "Seq" is no seq, and a second "seq"
 // or "did" is a malformed frame, not a choice of the last one.
 func TestV2MemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 	base := string(v2Commit(7, "did:plc:a", "3l3qo2vutsw07"))

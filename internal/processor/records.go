@@ -9,10 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/atcr-io/appview/internal/datetime"
+	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/bluesky-social/indigo/atproto/syntax"
-
-	"github.com/atcr-io/appview/internal/strictjson"
 )
 
 // NSIDs of the io.atcr collections the processor indexes (docs/lexicons.md).
@@ -301,7 +299,7 @@ func (c *check) datetime(field string, v *string) int64 {
 	if c.err != nil || v == nil {
 		return 0
 	}
-	t, err := datetime.Parse(*v)
+	t, err := atproto.ParseDatetime(*v)
 	if err != nil {
 		c.err = invalid(ReasonBadValue, "%s %q is not an AT Protocol datetime", field, *v)
 		return 0
@@ -382,7 +380,7 @@ type manifest struct {
 
 func decodeManifest(raw json.RawMessage) (*manifest, error) {
 	var r manifestRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -526,7 +524,7 @@ type tag struct {
 
 func decodeTag(raw json.RawMessage) (*tag, error) {
 	var r tagRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -596,7 +594,7 @@ type star struct {
 
 func decodeStar(raw json.RawMessage) (*star, error) {
 	var r starRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -610,7 +608,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 	// Two published shapes: an object {did, repository}, or the at-uri of
 	// the starred repository's io.atcr.repo.page record.
 	var uri string
-	if strictjson.Unmarshal(r.Subject, &uri) == nil {
+	if atproto.Unmarshal(r.Subject, &uri) == nil {
 		did, coll, rkey, ok := parseATURI(uri)
 		if !ok || coll != CollectionRepoPage {
 			return nil, invalid(ReasonBadValue, "subject %q is not an at-uri of an %s record", uri, CollectionRepoPage)
@@ -618,7 +616,7 @@ func decodeStar(raw json.RawMessage) (*star, error) {
 		s.OwnerDID, s.Repository = did, rkey
 	} else {
 		var obj starSubject
-		if err := strictjson.Unmarshal(r.Subject, &obj); err != nil {
+		if err := atproto.Unmarshal(r.Subject, &obj); err != nil {
 			return nil, invalid(ReasonMalformedRecord, "subject: %v", err)
 		}
 		s.OwnerDID, s.Repository = obj.DID, obj.Repository
@@ -648,7 +646,7 @@ type profile struct {
 
 func decodeProfile(rkey string, raw json.RawMessage) (*profile, error) {
 	var r profileRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -710,7 +708,7 @@ type repoPage struct {
 
 func decodeRepoPage(raw json.RawMessage) (*repoPage, error) {
 	var r repoPageRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -760,7 +758,7 @@ type captain struct {
 
 func decodeCaptain(rkey string, raw json.RawMessage) (*captain, error) {
 	var r captainRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -813,7 +811,7 @@ type crew struct {
 
 func decodeCrew(raw json.RawMessage) (*crew, error) {
 	var r crewRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check
@@ -858,7 +856,7 @@ type statsRecord struct {
 
 func decodeStats(raw json.RawMessage) (*HoldStat, error) {
 	var r statsRecord
-	if err := strictjson.Unmarshal(raw, &r); err != nil {
+	if err := atproto.Unmarshal(raw, &r); err != nil {
 		return nil, invalid(ReasonMalformedRecord, "%v", err)
 	}
 	var c check

@@ -13,7 +13,6 @@ import (
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
-	"github.com/atcr-io/appview/internal/sqldtest"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -132,7 +131,7 @@ func TestListsAtTheElementLimitAreStoredWholeAndOneMoreIsSkipped(t *testing.T) {
 // Over sqld the same records land whole: the statement limits are
 // SQLite's, and Hrana requests stay bounded by database.Chunks too.
 func TestTheLargestRecordsAreStoredOverSqld(t *testing.T) {
-	srv := sqldtest.Start(t)
+	srv := testsupport.StartSQLD(t)
 	db, err := database.Open(context.Background(), database.Options{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/jetstream"
-	"github.com/atcr-io/appview/internal/syntaxvectors"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // The processor's identifier checks agree with the AT Protocol interop
@@ -15,23 +15,23 @@ func TestIdentifierChecksFollowTheSpecificationsTestVectors(t *testing.T) {
 		kind  string
 		check func(string) bool
 	}{
-		{syntaxvectors.DID, validDID},
-		{syntaxvectors.RecordKey, validRKey},
-		{syntaxvectors.Handle, validHandle},
-		{syntaxvectors.TID, validTID}, // revs: the version of every record
-		{syntaxvectors.Datetime, func(s string) bool {
+		{testsupport.SyntaxDID, validDID},
+		{testsupport.SyntaxRecordKey, validRKey},
+		{testsupport.SyntaxHandle, validHandle},
+		{testsupport.SyntaxTID, validTID}, // revs: the version of every record
+		{testsupport.SyntaxDatetime, func(s string) bool {
 			var c check
 			c.datetime("createdAt", &s)
 			return c.err == nil
 		}},
 	}
 	for _, tc := range checks {
-		for _, s := range syntaxvectors.Valid(tc.kind) {
+		for _, s := range testsupport.ValidVectors(tc.kind) {
 			if !tc.check(s) {
 				t.Errorf("%s %q refused, the specification says valid", tc.kind, s)
 			}
 		}
-		for _, s := range syntaxvectors.Invalid(tc.kind) {
+		for _, s := range testsupport.InvalidVectors(tc.kind) {
 			if tc.check(s) {
 				t.Errorf("%s %q accepted, the specification says invalid", tc.kind, s)
 			}
@@ -44,7 +44,7 @@ func TestIdentifierChecksFollowTheSpecificationsTestVectors(t *testing.T) {
 // shape is accepted.
 func TestRecordURIsFollowTheSpecificationsTestVectors(t *testing.T) {
 	accepted := 0
-	for _, s := range syntaxvectors.Valid(syntaxvectors.ATURI) {
+	for _, s := range testsupport.ValidVectors(testsupport.SyntaxATURI) {
 		parts := strings.Split(strings.TrimPrefix(s, "at://"), "/")
 		want := len(parts) == 3 && strings.HasPrefix(parts[0], "did:")
 		if _, _, _, ok := parseATURI(s); ok != want {
@@ -57,7 +57,7 @@ func TestRecordURIsFollowTheSpecificationsTestVectors(t *testing.T) {
 	if accepted == 0 {
 		t.Fatal("no valid record AT-URI among the vectors: the test checks nothing")
 	}
-	for _, s := range append(syntaxvectors.Invalid(syntaxvectors.ATURI), "at://did:plc:asdf123/short/stuff") {
+	for _, s := range append(testsupport.InvalidVectors(testsupport.SyntaxATURI), "at://did:plc:asdf123/short/stuff") {
 		if _, _, _, ok := parseATURI(s); ok {
 			t.Errorf("parseATURI(%q) accepted, the specification says invalid", s)
 		}
@@ -113,12 +113,12 @@ func TestCommitCIDsFollowTheSpecificationsTestVectors(t *testing.T) {
 			Commit: &jetstream.Commit{Operation: jetstream.OpCreate, Collection: CollectionTag, RKey: "latest", CID: cid,
 				Record: []byte(`{"repository":"r","tag":"latest","manifestDigest":"sha256:x"}`)}}
 	}
-	for _, cid := range append(syntaxvectors.Valid(syntaxvectors.CID), "") {
+	for _, cid := range append(testsupport.ValidVectors(testsupport.SyntaxCID), "") {
 		if _, reason, err := decode(commit(cid)); reason != "" {
 			t.Errorf("cid %q refused (%s %v), the specification says valid", cid, reason, err)
 		}
 	}
-	for _, cid := range append(syntaxvectors.Invalid(syntaxvectors.CID), "bafyrei\x00abcdefgh") {
+	for _, cid := range append(testsupport.InvalidVectors(testsupport.SyntaxCID), "bafyrei\x00abcdefgh") {
 		if _, reason, _ := decode(commit(cid)); reason != ReasonBadValue {
 			t.Errorf("cid %q: reason %q, want %q", cid, reason, ReasonBadValue)
 		}

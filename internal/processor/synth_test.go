@@ -9,13 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/atcr-io/appview/internal/dbdump"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/internal/testsupport"
+	"github.com/rs/zerolog"
 )
 
 func generate(t testing.TB, o synth.Options) ([]jetstream.Event, *synth.Expected) {
@@ -92,11 +90,11 @@ func dump(t testing.TB, db *sql.DB) string {
 	rows.Close()
 	var b strings.Builder
 	for _, name := range names {
-		q, err := dbdump.SelectAll(context.Background(), db, name)
+		q, err := testsupport.SelectAll(context.Background(), db, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines, err := dbdump.Rows(context.Background(), db, q)
+		lines, err := testsupport.DumpRows(context.Background(), db, q)
 		if err != nil {
 			t.Fatal(err)
 		}

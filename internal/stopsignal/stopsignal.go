@@ -48,19 +48,19 @@ func init() {
 	signal.Notify(sigs, taken...)
 }
 
-// Take returns the channel that has received the stop signals since the
+// TakeSignals returns the channel that has received the stop signals since the
 // process started, for the command that stops on them (`appview serve`).
 // A signal that arrived before the caller looked is waiting in it.
-func Take() chan os.Signal { return sigs }
+func TakeSignals() chan os.Signal { return sigs }
 
-// Release gives the stop signals back the behaviour they would have had
+// ReleaseSignals gives the stop signals back the behaviour they would have had
 // without this package, for a command that does not take them: the
 // default action (terminate), or none when the signal was ignored at
 // start (SIGINT in a background job of a non-interactive shell). A signal
 // that arrived meanwhile is raised again, so it takes that action now.
 // Call it at most once, before the command runs; do not use Take's
 // channel afterwards.
-func Release() {
+func ReleaseSignals() {
 	signal.Stop(sigs) // no more deliveries once it returns
 	for {
 		select {

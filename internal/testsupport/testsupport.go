@@ -1,10 +1,19 @@
-// Package testsupport is the one place tests get their common fixtures:
-// a test database (a migrated file database, busy_timeout set, closed when
-// the test ends: lease tests need real files, never :memory:), a poll
-// helper that waits for a condition without sleeping a fixed time, and an
-// actor system whose logs are discarded and which shuts down with the
-// test. Only tests import it; cmd/appview's deps test keeps it out of the
-// shipped binary.
+// Package testsupport is the one package of test fixtures (the
+// multi-process harness, internal/harness, is the other test support):
+//
+//   - a test database (a migrated file database, busy_timeout set, closed
+//     when the test ends: lease tests need real files, never :memory:) and
+//     a sqld server for tests over the network (sqld_doc.go);
+//   - Eventually, which polls for a condition instead of sleeping a fixed
+//     time, and an actor system that shuts down with the test;
+//   - goleak with the project's standing exceptions (leakcheck.go);
+//   - fake AT Protocol peers: relay, PDS, PLC, holds, labeler
+//     (fakepeer_doc.go);
+//   - the AT Protocol syntax test vectors (syntaxvectors.go) and a lossless
+//     dump of query results (dbdump.go).
+//
+// Only tests and cmd/appview-dev import it; cmd/appview's deps test keeps
+// it out of the shipped binary.
 package testsupport
 
 import (

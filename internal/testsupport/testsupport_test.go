@@ -1,18 +1,20 @@
-package testsupport
+package testsupport_test
 
 import (
 	"sync/atomic"
 	"testing"
+
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 func TestOpenDBIsAMigratedFileWithBusyTimeoutSet(t *testing.T) {
-	db := OpenDB(t)
+	db := testsupport.OpenDB(t)
 	if db.Remote || db.Path == "" {
 		t.Fatalf("not a file database: remote %v, path %q", db.Remote, db.Path)
 	}
 	var ms int64
-	if err := db.QueryRow(`PRAGMA busy_timeout`).Scan(&ms); err != nil || ms != BusyTimeout.Milliseconds() {
-		t.Fatalf("busy_timeout = %d (%v), want %d", ms, err, BusyTimeout.Milliseconds())
+	if err := db.QueryRow(`PRAGMA busy_timeout`).Scan(&ms); err != nil || ms != testsupport.BusyTimeout.Milliseconds() {
+		t.Fatalf("busy_timeout = %d (%v), want %d", ms, err, testsupport.BusyTimeout.Milliseconds())
 	}
 	var n int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'leases'`).Scan(&n); err != nil || n != 1 {
@@ -22,7 +24,7 @@ func TestOpenDBIsAMigratedFileWithBusyTimeoutSet(t *testing.T) {
 
 func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 	var calls atomic.Int32
-	Eventually(t, "the third call", func() bool { return calls.Add(1) >= 3 })
+	testsupport.Eventually(t, "the third call", func() bool { return calls.Add(1) >= 3 })
 	if got := calls.Load(); got != 3 {
 		t.Fatalf("cond called %d times, want 3 (no call after it held)", got)
 	}

@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/retryafter"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // Request headers of docs/spec.md §9.
@@ -155,7 +155,7 @@ func send(ctx context.Context, client *http.Client, custody fence.Custody, a att
 	}
 	// A 429 or 503 says when the receiver can take the delivery (RFC 9110
 	// §15.5.20, §15.6.4): the next attempt waits at least that long.
-	hold, _ := retryafter.Refusal(resp, clock())
+	hold, _ := outbound.RetryRefusal(resp, clock())
 	hold = min(hold, maxReceiverRetryAfter)
 	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
 	if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {

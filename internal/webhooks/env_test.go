@@ -20,8 +20,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/atcr-io/appview/internal/leakcheck"
-
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
 )
@@ -214,7 +212,7 @@ func (rc *receiver) byDelivery() map[string]int {
 // was registered later has run), that no goroutine of ours is left.
 func leakCheck(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, before) })
+	t.Cleanup(func() { testsupport.VerifyNone(t, before) })
 }
 
 // metricValue reads a counter or gauge (prometheus/testutil would need a

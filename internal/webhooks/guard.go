@@ -11,19 +11,18 @@ import (
 	"syscall"
 
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/netguard"
-	"github.com/atcr-io/appview/internal/urlcheck"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // ErrRefused is wrapped by every *RefusedError, for errors.Is (the
-// shared outbound guard's, netguard.ErrRefused).
-var ErrRefused = netguard.ErrRefused
+// shared outbound guard's, outbound.ErrRefused).
+var ErrRefused = outbound.ErrRefused
 
 // RefusedError says the guard would not let a request reach an address.
-type RefusedError = netguard.RefusedError
+type RefusedError = outbound.RefusedError
 
 // Guard decides which addresses webhook requests may reach: the shared
-// outbound guard (internal/netguard) with webhooks' own key. The zero
+// outbound guard (internal/outbound) with webhooks' own key. The zero
 // value refuses every non-public address and resolves names with
 // net.DefaultResolver.
 type Guard struct {
@@ -43,12 +42,12 @@ const maxRedirects = 3
 
 // outbound is the shared guard with the key and purpose webhook refusals
 // name.
-func (g Guard) outbound() netguard.Guard {
+func (g Guard) outbound() outbound.Guard {
 	key := g.Key
 	if key == "" {
 		key = "webhooks.allow_private"
 	}
-	return netguard.Guard{AllowPrivate: g.AllowPrivate, Key: key, Purpose: "webhook"}
+	return outbound.Guard{AllowPrivate: g.AllowPrivate, Key: key, Purpose: "webhook"}
 }
 
 // MaxURLBytes bounds a webhook URL when it is added (CheckURL): 2,048
@@ -82,10 +81,10 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	}
 	// An address written in the URL is checked as itself, whatever its
 	// spelling: a legacy numeric IPv4 form ("2130706433", "0x7f.1") is no
-	// host name a resolver knows, and the stored URL (urlcheck.Canonical)
+	// host name a resolver knows, and the stored URL (outbound.Canonical)
 	// names its dotted quad, which is what deliveries dial.
 	host := u.Hostname()
-	if a, ok := urlcheck.LiteralAddr(host); ok {
+	if a, ok := outbound.LiteralAddr(host); ok {
 		if err := g.outbound().Check(host, a); err != nil {
 			return nil, err
 		}
@@ -95,7 +94,7 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 	if r == nil {
 		r = net.DefaultResolver
 	}
-	// The name as the stored URL has it (urlcheck.Canonical): without a
+	// The name as the stored URL has it (outbound.Canonical): without a
 	// trailing dot, which the resolver's hosts file lookup does not fold
 	// ("localhost." went to DNS and came back "no such host").
 	addrs, err := r.LookupNetIP(ctx, "ip", strings.TrimSuffix(host, "."))
@@ -115,12 +114,12 @@ func (g Guard) CheckURL(ctx context.Context, raw string) (*url.URL, error) {
 }
 
 // parseTarget accepts absolute http and https URLs with a host, a port in
-// 1..65535 and no credentials (urlcheck.Check): a delivery anywhere else
+// 1..65535 and no credentials (outbound.Check): a delivery anywhere else
 // could only fail at every attempt, and a password would be stored and
 // logged with the target.
 func parseTarget(raw string) (*url.URL, error) {
-	u, err := urlcheck.Check(raw, "http", "https")
-	var e *urlcheck.Error
+	u, err := outbound.CheckURL(raw, "http", "https")
+	var e *outbound.URLError
 	if errors.As(err, &e) && e.Credentials {
 		return nil, fmt.Errorf("webhook %s; use the signing secret", e.Reason)
 	}
@@ -140,11 +139,11 @@ func SameURL(a, b string) bool {
 	if errA != nil || errB != nil {
 		return a == b
 	}
-	return urlcheck.Canonical(ua) == urlcheck.Canonical(ub)
+	return outbound.CanonicalURL(ua) == outbound.CanonicalURL(ub)
 }
 
 // Control is a net.Dialer Control function that refuses a non-public
-// dial address unless AllowPrivate (netguard.Guard.Control).
+// dial address unless AllowPrivate (outbound.Guard.Control).
 func (g Guard) Control(network, address string, c syscall.RawConn) error {
 	return g.outbound().Control(network, address, c)
 }

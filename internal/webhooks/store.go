@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/urlcheck"
+	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
@@ -85,7 +85,7 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 	if err != nil {
 		return w, err
 	}
-	w.URL = urlcheck.Canonical(u)
+	w.URL = outbound.CanonicalURL(u)
 	w.Triggers = triggers
 	return w, nil
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/identity"
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // ErrDisabled is wrapped by a worker constructor whose worker is turned off
@@ -111,8 +111,8 @@ func NewResolver(cfg config.Config) *identity.Resolver {
 // Outbound is the guard for requests to hosts that network data names
 // (holds, did:web, PDSes), as network.allow_private sets it; purpose
 // names the requests in refusals.
-func Outbound(cfg config.Config, purpose string) netguard.Guard {
-	return netguard.Guard{AllowPrivate: cfg.Network.AllowPrivate, Purpose: purpose}
+func Outbound(cfg config.Config, purpose string) outbound.Guard {
+	return outbound.Guard{AllowPrivate: cfg.Network.AllowPrivate, Purpose: purpose}
 }
 
 // Spec describes one background worker to the registry. Exactly one of

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/netguard"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // The process's resolver trusts the PLC directory the operator named and
@@ -35,7 +35,7 @@ func TestTheSharedResolverGuardsDidWebButNotThePLCDirectory(t *testing.T) {
 	if _, err := r.Resolve(ctx, "did:plc:alice"); err != nil {
 		t.Fatalf("PLC directory on loopback: %v", err)
 	}
-	if _, err := r.Resolve(ctx, webDID); !errors.Is(err, netguard.ErrRefused) || !strings.Contains(err.Error(), "network.allow_private") {
+	if _, err := r.Resolve(ctx, webDID); !errors.Is(err, outbound.ErrRefused) || !strings.Contains(err.Error(), "network.allow_private") {
 		t.Fatalf("did:web on loopback: %v, want a refusal naming network.allow_private", err)
 	}
 

@@ -35,7 +35,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 // Timings of the suite.

@@ -30,7 +30,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/tests/harness"
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 func env(t *testing.T, key string) string {
