@@ -7,13 +7,12 @@
 package main
 
 import (
-	"context"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/atcr-io/appview/internal/cli"
-	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/config"
 )
 
 func main() {
@@ -35,15 +34,12 @@ func newRootCommand() *cobra.Command {
 	}
 	flags := &cli.ConfigFlags{}
 	flags.Register(root)
-	existing := func(ctx context.Context) (*database.DB, error) {
+	load := func() (config.Config, error) {
 		cfg, err := flags.Load()
 		flags.PrintWarnings()
-		if err != nil {
-			return nil, err
-		}
-		return cli.OpenExisting(ctx, cfg)
+		return cfg, err
 	}
-	root.AddCommand(newSynthCommand(), newSynthCheckCommand(existing), newBenchCommand())
+	root.AddCommand(newSynthCommand(), newSynthCheckCommand(load), newBenchCommand())
 	cli.StrictUsage(root)
 	return root
 }

@@ -24,6 +24,10 @@ type Expected struct {
 	// Events is how many events the stream has; MaxTimeUS is the last time_us.
 	Events    int   `json:"events"`
 	MaxTimeUS int64 `json:"max_time_us"`
+	// LastUS is the time_us of the last event a server filtering on
+	// io.atcr.* sends (every event but other collections' commits): once
+	// a consumer's stored position reaches it, the stream is consumed.
+	LastUS int64 `json:"last_us,omitempty"`
 }
 
 // table says how Diff reads one table: keyCols leading columns form the

@@ -104,6 +104,9 @@ func (g *Generator) Next() (jetstream.Event, bool) {
 		if ev, ok := g.step(); ok {
 			g.emitted++
 			g.m.maxTimeUS = ev.TimeUS
+			if ev.Kind != jetstream.KindCommit || strings.HasPrefix(ev.Commit.Collection, "io.atcr.") {
+				g.m.lastUS = ev.TimeUS
+			}
 			return ev, true
 		}
 	}
@@ -841,6 +844,7 @@ type model struct {
 	crewCount    map[string]int
 	pushKeys     map[string]struct{}
 	maxTimeUS    int64
+	lastUS       int64 // the last event a consumer of io.atcr.* is sent
 }
 
 func newModel() *model {
@@ -920,7 +924,7 @@ func nullable(p *int64) any {
 }
 
 func (m *model) expected(events int) *Expected {
-	e := &Expected{Tables: map[string]map[string]string{}, Events: events, MaxTimeUS: m.maxTimeUS}
+	e := &Expected{Tables: map[string]map[string]string{}, Events: events, MaxTimeUS: m.maxTimeUS, LastUS: m.lastUS}
 	for _, t := range tables {
 		e.Tables[t.name] = map[string]string{}
 	}

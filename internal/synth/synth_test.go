@@ -42,7 +42,7 @@ func TestStreamIsJetstreamJSONLWithGrowingTimeAndEveryShape(t *testing.T) {
 	}
 	sc := bufio.NewScanner(&buf)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var last int64
+	var last, lastSent int64
 	n := 0
 	seen := map[string]bool{}
 	for sc.Scan() {
@@ -58,9 +58,16 @@ func TestStreamIsJetstreamJSONLWithGrowingTimeAndEveryShape(t *testing.T) {
 		switch ev.Kind {
 		case jetstream.KindCommit:
 			seen[ev.Commit.Collection+" "+ev.Commit.Operation] = true
+			if strings.HasPrefix(ev.Commit.Collection, "io.atcr.") {
+				lastSent = ev.TimeUS
+			}
 		default:
 			seen[ev.Kind] = true
+			lastSent = ev.TimeUS
 		}
+	}
+	if exp.LastUS != lastSent {
+		t.Errorf("expected.LastUS %d, want %d: the last event a server filtering on io.atcr.* sends", exp.LastUS, lastSent)
 	}
 	if n != 5000 || exp.Events != 5000 || exp.MaxTimeUS != last {
 		t.Fatalf("lines %d, expected.Events %d, max %d vs %d", n, exp.Events, exp.MaxTimeUS, last)
