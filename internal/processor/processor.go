@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -13,12 +12,10 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
-	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Skip reasons: the "reason" label of appview_processor_skipped_total and
@@ -304,196 +301,6 @@ func (p *Processor) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, ev
 	return res, nil
 }
 
-// TxSession applies the events of one transaction in several calls (the
-// consumer's commit-budget chunks) as ApplyTx would apply them in one:
-// what it read and wrote (tombstones, users rows ensured, repositories
-// touched) is kept from one Apply to the next, so each chunk does not read
-// it again, and the aggregates are recomputed once, by Finish. A session
-// is used by one goroutine, inside its transaction only.
-type TxSession struct {
-	p   *Processor
-	ctx context.Context
-	tx  *sql.Tx
-	c   fence.Custody
-	st  txState
-	// bare: no savepoints (BeginBareTx).
-	bare bool
-	// reports are the outcomes Apply found, counted and logged by
-	// Committed.
-	reports []pendingReport
-}
-
-// pendingReport is one event's outcome, for Finish to report.
-type pendingReport struct {
-	ev *jetstream.Event
-	o  outcome
-}
-
-// BeginTx starts a session in tx (see ApplyTx for ctx, tx and c) that
-// isolates each event: a failing one is rolled back alone (SAVEPOINTs).
-func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
-	return p.begin(ctx, tx, c, false)
-}
-
-// BeginBareTx starts a session in tx that takes no savepoint, so SQLite
-// keeps no statement sub-journal (about a third less work per event:
-// docs/performance.md, sixth pass). An event that fails before it changed
-// anything (an invalid record found while writing, a first write the
-// database refuses) is skipped as under BeginTx. When an event fails after
-// changing a row, Apply returns an error wrapping ErrRedo and the caller
-// must roll tx back and apply the events again under BeginTx (Redo).
-// Fatal errors are as for BeginTx.
-func (p *Processor) BeginBareTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *TxSession {
-	return p.begin(ctx, tx, c, true)
-}
-
-func (p *Processor) begin(ctx context.Context, tx *sql.Tx, c fence.Custody, bare bool) *TxSession {
-	return &TxSession{p: p, ctx: ctx, tx: tx, c: c, st: newTxState(), bare: bare}
-}
-
-// Preload reads what the session's Apply calls for events would read one
-// chunk at a time, each in one query per database.Chunks of keys: the
-// tombstones of every record events create or update, and which of their
-// DIDs already have a users row (so no statement ensures those rows: an
-// INSERT ... DO NOTHING of an existing row changes nothing), and which
-// DIDs of its tags and manifests have pending tags (pending_tags: a
-// session that did not preload looks for them on every tag and manifest
-// it writes). Calling it is optional; errors are the database's.
-func (s *TxSession) Preload(events []jetstream.Event) error {
-	var keys []recordKey
-	var dids, tagDIDs []string
-	seen, tagSeen := map[string]bool{}, map[string]bool{}
-	for i := range events {
-		ev := &events[i]
-		if ev.Kind == jetstream.KindCommit && ev.Commit != nil && !tagSeen[ev.DID] &&
-			(ev.Commit.Collection == CollectionTag || ev.Commit.Collection == CollectionManifest) {
-			tagSeen[ev.DID] = true
-			tagDIDs = append(tagDIDs, ev.DID)
-		}
-		if ev.Kind != jetstream.KindCommit || ev.Commit == nil || !knownCollection(ev.Commit.Collection) ||
-			(ev.Commit.Operation != jetstream.OpCreate && ev.Commit.Operation != jetstream.OpUpdate) {
-			continue
-		}
-		keys = append(keys, recordKey{ev.DID, ev.Commit.Collection, ev.Commit.RKey})
-		if !seen[ev.DID] && !s.st.users[ev.DID] {
-			seen[ev.DID] = true
-			dids = append(dids, ev.DID)
-		}
-	}
-	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
-	a.use(s.st)
-	if err := a.readTombstones(keys); err != nil {
-		return err
-	}
-	if err := a.readPendingDIDs(tagDIDs); err != nil {
-		return err
-	}
-	s.st = a.state()
-	return a.readUsers(dids)
-}
-
-// Apply applies events, in order, after those of the session's earlier
-// calls.
-//
-// In a session begun with BeginTx, each event is isolated: an invalid
-// event is skipped before it touches the database, and an event the
-// database refuses is rolled back alone and counted under ReasonDatabase;
-// the rest of the events still land. (The events first run under one
-// savepoint; only if one fails are they rolled back and run again with a
-// savepoint each.) In a bare session (BeginBareTx) an event that fails
-// before it changed anything is skipped the same way, and the first event
-// that fails after changing a row ends Apply with an error wrapping
-// ErrRedo.
-//
-// Apply returns an error only when the transaction itself is no longer
-// usable (a savepoint cannot be taken or rolled back, the database is
-// locked or failing, ctx is done) or, in a bare session, ErrRedo; the
-// caller must then roll back and apply the whole transaction again.
-// Outcomes are counted in the Result at once, and in the metrics and the
-// log by Committed.
-func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
-	start := time.Now()
-	outs := make([]outcome, len(events))
-	ops := make([]*op, len(events))
-	var maxUS int64
-	for i := range events {
-		ev := &events[i]
-		maxUS = max(maxUS, ev.TimeUS)
-		var err error
-		ops[i], outs[i].reason, err = decodeEvent(ev)
-		outs[i].err = err
-	}
-	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx)}
-	a.use(s.st)
-	var (
-		res Result
-		err error
-	)
-	if s.bare {
-		res, err = a.run(ops, outs, runBare)
-	} else {
-		// All events under one savepoint, no savepoint per event. If any
-		// event fails, roll them back to it, restore what the session knew
-		// before them, and redo them with a savepoint per event, so only
-		// the failing events are lost.
-		a.journal = true
-		res, err = a.run(ops, outs, runBatch)
-		if err != nil && !fatal(err) {
-			if _, rerr := s.tx.ExecContext(s.ctx, "ROLLBACK TO batch"); rerr != nil {
-				return Result{}, fmt.Errorf("roll back batch: %w", rerr)
-			}
-			if _, rerr := s.tx.ExecContext(s.ctx, "RELEASE batch"); rerr != nil {
-				return Result{}, fmt.Errorf("roll back batch: %w", rerr)
-			}
-			a.takeBack()
-			a.journal = false
-			res, err = a.run(ops, outs, runPerEvent)
-		}
-	}
-	if err != nil {
-		return Result{}, err
-	}
-	s.st = a.state()
-	res.Events, res.MaxTimeUS = len(events), maxUS
-	for i := range events {
-		count(&outs[i], &res)
-		s.reports = append(s.reports, pendingReport{ev: &events[i], o: outs[i]})
-	}
-	s.p.metrics.batch(time.Since(start))
-	return res, nil
-}
-
-// Finish recomputes the aggregate (repository_stats) of every repository
-// whose stars or hold stats the session's events changed, from the
-// persisted per-hold and star rows. Once per repository per transaction:
-// the aggregate depends only on the persisted rows, and updated_at is the
-// latest event that changed them, so where the calls (or batches) fall
-// does not change the stored row. Errors are the database's.
-func (s *TxSession) Finish() error {
-	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence}
-	a.use(s.st)
-	if err := a.refreshTouched(); err != nil {
-		return err
-	}
-	clear(s.st.touched)
-	return nil
-}
-
-// Committed counts and logs (metrics, sampled skip warnings) the outcome
-// of every event the session applied since the last call: the caller
-// calls it once the transaction has committed, so a transaction that is
-// rolled back and applied again (ErrRedo, a lost fence at commit, a fatal
-// error) counts its events once, in the attempt that committed.
-func (s *TxSession) Committed() {
-	if s == nil {
-		return
-	}
-	for i := range s.reports {
-		s.p.emit(s.reports[i].ev, &s.reports[i].o)
-	}
-	s.reports = s.reports[:0]
-}
-
 // outcome is what happened to one event of a batch.
 type outcome struct {
 	reason  string // skip reason; "" when applied or unchanged
@@ -625,80 +432,4 @@ func knownCollection(c string) bool {
 		return true
 	}
 	return false
-}
-
-// repoKey names one repository: its owner's DID and its name.
-type repoKey struct{ did, repository string }
-
-func sortedKeys(m map[repoKey]int64) []repoKey {
-	out := make([]repoKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].did != out[j].did {
-			return out[i].did < out[j].did
-		}
-		return out[i].repository < out[j].repository
-	})
-	return out
-}
-
-// Metrics are the processor's Prometheus collectors.
-type Metrics struct {
-	events  *prometheus.CounterVec
-	skips   *prometheus.CounterVec
-	latency prometheus.Histogram
-}
-
-// NewMetrics registers the processor's collectors on reg (reusing them when
-// another Processor registered them first):
-// appview_processor_events_total{collection,operation,outcome},
-// appview_processor_skipped_total{reason} and
-// appview_processor_batch_apply_seconds (a histogram of ApplyTx latency).
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "appview_processor_events_total",
-			Help: "Jetstream events processed, by collection (io.atcr NSID, \"other\" outside io.atcr), operation (create, update, delete, identity, account) and outcome (applied, unchanged, skipped).",
-		}, []string{"collection", "operation", "outcome"}),
-		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "appview_processor_skipped_total",
-			Help: "Events skipped without being applied, by reason.",
-		}, []string{"reason"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "appview_processor_batch_apply_seconds",
-			Help:    "Time to apply one batch of events inside its transaction (excluding commit), in seconds.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-	}
-	var err error
-	if m.events, err = promshare.Register(reg, m.events); err != nil {
-		return nil, err
-	}
-	if m.skips, err = promshare.Register(reg, m.skips); err != nil {
-		return nil, err
-	}
-	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-func (m *Metrics) event(collection, operation, outcome string) {
-	if m != nil {
-		m.events.WithLabelValues(collection, operation, outcome).Inc()
-	}
-}
-
-func (m *Metrics) skipped(reason string) {
-	if m != nil {
-		m.skips.WithLabelValues(reason).Inc()
-	}
-}
-
-func (m *Metrics) batch(d time.Duration) {
-	if m != nil {
-		m.latency.Observe(d.Seconds())
-	}
 }
