@@ -4,26 +4,34 @@
 // Jetstream instance) and applies each batch of events in one fenced
 // transaction.
 //
-// # One batch, one commit
+// # One batch, one step
 //
-// commitBatch is the unit of progress. Inside fence.Fenced under the
-// worker's custody it
+// The consumer hands every batch to its pipeline (pipeline.go), the one
+// step from the Jetstream client to the database. pipeline.commit
+// prepares the batch (the handles it needs, verified before the write
+// lock is taken) and then, inside ONE transaction fenced by the worker's
+// custody (pipeline.write, the consumer's one call of fence.Fenced):
 //
-//  1. applies the events (a processor.TxSession, one Apply per
-//     commit-budget chunk, the revs screened and recorded once per
-//     transaction): records, per-hold stats and the repository_stats
-//     aggregate recomputed from persisted rows (TxSession.Finish);
-//  2. enqueues a webhook delivery per subscriber for every manifest stored
+//  1. orders: each commit is screened against its repository's newest
+//     rev (revs.go: a stale or future-dated commit is skipped, a #sync
+//     queues a re-read);
+//  2. applies the events (a processor.TxSession, one Apply per
+//     commit-budget chunk): records, per-hold stats and the
+//     repository_stats aggregate recomputed from persisted rows
+//     (TxSession.Finish);
+//  3. enqueues a webhook delivery per subscriber for every manifest stored
 //     for the first time (webhooks.EnqueueTx; idempotent by event key);
-//  3. writes the cursor, last: the time_us of the batch's last event.
+//  4. writes the position, last (position.go).
 //
-// All three commit together or not at all, so the cursor can never be
+// All of it commits together or not at all, so the position can never be
 // durable past an event whose records, stats or deliveries are not, and a
 // replay after a crash or a rewind is harmless (every write is newer-wins
-// or idempotent). After the commit the consumer tells the StatsCache what
-// changed (processor.ObserveStats) and kicks the webhook dispatcher when
-// deliveries were enqueued. A commit that fails with fence.ErrSuperseded
-// means custody is lost: the worker fails with that error.
+// or idempotent). The pipeline returns what committed; the consumer then
+// moves its in-memory position on, tells the StatsCache what changed
+// (processor.ObserveStats) and kicks the webhook dispatcher when
+// deliveries were enqueued (consumer.advance). A commit that fails with
+// fence.ErrSuperseded means custody is lost: the worker fails with that
+// error.
 //
 // # One bad row cannot stall the stream
 //
@@ -33,7 +41,7 @@
 // retrying it from the cursor forever is a stall. So a batch commit that
 // fails with anything but lost custody, the end of the context or a
 // failure of the database itself (processor.DatabaseFailure: locked, I/O,
-// ...) is retried event by event (commitEach), each event with its
+// ...) is retried event by event (pipeline.each), each event with its
 // deliveries and the cursor in its own fenced transaction. An event whose
 // own commit still fails is skipped (counted by the processor as db_error,
 // logged at a sampled rate) and the cursor is moved past it in a fenced
@@ -50,7 +58,7 @@
 //	                                        ├── StatsCache   (Options.Stats: statscache.New)
 //	                                        ├── dispatcher   (webhooks)
 //	                                        └── jetstream.Client Run goroutine
-//	                                              reader ─▶ batch ─▶ handler: commitBatch
+//	                                              reader ─▶ batch ─▶ handler ─▶ pipeline.commit
 //
 // Started loads the cursor, spawns the two children and starts the
 // client's Run goroutine. The client calls the handler with each batch on
@@ -58,6 +66,11 @@
 // that is the backpressure, and it keeps the blocking database work off the
 // actor's goroutine. After a commit the handler sends the StatsCache an
 // Observe and the dispatcher a Kick (only when deliveries were enqueued).
+// The package's files follow that order: worker.go (registration),
+// consumer.go (the actor, handle, advance), pipeline.go (the step),
+// revs.go and position.go (what the step orders by and writes last),
+// resume.go (where a connection resumes), gaps.go (lost events),
+// resync.go (re-reads), metrics.go.
 // Frames that did not decode (Batch.Failures, already counted by the
 // client) are logged with their class, size and time_us when known, at a
 // sampled rate per class; the next good event moves the cursor past them.

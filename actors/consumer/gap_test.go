@@ -38,7 +38,7 @@ func TestAGapQueuesAReReadOfEveryRepositoryHeldHere(t *testing.T) {
 	}
 	events := []jetstream.Event{tag("did:plc:u1", "a"), tag("did:plc:u2", "b"), tag("did:plc:u3", "c"),
 		{DID: "did:plc:u3", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u3", Rev: "3l3qo2vutsw23"}}}
-	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", events, 0, 0); err != nil {
+	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
 		t.Fatal(err)
 	}
 	cons := bareConsumer(t, db.DB, c, 0)
@@ -95,7 +95,7 @@ func TestAReReadOfAnInactiveRepositoryLeavesTheQueueAndKeepsItsRows(t *testing.T
 					Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":"a","manifestDigest":%q,"createdAt":"2026-01-01T00:00:00Z"}`, digest))}},
 				{DID: "did:plc:u1", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw23"}},
 			}
-			if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", events, 0, 0); err != nil {
+			if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
 				t.Fatal(err)
 			}
 			pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -123,7 +123,7 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 		t.Fatalf("the batch committed (%v): the test proves nothing", err)
 	}
 	skipped := 0
-	out, err := commitEach(context.Background(), db.DB, c, p, enqueue, events, func(ev *jetstream.Event, err error) {
+	out, err := commitEach(context.Background(), testPipeline(db.DB, c, p, enqueue), events, func(ev *jetstream.Event, err error) {
 		// Only the create that stores the refused push's manifest (a
 		// stream may store one again after deleting it).
 		if !errors.Is(err, refused) || ev.Commit == nil || ev.Commit.Collection != processor.CollectionManifest {
@@ -158,7 +158,7 @@ BEGIN SELECT RAISE(ABORT, 'cursor refused'); END`, at)); err != nil {
 		t.Fatal(err)
 	}
 	skips := 0
-	_, err := commitEach(context.Background(), db.DB, c, p, webhooks.EnqueueTx, events, func(*jetstream.Event, error) { skips++ })
+	_, err := commitEach(context.Background(), testPipeline(db.DB, c, p, webhooks.EnqueueTx), events, func(*jetstream.Event, error) { skips++ })
 	if err == nil || !strings.Contains(err.Error(), "cursor refused") {
 		t.Fatalf("err %v, want the refused cursor write", err)
 	}
@@ -188,9 +188,9 @@ func testFailureNotSkipped(t *testing.T, failure error) {
 	c := acquire(t, db.DB, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	skips := 0
-	_, err := commitEach(context.Background(), db.DB, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
+	_, err := commitEach(context.Background(), testPipeline(db.DB, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
 		return 0, failure
-	}, events, func(*jetstream.Event, error) { skips++ })
+	}), events, func(*jetstream.Event, error) { skips++ })
 	if !errors.Is(err, failure) || skips != 0 {
 		t.Fatalf("err %v after %d skips, want the failure and no event skipped", err, skips)
 	}

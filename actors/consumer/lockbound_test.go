@@ -121,13 +121,11 @@ func testCommitBudget(t *testing.T, refuse bool) {
 			return webhooks.EnqueueTx(ctx, tx, pushes)
 		}
 	}
-	c := &consumer{
-		o: Options{
-			DB: db.DB, Custody: acquire(t, db.DB, "me"), Processor: processor.New(processor.Options{Log: zerolog.Nop()}),
-			Jetstream: config.Jetstream{CommitBudget: time.Nanosecond}, enqueue: enqueue,
-		},
-		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root, disp: disp,
-	}
+	c := newConsumer(Options{
+		DB: db.DB, Custody: acquire(t, db.DB, "me"), Processor: processor.New(processor.Options{Log: zerolog.Nop()}),
+		Jetstream: config.Jetstream{CommitBudget: time.Nanosecond}, enqueue: enqueue, Log: zerolog.Nop(),
+	})
+	c.root, c.disp = sys.Root, disp
 	b := jetstream.Batch{URL: "wss://js.example/xrpc/network.bsky.jetstream.subscribeEvents", MaxSeq: n + trailing, Events: events}
 	if err := c.handle(context.Background(), b); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 )
 
@@ -68,8 +67,9 @@ const anchorPositionSQL = `INSERT INTO jetstream_cursor (id, time_us, updated_at
 VALUES (1, 0, ` + database.NowMS + `, ?2, '', 0, ?1)
 ON CONFLICT (id) DO NOTHING`
 
-// anchorPosition returns the stored position, storing one first when there
-// is none: the time the consumer begins at (now), under custody's fence.
+// anchor returns the stored position, storing one first when there is
+// none: the time the consumer begins at (now), under the pipeline's
+// custody.
 //
 // Without it a consumer that starts on an empty database reads from the
 // live tail and has no position until its first batch commits, so a
@@ -85,14 +85,14 @@ ON CONFLICT (id) DO NOTHING`
 //
 // Errors: reading or storing the position (fence.ErrSuperseded when
 // custody was lost meanwhile).
-func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now time.Time) (p Position, anchored bool, err error) {
-	p, ok, err := LoadPosition(ctx, db)
+func (pl *pipeline) anchor(ctx context.Context, now time.Time) (p Position, anchored bool, err error) {
+	p, ok, err := LoadPosition(ctx, pl.db)
 	if err != nil || ok {
 		return p, false, err
 	}
 	var n int64
-	if err := fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
-		r, err := tx.ExecContext(ctx, anchorPositionSQL, now.UnixMicro(), custody.Fence)
+	if err := pl.write(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, anchorPositionSQL, now.UnixMicro(), pl.custody.Fence)
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func anchorPosition(ctx context.Context, db *sql.DB, custody fence.Custody, now 
 	}); err != nil {
 		return Position{}, false, fmt.Errorf("store the starting jetstream position: %w", err)
 	}
-	p, _, err = LoadPosition(ctx, db)
+	p, _, err = LoadPosition(ctx, pl.db)
 	return p, n == 1, err
 }
 
@@ -261,3 +261,107 @@ func rfc3339US(s string) int64 {
 	}
 	return t.UnixMicro()
 }
+
+// positionOf is where a batch from host moves the position: maxSeq (or
+// the events' highest seq), batchCursor's times and the shared time.
+//
+// high is the largest time_us already committed from host earlier on the
+// same stream (by this incarnation; 0: none). The batch continues that
+// stream, so its cursor is what it would have been had both been one
+// batch: its last event's time_us, never more than reorderWindow below
+// the newest time_us reached so far (pos.reached). Without it, a batch
+// split between an event and the slightly older events Jetstream sent
+// after it (the live tail is out of time_us order) left the position on
+// the newer event for good: the later batch's own newest time_us was
+// below the stored one, so it never moved the position onto the stream's
+// last event.
+func positionOf(host string, events []jetstream.Event, maxSeq, high int64) batchPosition {
+	pos := batchPosition{host: host, seq: maxSeq, shared: sharedTime(events)}
+	for i := range events {
+		pos.seq = max(pos.seq, events[i].Seq)
+	}
+	for i := range events {
+		if s := events[i].Seq; s > pos.checkSeq && s <= pos.seq {
+			pos.checkSeq, pos.checkUS = s, events[i].TimeUS
+		}
+	}
+	pos.last, pos.newest = batchCursor(events)
+	pos.reached = pos.newest
+	if pos.last > 0 && high > pos.newest {
+		pos.reached = high
+		pos.last = max(pos.last, high-reorderWindow.Microseconds())
+	}
+	return pos
+}
+
+// prefixSeq is the maxSeq to pass positionOf for events[:n] of a batch
+// whose Batch.MaxSeq is maxSeq: maxSeq for the whole batch, else 0 (the
+// prefix's own highest seq).
+func prefixSeq(events []jetstream.Event, n int, maxSeq int64) int64 {
+	if n == len(events) {
+		return maxSeq
+	}
+	return 0
+}
+
+// batchCursor returns the time_us of the batch's last event in stream
+// order (the cursor: docs/spec.md §8 "last fully processed event") and the largest
+// time_us in the batch. Jetstream's live tail is out of time_us order by a
+// few milliseconds, so the last event may be a little older than the
+// newest; the cursor is then that event's time_us, as Jetstream's own
+// clients record it, but never more than reorderWindow below the newest:
+// one event stamped far in the past (a time_us in milliseconds, 1970 as
+// microseconds) must not carry the cursor back with it.
+//
+// An event stamped more than cursorLead ahead of this host's clock is
+// applied but moves neither figure: a cursor is only ever a time the
+// stream has reached. Were it to move there, a restart would ask
+// Jetstream for a cursor ahead of every event still to come, and get
+// nothing until then (a backlog skipped; on a live stream, a live tail
+// that skips the restart's gap). Both are 0 when no event counts.
+//
+// Nor does one event stamped far ahead of its batch: an event more than
+// cursorOutlier above the batch's median time_us is applied but moves
+// neither figure (a server that stamped one commit a year ahead in an
+// old capture otherwise moved the stored position a year on, and a
+// restart skipped everything in between). A real jump forward (the host
+// itself was down for a while) carries the figures once most of a batch
+// lies beyond it, one batch later at most.
+func batchCursor(events []jetstream.Event) (last, newest int64) {
+	limit := time.Now().Add(cursorLead).UnixMicro()
+	ts := make([]int64, 0, len(events))
+	for i := range events {
+		if t := events[i].TimeUS; t <= limit {
+			ts = append(ts, t)
+		}
+	}
+	if len(ts) == 0 {
+		return 0, 0
+	}
+	if len(ts) > 2 {
+		limit = min(limit, median(ts)+cursorOutlier.Microseconds())
+	}
+	for _, t := range ts {
+		if t <= limit {
+			last, newest = t, max(newest, t)
+		}
+	}
+	if window := reorderWindow.Microseconds(); newest-last > window {
+		last = newest - window
+	}
+	return last, newest
+}
+
+// cursorOutlier is how far above its batch's median time_us an event may
+// be stamped and still move the cursor (batchCursor). Below the default
+// jetstream.rewind (30 s): an event at the bound moves the cursor at most
+// that far ahead of the stream, and a resume by time rewinds further.
+const cursorOutlier = 10 * time.Second
+
+// cursorLead is how far ahead of this host's clock an event may be
+// stamped and still move the cursor, and how far ahead a stored or
+// resumed cursor may be (see batchCursor, saveCursorSQL and
+// consumer.resumeAt): room for the Jetstream server's clock to run a
+// little ahead of ours. A host clock slower than that only stops the
+// cursor until the clock catches up, which costs an idempotent replay.
+const cursorLead = time.Minute

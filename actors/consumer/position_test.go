@@ -34,13 +34,11 @@ func bareConsumer(t *testing.T, db *sql.DB, c fence.Custody, rewind time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons := &consumer{
-		o: Options{DB: db, Custody: c, Jetstream: config.Jetstream{Rewind: rewind},
-			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
-		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root, pos: pos,
-		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-	}
+	cons := newConsumer(Options{DB: db, Custody: c, Jetstream: config.Jetstream{Rewind: rewind}, Log: zerolog.Nop(),
+		Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx})
+	cons.root, cons.pos = sys.Root, pos
+	cons.stats = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
+	cons.disp = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
 	cons.cursor.Store(pos.TimeUS)
 	return cons
 }
@@ -140,7 +138,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	ctx := context.Background()
 	first := acquire(t, db.DB, "first")
 	began := time.Now()
-	p, anchored, err := anchorPosition(ctx, db.DB, first, began)
+	p, anchored, err := testPipeline(db.DB, first, nil, nil).anchor(ctx, began)
 	if err != nil || !anchored {
 		t.Fatalf("anchor on an empty database: anchored %v, %v", anchored, err)
 	}
@@ -170,7 +168,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 		t.Fatal(err)
 	}
 	next := acquire(t, db.DB, "next")
-	again, anchored, err := anchorPosition(ctx, db.DB, next, began.Add(time.Minute))
+	again, anchored, err := testPipeline(db.DB, next, nil, nil).anchor(ctx, began.Add(time.Minute))
 	if err != nil || anchored || again != p {
 		t.Fatalf("second start: position %+v anchored %v (%v), want the first anchor %+v kept", again, anchored, err, p)
 	}
@@ -198,7 +196,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	if _, err := db.Exec(`DELETE FROM jetstream_cursor`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := anchorPosition(ctx, db.DB, first, began); !errors.Is(err, fence.ErrSuperseded) {
+	if _, _, err := testPipeline(db.DB, first, nil, nil).anchor(ctx, began); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("anchor under a superseded fence: %v, want fence.ErrSuperseded", err)
 	}
 	if _, ok, _ := LoadPosition(ctx, db.DB); ok {
@@ -221,13 +219,13 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 	}
 	now := time.Now().UnixMicro()
 	first := []jetstream.Event{tag("t1", "3l3qo2vutsw2c", "v1", now), tag("t2", "3l3qo2vutsw2c", "v2", now+1)}
-	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", first, 0, 0)
+	out, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: first})
 	if err != nil || out.stale != 0 {
 		t.Fatalf("first batch: %v, stale %d", err, out.stale)
 	}
 	older := []jetstream.Event{tag("t3", "3l3qo2vutsw2a", "old", now+2),
 		{DID: "did:plc:u1", TimeUS: now + 3, Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw2d"}}}
-	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", older, 0, 0)
+	out, err = testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: older})
 	if err != nil || out.stale != 1 || out.syncs != 1 {
 		t.Fatalf("second batch: %v, stale %d syncs %d, want 1 and 1", err, out.stale, out.syncs)
 	}
@@ -263,12 +261,12 @@ func TestACommitWithARevFromTheFutureIsSkippedAndDoesNotSilenceItsRepository(t *
 	rev := func(at time.Time) string { return syntax.NewTIDFromTime(at, 1).String() }
 	future := tag("t1", rev(time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC)), "poison", now)
 	slightlyAhead := tag("t2", rev(now.Add(time.Minute)), "ahead", now.Add(time.Millisecond)) // a PDS clock a minute fast: within the tolerance
-	out, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{future, slightlyAhead}, 0, 0)
+	out, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{future, slightlyAhead}})
 	if err != nil || out.future != 1 || out.stale != 0 {
 		t.Fatalf("first batch: %v, future %d stale %d, want 1 and 0", err, out.future, out.stale)
 	}
 	later := tag("t3", rev(now.Add(2*time.Minute)), "later", now.Add(2*time.Minute))
-	out, err = commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{later}, 0, 0)
+	out, err = testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{later}})
 	if err != nil || out.stale != 0 || out.future != 0 {
 		t.Fatalf("later commit: %v, stale %d future %d, want both 0: the repository was silenced", err, out.stale, out.future)
 	}
@@ -291,8 +289,8 @@ func TestAReReadRefusesARevFromTheFuture(t *testing.T) {
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	const did = "did:plc:u4"
-	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{
-		{DID: did, TimeUS: time.Now().UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0, 0); err != nil {
+	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{
+		{DID: did, TimeUS: time.Now().UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}}); err != nil {
 		t.Fatal(err)
 	}
 	future := syntax.NewTIDFromTime(time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC), 1).String()
@@ -339,8 +337,8 @@ func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 		return jetstream.Event{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
 			Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey, Record: json.RawMessage(rec(rkey))}}
 	}
-	if _, err := commitBatchAt(ctx, db.DB, c, p, webhooks.EnqueueTx, "h", []jetstream.Event{ev("gone"), ev("kept"),
-		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}, 0, 0); err != nil {
+	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{ev("gone"), ev("kept"),
+		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}}); err != nil {
 		t.Fatal(err)
 	}
 	pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

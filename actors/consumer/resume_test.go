@@ -59,13 +59,11 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 		t.Fatal(err)
 	}
 	sys := testsupport.NewActorSystem(t)
-	cons := &consumer{
-		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: rewind},
-			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
-		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root,
-		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-	}
+	cons := newConsumer(Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: rewind}, Log: zerolog.Nop(),
+		Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx})
+	cons.root = sys.Root
+	cons.stats = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
+	cons.disp = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
 	cons.cursor.Store(stored)
 	const a, b = "ws://a.example/subscribe", "ws://b.example/subscribe"
 	// Another host resumes from the shared time (commit rev / relay time)
@@ -127,13 +125,11 @@ func TestALiveTailReconnectRewindsByTheReorderWindowAndStillMovesOn(t *testing.T
 	}
 	c := acquire(t, db.DB, "me")
 	sys := testsupport.NewActorSystem(t)
-	cons := &consumer{
-		o: Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second},
-			Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx},
-		log: zerolog.Nop(), sampled: zerolog.Nop(), root: sys.Root,
-		stats: sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-		disp:  sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} })),
-	}
+	cons := newConsumer(Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second}, Log: zerolog.Nop(),
+		Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx})
+	cons.root = sys.Root
+	cons.stats = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
+	cons.disp = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
 	const a = "ws://a.example/subscribe"
 	ctx := context.Background()
 	if got := cons.resumeAt(a); got != 0 {

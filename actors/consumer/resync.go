@@ -204,7 +204,7 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 		return err
 	}
 	if errors.Is(err, errRepoInactive) {
-		if ferr := fence.Fenced(context.Background(), r.DB, c, func(tx *sql.Tx) error {
+		if ferr := r.write(context.Background(), c, func(tx *sql.Tx) error {
 			_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1`, did)
 			return err
 		}); ferr != nil {
@@ -218,7 +218,7 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 	// Bounded, cut at whole characters, and a peer's NUL kept readable.
 	msg := database.Diagnostic(logval.String(err.Error()))
 	var attempts int64
-	ferr := fence.Fenced(context.Background(), r.DB, c, func(tx *sql.Tx) error {
+	ferr := r.write(context.Background(), c, func(tx *sql.Tx) error {
 		if err := tx.QueryRow(`SELECT attempts + 1 FROM repo_resyncs WHERE did = ?1`, did).Scan(&attempts); err != nil {
 			return err
 		}
@@ -309,7 +309,7 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 			cursor = out.Cursor
 		}
 	}
-	err = fence.Fenced(ctx, r.DB, c, func(tx *sql.Tx) error {
+	err = r.write(ctx, c, func(tx *sql.Tx) error {
 		applied, removed = 0, 0
 		var requested int64
 		if err := tx.QueryRowContext(ctx, `SELECT requested_at FROM repo_resyncs WHERE did = ?1`, did).Scan(&requested); err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -348,6 +348,12 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 		return nil
 	})
 	return applied, removed, lag, err
+}
+
+// write runs fn in a transaction that commits only under custody c: the
+// re-reader's one call of fence.Fenced.
+func (r *Resyncer) write(ctx context.Context, c fence.Custody, fn func(tx *sql.Tx) error) error {
+	return fence.Fenced(ctx, r.DB, c, fn)
 }
 
 // get calls an XRPC query on base and decodes its JSON answer into out.

@@ -9,22 +9,30 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
+	"github.com/rs/zerolog"
 )
 
-// The tests' shorthands for a batch from an unnamed host, and the stored
-// time_us alone.
+// The tests' shorthands: a pipeline without a commit budget, a batch from
+// an unnamed host, and the stored time_us alone.
 
-// commitEach is commitEachAt for a batch from an unnamed host.
-func commitEach(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
-	events []jetstream.Event, skip skipFunc) (committed, error) {
-	return commitEachAt(ctx, db, c, p, enqueue, "", events, 0, 0, skip)
+// testPipeline is the pipeline of a consumer holding c, without a commit
+// budget (each batch is one transaction).
+func testPipeline(db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc) *pipeline {
+	return newPipeline(Options{DB: db, Custody: c, Processor: p, enqueue: enqueue}, zerolog.Nop())
 }
 
-// commitBatch is commitBatchAt for a batch from an unnamed host, its
-// position the events' own.
+// commitBatch commits events from an unnamed host in one transaction
+// (pipeline.prefix), its position the events' own.
 func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
-	return commitBatchAt(ctx, db, c, p, enqueue, "", events, 0, 0)
+	return testPipeline(db, c, p, enqueue).prefix(ctx, part{events: events})
+}
+
+// commitEach commits events from an unnamed host one by one
+// (pipeline.each), telling skip about every event it skips.
+func commitEach(ctx context.Context, pl *pipeline, events []jetstream.Event, skip skipFunc) (committed, error) {
+	pl.skipped = skip
+	return pl.each(ctx, part{events: events})
 }
 
 // LoadCursor returns the stored cursor (Jetstream time_us of the last fully
