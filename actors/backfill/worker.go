@@ -103,14 +103,14 @@ func (b *Backfiller) Once(ctx context.Context, c fence.Custody) error {
 
 // ProcessorWorker is Worker feeding the registry's processor, the same one
 // the Jetstream consumer uses, so backfilled records obey the same
-// idempotency and newer-wins rules.
-func ProcessorWorker(d workers.Deps) (workers.Spec, error) {
-	pm, err := processor.NewMetrics(d.Metrics) // shared with the consumer's
-	if err != nil {
-		return workers.Spec{}, err
+// idempotency and newer-wins rules; pm are the process's processor
+// collectors (processor.NewMetrics, built once and shared with the
+// consumer's processor).
+func ProcessorWorker(pm *processor.Metrics) func(workers.Deps) (workers.Spec, error) {
+	return func(d workers.Deps) (workers.Spec, error) {
+		p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm, Handles: d.HandleResolver()})
+		return Worker(d, preparedApplier{p: p, db: d.DB})
 	}
-	p := processor.New(processor.Options{Log: d.Log.With().Str("worker", LeaseName).Logger(), Metrics: pm, Handles: d.HandleResolver()})
-	return Worker(d, preparedApplier{p: p, db: d.DB})
 }
 
 // preparedApplier is the processor as an Applier that also resolves a

@@ -18,19 +18,17 @@ import (
 // Worker returns the registration of the consumer under lease
 // "jetstream-consumer"; stats is the registration of the StatsCache the
 // consumer spawns as its child on every grant (statscache.New), so the
-// consumer never imports the package that implements it. The registration
-// builds the process-wide parts once (processor, metrics, the webhook
-// client and configuration); each grant of custody gets a new actor with
-// them. Its errors are a *config.Error or a metrics registration failure.
-func Worker(stats func(workers.Deps) (processor.StatsProps, error)) func(workers.Deps) (workers.Spec, error) {
-	return func(d workers.Deps) (workers.Spec, error) { return worker(d, stats) }
+// consumer never imports the package that implements it, and pm the
+// process's processor collectors (processor.NewMetrics, built once: the
+// backfill's processor counts into them too). The registration builds the
+// process-wide parts once (processor, metrics, the webhook client and
+// configuration); each grant of custody gets a new actor with them. Its
+// errors are a *config.Error or a metrics registration failure.
+func Worker(stats func(workers.Deps) (processor.StatsProps, error), pm *processor.Metrics) func(workers.Deps) (workers.Spec, error) {
+	return func(d workers.Deps) (workers.Spec, error) { return worker(d, stats, pm) }
 }
 
-func worker(d workers.Deps, stats func(workers.Deps) (processor.StatsProps, error)) (workers.Spec, error) {
-	pm, err := processor.NewMetrics(d.Metrics)
-	if err != nil {
-		return workers.Spec{}, err
-	}
+func worker(d workers.Deps, stats func(workers.Deps) (processor.StatsProps, error), pm *processor.Metrics) (workers.Spec, error) {
 	jm, err := jetstream.NewMetrics(d.Metrics)
 	if err != nil {
 		return workers.Spec{}, err

@@ -28,7 +28,7 @@ const DebugPath = "/debug/stats"
 const debugTimeout = 5 * time.Second
 
 // New is the StatsCache's registration, handed to the consumer
-// (consumer.Worker(statscache.New)): it registers the cache's metrics on
+// (consumer.Worker(statscache.New, pm)): it registers the cache's metrics on
 // d.Metrics and its /debug/stats handler on d.Admin (when set), and returns
 // the builder of its props for each grant of the consumer's custody. It
 // returns the metrics registerer's error.

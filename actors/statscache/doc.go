@@ -40,7 +40,7 @@
 //
 // The messages live in internal/processor so the consumer, which spawns
 // the cache as its child, never imports this package: the registration
-// (consumer.Worker(statscache.New) in cmd/appview/workers.go) hands the
+// (consumer.Worker(statscache.New, pm) in cmd/appview/workers.go) hands the
 // consumer the cache's props builder.
 //
 // # The view serves a read

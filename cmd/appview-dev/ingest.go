@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -315,7 +316,12 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 	custody := fence.Custody{Lease: consumer.LeaseName, Holder: ingestHolder, Fence: grant.Fence}
 	cfg := config.Default()
 	cfg.Jetstream.URLs = []string{g.url}
-	w, err := consumer.Worker(statscache.New)(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Instance: ingestHolder})
+	reg := prometheus.NewRegistry()
+	pm, err := processor.NewMetrics(reg)
+	if err != nil {
+		return 0, err
+	}
+	w, err := consumer.Worker(statscache.New, pm)(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: reg, Instance: ingestHolder})
 	if err != nil {
 		return 0, err
 	}

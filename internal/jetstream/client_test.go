@@ -808,19 +808,27 @@ func TestOptionsUpdateMessageHasJetstreamsShape(t *testing.T) {
 	}
 }
 
-func TestMetricsRegisterTwiceOnOneRegistryShareCollectors(t *testing.T) {
+// The collectors are built once per process and shared by the clients of
+// successive grants: what any of them counts is in the one registered set,
+// and a second set cannot be registered beside it.
+func TestMetricsRegisterOnceAndEveryClientCountsIntoThem(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	a, err := NewMetrics(reg)
+	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := NewMetrics(reg); err == nil {
+		t.Fatal("a second set of jetstream collectors registered beside the first")
 	}
-	b.frame(10)
-	if v := metricValue(t, a.frames); v != 1 {
-		t.Fatalf("second Metrics does not share the registered counter: %v", v)
+	for range 2 {
+		c, err := NewClient(ClientOptions{URLs: []string{"ws://127.0.0.1:1/subscribe"}, Metrics: m}, func(context.Context, Batch) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.opts.Metrics.frame(10)
+	}
+	if v := metricValue(t, m.frames); v != 2 {
+		t.Fatalf("registered counter %v, want the frames of both clients (2)", v)
 	}
 	var none *Metrics
 	none.frame(1) // a nil *Metrics records nothing and does not panic

@@ -1,14 +1,12 @@
 package jetstream
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atcr-io/appview/internal/logval"
-	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Why a Client reconnected: the reason label of
@@ -81,9 +79,8 @@ type Metrics struct {
 //	appview_jetstream_cursor_too_old_total         sequence cursors refused below a host's lookback floor
 //	appview_jetstream_gap_events_total             sequence numbers lost to those refusals (floor - cursor)
 //
-// Collectors already registered on reg (a second NewMetrics on the same
-// registry) are reused rather than refused. Other registration errors are
-// returned.
+// Build them once per process (the consumer's registration does) and
+// share them: a second registration on one registry is refused.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		frames: prometheus.NewCounter(prometheus.CounterOpts{
@@ -145,21 +142,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	if err := errors.Join(
-		register(reg, &m.frames), register(reg, &m.bytes), register(reg, &m.events),
-		register(reg, &m.decodeErrors), register(reg, &m.reconnects), register(reg, &m.connected),
-		register(reg, &m.connState), register(reg, &m.infos), register(reg, &m.serverErrors),
-		register(reg, &m.tooOld), register(reg, &m.tooOldGap),
-	); err != nil {
-		return nil, fmt.Errorf("jetstream metrics: %w", err)
+	for _, c := range []prometheus.Collector{m.frames, m.bytes, m.events, m.decodeErrors, m.reconnects, m.connected,
+		m.connState, m.infos, m.serverErrors, m.tooOld, m.tooOldGap} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("jetstream metrics: %w", err)
+		}
 	}
 	return m, nil
-}
-
-// register swaps *c for the collector registered under its name, if any.
-func register[T prometheus.Collector](reg prometheus.Registerer, c *T) (err error) {
-	*c, err = promshare.Register(reg, *c)
-	return err
 }
 
 func (m *Metrics) frame(size int64) {
@@ -215,19 +204,22 @@ func (m *Metrics) state(urls []string, at, st string) {
 	}
 }
 
-// knownNames are the #info and error names counted under their own
-// label; any other name a server sends is "other", so a hostile server
-// cannot grow the series without bound.
-var knownNames = map[string]bool{
-	"OutdatedCursor": true, ErrNameConsumerTooSlow: true, ErrNameCursorTooOld: true,
-	ErrNameUnknownZstdDictionary: true, "InvalidRequest": true,
+// knownName reports whether s is one of the #info and error names counted
+// under their own label; any other name a server sends is "other", so a
+// hostile server cannot grow the series without bound.
+func knownName(s string) bool {
+	switch s {
+	case "OutdatedCursor", ErrNameConsumerTooSlow, ErrNameCursorTooOld, ErrNameUnknownZstdDictionary, "InvalidRequest":
+		return true
+	}
+	return false
 }
 
 // label is the metric label of a server's error name: a known XRPC name,
 // "HTTP_<status>" for an upgrade refused without one (httpErrorName: at
 // most the few hundred statuses there are), else "other".
 func label(s string) string {
-	if knownNames[s] {
+	if knownName(s) {
 		return s
 	}
 	if code, ok := strings.CutPrefix(s, "HTTP_"); ok && len(code) == 3 && code[0] >= '1' && code[0] <= '5' &&

@@ -1,11 +1,10 @@
 package processor
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/atcr-io/appview/internal/promshare"
 )
 
 // Metrics are the processor's Prometheus collectors.
@@ -15,11 +14,13 @@ type Metrics struct {
 	latency prometheus.Histogram
 }
 
-// NewMetrics registers the processor's collectors on reg (reusing them when
-// another Processor registered them first):
+// NewMetrics registers the processor's collectors on reg:
 // appview_processor_events_total{collection,operation,outcome},
 // appview_processor_skipped_total{reason} and
 // appview_processor_batch_apply_seconds (a histogram of ApplyTx latency).
+// Build them once per process and give the same value to every Processor
+// (the consumer's and the backfill's count into one set): a second
+// registration on one registry is refused.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -36,15 +37,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	var err error
-	if m.events, err = promshare.Register(reg, m.events); err != nil {
-		return nil, err
-	}
-	if m.skips, err = promshare.Register(reg, m.skips); err != nil {
-		return nil, err
-	}
-	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
-		return nil, err
+	for _, c := range []prometheus.Collector{m.events, m.skips, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register processor metrics: %w", err)
+		}
 	}
 	return m, nil
 }

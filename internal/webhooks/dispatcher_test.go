@@ -697,17 +697,20 @@ func TestConfigValidateNamesTheOffendingWebhooksKey(t *testing.T) {
 	}
 }
 
+// The registration builds the dispatcher options once per process; every
+// grant's dispatcher gets a copy, and all of them count into the one set
+// of collectors registered (a second set cannot be registered beside it).
 func TestDispatcherOptionsFromDepsShareCollectorsAcrossCalls(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	d := workers.Deps{Config: config.Default(), Metrics: reg, Log: zerolog.Nop()}
-	first, err := NewDispatcherOptions(d)
+	opts, err := NewDispatcherOptions(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := NewDispatcherOptions(d)
-	if err != nil {
-		t.Fatalf("second registration: %v", err)
+	if _, err := NewDispatcherOptions(d); err == nil {
+		t.Fatal("a second set of webhook collectors registered beside the first")
 	}
+	first, second := opts, opts // two grants' dispatchers
 	first.Metrics.deliveries.WithLabelValues(OutcomeDelivered).Inc()
 	if v := metricValue(second.Metrics.deliveries.WithLabelValues(OutcomeDelivered)); v != 1 {
 		t.Fatalf("second options count %v deliveries, want the shared collector's 1", v)

@@ -1,9 +1,9 @@
 package webhooks
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"fmt"
 
-	"github.com/atcr-io/appview/internal/promshare"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Delivery outcomes, the values of the "outcome" label.
@@ -33,8 +33,9 @@ type Metrics struct {
 // NewMetrics builds the collectors and registers them with reg (nil: not
 // registered, e.g. in tests). Names: appview_webhook_deliveries_total
 // {outcome}, appview_webhook_attempt_duration_seconds,
-// appview_webhook_deliveries_pending. Registering twice with one registry
-// reuses the collectors already there.
+// appview_webhook_deliveries_pending. Build them once per process (the
+// consumer's registration does, NewDispatcherOptions): a second
+// registration on one registry is refused.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,15 +58,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	var err error
-	if m.deliveries, err = promshare.Register(reg, m.deliveries); err != nil {
-		return nil, err
-	}
-	if m.latency, err = promshare.Register(reg, m.latency); err != nil {
-		return nil, err
-	}
-	if m.pending, err = promshare.Register(reg, m.pending); err != nil {
-		return nil, err
+	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.pending} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register webhook metrics: %w", err)
+		}
 	}
 	return m, nil
 }
