@@ -115,6 +115,13 @@
 // close frame with a 10 ms budget, closes the socket and waits for every
 // goroutine; it returns as soon as the handler honours its context.
 //
+// A frame's way through the client, file by file: client.go (the Client,
+// its options and the Run loop over URLs), failback.go (probes of earlier
+// URLs), connection.go (one connection: dial, refusals, options_update,
+// teardown), dictionary.go (the v2 host's zstd dictionary), frames.go
+// (read: a frame decoded by decode.go or v2.go, checked and queued;
+// deliver: frames gathered into a Batch for the Handler).
+//
 // # Replay server
 //
 // ReplayServer serves a JSONL capture through the same protocol, for

@@ -80,6 +80,18 @@
 //     (counted). Only a failure of the transaction itself (locked, I/O,
 //     savepoint) is returned, so the caller retries the whole batch.
 //
+// # Files
+//
+// An event's way through the package: decode.go (an event to an op,
+// Prepare), session.go (TxSession: Preload, Apply, Finish, Committed),
+// apply.go (the per-event machinery: savepoints, redo, the dispatch to a
+// collection), one file per collection with its lexicon check and its
+// rows (manifest.go, tag.go, star.go, profile.go, repopage.go,
+// captain.go, crew.go, holdstats.go), users.go (users rows, identity and
+// account events), txstate.go (what a transaction carries from one Apply
+// to the next), aggregate.go (repository_stats), processor.go (the
+// Processor, results and outcomes), metrics.go.
+//
 // # Users
 //
 // A users row is created by the first user-repo record applied for a DID
