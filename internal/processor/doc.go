@@ -8,22 +8,23 @@
 // # API
 //
 //	p := processor.New(processor.Options{Log: log, Metrics: m})
-//	// consumer: records, webhook deliveries and cursor in one commit
+//	// records and the caller's own writes in one commit (the backfill's
+//	// page and checkpoint, a re-read's rev and queue row)
 //	fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
 //	    res, err := p.ApplyTx(ctx, tx, custody, batch)
-//	    ... webhooks.EnqueueTx(ctx, tx, pushes(res.NewManifests)) ...
-//	    ... write cursor res.MaxTimeUS ...
+//	    ... the caller's writes ...
 //	})
-//	// the same transaction in chunks (the consumer's commit budget), first
-//	// without savepoints: on processor.ErrRedo, roll back and run it
-//	// again with p.BeginTx (processor.Redo)
+//	// the same transaction in chunks (the consumer's pipeline, under its
+//	// commit budget: actors/consumer/pipeline.go), first without
+//	// savepoints: on processor.ErrRedo, roll back and run it again with
+//	// p.BeginTx (processor.Redo)
 //	s := p.BeginBareTx(ctx, tx, custody)
 //	_ = s.Preload(batch) // optional: one read for the whole batch
 //	res, err := s.Apply(batch[:25]) ... s.Apply(batch[25:50]) ...
 //	err = s.Finish() // the aggregates, once
 //	// ... and once the transaction has committed:
 //	s.Committed() // count and log the outcomes
-//	// backfill: one shot
+//	// one shot, nothing else to commit
 //	res, err := p.Apply(ctx, db, custody, events)
 //
 // Result reports applied / unchanged / skipped counts (skips by reason),
