@@ -16,9 +16,6 @@ import (
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
-// LeaseName is the lease the consumer runs under (docs/spec.md §4).
-const LeaseName = "jetstream-consumer"
-
 // pipeline is the one step a batch takes from the Jetstream client to the
 // database, and every write of one grant of custody goes through its
 // write. commit

@@ -15,6 +15,9 @@ import (
 	"github.com/atcr-io/appview/internal/workers"
 )
 
+// LeaseName is the lease the consumer runs under (docs/spec.md §4).
+const LeaseName = "jetstream-consumer"
+
 // Worker returns the registration of the consumer under lease
 // "jetstream-consumer"; stats is the registration of the StatsCache the
 // consumer spawns as its child on every grant (statscache.New), so the
