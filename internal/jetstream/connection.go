@@ -25,7 +25,7 @@ import (
 type sessionEnd struct {
 	err        error
 	reason     string // a Reason* constant
-	healthy    bool   // the server sent at least one frame or pong
+	healthy    bool   // the server sent at least one data frame other than a v2 #info
 	progressed bool   // it sent an event newer than any the client had seen
 	lasted     time.Duration
 	handlerErr error
