@@ -71,8 +71,9 @@ func newPipeline(o Options, log zerolog.Logger) *pipeline {
 }
 
 // write runs fn in a transaction that commits only while the pipeline's
-// custody is the lease's current one: the consumer's one call of
-// fence.Fenced. Errors wrap fence.ErrSuperseded when custody is lost.
+// custody is the lease's current one: the consumer actor's one call of
+// fence.Fenced (the re-reader has its own, Resyncer.write). Errors wrap
+// fence.ErrSuperseded when custody is lost.
 func (pl *pipeline) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return fence.Fenced(ctx, pl.db, pl.custody, fn)
 }
