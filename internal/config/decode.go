@@ -18,72 +18,79 @@ import (
 )
 
 // decodeYAML walks the document against the struct so that an unknown key
-// or a bad value is reported with its full dotted path. A file holds one
-// document: yaml.Unmarshal would read the first and silently drop the
-// rest (settings the operator believes are applied), so a second one,
-// even an empty one after a trailing "---", is refused.
+// or a bad value is reported with its full dotted path; every problem
+// goes to p. A file holds one document: yaml.Unmarshal would read the
+// first and silently drop the rest (settings the operator believes are
+// applied), so a second one, even an empty one after a trailing "---", is
+// refused. It reports false when the file is not one YAML document (what
+// it meant is unknown).
 //
 // Each key set gets its line in origins ("line N").
-func decodeYAML(data []byte, cfg *Config, origins map[string]string) error {
+func decodeYAML(data []byte, cfg *Config, origins map[string]string, p *problemList) bool {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
 	case errors.Is(err, io.EOF): // empty file, or only comments: defaults
-		return nil
+		return true
 	case err != nil:
-		return &Error{Key: "--config", Reason: "invalid YAML: " + err.Error()}
+		p.add(&Error{Key: "--config", Reason: "invalid YAML: " + err.Error()})
+		return false
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
-		return keyErr("--config", "more than one YAML document (a second one starts at line %d); keep one", next.Line)
+		p.fail("--config", "more than one YAML document (a second one starts at line %d); keep one", next.Line)
+		return false
 	case !errors.Is(err, io.EOF):
-		return &Error{Key: "--config", Reason: "more than one YAML document, and the second is invalid: " + err.Error()}
+		p.add(&Error{Key: "--config", Reason: "more than one YAML document, and the second is invalid: " + err.Error()})
+		return false
 	}
-	if len(doc.Content) == 0 {
-		return nil
+	if len(doc.Content) > 0 {
+		decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "", origins, p)
 	}
-	return decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "", origins)
+	return true
 }
 
-func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]string) error {
-	if v.Kind() == reflect.Struct && v.Type() != durationType {
-		if n.Kind != yaml.MappingNode {
-			if n.Tag == "!!null" {
-				return nil
-			}
-			return keyErr(orRoot(key), "expected a mapping%s", at(n))
+// decodeNode decodes n into v, the field of key, and each key under it;
+// each unknown key, key given twice and bad value is a problem in p, and
+// the rest is still decoded.
+func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]string, p *problemList) {
+	if v.Kind() != reflect.Struct || v.Type() == durationType {
+		if n.Line > 0 {
+			origins[key] = fmt.Sprintf("line %d", n.Line)
 		}
-		fields := map[string]reflect.Value{}
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			fields[yamlName(t.Field(i))] = v.Field(i)
+		p.add(decodeLeaf(n, v, key))
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		if n.Tag != "!!null" {
+			p.fail(orRoot(key), "expected a mapping%s", at(n))
 		}
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			name := n.Content[i].Value
-			child := name
-			if key != "" {
-				child = key + "." + name
-			}
-			f, ok := fields[name]
-			if !ok {
-				return keyErr(child, "unknown key%s%s", suggestKey(child, everyKey()), at(n.Content[i]))
-			}
-			if seen[name] {
-				return keyErr(child, "duplicate key%s", at(n.Content[i]))
-			}
+		return
+	}
+	fields := map[string]reflect.Value{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		fields[yamlName(t.Field(i))] = v.Field(i)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		name := n.Content[i].Value
+		child := name
+		if key != "" {
+			child = key + "." + name
+		}
+		f, ok := fields[name]
+		switch {
+		case !ok:
+			p.fail(child, "unknown key%s%s", suggestKey(child, everyKey()), at(n.Content[i]))
+		case seen[name]:
+			p.fail(child, "duplicate key%s", at(n.Content[i]))
+		default:
 			seen[name] = true
-			if err := decodeNode(n.Content[i+1], f, child, origins); err != nil {
-				return err
-			}
+			decodeNode(n.Content[i+1], f, child, origins, p)
 		}
-		return nil
 	}
-	if n.Line > 0 {
-		origins[key] = fmt.Sprintf("line %d", n.Line)
-	}
-	return decodeLeaf(n, v, key)
 }
 
 // at is " (line N)" for a node read from the file, and "" for one parsed

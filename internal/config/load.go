@@ -35,15 +35,30 @@ type Sources struct {
 }
 
 // Load builds the configuration from defaults, then Sources in order, and
-// validates it. Errors are *Error naming the key, except an unreadable file.
+// validates it. Its error is the first of the problems Check finds, a
+// *Error naming the key (an unreadable file is one about "--config").
 //
 // The file and --set are strict: an unknown key is an error. The
 // environment is shared with other tools, so an APPVIEW_* variable that
 // names no key is not: a Kubernetes service link (APPVIEW_PORT=tcp://...,
 // APPVIEW_SERVICE_HOST, APPVIEW_PORT_80_TCP_ADDR, ... for a Service named
 // "appview") is ignored quietly, and anything else (a deploy script's
-// APPVIEW_BIN) is ignored with a warning naming the closest key.
+// APPVIEW_BIN) is ignored with a warning, naming the key it was probably
+// meant to be when one is close.
 func Load(src Sources) (Config, error) {
+	cfg, problems := Check(src)
+	return cfg, problems.Err()
+}
+
+// Check is Load reporting every problem instead of the first: each bad
+// value of the file, the environment and --set, then every rule of
+// Validate that the values break (one problem per key; a rule reading a
+// key that already has a problem is skipped, since that key does not hold
+// what the operator wrote). Each problem says where its value came from,
+// as PointAt does. When the file cannot be read or is not one YAML
+// document, the rules are not checked: what the file meant is unknown.
+// It opens nothing but the file and admin.token_file.
+func Check(src Sources) (Config, Problems) {
 	cfg := Default()
 	// origins says where each key set from a source got its value, so a
 	// refusal of the value by Validate can point at it ("line 4", an
@@ -52,13 +67,15 @@ func Load(src Sources) (Config, error) {
 	if origins == nil {
 		origins = map[string]string{}
 	}
+	var p problemList
+	fileRead := true
 	if src.File != "" {
 		data, err := readConfigFile(src.File)
 		if err != nil {
-			return cfg, &Error{Key: "--config", Reason: err.Error()}
-		}
-		if err := decodeYAML(data, &cfg, origins); err != nil {
-			return cfg, err
+			p.add(&Error{Key: "--config", Reason: err.Error()})
+			fileRead = false
+		} else {
+			fileRead = decodeYAML(data, &cfg, origins, &p)
 		}
 	}
 	leaves := leafFields(reflect.ValueOf(&cfg).Elem(), "")
@@ -79,37 +96,47 @@ func Load(src Sources) (Config, error) {
 			continue
 		}
 		if err := setFromString(leaves[key], key, value); err != nil {
-			return cfg, from(err, name)
+			p.add(from(err, name))
+			continue
 		}
 		origins[key] = "from " + name
 	}
 	for _, kv := range src.Sets {
-		key, value, ok := strings.Cut(kv, "=")
-		if !ok || strings.TrimSpace(key) == "" {
-			return cfg, keyErr(kv, "--set wants key=value")
-		}
-		if trimmed := strings.TrimSpace(key); trimmed != key {
-			return cfg, keyErr(key, "--set key with spaces around it (write %s=...)", trimmed)
-		}
-		field, known := leaves[key]
-		if !known {
-			if sub := sectionKeys(key, leaves); len(sub) > 0 {
-				return cfg, keyErr(key, "a section, not a value: set one of its keys (%s)", strings.Join(sub, ", "))
-			}
-			return cfg, keyErr(key, "unknown key%s (from --set)", suggestKey(key, leaves))
-		}
-		if err := setFromString(field, key, value); err != nil {
-			return cfg, from(err, "--set")
-		}
-		origins[key] = "from --set"
+		p.add(setFlag(kv, leaves, origins))
 	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = NewInstanceID()
 	}
-	if err := cfg.readTokenFile(); err != nil {
-		return cfg, PointAt(err, origins)
+	p.add(PointAt(cfg.readTokenFile(), origins))
+	if fileRead {
+		for _, e := range cfg.Problems() {
+			p.add(PointAt(e, origins))
+		}
 	}
-	return cfg, PointAt(cfg.Validate(), origins)
+	return cfg, p.list
+}
+
+// setFlag applies one --set key=value to its field in leaves.
+func setFlag(kv string, leaves map[string]reflect.Value, origins map[string]string) error {
+	key, value, ok := strings.Cut(kv, "=")
+	if !ok || strings.TrimSpace(key) == "" {
+		return keyErr(kv, "--set wants key=value")
+	}
+	if trimmed := strings.TrimSpace(key); trimmed != key {
+		return keyErr(key, "--set key with spaces around it (write %s=...)", trimmed)
+	}
+	field, known := leaves[key]
+	if !known {
+		if sub := sectionKeys(key, leaves); len(sub) > 0 {
+			return keyErr(key, "a section, not a value: set one of its keys (%s)", strings.Join(sub, ", "))
+		}
+		return keyErr(key, "unknown key%s (from --set)", suggestKey(key, leaves))
+	}
+	if err := setFromString(field, key, value); err != nil {
+		return from(err, "--set")
+	}
+	origins[key] = "from --set"
+	return nil
 }
 
 // PointAt adds to err, when it is or wraps a refusal (*Error) of a key

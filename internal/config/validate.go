@@ -2,7 +2,9 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,215 +17,219 @@ import (
 // subscribe handler answers more with HTTP 400).
 const maxWantedCollections = 100
 
-// Validate checks the relations between keys. It returns the first problem
-// as a *Error.
-func (c Config) Validate() error {
-	if err := checkInstanceID(c.InstanceID); err != nil {
-		return err
+// Validate checks every value and the relations between keys. It returns
+// the first problem as a *Error (Problems returns them all).
+func (c Config) Validate() error { return c.Problems().Err() }
+
+// Problems is every problem Validate finds: at most one per key (its
+// first), and no rule relating keys when one of them already has a
+// problem. The checks run in a fixed order, so the first problem is the
+// same on every run: a key's own bounds before the rules relating it to
+// others.
+func (c Config) Problems() Problems {
+	p := &problemList{}
+	p.add(checkInstanceID(c.InstanceID))
+	c.checkProcess(p)
+	c.checkAdmin(p)
+	c.checkJetstream(p)
+	// A key's floor is its own bound, so it comes before the rules relating
+	// keys (health.timeout below health.check_interval); zero and negative
+	// values are left to the "must be positive" rules below.
+	for _, f := range durationFloors(c) {
+		if f.got > 0 && f.got < f.min {
+			p.fail(f.key, "must be at least %s (%s), got %s", short(f.min), f.why, f.got)
+		}
 	}
+	c.checkBounds(p)
+	c.checkWorkerURLs(p)
+	return p.list
+}
+
+// checkProcess checks the keys every command reads: shutdown_timeout,
+// log_level, database.* and leases.*.
+func (c Config) checkProcess(p *problemList) {
 	l := c.Leases
-	switch {
-	case c.ShutdownTimeout <= 0:
-		return keyErr("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
-	case !validLogLevel(c.LogLevel):
-		return keyErr("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
-	case c.Database.BusyTimeout < 0:
-		return keyErr("database.busy_timeout", "must not be negative")
-	case c.Database.BusyTimeout < MinBusyTimeout:
-		return keyErr("database.busy_timeout", "must be at least %s (below it a lock held by an ordinary commit fails lease renewals and writes that only had to wait), got %s",
+	if c.ShutdownTimeout <= 0 {
+		p.fail("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if !validLogLevel(c.LogLevel) {
+		p.fail("log_level", "want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if c.Database.BusyTimeout < 0 {
+		p.fail("database.busy_timeout", "must not be negative")
+	}
+	if c.Database.BusyTimeout < MinBusyTimeout {
+		p.fail("database.busy_timeout", "must be at least %s (below it a lock held by an ordinary commit fails lease renewals and writes that only had to wait), got %s",
 			short(MinBusyTimeout), short(c.Database.BusyTimeout))
+	}
 	// Operator floors and ceilings first; the relations the custody
 	// guarantee rests on are the lease package's own (Timing.Validate,
 	// also checked by the LeaseActor's constructor).
-	case l.TTL > 0 && l.TTL < MinLeaseTTL:
-		return keyErr("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
-	case l.TTL > MaxLeaseTTL:
-		return keyErr("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
-	case l.RenewInterval > 0 && l.RenewInterval < MinLeaseRenewInterval:
-		return keyErr("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
-	case l.RenewDeadline > 0 && l.RenewDeadline < MinLeaseRenewDeadline:
-		return keyErr("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
-	case l.RetryInterval > 0 && l.RetryInterval < MinLeaseRetryInterval:
-		return keyErr("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
-	case l.YieldGrace < 0:
-		return keyErr("leases.yield_grace", "must not be negative, got %s", l.YieldGrace)
-	case l.MinHold < 0:
-		return keyErr("leases.min_hold", "must not be negative, got %s", l.MinHold)
+	if l.TTL > 0 && l.TTL < MinLeaseTTL {
+		p.fail("leases.ttl", "must be at least %s, got %s", short(MinLeaseTTL), short(l.TTL))
 	}
-	if err := l.Timing().Validate(); err != nil {
-		var te *leasestore.TimingError
-		if errors.As(err, &te) {
-			return keyErr(te.Key, "%s", te.Reason)
+	if l.TTL > MaxLeaseTTL {
+		p.fail("leases.ttl", "must be at most %s, got %s", short(MaxLeaseTTL), short(l.TTL))
+	}
+	if l.RenewInterval > 0 && l.RenewInterval < MinLeaseRenewInterval {
+		p.fail("leases.renew_interval", "must be at least %s, got %s", short(MinLeaseRenewInterval), short(l.RenewInterval))
+	}
+	if l.RenewDeadline > 0 && l.RenewDeadline < MinLeaseRenewDeadline {
+		p.fail("leases.renew_deadline", "must be at least %s, got %s", short(MinLeaseRenewDeadline), short(l.RenewDeadline))
+	}
+	if l.RetryInterval > 0 && l.RetryInterval < MinLeaseRetryInterval {
+		p.fail("leases.retry_interval", "must be at least %s, got %s", short(MinLeaseRetryInterval), short(l.RetryInterval))
+	}
+	if l.YieldGrace < 0 {
+		p.fail("leases.yield_grace", "must not be negative, got %s", l.YieldGrace)
+	}
+	if l.MinHold < 0 {
+		p.fail("leases.min_hold", "must not be negative, got %s", l.MinHold)
+	}
+	if p.ok("leases.ttl", "leases.renew_interval", "leases.renew_deadline", "leases.retry_interval") {
+		if err := l.Timing().Validate(); err != nil {
+			var te *leasestore.TimingError
+			if errors.As(err, &te) {
+				p.fail(te.Key, "%s", te.Reason)
+			} else {
+				p.fail("leases", "%v", err)
+			}
 		}
-		return keyErr("leases", "%v", err)
 	}
 	if _, err := database.ParseURL(c.Database.URL); err != nil {
-		return keyErr("database.url", "%v", err)
+		p.fail("database.url", "%v", err)
 	}
-	if c.Admin.Addr != "" {
-		if _, _, err := net.SplitHostPort(c.Admin.Addr); err != nil {
-			return keyErr("admin.addr", "want host:port: %v", err)
+}
+
+// checkAdmin checks admin.*: the address, the token and the rules that
+// tie them.
+func (c Config) checkAdmin(p *problemList) {
+	a := c.Admin
+	if a.Addr != "" {
+		if _, _, err := net.SplitHostPort(a.Addr); err != nil {
+			p.fail("admin.addr", "want host:port: %v", err)
 		}
 	}
-	if c.Admin.Token != "" && len(c.Admin.Token) < MinTokenLength {
-		if c.Admin.TokenFile != "" {
-			return keyErr("admin.token_file", "the token in %s must be at least %d characters (got %d)", c.Admin.TokenFile, MinTokenLength, len(c.Admin.Token))
-		}
-		return keyErr("admin.token", "must be at least %d characters (got %d)", MinTokenLength, len(c.Admin.Token))
-	}
-	if c.Admin.Token != "" && strings.ContainsAny(c.Admin.Token, " \t\r\n") {
-		return keyErr("admin.token", "must not contain whitespace (it is sent in an Authorization header)")
-	}
-	if c.Admin.Addr != "" && c.Admin.Token == "" && !c.Admin.AllowUnauthenticated && !loopbackOnly(c.Admin.Addr) {
-		return keyErr("admin.token", "required when admin.addr (%s) is not a loopback address: set admin.token or admin.token_file, "+
-			"or admin.allow_unauthenticated: true to serve the admin endpoint to anyone who reaches it", c.Admin.Addr)
-	}
-	if c.Admin.ProtectMetrics && c.Admin.Token == "" {
-		return keyErr("admin.protect_metrics", "needs admin.token or admin.token_file")
-	}
-	if c.Admin.AdvertiseURL != "" {
-		if err := checkURL("admin.advertise_url", c.Admin.AdvertiseURL, "http", "https"); err != nil {
-			return err
+	if a.Token != "" && len(a.Token) < MinTokenLength {
+		if a.TokenFile != "" {
+			p.fail("admin.token_file", "the token in %s must be at least %d characters (got %d)", a.TokenFile, MinTokenLength, len(a.Token))
+		} else {
+			p.fail("admin.token", "must be at least %d characters (got %d)", MinTokenLength, len(a.Token))
 		}
 	}
-	if len(c.Jetstream.URLs) == 0 {
-		return keyErr("jetstream.urls", "must list at least one endpoint")
+	if a.Token != "" && strings.ContainsAny(a.Token, " \t\r\n") {
+		p.fail("admin.token", "must not contain whitespace (it is sent in an Authorization header)")
 	}
-	if err := checkList("jetstream.urls", c.Jetstream.URLs, sameEndpoint); err != nil {
-		return err
+	if a.Addr != "" && a.Token == "" && !a.AllowUnauthenticated && !loopbackOnly(a.Addr) && p.ok("admin.addr") {
+		p.fail("admin.token", "required when admin.addr (%s) is not a loopback address: set admin.token or admin.token_file, "+
+			"or admin.allow_unauthenticated: true to serve the admin endpoint to anyone who reaches it", a.Addr)
 	}
-	for _, u := range c.Jetstream.URLs {
-		if err := checkURL("jetstream.urls", u, "ws", "wss"); err != nil {
-			return err
-		}
-		if err := checkJetstreamPath(u); err != nil {
-			return err
-		}
-		if err := checkJetstreamQuery(u); err != nil {
-			return err
-		}
+	if a.ProtectMetrics && a.Token == "" {
+		p.fail("admin.protect_metrics", "needs admin.token or admin.token_file")
 	}
-	if len(c.Jetstream.Collections) == 0 {
+	if a.AdvertiseURL != "" {
+		p.add(checkURL("admin.advertise_url", a.AdvertiseURL, "http", "https"))
+	}
+}
+
+// checkJetstream checks jetstream.urls and jetstream.collections.
+func (c Config) checkJetstream(p *problemList) {
+	js := c.Jetstream
+	if len(js.URLs) == 0 {
+		p.fail("jetstream.urls", "must list at least one endpoint")
+	}
+	p.add(checkList("jetstream.urls", js.URLs, sameEndpoint))
+	for _, u := range js.URLs {
+		p.add(checkURL("jetstream.urls", u, "ws", "wss"))
+		p.add(checkJetstreamPath(u))
+		p.add(checkJetstreamQuery(u))
+	}
+	if len(js.Collections) == 0 {
 		// Jetstream reads an absent wantedCollections as "everything": an
 		// empty list would subscribe this instance to the whole firehose.
-		return keyErr("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
+		p.fail("jetstream.collections", "must list at least one NSID or prefix.* (an empty list subscribes to the whole firehose)")
 	}
-	if err := checkList("jetstream.collections", c.Jetstream.Collections, strings.TrimSpace); err != nil {
-		return err
-	}
-	for _, col := range c.Jetstream.Collections {
+	p.add(checkList("jetstream.collections", js.Collections, strings.TrimSpace))
+	for _, col := range js.Collections {
 		if !atproto.ValidNSIDPattern(col) {
-			return keyErr("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
+			p.fail("jetstream.collections", "%q is not an NSID or NSID prefix ending in .*", col)
 		}
 	}
-	if n := len(c.Jetstream.Collections); n > maxWantedCollections {
-		return keyErr("jetstream.collections", "%d collections: Jetstream accepts at most %d", n, maxWantedCollections)
+	if n := len(js.Collections); n > maxWantedCollections {
+		p.fail("jetstream.collections", "%d collections: Jetstream accepts at most %d", n, maxWantedCollections)
 	}
-	// A key's floor is its own bound, so it comes before the rules relating
-	// keys (health.timeout below health.check_interval); zero and negative
-	// values are left to the "must be positive" cases below.
-	for _, f := range durationFloors(c) {
-		if f.got > 0 && f.got < f.min {
-			return keyErr(f.key, "must be at least %s (%s), got %s", short(f.min), f.why, f.got)
+}
+
+// checkBounds checks the lower and upper bounds of the numbers and
+// durations not checked above, after their floors.
+func (c Config) checkBounds(p *problemList) {
+	js, h := c.Jetstream, c.Health
+	for _, b := range []struct {
+		broken bool
+		key    string
+		reason string
+	}{
+		{js.Rewind < 0, "jetstream.rewind", "must not be negative"},
+		{js.StaleTimeout <= 0, "jetstream.stale_timeout", "must be positive"},
+		{js.FailbackInterval < 0, "jetstream.failback_interval", "must not be negative (0: never switch back)"},
+		{js.UnhealthyAfter <= 0, "jetstream.unhealthy_after", "must be positive"},
+		{js.ResyncInterval < time.Millisecond, "jetstream.resync_interval", fmt.Sprintf("must be at least 1ms, got %v", js.ResyncInterval)},
+		{js.CommitBudget <= 0, "jetstream.commit_budget", fmt.Sprintf("must be positive, got %v", js.CommitBudget)},
+		{js.MaxMessageBytes < MinMaxMessageBytes, "jetstream.max_message_bytes", fmt.Sprintf("must be at least %d (1 KiB), got %d", MinMaxMessageBytes, js.MaxMessageBytes)},
+		{js.MaxMessageBytes > MaxMaxMessageBytes, "jetstream.max_message_bytes", fmt.Sprintf("must be at most %d (64 MiB), got %d", MaxMaxMessageBytes, js.MaxMessageBytes)},
+		{c.Backfill.Interval < 0, "backfill.interval", "must not be negative"},
+		{c.Backfill.RerunAfter < 0, "backfill.rerun_after", "must not be negative"},
+		{c.Backfill.Concurrency < 1, "backfill.concurrency", "must be at least 1"},
+		{c.Cleanup.Interval <= 0, "cleanup.interval", "must be positive"},
+		{c.Cleanup.ChunkRows < 1, "cleanup.chunk_rows", "must be at least 1"},
+		{c.Labeler.StaleTimeout <= 0, "labeler.stale_timeout", fmt.Sprintf("must be positive, got %s", c.Labeler.StaleTimeout)},
+		{c.Billing.Timeout <= 0, "billing.timeout", "must be positive"},
+		{c.Billing.DefaultTierRank < 0, "billing.default_tier_rank", "must not be negative"},
+		{h.Concurrency < 1, "health.concurrency", "must be at least 1"},
+		// Each key's own bounds come before the rule relating them, so a
+		// zero check_interval is reported as itself, not as a timeout too long.
+		{h.CheckInterval <= 0, "health.check_interval", fmt.Sprintf("must be positive, got %s", h.CheckInterval)},
+		{h.Timeout <= 0, "health.timeout", fmt.Sprintf("must be positive, got %s", h.Timeout)},
+		{h.Timeout >= h.CheckInterval && p.ok("health.check_interval"), "health.timeout",
+			fmt.Sprintf("must be below health.check_interval (%s), got %s", h.CheckInterval, h.Timeout)},
+		{c.Webhooks.Concurrency < 1, "webhooks.concurrency", fmt.Sprintf("must be at least 1, got %d", c.Webhooks.Concurrency)},
+		{c.Cleanup.Retention <= 0, "cleanup.retention", "must be positive"},
+		{c.Billing.Interval <= 0, "billing.interval", "must be positive"},
+		{len(c.Webhooks.RetrySchedule) == 0, "webhooks.retry_schedule", "must list at least one delay (the first attempt)"},
+		{c.Webhooks.Timeout <= 0, "webhooks.timeout", "must be positive"},
+		{slices.ContainsFunc(c.Webhooks.RetrySchedule, func(d time.Duration) bool { return d < 0 }), "webhooks.retry_schedule", "delays must not be negative"},
+	} {
+		if b.broken {
+			p.fail(b.key, "%s", b.reason)
 		}
 	}
-	switch {
-	case c.Jetstream.Rewind < 0:
-		return keyErr("jetstream.rewind", "must not be negative")
-	case c.Jetstream.StaleTimeout <= 0:
-		return keyErr("jetstream.stale_timeout", "must be positive")
-	case c.Jetstream.FailbackInterval < 0:
-		return keyErr("jetstream.failback_interval", "must not be negative (0: never switch back)")
-	case c.Jetstream.UnhealthyAfter <= 0:
-		return keyErr("jetstream.unhealthy_after", "must be positive")
-	case c.Jetstream.ResyncInterval < time.Millisecond:
-		return keyErr("jetstream.resync_interval", "must be at least 1ms, got %v", c.Jetstream.ResyncInterval)
-	case c.Jetstream.CommitBudget <= 0:
-		return keyErr("jetstream.commit_budget", "must be positive, got %v", c.Jetstream.CommitBudget)
-	case c.Jetstream.MaxMessageBytes < MinMaxMessageBytes:
-		return keyErr("jetstream.max_message_bytes", "must be at least %d (1 KiB), got %d", MinMaxMessageBytes, c.Jetstream.MaxMessageBytes)
-	case c.Jetstream.MaxMessageBytes > MaxMaxMessageBytes:
-		return keyErr("jetstream.max_message_bytes", "must be at most %d (64 MiB), got %d", MaxMaxMessageBytes, c.Jetstream.MaxMessageBytes)
-	case c.Backfill.Interval < 0:
-		return keyErr("backfill.interval", "must not be negative")
-	case c.Backfill.RerunAfter < 0:
-		return keyErr("backfill.rerun_after", "must not be negative")
-	case c.Backfill.Concurrency < 1:
-		return keyErr("backfill.concurrency", "must be at least 1")
-	case c.Cleanup.Interval <= 0:
-		return keyErr("cleanup.interval", "must be positive")
-	case c.Cleanup.ChunkRows < 1:
-		return keyErr("cleanup.chunk_rows", "must be at least 1")
-	case c.Labeler.StaleTimeout <= 0:
-		return keyErr("labeler.stale_timeout", "must be positive, got %s", c.Labeler.StaleTimeout)
-	case c.Billing.Timeout <= 0:
-		return keyErr("billing.timeout", "must be positive")
-	case c.Billing.DefaultTierRank < 0:
-		return keyErr("billing.default_tier_rank", "must not be negative")
-	case c.Health.Concurrency < 1:
-		return keyErr("health.concurrency", "must be at least 1")
-	// Each key's own bounds come before the rule relating them, so a
-	// zero check_interval is reported as itself, not as a timeout too long.
-	case c.Health.CheckInterval <= 0:
-		return keyErr("health.check_interval", "must be positive, got %s", c.Health.CheckInterval)
-	case c.Health.Timeout <= 0:
-		return keyErr("health.timeout", "must be positive, got %s", c.Health.Timeout)
-	case c.Health.Timeout >= c.Health.CheckInterval:
-		return keyErr("health.timeout", "must be below health.check_interval (%s), got %s", c.Health.CheckInterval, c.Health.Timeout)
-	case c.Webhooks.Concurrency < 1:
-		return keyErr("webhooks.concurrency", "must be at least 1, got %d", c.Webhooks.Concurrency)
-	case c.Cleanup.Retention <= 0:
-		return keyErr("cleanup.retention", "must be positive")
-	case c.Billing.Interval <= 0:
-		return keyErr("billing.interval", "must be positive")
-	case len(c.Webhooks.RetrySchedule) == 0:
-		return keyErr("webhooks.retry_schedule", "must list at least one delay (the first attempt)")
-	case c.Webhooks.Timeout <= 0:
-		return keyErr("webhooks.timeout", "must be positive")
-	}
-	for _, d := range c.Webhooks.RetrySchedule {
-		if d < 0 {
-			return keyErr("webhooks.retry_schedule", "delays must not be negative")
-		}
-	}
-	if err := checkURL("webhooks.public_url", c.Webhooks.PublicURL, "http", "https"); err != nil {
-		return err
-	}
-	if err := checkList("backfill.relay_endpoints", c.Backfill.RelayEndpoints, sameEndpoint); err != nil {
-		return err
-	}
+}
+
+// checkWorkerURLs checks the URLs and lists the workers use. URLs are
+// checked whether or not their worker is on: a URL that is wrong (or
+// carries credentials) is wrong before the day it is used.
+func (c Config) checkWorkerURLs(p *problemList) {
+	p.add(checkURL("webhooks.public_url", c.Webhooks.PublicURL, "http", "https"))
+	p.add(checkList("backfill.relay_endpoints", c.Backfill.RelayEndpoints, sameEndpoint))
 	if c.Backfill.Enabled && len(c.Backfill.RelayEndpoints) == 0 {
-		return keyErr("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
+		p.fail("backfill.relay_endpoints", "must list at least one relay when backfill.enabled is true")
 	}
-	// URLs are checked whether or not their worker is on: a URL that is
-	// wrong (or carries credentials) is wrong before the day it is used.
 	for _, u := range c.Backfill.RelayEndpoints {
-		if err := checkURL("backfill.relay_endpoints", u, "http", "https"); err != nil {
-			return err
-		}
+		p.add(checkURL("backfill.relay_endpoints", u, "http", "https"))
 	}
-	if err := checkURL("identity.plc_url", c.Identity.PLCURL, "http", "https"); err != nil {
-		return err
-	}
+	p.add(checkURL("identity.plc_url", c.Identity.PLCURL, "http", "https"))
 	if c.Identity.HandleWellKnownURL != "" {
-		if err := checkURL("identity.handle_well_known_url", c.Identity.HandleWellKnownURL, "http", "https"); err != nil {
-			return err
-		}
+		p.add(checkURL("identity.handle_well_known_url", c.Identity.HandleWellKnownURL, "http", "https"))
 	}
 	if c.Labeler.URL != "" {
-		if err := checkURL("labeler.url", c.Labeler.URL, "http", "https", "ws", "wss"); err != nil {
-			return err
-		}
+		p.add(checkURL("labeler.url", c.Labeler.URL, "http", "https", "ws", "wss"))
 	}
 	if c.Billing.Enabled && c.Billing.StripeSecretKey == "" {
-		return keyErr("billing.stripe_secret_key", "required when billing.enabled is true")
+		p.fail("billing.stripe_secret_key", "required when billing.enabled is true")
 	}
 	if c.Billing.Enabled || c.Billing.StripeAPIURL != "" {
-		if err := checkURL("billing.stripe_api_url", c.Billing.StripeAPIURL, "http", "https"); err != nil {
-			return err
-		}
+		p.add(checkURL("billing.stripe_api_url", c.Billing.StripeAPIURL, "http", "https"))
 	}
-	return nil
 }
 
 // MinTokenLength is the shortest admin.token accepted: shorter secrets are
