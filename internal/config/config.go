@@ -43,6 +43,13 @@ type Config struct {
 	Health    Health    `yaml:"health"`
 	Webhooks  Webhooks  `yaml:"webhooks"`
 	Network   Network   `yaml:"network"`
+
+	// Workers are the sections of the workers registered with keys of
+	// their own (Sources.Workers), in registration order, each after the
+	// built-in sections in the file: <section>.enabled and
+	// <section>.interval. Load fills them; Default has none. (A copy of
+	// a Config shares them: read them, or Load another.)
+	Workers []WorkerConfig `yaml:"-"`
 }
 
 // Network configures outbound requests to hosts that network data names

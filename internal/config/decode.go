@@ -46,15 +46,17 @@ func decodeYAML(data []byte, cfg *Config, origins map[string]string, p *problemL
 		return false
 	}
 	if len(doc.Content) > 0 {
-		decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "", origins, p)
+		root := reflect.ValueOf(cfg).Elem()
+		decodeNode(doc.Content[0], root, root, "", origins, p)
 	}
 	return true
 }
 
-// decodeNode decodes n into v, the field of key, and each key under it;
+// decodeNode decodes n into v, the field of key in root (the Config), and
+// each key under it;
 // each unknown key, key given twice and bad value is a problem in p, and
 // the rest is still decoded.
-func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]string, p *problemList) {
+func decodeNode(n *yaml.Node, root, v reflect.Value, key string, origins map[string]string, p *problemList) {
 	if v.Kind() != reflect.Struct || v.Type() == durationType {
 		if n.Line > 0 {
 			origins[key] = fmt.Sprintf("line %d", n.Line)
@@ -69,9 +71,8 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]st
 		return
 	}
 	fields := map[string]reflect.Value{}
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		fields[yamlName(t.Field(i))] = v.Field(i)
+	for _, f := range fieldsOf(v) {
+		fields[f.name] = f.v
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -83,12 +84,12 @@ func decodeNode(n *yaml.Node, v reflect.Value, key string, origins map[string]st
 		f, ok := fields[name]
 		switch {
 		case !ok:
-			p.fail(child, "unknown key%s%s", suggestKey(child, everyKey()), at(n.Content[i]))
+			p.fail(child, "unknown key%s%s", suggestKey(child, everyKey(leafFields(root, ""))), at(n.Content[i]))
 		case seen[name]:
 			p.fail(child, "duplicate key%s", at(n.Content[i]))
 		default:
 			seen[name] = true
-			decodeNode(n.Content[i+1], f, child, origins, p)
+			decodeNode(n.Content[i+1], root, f, child, origins, p)
 		}
 	}
 }

@@ -14,24 +14,46 @@ func EnvName(key string) string {
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
-// leafFields maps every dotted key to its settable field.
+// leafFields maps every dotted key under v (a section) to its settable field.
 func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 	out := map[string]reflect.Value{}
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		name := yamlName(t.Field(i))
-		key := name
+	for _, f := range fieldsOf(v) {
+		key := f.name
 		if prefix != "" {
-			key = prefix + "." + name
+			key = prefix + "." + f.name
 		}
-		f := v.Field(i)
-		if f.Kind() == reflect.Struct {
-			for k, fv := range leafFields(f, key) {
+		if f.v.Kind() == reflect.Struct && f.v.Type() != durationType {
+			for k, fv := range leafFields(f.v, key) {
 				out[k] = fv
 			}
 			continue
 		}
-		out[key] = f
+		out[key] = f.v
+	}
+	return out
+}
+
+// field is one key of a section: its YAML name and its value.
+type field struct {
+	name string
+	v    reflect.Value
+}
+
+// fieldsOf lists the keys of the section v (an addressable struct) in
+// order: its fields but those tagged yaml:"-", and at the root (Config)
+// then the section of every registered worker (Config.Workers).
+func fieldsOf(v reflect.Value) []field {
+	var out []field
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if name := yamlName(t.Field(i)); name != "-" {
+			out = append(out, field{name, v.Field(i)})
+		}
+	}
+	if c, ok := v.Addr().Interface().(*Config); ok {
+		for i := range c.Workers {
+			out = append(out, field{c.Workers[i].Keys.Section, reflect.ValueOf(&c.Workers[i]).Elem()})
+		}
 	}
 	return out
 }
@@ -53,10 +75,9 @@ func sectionKeys[V any](key string, leaves map[string]V) []string {
 // leaves (leases.ttl) and the sections above them (leases), from which
 // an unknown key in the file gets its suggestion, as a --set key does
 // from the leaves.
-func everyKey() map[string]bool {
-	cfg := Default()
+func everyKey(leaves map[string]reflect.Value) map[string]bool {
 	keys := map[string]bool{}
-	for key := range leafFields(reflect.ValueOf(&cfg).Elem(), "") {
+	for key := range leaves {
 		keys[key] = true
 		for i, c := range key {
 			if c == '.' {

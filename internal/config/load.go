@@ -27,6 +27,9 @@ type Sources struct {
 	// Warn receives one line for each APPVIEW_* variable that is not a
 	// config key (see Load); nil drops them.
 	Warn func(msg string)
+	// Workers are the sections of the registered workers that own one
+	// (cmd/appview's worker list): their keys exist only when given here.
+	Workers []WorkerKeys
 	// Origins, when not nil, receives where each key set from a source got
 	// its value: "line 4" (of File), "from APPVIEW_LEASES_TTL", "from
 	// --set"; a key left at its default has no entry. PointAt uses it for
@@ -59,7 +62,10 @@ func Load(src Sources) (Config, error) {
 // document, the rules are not checked: what the file meant is unknown.
 // It opens nothing but the file and admin.token_file.
 func Check(src Sources) (Config, Problems) {
-	cfg := Default()
+	cfg, declared := withWorkers(Default(), src.Workers)
+	if len(declared) > 0 {
+		return cfg, declared // a registration to fix, not a configuration
+	}
 	// origins says where each key set from a source got its value, so a
 	// refusal of the value by Validate can point at it ("line 4", an
 	// environment variable, --set).

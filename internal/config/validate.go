@@ -41,6 +41,7 @@ func (c Config) Problems() Problems {
 		}
 	}
 	c.checkBounds(p)
+	c.checkWorkers(p)
 	c.checkWorkerURLs(p)
 	return p.list
 }
@@ -270,7 +271,7 @@ func durationFloors(c Config) []durationFloor {
 		stream  = "a quieter stream would be dropped and redialed without pause"
 	)
 	ms := time.Millisecond
-	return []durationFloor{
+	return append([]durationFloor{
 		{"shutdown_timeout", c.ShutdownTimeout, 100 * ms, "a stop cannot release its leases in less"},
 		{"jetstream.stale_timeout", c.Jetstream.StaleTimeout, 100 * ms, stream},
 		{"jetstream.unhealthy_after", c.Jetstream.UnhealthyAfter, 100 * ms, "a shorter silence is no sign of trouble"},
@@ -284,7 +285,7 @@ func durationFloors(c Config) []durationFloor {
 		{"health.check_interval", c.Health.CheckInterval, 100 * ms, loop},
 		{"health.timeout", c.Health.Timeout, 10 * ms, request},
 		{"webhooks.timeout", c.Webhooks.Timeout, 10 * ms, request},
-	}
+	}, c.workerFloors()...)
 }
 
 // short renders d as an operator writes it: 1h rather than 1h0m0s.
