@@ -16,6 +16,7 @@ import (
 
 func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Configuration helpers"}
+	sample := config.SampleFor(workerKeys())
 	var force bool
 	initCmd := &cobra.Command{
 		Use:   "init [FILE]",
@@ -23,7 +24,7 @@ func newConfigCommand() *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 || args[0] == "-" {
-				_, err := fmt.Fprint(cmd.OutOrStdout(), config.Sample)
+				_, err := fmt.Fprint(cmd.OutOrStdout(), sample)
 				return err
 			}
 			if strings.TrimSpace(args[0]) == "" {
@@ -62,7 +63,7 @@ func newConfigCommand() *cobra.Command {
 				f.Close()
 				return fmt.Errorf("write config: %w", err)
 			}
-			if _, err := f.WriteString(config.Sample); err != nil {
+			if _, err := f.WriteString(sample); err != nil {
 				f.Close()
 				return err
 			}

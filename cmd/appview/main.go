@@ -83,7 +83,7 @@ func newRootCommand(sigs chan os.Signal) *cobra.Command {
 		Version:       readBuildIdentity().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	flags := &cli.ConfigFlags{}
+	flags := &cli.ConfigFlags{Workers: workerKeys()}
 	flags.Register(root)
 	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
 		return func(ctx context.Context) (*database.DB, error) {

@@ -302,7 +302,8 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("config init: code %d, stderr %q", r.code, r.stderr)
 	}
-	if r.stdout != config.Sample {
+	sample := config.SampleFor(workerKeys()) // config.Sample and the sections of registered workers
+	if r.stdout != sample {
 		t.Fatalf("config init printed something other than config.Sample")
 	}
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
@@ -310,7 +311,7 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 		t.Fatalf("config init appview.yaml: code %d, stderr %q", r.code, r.stderr)
 	}
 	written, err := os.ReadFile(filepath.Join(dir, "appview.yaml"))
-	if err != nil || string(written) != config.Sample {
+	if err != nil || string(written) != sample {
 		t.Fatalf("config init FILE wrote something other than config.Sample (read: %v)", err)
 	}
 	// Over an existing file: refused (exit 2, one line), the file kept.
@@ -324,15 +325,20 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 	// "-" is standard output, not a file named "-".
 	r = runAppview(t, dir, childEnv(), "config", "init", "-")
-	if _, err := os.Stat(filepath.Join(dir, "-")); r.code != 0 || r.stdout != config.Sample || err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "-")); r.code != 0 || r.stdout != sample || err == nil {
 		t.Fatalf("config init -: code %d, stdout of %d bytes, a file named - (stat: %v)", r.code, len(r.stdout), err)
 	}
-	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml")})
+	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml"), Workers: workerKeys()})
 	if err != nil {
 		t.Fatalf("load the written file: %v", err)
 	}
 	cfg.InstanceID = ""
-	if !reflect.DeepEqual(cfg, config.Default()) {
+	defaults, _ := config.Load(config.Sources{Workers: workerKeys()})
+	defaults.InstanceID = ""
+	if !reflect.DeepEqual(cfg, defaults) {
+		t.Fatalf("the written file loads to\n%+v\nwant config.Default() with the registered workers' sections\n%+v", cfg, defaults)
+	}
+	if len(workerKeys()) == 0 && !reflect.DeepEqual(cfg, config.Default()) {
 		t.Fatalf("the written file loads to\n%+v\nwant config.Default()\n%+v", cfg, config.Default())
 	}
 
@@ -376,8 +382,8 @@ func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
 	if r := runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
 		t.Fatalf("config init --force: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if got, err := os.ReadFile(longer); err != nil || string(got) != config.Sample {
-		t.Fatalf("after --force the file holds %d bytes (err %v), want exactly the sample (%d bytes)", len(got), err, len(config.Sample))
+	if got, err := os.ReadFile(longer); err != nil || string(got) != config.SampleFor(workerKeys()) {
+		t.Fatalf("after --force the file holds %d bytes (err %v), want exactly the sample (%d bytes)", len(got), err, len(config.SampleFor(workerKeys())))
 	}
 
 	// A FIFO with no reader: opening it to write used to wait forever.

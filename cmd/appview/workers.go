@@ -10,31 +10,61 @@ import (
 	"github.com/atcr-io/appview/actors/health"
 	"github.com/atcr-io/appview/actors/labeler"
 	"github.com/atcr-io/appview/actors/statscache"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/workers"
 	"github.com/atcr-io/appview/system"
 )
 
-// workerConstructors is the list of workers `serve` runs: adding a worker
-// is one line here. A constructor returning an error that wraps
-// workers.ErrDisabled leaves that worker out (e.g. labeler.url empty).
-var workerConstructors = []func(workers.Deps) (workers.Spec, error){
-	consumer.Worker(statscache.New),
-	backfill.ProcessorWorker,
-	labeler.Worker,
-	cleanup.Worker,
-	billing.Worker,
-	health.Worker,
+// registered is the list of workers `serve` runs: adding a worker is one
+// line here (docs/architecture.md, "Adding a worker"). A worker whose
+// constructor returns an error wrapping workers.ErrDisabled is left out
+// (e.g. labeler.url empty), as is one with Keys whose <section>.enabled
+// is false.
+var registered = []workers.Registration{
+	{New: consumer.Worker(statscache.New)},
+	{New: backfill.ProcessorWorker},
+	{New: labeler.Worker},
+	{New: cleanup.Worker},
+	{New: billing.Worker},
+	{New: health.Worker},
 }
 
-func registerWorkers(r *system.Registry, d workers.Deps) error {
-	for _, build := range workerConstructors {
-		w, err := build(d)
+// workerKeys are the configuration sections of the registered workers
+// that own one, for config.Load (cli.ConfigFlags.Workers) and
+// `config init`.
+func workerKeys() []config.WorkerKeys {
+	var keys []config.WorkerKeys
+	for _, r := range registered {
+		if r.Keys.Section != "" {
+			keys = append(keys, r.Keys)
+		}
+	}
+	return keys
+}
+
+// buildWorkers builds the Spec of every registered worker that is not
+// disabled, in registration order.
+func buildWorkers(d workers.Deps) ([]workers.Spec, error) {
+	var specs []workers.Spec
+	for _, r := range registered {
+		w, err := r.Build(d)
 		if errors.Is(err, workers.ErrDisabled) {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
+		specs = append(specs, w)
+	}
+	return specs, nil
+}
+
+func registerWorkers(r *system.Registry, d workers.Deps) error {
+	specs, err := buildWorkers(d)
+	if err != nil {
+		return err
+	}
+	for _, w := range specs {
 		if err := r.Register(w); err != nil {
 			return err
 		}

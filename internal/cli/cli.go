@@ -75,6 +75,10 @@ func Exit(name string, err error) int {
 
 // ConfigFlags are the flags every command that reads the configuration takes.
 type ConfigFlags struct {
+	// Workers are the sections of the registered workers that own one
+	// (config.Sources.Workers): set them before Load.
+	Workers []config.WorkerKeys
+
 	file string
 	sets []string
 	// warnings are what the last Load said about APPVIEW_* variables that
@@ -100,8 +104,15 @@ func (f *ConfigFlags) Register(cmd *cobra.Command) {
 // not fatal (the environment is shared with deploy scripts and
 // Kubernetes): its warning is kept for Warnings and PrintWarnings.
 func (f *ConfigFlags) Load() (config.Config, error) {
+	cfg, problems := f.Check()
+	return cfg, problems.Err()
+}
+
+// Check is Load returning every problem (config.Check), for `config
+// check`: the same sources read the same way as for `serve`.
+func (f *ConfigFlags) Check() (config.Config, config.Problems) {
 	f.warnings, f.origins = nil, map[string]string{}
-	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets,
+	return config.Check(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets, Workers: f.Workers,
 		Warn: func(msg string) { f.warnings = append(f.warnings, msg) }, Origins: f.origins})
 }
 
