@@ -172,3 +172,25 @@ func checkJetstreamPath(raw string) error {
 	}
 	return keyErr("jetstream.urls", "%q: path %q is neither %s (Jetstream v2) nor %s (legacy); give the full endpoint URL", raw, u.Path, jetstreamPathV2, jetstreamPathLegacy)
 }
+
+// labelerSubscribePath is com.atproto.label.subscribeLabels' XRPC path
+// (actors/labeler SubscribeURL; this package does not import it).
+const labelerSubscribePath = "/xrpc/com.atproto.label.subscribeLabels"
+
+// checkLabelerPath refuses a labeler.url whose path is neither empty (the
+// labeler's base URL, to which the subscriber appends
+// labelerSubscribePath) nor one ending in labelerSubscribePath (one
+// trailing slash aside), as actors/labeler SubscribeURL does when the
+// worker is built: checked here too, so that `config check` refuses
+// every labeler.url `serve` does. The subscriber would dial any other
+// path and retry its 404 for ever.
+func checkLabelerPath(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // checkURL reported it
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p == "" || strings.HasSuffix(p, labelerSubscribePath) {
+		return nil
+	}
+	return keyErr("labeler.url", "URL %q: path %q is not %s; give the labeler's base URL (https://HOST) or its full subscribeLabels URL", raw, u.Path, labelerSubscribePath)
+}

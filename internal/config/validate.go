@@ -224,6 +224,7 @@ func (c Config) checkWorkerURLs(p *problemList) {
 	}
 	if c.Labeler.URL != "" {
 		p.add(checkURL("labeler.url", c.Labeler.URL, "http", "https", "ws", "wss"))
+		p.add(checkLabelerPath(c.Labeler.URL))
 	}
 	if c.Billing.Enabled && c.Billing.StripeSecretKey == "" {
 		p.fail("billing.stripe_secret_key", "required when billing.enabled is true")
