@@ -136,6 +136,24 @@ func (f *ConfigFlags) Explain(err error) error {
 	return err
 }
 
+// File is the --config file ("" when none was given).
+func (f *ConfigFlags) File() string { return f.file }
+
+// UseFile makes path the configuration file, as --config does, for a
+// command that takes it as an argument (`config check FILE`). It is an
+// error when --config names another file.
+func (f *ConfigFlags) UseFile(path string) error {
+	if f.file != "" && f.file != path {
+		return fmt.Errorf("two configuration files (--config %s and %s): give one", f.file, path)
+	}
+	f.file = path
+	return nil
+}
+
+// Origins are where the last Load or Check found each key's value
+// (config.Sources.Origins): for config.Show.
+func (f *ConfigFlags) Origins() map[string]string { return f.origins }
+
 // Warnings returns the warnings of the last Load; serve logs them as JSON
 // lines.
 func (f *ConfigFlags) Warnings() []string { return f.warnings }

@@ -33,10 +33,12 @@ func leafFields(v reflect.Value, prefix string) map[string]reflect.Value {
 	return out
 }
 
-// field is one key of a section: its YAML name and its value.
+// field is one key of a section: its YAML name and its value, and
+// whether it is a secret (tagged secret:"true").
 type field struct {
-	name string
-	v    reflect.Value
+	name   string
+	v      reflect.Value
+	secret bool
 }
 
 // fieldsOf lists the keys of the section v (an addressable struct) in
@@ -47,12 +49,12 @@ func fieldsOf(v reflect.Value) []field {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		if name := yamlName(t.Field(i)); name != "-" {
-			out = append(out, field{name, v.Field(i)})
+			out = append(out, field{name, v.Field(i), t.Field(i).Tag.Get("secret") == "true"})
 		}
 	}
 	if c, ok := v.Addr().Interface().(*Config); ok {
 		for i := range c.Workers {
-			out = append(out, field{c.Workers[i].Keys.Section, reflect.ValueOf(&c.Workers[i]).Elem()})
+			out = append(out, field{c.Workers[i].Keys.Section, reflect.ValueOf(&c.Workers[i]).Elem(), false})
 		}
 	}
 	return out

@@ -168,11 +168,20 @@ func PointAt(err error, origins map[string]string) error {
 	}
 	// A bound against another key (renew_deadline < leases.ttl) may be
 	// broken by that key's override: name where it came from too. (Its
-	// line in the file the operator can read there.)
+	// line in the file the operator can read there, unless the refused
+	// key itself is at its default and the file set only the other: an
+	// admin.token required by the admin.addr of line 8.)
+	_, own := origins[e.Key]
 	var others []string
 	for k, o := range origins {
-		if k != e.Key && strings.HasPrefix(o, "from ") && strings.Contains(e.Reason, k) {
+		if k == e.Key || !strings.Contains(e.Reason, k) {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(o, "from "):
 			others = append(others, k+" "+o)
+		case !own:
+			others = append(others, k+" at "+o)
 		}
 	}
 	sort.Strings(others)
