@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -130,7 +131,7 @@ func refusals() []refusal {
 			},
 		},
 		{
-			name: "admin port in use", key: "admin.addr", reason: "address already in use (from --set)",
+			name: "admin port in use", key: "admin.addr", reason: "(is another appview running?): address already in use (from --set)",
 			setup: func(t *testing.T, dir string) []string {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -198,6 +199,7 @@ func TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted(t *testing.T) {
 			if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, tc.reason) {
 				t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, tc.reason)
 			}
+			assertNoDriverWords(t, line)
 		})
 	}
 }
@@ -255,6 +257,38 @@ func assertRefusal(t *testing.T, r result, key, reason string) {
 	if !strings.HasPrefix(lines[0], prefix) || !strings.Contains(lines[0], reason) {
 		t.Fatalf("stderr = %q, want %q... containing %q", lines[0], prefix, reason)
 	}
+	assertNoDriverWords(t, lines[0])
+}
+
+// assertNoDriverWords fails when a refusal's line carries the database
+// driver's own words (its statement, codes and nesting), which belong
+// in the debug line (TestARefusalsDriverDetailIsADebugLine).
+func assertNoDriverWords(t *testing.T, line string) {
+	t.Helper()
+	for _, driver := range []string{"error code =", "failed to connect to database", "failed to execute query", "Unable to connect", "Hrana: `", "(os error"} {
+		if strings.Contains(line, driver) {
+			t.Errorf("the refusal %q carries the driver's words %q", line, driver)
+		}
+	}
+}
+
+// What the driver said behind a refused database is one debug line
+// before the refusal, at log_level debug only.
+func TestARefusalsDriverDetailIsADebugLine(t *testing.T) {
+	dir := t.TempDir()
+	mkdir(t, filepath.Join(dir, "appview.db-wal")) // the log cannot be created: SQLite's disk I/O error
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_LOG_LEVEL=debug"), "serve", "--set", "database.url=file:appview.db")
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	var debug struct{ Level, Event, Detail string }
+	if r.code != cli.ExitConfig || len(lines) < 2 || json.Unmarshal([]byte(lines[len(lines)-2]), &debug) != nil ||
+		debug.Level != "debug" || debug.Event != "start.refused" || !strings.Contains(debug.Detail, "error code =") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 2, a debug line start.refused with the driver's words, then the refusal", r.code, r.stderr)
+	}
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "appview: config: database.url: cannot open file:appview.db: ") {
+		t.Errorf("last line %q, want the refusal", last)
+	}
+	assertNoDriverWords(t, last)
 }
 
 // assertFlagRefusal checks that r is a refusal before anything ran
@@ -281,7 +315,7 @@ func TestABusyAdminPortIsRefusedBeforeTheDatabaseIsCreated(t *testing.T) {
 	defer ln.Close()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="+ln.Addr().String()), "serve")
-	assertRefusal(t, r, "admin.addr", "address already in use (from APPVIEW_ADMIN_ADDR)")
+	assertRefusal(t, r, "admin.addr", "cannot listen on "+ln.Addr().String()+" (is another appview running?): address already in use (from APPVIEW_ADMIN_ADDR)")
 	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
 		t.Errorf("the refused start created ./data, the default database's directory (stat: %v)", err)
 	}

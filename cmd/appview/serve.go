@@ -158,7 +158,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if cfg.Admin.Addr != "" {
 		ln, err := admin.Bind(cfg.Admin.Addr)
 		if err != nil {
-			return cli.Refuse("admin.addr", "%v", err)
+			return refuseAdminAddr(cfg.Admin.Addr, err)
 		}
 		adminLn = ln
 		defer func() {
@@ -172,7 +172,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		return nil
 	}
 	if err != nil {
-		return err
+		return logRefusalDetail(log, err)
 	}
 	// Closing the pool waits for every statement running on it: after a
 	// stop that ran out of shutdown_timeout, one may be stuck in SQLite's

@@ -24,7 +24,12 @@ const (
 )
 
 // StartError is a problem found before anything started; it exits 2.
-type StartError struct{ Err error }
+// Its line is Err's; Detail, when set, is the whole error behind it (a
+// database driver's own words), which only a debug line shows.
+type StartError struct {
+	Err    error
+	Detail string
+}
 
 func (e *StartError) Error() string { return e.Err.Error() }
 func (e *StartError) Unwrap() error { return e.Err }
@@ -126,11 +131,11 @@ func (f *ConfigFlags) Explain(err error) error {
 	switch e := err.(type) {
 	case *StartError:
 		if ce, ok := e.Err.(*config.Error); ok {
-			return &StartError{Err: config.PointAt(ce, f.origins)}
+			return &StartError{Err: config.PointAt(ce, f.origins), Detail: e.Detail}
 		}
 	case *TransientError:
 		if o, ok := f.origins[e.Key]; ok {
-			return &TransientError{Key: e.Key, Reason: e.Reason + " (" + o + ")"}
+			return &TransientError{Key: e.Key, Reason: e.Reason + " (" + o + ")", Detail: e.Detail}
 		}
 	}
 	return err
