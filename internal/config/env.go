@@ -61,17 +61,17 @@ func suggestKey[V any](key string, known map[string]V) string {
 // "" when it is none's. A near miss is the same path in another case or
 // with other separators ("Leases.TTL", "leases_ttl", "log-level", and any
 // environment name, whose "_" may stand for "." or "_"), a path at most
-// two single-character edits from a key and less than a third of its
-// length ("leases.tll", "lease.ttl", "loglevel", "jetstream.url"), or
+// two single-character edits from a key, and fewer than a third of the
+// name's length ("leases.tll", "lease.ttl", "loglevel", "jetstream.url"), or
 // the address of a section named by a word for one ("admin.port",
 // APPVIEW_ADMIN_PORT: admin.addr). Ties go to the first key in sorted
 // order, so a suggestion is the same every start.
 func nearMiss[V any](name string, known map[string]V) string {
 	keys := slices.Sorted(maps.Keys(known))
-	want := separatorless(name)
+	want := pathForm(name)
 	best, bestDist := "", 3
 	for _, k := range keys {
-		if d := editDistance(want, separatorless(k)); d < bestDist && 3*d < len(want) {
+		if d := editDistance(want, pathForm(k)); d < bestDist && 3*d < len(want) {
 			best, bestDist = k, d
 		}
 	}
@@ -81,10 +81,9 @@ func nearMiss[V any](name string, known map[string]V) string {
 	return addressOf(want, keys)
 }
 
-// separatorless is a key path in lower case with every separator ('.',
-// '_', '-') written as '_', so that paths differing only in those compare
-// equal.
-func separatorless(path string) string {
+// pathForm is a key path as nearMiss compares it: in lower case, with
+// every separator ('.', '_', '-') written as '_'.
+func pathForm(path string) string {
 	return strings.Map(func(r rune) rune {
 		switch r {
 		case '.', '-':
@@ -97,7 +96,7 @@ func separatorless(path string) string {
 // addressWords name what a section's addr key holds.
 var addressWords = []string{"port", "host", "listen", "bind", "address"}
 
-// addressOf returns SECTION.addr from keys when name (separatorless) is
+// addressOf returns SECTION.addr from keys when name (in pathForm) is
 // SECTION_WORD for one of addressWords, else "".
 func addressOf(name string, keys []string) string {
 	for _, k := range keys {
@@ -106,7 +105,7 @@ func addressOf(name string, keys []string) string {
 			continue
 		}
 		for _, w := range addressWords {
-			if name == separatorless(section)+"_"+w {
+			if name == pathForm(section)+"_"+w {
 				return k
 			}
 		}
