@@ -17,32 +17,58 @@ import (
 	"github.com/atcr-io/appview/system"
 )
 
+// goodSubscribeURLs are labeler.url values and the endpoint each is dialled at.
+var goodSubscribeURLs = map[string]string{
+	"https://mod.example.com":  "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+	"https://mod.example.com/": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+	"http://127.0.0.1:8080":    "ws://127.0.0.1:8080/xrpc/com.atproto.label.subscribeLabels",
+	"wss://mod.example.com":    "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+	"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels?cursor=5#f": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+	"https://mod.example.com/xrpc/com.atproto.label.subscribeLabels/":         "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
+	"ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels":          "ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels",
+}
+
+// badSubscribeURLs are labeler.url values refused. A path that is not the
+// XRPC endpoint is a mistake: dialled as given, it answers 404 forever.
+var badSubscribeURLs = []string{"ftp://mod.example.com", "https://", "mod.example.com", "::",
+	"ws://127.0.0.1:7700/labeler", "wss://mod.example.com/custom", "https://mod.example.com/xrpc",
+	"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels/extra",
+	"https://user:secret@mod.example.com", "wss://user@mod.example.com",
+	"ftp://user:secret@mod.example.com", "//user:secret@mod.example.com", "https://user:sec ret@mod.example.com"}
+
 func TestSubscribeURLTurnsTheConfiguredURLIntoTheXRPCWebsocket(t *testing.T) {
-	for in, want := range map[string]string{
-		"https://mod.example.com":  "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"https://mod.example.com/": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"http://127.0.0.1:8080":    "ws://127.0.0.1:8080/xrpc/com.atproto.label.subscribeLabels",
-		"wss://mod.example.com":    "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels?cursor=5#f": "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"https://mod.example.com/xrpc/com.atproto.label.subscribeLabels/":         "wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels",
-		"ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels":          "ws://127.0.0.1:7700/mod/xrpc/com.atproto.label.subscribeLabels",
-	} {
+	for in, want := range goodSubscribeURLs {
 		got, err := SubscribeURL(in)
 		if err != nil || got != want {
 			t.Errorf("SubscribeURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	// A path that is not the XRPC endpoint is a mistake: dialled as given,
-	// it answers 404 forever.
-	for _, bad := range []string{"ftp://mod.example.com", "https://", "mod.example.com", "::",
-		"ws://127.0.0.1:7700/labeler", "wss://mod.example.com/custom", "https://mod.example.com/xrpc",
-		"wss://mod.example.com/xrpc/com.atproto.label.subscribeLabels/extra",
-		"https://user:secret@mod.example.com", "wss://user@mod.example.com",
-		"ftp://user:secret@mod.example.com", "//user:secret@mod.example.com", "https://user:sec ret@mod.example.com"} {
+	for _, bad := range badSubscribeURLs {
 		if got, err := SubscribeURL(bad); err == nil {
 			t.Errorf("SubscribeURL(%q) = %q, want an error", bad, got)
 		} else if strings.Contains(err.Error(), "secret") {
 			t.Errorf("SubscribeURL(%q): the error %q shows the password", bad, err)
+		}
+	}
+}
+
+// The configuration refuses every labeler.url the worker would: `config
+// check` refuses what `serve` does, without building the worker.
+func TestTheConfigurationRefusesTheLabelerURLsTheWorkerRefuses(t *testing.T) {
+	valid := func(u string) error {
+		cfg := config.Default()
+		cfg.Labeler.URL = u
+		return cfg.Validate()
+	}
+	for u := range goodSubscribeURLs {
+		if err := valid(u); err != nil {
+			t.Errorf("labeler.url %q: %v, but the worker takes it", u, err)
+		}
+	}
+	for _, u := range badSubscribeURLs {
+		var ce *config.Error
+		if err := valid(u); !errors.As(err, &ce) || ce.Key != "labeler.url" {
+			t.Errorf("labeler.url %q: %v, want a refusal naming labeler.url, as the worker refuses it", u, err)
 		}
 	}
 }

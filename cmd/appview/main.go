@@ -1,6 +1,7 @@
 // Command appview runs the background worker runtime of an AT Protocol
 // container registry AppView (docs/spec.md §2): `serve` runs an instance,
-// `config init` writes a commented default configuration, `leases` prints
+// `config init` writes a commented default configuration, `config check`
+// and `config show` check and print the one in effect, `leases` prints
 // the lease table, `jetstream-replay` serves a Jetstream capture locally,
 // `webhooks` manages webhook subscriptions. The developer tools (bench,
 // synth, synth-check) are the separate binary cmd/appview-dev, so this one
@@ -83,7 +84,7 @@ func newRootCommand(sigs chan os.Signal) *cobra.Command {
 		Version:       readBuildIdentity().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	flags := &cli.ConfigFlags{}
+	flags := &cli.ConfigFlags{Workers: workerKeys()}
 	flags.Register(root)
 	opener := func(open func(context.Context, config.Config) (*database.DB, error)) func(context.Context) (*database.DB, error) {
 		return func(ctx context.Context) (*database.DB, error) {
@@ -97,7 +98,7 @@ func newRootCommand(sigs chan os.Signal) *cobra.Command {
 		}
 	}
 	migrated, existing := opener(cli.OpenDatabase), opener(cli.OpenExisting)
-	root.AddCommand(newServeCommand(flags, sigs), newConfigCommand(), newLeasesCommand(existing),
+	root.AddCommand(newServeCommand(flags, sigs), newConfigCommand(flags), newLeasesCommand(existing),
 		newWebhooksCommand(migrated, existing), newReplayCommand(),
 		newVersionCommand(), newBackfillCommand(existing), newHealthcheckCommand(flags))
 	cli.StrictUsage(root)

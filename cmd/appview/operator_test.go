@@ -314,7 +314,7 @@ func TestASignalWithinHalfASecondOfTheFirstIsPartOfTheSameRequest(t *testing.T) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchLaterSignals(log, time.Now(), sigs, nil, "second signal", nil, func(code int) { exited <- code })
+		watchLaterSignals(log, time.Now(), sigs, nil, forcedExit{"second signal", nil, func(code int) { exited <- code }})
 	}()
 	sigs <- syscall.SIGTERM
 	close(sigs)
@@ -338,7 +338,7 @@ func TestTheWatchOfLaterSignalsEndsWithTheStop(t *testing.T) {
 	stopDone, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
-		watchLaterSignals(log, time.Now(), sigs, stopDone, "second signal", nil, func(code int) { t.Errorf("exit(%d)", code) })
+		watchLaterSignals(log, time.Now(), sigs, stopDone, forcedExit{"second signal", nil, func(code int) { t.Errorf("exit(%d)", code) }})
 	}()
 	close(stopDone)
 	<-watched
@@ -354,7 +354,7 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 	var logs testsupport.LockedBuffer
 	log := system.NewLogger(&logs, zerolog.InfoLevel)
 	first := time.Now().Add(-secondSignalAfter)
-	go watchLaterSignals(log, first, sigs, nil, "second signal: exiting now", nil, func(code int) { exited <- code })
+	go watchLaterSignals(log, first, sigs, nil, forcedExit{"second signal: exiting now", nil, func(code int) { exited <- code }})
 	sigs <- syscall.SIGINT
 	if code := <-exited; code != cli.ExitFailure {
 		t.Fatalf("exit(%d), want %d", code, cli.ExitFailure)

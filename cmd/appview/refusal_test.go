@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -130,7 +131,7 @@ func refusals() []refusal {
 			},
 		},
 		{
-			name: "admin port in use", key: "admin.addr", reason: "address already in use (from --set)",
+			name: "admin port in use", key: "admin.addr", reason: "(is another appview running?): address already in use (from --set)",
 			setup: func(t *testing.T, dir string) []string {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -198,6 +199,7 @@ func TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted(t *testing.T) {
 			if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, tc.reason) {
 				t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, tc.reason)
 			}
+			assertNoDriverWords(t, line)
 		})
 	}
 }
@@ -255,6 +257,38 @@ func assertRefusal(t *testing.T, r result, key, reason string) {
 	if !strings.HasPrefix(lines[0], prefix) || !strings.Contains(lines[0], reason) {
 		t.Fatalf("stderr = %q, want %q... containing %q", lines[0], prefix, reason)
 	}
+	assertNoDriverWords(t, lines[0])
+}
+
+// assertNoDriverWords fails when a refusal's line carries the database
+// driver's own words (its statement, codes and nesting), which belong
+// in the debug line (TestARefusalsDriverDetailIsADebugLine).
+func assertNoDriverWords(t *testing.T, line string) {
+	t.Helper()
+	for _, driver := range []string{"error code =", "failed to connect to database", "failed to execute query", "Unable to connect", "Hrana: `", "(os error"} {
+		if strings.Contains(line, driver) {
+			t.Errorf("the refusal %q carries the driver's words %q", line, driver)
+		}
+	}
+}
+
+// What the driver said behind a refused database is one debug line
+// before the refusal, at log_level debug only.
+func TestARefusalsDriverDetailIsADebugLine(t *testing.T) {
+	dir := t.TempDir()
+	mkdir(t, filepath.Join(dir, "appview.db-wal")) // the log cannot be created: SQLite's disk I/O error
+	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_LOG_LEVEL=debug"), "serve", "--set", "database.url=file:appview.db")
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	var debug struct{ Level, Event, Detail string }
+	if r.code != cli.ExitConfig || len(lines) < 2 || json.Unmarshal([]byte(lines[len(lines)-2]), &debug) != nil ||
+		debug.Level != "debug" || debug.Event != "start.refused" || !strings.Contains(debug.Detail, "error code =") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 2, a debug line start.refused with the driver's words, then the refusal", r.code, r.stderr)
+	}
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "appview: config: database.url: cannot open file:appview.db: ") {
+		t.Errorf("last line %q, want the refusal", last)
+	}
+	assertNoDriverWords(t, last)
 }
 
 // assertFlagRefusal checks that r is a refusal before anything ran
@@ -281,7 +315,7 @@ func TestABusyAdminPortIsRefusedBeforeTheDatabaseIsCreated(t *testing.T) {
 	defer ln.Close()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv("APPVIEW_ADMIN_ADDR="+ln.Addr().String()), "serve")
-	assertRefusal(t, r, "admin.addr", "address already in use (from APPVIEW_ADMIN_ADDR)")
+	assertRefusal(t, r, "admin.addr", "cannot listen on "+ln.Addr().String()+" (is another appview running?): address already in use (from APPVIEW_ADMIN_ADDR)")
 	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
 		t.Errorf("the refused start created ./data, the default database's directory (stat: %v)", err)
 	}
@@ -302,7 +336,8 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("config init: code %d, stderr %q", r.code, r.stderr)
 	}
-	if r.stdout != config.Sample {
+	sample := config.SampleFor(workerKeys()) // config.Sample and the sections of registered workers
+	if r.stdout != sample {
 		t.Fatalf("config init printed something other than config.Sample")
 	}
 	r = runAppview(t, dir, childEnv(), "config", "init", "appview.yaml")
@@ -310,7 +345,7 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 		t.Fatalf("config init appview.yaml: code %d, stderr %q", r.code, r.stderr)
 	}
 	written, err := os.ReadFile(filepath.Join(dir, "appview.yaml"))
-	if err != nil || string(written) != config.Sample {
+	if err != nil || string(written) != sample {
 		t.Fatalf("config init FILE wrote something other than config.Sample (read: %v)", err)
 	}
 	// Over an existing file: refused (exit 2, one line), the file kept.
@@ -324,15 +359,20 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 	}
 	// "-" is standard output, not a file named "-".
 	r = runAppview(t, dir, childEnv(), "config", "init", "-")
-	if _, err := os.Stat(filepath.Join(dir, "-")); r.code != 0 || r.stdout != config.Sample || err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "-")); r.code != 0 || r.stdout != sample || err == nil {
 		t.Fatalf("config init -: code %d, stdout of %d bytes, a file named - (stat: %v)", r.code, len(r.stdout), err)
 	}
-	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml")})
+	cfg, err := config.Load(config.Sources{File: filepath.Join(dir, "appview.yaml"), Workers: workerKeys()})
 	if err != nil {
 		t.Fatalf("load the written file: %v", err)
 	}
 	cfg.InstanceID = ""
-	if !reflect.DeepEqual(cfg, config.Default()) {
+	defaults, _ := config.Load(config.Sources{Workers: workerKeys()})
+	defaults.InstanceID = ""
+	if !reflect.DeepEqual(cfg, defaults) {
+		t.Fatalf("the written file loads to\n%+v\nwant config.Default() with the registered workers' sections\n%+v", cfg, defaults)
+	}
+	if len(workerKeys()) == 0 && !reflect.DeepEqual(cfg, config.Default()) {
 		t.Fatalf("the written file loads to\n%+v\nwant config.Default()\n%+v", cfg, config.Default())
 	}
 
@@ -376,8 +416,8 @@ func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
 	if r := runAppview(t, dir, childEnv(), "config", "init", "--force", "appview.yaml"); r.code != 0 {
 		t.Fatalf("config init --force: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if got, err := os.ReadFile(longer); err != nil || string(got) != config.Sample {
-		t.Fatalf("after --force the file holds %d bytes (err %v), want exactly the sample (%d bytes)", len(got), err, len(config.Sample))
+	if got, err := os.ReadFile(longer); err != nil || string(got) != config.SampleFor(workerKeys()) {
+		t.Fatalf("after --force the file holds %d bytes (err %v), want exactly the sample (%d bytes)", len(got), err, len(config.SampleFor(workerKeys())))
 	}
 
 	// A FIFO with no reader: opening it to write used to wait forever.

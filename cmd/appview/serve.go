@@ -158,7 +158,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if cfg.Admin.Addr != "" {
 		ln, err := admin.Bind(cfg.Admin.Addr)
 		if err != nil {
-			return cli.Refuse("admin.addr", "%v", err)
+			return refuseAdminAddr(cfg.Admin.Addr, err)
 		}
 		adminLn = ln
 		defer func() {
@@ -172,7 +172,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		return nil
 	}
 	if err != nil {
-		return err
+		return logRefusalDetail(log, err)
 	}
 	// Closing the pool waits for every statement running on it: after a
 	// stop that ran out of shutdown_timeout, one may be stuck in SQLite's
@@ -298,7 +298,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	stopDone, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
-		watchLaterSignals(log, stopping, sigs, stopDone, "second signal: exiting now without waiting for releases; leases still held run out their TTL", sys.HeldLeases, os.Exit)
+		watchLaterSignals(log, stopping, sigs, stopDone, forcedExit{"second signal: exiting now without waiting for releases; leases still held run out their TTL", sys.HeldLeases, os.Exit})
 	}()
 	stopCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -369,7 +369,7 @@ func openDuringStart(ctx context.Context, cfg config.Config, log zerolog.Logger,
 	cancel()
 	log.Info().Stringer("signal", sig).Str("database", cfg.Database.URL).
 		Msg("signal during start: aborting the database open, nothing was acquired")
-	go watchLaterSignals(log, first, sigs, nil, "second signal: exiting now without waiting for the database open", nil, os.Exit)
+	go watchLaterSignals(log, first, sigs, nil, forcedExit{"second signal: exiting now without waiting for the database open", nil, os.Exit})
 	select {
 	case o := <-done:
 		// Its error, if any, is the cancellation itself.
@@ -397,10 +397,10 @@ func pendingSignal(sigs <-chan os.Signal) os.Signal {
 // watchLaterSignals reads sigs after a first signal taken at first. One
 // arriving within secondSignalAfter of it is part of the same request to
 // stop and is logged; a later one is an operator who will not wait: it is
-// logged as warning msg and exit(cli.ExitFailure) is called. It returns when
+// logged and force.exit(cli.ExitFailure) called (forcedExit). It returns when
 // sigs is closed or done is (nil: never), so a signal read after the stop
 // ended logs nothing after the stop's last line.
-func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, done <-chan struct{}, msg string, held func() []string, exit func(int)) {
+func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signal, done <-chan struct{}, force forcedExit) {
 	for {
 		var s os.Signal
 		var ok bool
@@ -418,12 +418,12 @@ func watchLaterSignals(log zerolog.Logger, first time.Time, sigs <-chan os.Signa
 			continue
 		}
 		ev := log.Warn().Stringer("signal", s)
-		if held != nil {
+		if force.held != nil {
 			// Named in the last line, like an incomplete graceful stop.
-			ev = ev.Strs("leases_left_held", held())
+			ev = ev.Strs("leases_left_held", force.held())
 		}
-		ev.Msg(msg)
-		exit(cli.ExitFailure)
+		ev.Msg(force.msg)
+		force.exit(cli.ExitFailure)
 		return
 	}
 }

@@ -24,7 +24,12 @@ const (
 )
 
 // StartError is a problem found before anything started; it exits 2.
-type StartError struct{ Err error }
+// Its line is Err's; Detail, when set, is the whole error behind it (a
+// database driver's own words), which only a debug line shows.
+type StartError struct {
+	Err    error
+	Detail string
+}
 
 func (e *StartError) Error() string { return e.Err.Error() }
 func (e *StartError) Unwrap() error { return e.Err }
@@ -75,6 +80,10 @@ func Exit(name string, err error) int {
 
 // ConfigFlags are the flags every command that reads the configuration takes.
 type ConfigFlags struct {
+	// Workers are the sections of the registered workers that own one
+	// (config.Sources.Workers): set them before Load.
+	Workers []config.WorkerKeys
+
 	file string
 	sets []string
 	// warnings are what the last Load said about APPVIEW_* variables that
@@ -100,8 +109,15 @@ func (f *ConfigFlags) Register(cmd *cobra.Command) {
 // not fatal (the environment is shared with deploy scripts and
 // Kubernetes): its warning is kept for Warnings and PrintWarnings.
 func (f *ConfigFlags) Load() (config.Config, error) {
+	cfg, problems := f.Check()
+	return cfg, problems.Err()
+}
+
+// Check is Load returning every problem (config.Check), for `config
+// check`: the same sources read the same way as for `serve`.
+func (f *ConfigFlags) Check() (config.Config, config.Problems) {
 	f.warnings, f.origins = nil, map[string]string{}
-	return config.Load(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets,
+	return config.Check(config.Sources{File: f.file, Environ: os.Environ(), Sets: f.sets, Workers: f.Workers,
 		Warn: func(msg string) { f.warnings = append(f.warnings, msg) }, Origins: f.origins})
 }
 
@@ -115,15 +131,33 @@ func (f *ConfigFlags) Explain(err error) error {
 	switch e := err.(type) {
 	case *StartError:
 		if ce, ok := e.Err.(*config.Error); ok {
-			return &StartError{Err: config.PointAt(ce, f.origins)}
+			return &StartError{Err: config.PointAt(ce, f.origins), Detail: e.Detail}
 		}
 	case *TransientError:
 		if o, ok := f.origins[e.Key]; ok {
-			return &TransientError{Key: e.Key, Reason: e.Reason + " (" + o + ")"}
+			return &TransientError{Key: e.Key, Reason: e.Reason + " (" + o + ")", Detail: e.Detail}
 		}
 	}
 	return err
 }
+
+// File is the --config file ("" when none was given).
+func (f *ConfigFlags) File() string { return f.file }
+
+// UseFile makes path the configuration file, as --config does, for a
+// command that takes it as an argument (`config check FILE`). It is an
+// error when --config names another file.
+func (f *ConfigFlags) UseFile(path string) error {
+	if f.file != "" && f.file != path {
+		return fmt.Errorf("two configuration files (--config %s and %s): give one", f.file, path)
+	}
+	f.file = path
+	return nil
+}
+
+// Origins are where the last Load or Check found each key's value
+// (config.Sources.Origins): for config.Show.
+func (f *ConfigFlags) Origins() map[string]string { return f.origins }
 
 // Warnings returns the warnings of the last Load; serve logs them as JSON
 // lines.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/atcr-io/appview/internal/config"
@@ -30,16 +31,16 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 		URL: cfg.Database.URL, AuthToken: cfg.Database.AuthToken, BusyTimeout: cfg.Database.BusyTimeout,
 	})
 	if err != nil {
-		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", within, cfg.Database.URL))
+		return nil, refuseDatabase(err, "cannot open %s: %s", cfg.Database.URL, database.Plain(noAnswer(err, "opening", within, cfg.Database.URL)))
 	}
 	err = database.Bounded(ctx, func() error { _, err := db.Migrate(ctx); return err })
 	if err != nil {
 		db.Close()
-		format := "cannot migrate (is it writable?) %s: %v"
+		format := "cannot migrate (is it writable?) %s: %s"
 		if database.Transient(err) || errors.Is(err, database.ErrForeignDatabase) {
-			format = "cannot migrate %s: %v" // not a matter of permissions
+			format = "cannot migrate %s: %s" // not a matter of permissions
 		}
-		return nil, refuseDatabase(err, format, cfg.Database.URL, noAnswer(err, "migrating", within, cfg.Database.URL))
+		return nil, refuseDatabase(err, format, cfg.Database.URL, database.Plain(noAnswer(err, "migrating", within, cfg.Database.URL)))
 	}
 	return db, nil
 }
@@ -48,14 +49,21 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 // opened or migrated because of err: a *TransientError (exit 1) when err
 // may pass by itself (database.Transient: a server not up yet, a write
 // lock held past busy_timeout), else a refusal of database.url (exit 2).
+// Its line is format and args (the cause in the project's words,
+// database.Plain); err's whole text, the driver's own words, is its
+// Detail.
 func refuseDatabase(err error, format string, args ...any) error {
+	detail := err.Error()
+	if d := database.DriverError(err); !strings.Contains(detail, d) {
+		detail += "; the driver's error: " + d // what err's text told in its own words
+	}
 	if database.Transient(err) {
-		return &TransientError{Key: "database.url", Reason: fmt.Sprintf(format, args...)}
+		return &TransientError{Key: "database.url", Reason: fmt.Sprintf(format, args...), Detail: detail}
 	}
 	if database.TLSMismatch(err) {
 		format += " (the server does not speak TLS: libsql:// and https:// connect with TLS; use http:// for a server without it)"
 	}
-	return Refuse("database.url", format, args...)
+	return &StartError{Err: &config.Error{Key: "database.url", Reason: fmt.Sprintf(format, args...)}, Detail: detail}
 }
 
 // TransientError is a start that failed on a condition that can pass by
@@ -69,6 +77,8 @@ type TransientError struct {
 	Key string
 	// Reason says what failed.
 	Reason string
+	// Detail is the whole error behind it, for a debug line.
+	Detail string
 }
 
 func (e *TransientError) Error() string {
@@ -106,7 +116,7 @@ func OpenExisting(ctx context.Context, cfg config.Config) (*database.DB, error) 
 		return nil, Refuse("database.url", "%v", err)
 	}
 	if err != nil {
-		return nil, refuseDatabase(err, "cannot open %s: %v", cfg.Database.URL, noAnswer(err, "opening", OpenTimeout, cfg.Database.URL))
+		return nil, refuseDatabase(err, "cannot open %s: %s", cfg.Database.URL, database.Plain(noAnswer(err, "opening", OpenTimeout, cfg.Database.URL)))
 	}
 	return db, nil
 }

@@ -21,7 +21,8 @@ import (
 
 // Config is the whole configuration tree. YAML keys are the `yaml` tags;
 // the environment variable for a key is APPVIEW_ + its dotted path in upper
-// case with "_" for ".", e.g. APPVIEW_LEASES_TTL.
+// case with "_" for ".", e.g. APPVIEW_LEASES_TTL. A key tagged
+// `secret:"true"` is never shown (Show).
 type Config struct {
 	// InstanceID names this process in lease rows (leases.holder) and logs.
 	// Empty means <hostname>-<pid>-<random>, unique per process start.
@@ -43,6 +44,13 @@ type Config struct {
 	Health    Health    `yaml:"health"`
 	Webhooks  Webhooks  `yaml:"webhooks"`
 	Network   Network   `yaml:"network"`
+
+	// Workers are the sections of the workers registered with keys of
+	// their own (Sources.Workers), in registration order, each after the
+	// built-in sections in the file: <section>.enabled and
+	// <section>.interval. Load fills them; Default has none. (A copy of
+	// a Config shares them: read them, or Load another.)
+	Workers []WorkerConfig `yaml:"-"`
 }
 
 // Network configures outbound requests to hosts that network data names
@@ -63,7 +71,7 @@ type Database struct {
 	// databases are refused (package database/dburl says why).
 	URL string `yaml:"url"`
 	// AuthToken is sent to a libSQL server; unused for file databases.
-	AuthToken string `yaml:"auth_token"`
+	AuthToken string `yaml:"auth_token" secret:"true"`
 	// BusyTimeout is how long a file-database connection waits on a lock
 	// before SQLITE_BUSY (PRAGMA busy_timeout, set on every connection).
 	BusyTimeout time.Duration `yaml:"busy_timeout"`
@@ -82,7 +90,7 @@ type Admin struct {
 	// /debug/* and the status page answer 401 to a request without
 	// "Authorization: Bearer <Token>", and nudges between instances carry
 	// it (every instance of a fleet needs the same one). Empty: no token.
-	Token string `yaml:"token"`
+	Token string `yaml:"token" secret:"true"`
 	// TokenFile reads Token from a file (a secrets mount); surrounding
 	// whitespace is trimmed. Set Token or TokenFile, not both.
 	TokenFile string `yaml:"token_file"`
@@ -300,7 +308,7 @@ type Billing struct {
 	Enabled  bool          `yaml:"enabled"`
 	Interval time.Duration `yaml:"interval"`
 	// StripeSecretKey authenticates to the Stripe API (the billing source).
-	StripeSecretKey string `yaml:"stripe_secret_key"`
+	StripeSecretKey string `yaml:"stripe_secret_key" secret:"true"`
 	// StripeAPIURL is the Stripe API base URL.
 	StripeAPIURL string `yaml:"stripe_api_url"`
 	// Timeout bounds one HTTP request to Stripe or to a hold.

@@ -2,9 +2,11 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
+	"unicode"
 )
 
 // serviceLinkName matches the variables Kubernetes injects for every
@@ -29,31 +31,86 @@ func isServiceLink(name, value string) bool {
 }
 
 // unknownEnvWarning is the line for an APPVIEW_* variable that names no
-// key: it says the variable is ignored and suggests the nearest variable
-// that is one (a misspelt APPVIEW_LEASES_TLL gets APPVIEW_LEASES_TTL).
+// key: it says the variable is ignored and, when the variable is a near
+// miss of a key's (nearMiss: APPVIEW_LEASES_TLL, APPVIEW_LOGLEVEL,
+// APPVIEW_jetstream_urls), names that key's variable. A variable that
+// resembles no key (a deploy script's APPVIEW_BIN) gets no suggestion.
 func unknownEnvWarning(name string, byEnv map[string]string) string {
-	// Variable names are upper case: compare in it, so APPVIEW_jetstream_urls
-	// suggests APPVIEW_JETSTREAM_URLS, not the nearest name by bytes.
-	best, _ := nearest(strings.ToUpper(name), byEnv)
-	return fmt.Sprintf("environment variable %s is not a config key and is ignored (did you mean %s, key %s?)", name, best, byEnv[best])
+	keys := make(map[string]bool, len(byEnv))
+	for _, key := range byEnv {
+		keys[key] = true
+	}
+	msg := fmt.Sprintf("environment variable %s is not a config key and is ignored", name)
+	if key := nearMiss(strings.TrimPrefix(name, EnvPrefix), keys); key != "" {
+		msg += fmt.Sprintf(" (did you mean %s, key %s?)", EnvName(key), key)
+	}
+	return msg
 }
 
-// nearest returns the name in known nearest to name by editDistance, and
-// that distance ("", -1 when known is empty). Ties go to the first name
-// in sorted order, so the suggestion is the same every start.
-func nearest[V any](name string, known map[string]V) (string, int) {
-	names := make([]string, 0, len(known))
-	for n := range known {
-		names = append(names, n)
+// suggestKey is the " (did you mean K?)" of an unknown key of the file or
+// --set: its near miss among known (nearMiss), or "" when there is none.
+func suggestKey[V any](key string, known map[string]V) string {
+	if best := nearMiss(key, known); best != "" {
+		return " (did you mean " + best + "?)"
 	}
-	sort.Strings(names)
-	best, bestDist := "", -1
-	for _, n := range names {
-		if d := editDistance(name, n); bestDist < 0 || d < bestDist {
-			best, bestDist = n, d
+	return ""
+}
+
+// nearMiss returns the key of known that name (a dotted key path, or the
+// part of an environment variable after APPVIEW_) is a near miss of, or
+// "" when it is none's. A near miss is the same path in another case or
+// with other separators ("Leases.TTL", "leases_ttl", "log-level", and any
+// environment name, whose "_" may stand for "." or "_"), a path at most
+// two single-character edits from a key, and fewer than a third of the
+// name's length ("leases.tll", "lease.ttl", "loglevel", "jetstream.url"), or
+// the address of a section named by a word for one ("admin.port",
+// APPVIEW_ADMIN_PORT: admin.addr). Ties go to the first key in sorted
+// order, so a suggestion is the same every start.
+func nearMiss[V any](name string, known map[string]V) string {
+	keys := slices.Sorted(maps.Keys(known))
+	want := pathForm(name)
+	best, bestDist := "", 3
+	for _, k := range keys {
+		if d := editDistance(want, pathForm(k)); d < bestDist && 3*d < len(want) {
+			best, bestDist = k, d
 		}
 	}
-	return best, bestDist
+	if best != "" {
+		return best
+	}
+	return addressOf(want, keys)
+}
+
+// pathForm is a key path as nearMiss compares it: in lower case, with
+// every separator ('.', '_', '-') written as '_'.
+func pathForm(path string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.', '-':
+			return '_'
+		}
+		return unicode.ToLower(r)
+	}, path)
+}
+
+// addressWords name what a section's addr key holds.
+var addressWords = []string{"port", "host", "listen", "bind", "address"}
+
+// addressOf returns SECTION.addr from keys when name (in pathForm) is
+// SECTION_WORD for one of addressWords, else "".
+func addressOf(name string, keys []string) string {
+	for _, k := range keys {
+		section, leaf, ok := strings.Cut(k, ".")
+		if !ok || leaf != "addr" {
+			continue
+		}
+		for _, w := range addressWords {
+			if name == pathForm(section)+"_"+w {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes
@@ -77,16 +134,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-// suggestKey is the " (did you mean K?)" of an unknown --set key: the
-// known key nearest to key by editDistance, or "" when the nearest is
-// more than a third of key away (a different word, not a typo).
-func suggestKey[V any](key string, known map[string]V) string {
-	// Keys are lower case: "Leases.TTL" is one case fold from leases.ttl.
-	best, bestDist := nearest(strings.ToLower(key), known)
-	if best == "" || bestDist > max(2, len(key)/3) {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -49,28 +50,79 @@ func TestKubernetesServiceLinksAreIgnoredQuietly(t *testing.T) {
 	}
 }
 
-func TestUnknownAppviewVariablesWarnWithTheClosestKey(t *testing.T) {
-	for name, closest := range map[string]string{
-		"APPVIEW_LEASES_TLL":     "APPVIEW_LEASES_TTL",
-		"APPVIEW_LEASE_TTL":      "APPVIEW_LEASES_TTL",
-		"APPVIEW_DATABSE_URL":    "APPVIEW_DATABASE_URL",
-		"APPVIEW_LOGLEVEL":       "APPVIEW_LOG_LEVEL",
-		"APPVIEW_jetstream_urls": "APPVIEW_JETSTREAM_URLS", // names are compared in upper case
-		// A deploy script's own variables: the closest key is named all
-		// the same; the line says the variable is ignored.
-		"APPVIEW_BIN":     "",
-		"APPVIEW_VERSION": "",
-		// A value that is not a service link keeps a _PORT name unknown.
-		"APPVIEW_PORT": "",
+// A "did you mean" names a key only for a near miss of it: a typo of a
+// character or two, another case or separator, or a word for a section's
+// address. A name that resembles no key gets none: "did you mean
+// APPVIEW_LOG_LEVEL" for APPVIEW_FOO sent operators after the wrong key.
+func TestSuggestionsOnlyForANearMiss(t *testing.T) {
+	for _, tc := range []struct {
+		source, name, want string // want "" for no suggestion
+	}{
+		{"env", "APPVIEW_LEASES_TLL", "leases.ttl"},
+		{"env", "APPVIEW_LEASE_TTL", "leases.ttl"},
+		{"env", "APPVIEW_DATABSE_URL", "database.url"},
+		{"env", "APPVIEW_LOGLEVEL", "log_level"},
+		{"env", "APPVIEW_jetstream_urls", "jetstream.urls"}, // names are compared in any case
+		{"env", "APPVIEW_ADMIN_TOKENS", "admin.token"},
+		{"env", "APPVIEW_ADMIN_PORT", "admin.addr"},
+		{"env", "APPVIEW_ADMIN_LISTEN", "admin.addr"},
+		// A deploy script's own variables, and words that are no key.
+		{"env", "APPVIEW_FOO", ""},
+		{"env", "APPVIEW_BIN", ""},
+		{"env", "APPVIEW_VERSION", ""},
+		{"env", "APPVIEW_DEBUG", ""},
+		{"env", "APPVIEW_TOKEN", ""},
+		{"env", "APPVIEW_PORT", ""}, // not a service link's value: still unknown
+		{"env", "APPVIEW_LEASES_TIMEOUT", ""},
+		{"--set", "leases.tll", "leases.ttl"},
+		{"--set", "Leases.TTL", "leases.ttl"},
+		{"--set", "leases_ttl", "leases.ttl"},
+		{"--set", "log-level", "log_level"},
+		{"--set", "log.level", "log_level"},
+		{"--set", "jetstream.url", "jetstream.urls"},
+		{"--set", "backfill.intervall", "backfill.interval"},
+		{"--set", "admin.port", "admin.addr"},
+		{"--set", "foo", ""},
+		{"--set", "leases.timeout", ""},
+		{"--set", "jetstream.firehose_everything", ""},
+		{"file", "lease", "leases"},
+		{"file", "instance_idd", "instance_id"},
+		{"file", "databse.url", "database"}, // the section is what is unknown
+		{"file", "foo", ""},
+		{"file", "admin.tls", ""},
 	} {
-		_, warnings, err := loadWarned(t, "", []string{name + "=something"})
-		if err != nil {
-			t.Errorf("%s stopped the start: %v", name, err)
-			continue
+		var said string
+		switch tc.source {
+		case "env":
+			_, warnings, err := loadWarned(t, "", []string{tc.name + "=something"})
+			if err != nil || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "environment variable "+tc.name+" is not a config key and is ignored") {
+				t.Errorf("%s: warnings %q, err %v; want one warning saying it is ignored", tc.name, warnings, err)
+				continue
+			}
+			said = warnings[0]
+			if tc.want != "" && !strings.HasSuffix(said, fmt.Sprintf(" (did you mean %s, key %s?)", EnvName(tc.want), tc.want)) {
+				t.Errorf("%s: %q, want it to suggest %s", tc.name, said, tc.want)
+			}
+		case "--set":
+			_, err := Load(Sources{Sets: []string{tc.name + "=1"}})
+			said = fmt.Sprint(err)
+			if tc.want != "" && !strings.Contains(said, "unknown key (did you mean "+tc.want+"?) (from --set)") {
+				t.Errorf("--set %s: %q, want it to suggest %s", tc.name, said, tc.want)
+			}
+		case "file":
+			section, leaf, nested := strings.Cut(tc.name, ".")
+			body := section + ": 1\n"
+			if nested {
+				body = section + ":\n  " + leaf + ": 1\n"
+			}
+			_, err := Load(Sources{File: writeFile(t, body)})
+			said = fmt.Sprint(err)
+			if tc.want != "" && !strings.Contains(said, "unknown key (did you mean "+tc.want+"?) (line") {
+				t.Errorf("file key %s: %q, want it to suggest %s", tc.name, said, tc.want)
+			}
 		}
-		if len(warnings) != 1 || !strings.Contains(warnings[0], name+" is not a config key and is ignored (did you mean APPVIEW_") ||
-			!strings.Contains(warnings[0], closest) {
-			t.Errorf("%s: warnings %q, want one naming it and suggesting %s", name, warnings, closest)
+		if tc.want == "" && strings.Contains(said, "did you mean") {
+			t.Errorf("%s %s: %q, want no suggestion", tc.source, tc.name, said)
 		}
 	}
 }

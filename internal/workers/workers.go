@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -117,6 +118,34 @@ func Outbound(cfg config.Config, purpose string) outbound.Guard {
 
 // Spec describes one background worker to the registry. Exactly one of
 // Actor and Job is set.
+//
+// How a Job runs (system/job.go runs it; docs/architecture.md, "Adding a
+// worker"):
+//
+//   - First run at grant: Job starts as soon as custody is granted (for
+//     an unleased worker, at start), in its own goroutine, then again
+//     Interval after the start of each run. Runs never overlap: a run
+//     longer than Interval is followed at once by the next.
+//   - An error is logged ("job failed") and waits for the next tick; with
+//     Interval 0 the run is retried with exponential backoff (up to a
+//     minute apart) until one succeeds.
+//   - A panic is a worker failure: the worker is restarted in place with
+//     backoff (worker.restarted); more than five failures a minute give
+//     the lease up for another instance to try (worker.failed).
+//   - An error wrapping fence.ErrSuperseded (a fence.Fenced write that
+//     found another holder) stops the worker for good: custody has moved
+//     on, and it is never restarted under this grant.
+//   - Interval 0 runs Job once and then holds the lease idle until custody
+//     ends, so the job runs once per deployment, not once per instance.
+//   - ctx is cancelled when custody ends. On a graceful stop the worker
+//     first gets Drain: ctx's cause (context.Cause) is then ErrDrain, and
+//     the one request in flight may finish and record its outcome, its
+//     fenced writes still landing; any other cause means stop at once.
+//     A Job that has not returned 5 s after ctx is cancelled is abandoned
+//     (its context is cancelled, so its fenced writes cannot land).
+//
+// Every write a leased Job makes goes through fence.Fenced with its
+// custody, so that it commits only while this instance holds the lease.
 type Spec struct {
 	// Name identifies the worker; for a leased worker it is also the lease
 	// name (docs/spec.md §4). Lowercase letters, digits and dashes.
@@ -129,18 +158,67 @@ type Spec struct {
 	// too, which grants itself custody with fence 0) and stopped when
 	// custody ends; it must stop writing when it stops.
 	Actor func(c fence.Custody) *actor.Props
-	// Job is run every Interval while custody lasts, in its own goroutine;
-	// ctx is cancelled when custody ends and the worker stops only after Job
-	// returns. An error is logged and the job runs again at the next tick; a
-	// panic is a worker failure (restart with backoff).
+	// Job is run every Interval while custody lasts, as the type's comment
+	// says; the worker stops only after Job returns.
 	Job func(ctx context.Context, c fence.Custody) error
 	// Interval between the starts of Job runs. 0 runs Job once and then
-	// holds custody idle until it ends (e.g. a startup backfill).
+	// holds custody idle until it ends (e.g. a startup backfill). A worker
+	// registered with Keys leaves it 0: the runtime sets it from
+	// <section>.interval.
 	Interval time.Duration
 	// Health, when set, is the worker's own health report (see Health):
 	// a leased worker that reports unhealthy while a contender reports
 	// healthy yields its lease. nil: always healthy.
 	Health *Health
+}
+
+// Keys declare a worker's own configuration section, <Section>.enabled
+// and <Section>.interval, with their defaults and the interval's floor
+// (config.WorkerKeys): the configuration loader reads, checks and
+// documents them, and the runtime applies them (Registration.Build).
+type Keys = config.WorkerKeys
+
+// Registration is one line of the list of workers `serve` runs
+// (cmd/appview/workers.go): the worker's constructor and, for a worker
+// that owns a configuration section, its Keys.
+type Registration struct {
+	// New builds the worker's Spec from the process's Deps, once per
+	// process. An error wrapping ErrDisabled leaves the worker out; any
+	// other refuses the start (a *config.Error exits 2).
+	New func(Deps) (Spec, error)
+	// Keys, when Keys.Section is set, make <Section>.enabled and
+	// <Section>.interval keys of the configuration. The worker is then
+	// left out while <Section>.enabled is false (New is not called), and
+	// its Job runs every <Section>.interval: New leaves Spec.Interval 0.
+	Keys Keys
+}
+
+// Build returns the Spec of the registered worker for d (see
+// Registration). A worker with Keys whose section d.Config lacks (its
+// Keys were not given to config.Load) is an error.
+func (r Registration) Build(d Deps) (Spec, error) {
+	section := r.Keys.Section
+	if section == "" {
+		return r.New(d)
+	}
+	w, ok := d.Config.Worker(section)
+	switch {
+	case !ok:
+		return Spec{}, fmt.Errorf("worker section %s: not in the configuration (give the registered Keys to config.Load)", section)
+	case !w.Enabled:
+		return Spec{}, fmt.Errorf("%s.enabled is false: %w", section, ErrDisabled)
+	}
+	s, err := r.New(d)
+	switch {
+	case err != nil:
+		return Spec{}, err
+	case s.Job == nil:
+		return Spec{}, fmt.Errorf("worker %q: Keys need a Job (%s.interval is how often it runs)", s.Name, section)
+	case s.Interval != 0:
+		return Spec{}, fmt.Errorf("worker %q sets Interval; with Keys it comes from %s.interval", s.Name, section)
+	}
+	s.Interval = w.Interval
+	return s, nil
 }
 
 // Health is a worker's own report of whether it can do its job where it
