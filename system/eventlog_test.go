@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/actors/lease"
 )
 
 // A contender logs lease.contended at debug on every attempt and, once
@@ -18,15 +18,15 @@ import (
 func TestTheFirstContendedAttemptOfEachGrantIsSaidAtInfo(t *testing.T) {
 	var buf bytes.Buffer
 	l := &eventLog{log: zerolog.New(&buf).Level(zerolog.InfoLevel), waiting: map[string]contendedGrant{}}
-	contended := func(holder string, fence int64, left time.Duration) events.Custody {
-		return events.Custody{Kind: events.LeaseContended, Lease: "cleanup", Instance: "me", Holder: holder, Fence: fence, TimeLeft: left}
+	contended := func(holder string, fence int64, left time.Duration) lease.Event {
+		return lease.Event{Kind: lease.LeaseContended, Lease: "cleanup", Instance: "me", Holder: holder, Fence: fence, TimeLeft: left}
 	}
-	for _, e := range []events.Custody{
+	for _, e := range []lease.Event{
 		contended("other", 4, 9*time.Second), // said
 		contended("other", 4, 8*time.Second),
 		contended("other", 4, 0),              // ran out: not waited for
 		contended("third", 5, 15*time.Second), // said
-		{Kind: events.LeaseAcquired, Lease: "cleanup", Instance: "me", Fence: 6},
+		{Kind: lease.LeaseAcquired, Lease: "cleanup", Instance: "me", Fence: 6},
 		contended("third", 5, 15*time.Second), // said again after custody in between
 	} {
 		l.write(e)
@@ -54,9 +54,9 @@ func TestTheFirstContendedAttemptOfEachGrantIsSaidAtInfo(t *testing.T) {
 func TestAContendedOwnLateGrantIsNotCalledAnotherInstances(t *testing.T) {
 	var buf bytes.Buffer
 	l := &eventLog{log: zerolog.New(&buf).Level(zerolog.InfoLevel), waiting: map[string]contendedGrant{}}
-	l.write(events.Custody{Kind: events.LeaseContended, Lease: "cleanup", Instance: "me", Holder: "me", Fence: 16,
-		TimeLeft: 15 * time.Second, Reason: events.ReasonStaleGrant})
-	l.write(events.Custody{Kind: events.LeaseContended, Lease: "backfill", Instance: "me", Holder: "other", Fence: 3,
+	l.write(lease.Event{Kind: lease.LeaseContended, Lease: "cleanup", Instance: "me", Holder: "me", Fence: 16,
+		TimeLeft: 15 * time.Second, Reason: lease.ReasonStaleGrant})
+	l.write(lease.Event{Kind: lease.LeaseContended, Lease: "backfill", Instance: "me", Holder: "other", Fence: 3,
 		TimeLeft: 15 * time.Second})
 	out := buf.String()
 	own, other, _ := strings.Cut(out, "\n")

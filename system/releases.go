@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/actors/lease"
 )
 
 // releaseAudit follows this instance's custody events so that Stop can say
@@ -46,7 +46,7 @@ func newReleaseAudit(instance string) *releaseAudit {
 }
 
 func (a *releaseAudit) observe(evt any) {
-	e, ok := evt.(events.Custody)
+	e, ok := evt.(lease.Event)
 	if !ok || e.Instance != a.instance {
 		return
 	}
@@ -62,24 +62,24 @@ func (a *releaseAudit) observe(evt any) {
 	}
 	if g, ok := a.givenUp[e.Lease]; ok {
 		switch {
-		case e.Fence > g.fence && (e.Kind == events.LeaseAcquired || e.Kind == events.LeaseContended):
+		case e.Fence > g.fence && (e.Kind == lease.LeaseAcquired || e.Kind == lease.LeaseContended):
 			delete(a.givenUp, e.Lease) // a newer grant: the given-up one is over
-		case e.Fence == g.fence && e.Kind == events.LeaseReleased:
+		case e.Fence == g.fence && e.Kind == lease.LeaseReleased:
 			delete(a.givenUp, e.Lease) // handed back
 		}
 	}
 	switch e.Kind {
-	case events.LeaseAcquired:
+	case lease.LeaseAcquired:
 		a.held[e.Lease] = e.Fence
-	case events.LeaseReleased:
+	case lease.LeaseReleased:
 		delete(a.held, e.Lease)
 		if a.stopping {
 			delete(a.pending, e.Lease)
 		}
-	case events.LeaseLost:
+	case lease.LeaseLost:
 		delete(a.held, e.Lease)
 		if !a.stopping {
-			if e.Reason != events.ReasonSuperseded {
+			if e.Reason != lease.ReasonSuperseded {
 				a.givenUp[e.Lease] = givenUpGrant{fence: e.Fence, reason: e.Reason}
 			}
 			return
@@ -88,7 +88,7 @@ func (a *releaseAudit) observe(evt any) {
 			return
 		}
 		delete(a.pending, e.Lease)
-		if e.Reason != events.ReasonSuperseded {
+		if e.Reason != lease.ReasonSuperseded {
 			a.failed = append(a.failed, fmt.Sprintf("%s (fence %d): %s", e.Lease, e.Fence, e.Reason))
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -26,7 +25,6 @@ import (
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/events"
 )
 
 // RootName is the root actor's name; a LeaseActor's PID is RootName/<lease>.
@@ -49,7 +47,7 @@ type Options struct {
 	// NudgeURL is this instance's nudge endpoint ("" disables nudges).
 	NudgeURL string
 	// AdminToken is admin.token: nudges to other instances carry it as a
-	// bearer token (issue 11). Empty sends none.
+	// bearer token. Empty sends none.
 	AdminToken string
 }
 
@@ -58,7 +56,7 @@ type Options struct {
 // EventStream.
 type System struct {
 	o Options
-	// stopping is set when Stop begins: nudges and standbys are refused.
+	// stopping is set when Stop begins: nudges are refused.
 	stopping atomic.Bool
 	actors   *actor.ActorSystem
 	root     *actor.PID
@@ -66,14 +64,14 @@ type System struct {
 	unleased map[string]bool
 	eventLog *eventLog
 	// store is the lease store every LeaseActor writes through.
-	store *leasestore.Store
+	store *lease.Store
 	// renewer batches the renewals of every LeaseActor: one statement
 	// per renew tick, not one per lease.
-	renewer *leasestore.Renewer
+	renewer *lease.Renewer
 	// releases tells Stop whether every lease held was released.
 	releases    *releaseAudit
 	releasesSub *eventstream.Subscription
-	contenders  *leasestore.Contenders
+	contenders  *lease.Contenders
 	// mark keeps this instance's leases-off record (leases.enabled false).
 	mark  *unleasedMark
 	log   zerolog.Logger
@@ -96,7 +94,7 @@ func New(o Options) (*System, error) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "appview_events_log_dropped_total", Help: "Custody events not logged because the log writer was blocked.",
 	})
-	for _, k := range events.Kinds {
+	for _, k := range lease.EventKinds {
 		published.WithLabelValues(string(k))
 	}
 	if err := registerAll(o.Metrics, published, dropped); err != nil {
@@ -109,43 +107,25 @@ func New(o Options) (*System, error) {
 	s.eventLog = newEventLog(s.actors.EventStream, o.Log, published, dropped)
 	s.releases = newReleaseAudit(cfg.InstanceID)
 	s.releasesSub = s.actors.EventStream.Subscribe(s.releases.observe)
-	store := leasestore.NewStore(o.DB.DB, cfg.Leases.TTL)
-	var replaced sync.Once
-	store.Check = func() error {
-		err := o.DB.CheckFile()
-		if errors.Is(err, database.ErrFileReplaced) {
+	store := lease.NewStore(o.DB, cfg.Leases.TTL)
+	var replaced, schemaLost sync.Once
+	store.Failed = func(err error) {
+		switch {
+		case errors.Is(err, database.ErrFileReplaced):
 			replaced.Do(func() {
 				log.Error().Err(err).Msg("the database file was deleted or replaced under this process: its workers stop (their writes are refused, its leases given up at their next renewal) and it cannot recover; restart it")
 			})
-		}
-		return err
-	}
-	var schemaLost sync.Once
-	store.Failed = func(err error) {
-		if database.SchemaLost(err) {
+		case database.SchemaLost(err):
 			schemaLost.Do(func() {
 				log.Error().Err(logval.Error(err)).Msg(database.ErrSchemaLost.Error() + ": lease writes fail, so this process holds no lease and its workers stop; it cannot recover")
 			})
 		}
 	}
-	// A worker's fenced write into a deleted or replaced file would land
-	// where no other instance reads, under a grant the new file may give
-	// to one of them: refused at its commit.
-	fence.SetFileCheck(o.DB.DB, store.Check)
 	s.store = store
-	s.renewer = leasestore.NewRenewer(store)
+	s.renewer = lease.NewRenewer(store)
 	if cfg.Leases.Enabled && o.NudgeURL != "" {
-		s.contenders = &leasestore.Contenders{DB: o.DB.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
-			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Header: admin.BearerHeader(o.AdminToken), Log: log,
-			NoAnnounce: o.DB.Remote}
-	}
-	// On a libSQL server every read of a standby is a round trip that
-	// loads the server the release and the acquire need: the nudge alone
-	// was quicker there (graceful_handover_p50_ms_sqld 6.4-8.6 ms without
-	// standbys, 9.1-10.3 with, alternating runs; docs/performance.md).
-	standbyFor := time.Duration(0)
-	if o.DB.Remote {
-		standbyFor = -1
+		s.contenders = &lease.Contenders{DB: o.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
+			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Header: admin.BearerHeader(o.AdminToken), Log: log}
 	}
 	timing := cfg.Leases.Timing()
 	var specs []childSpec
@@ -156,7 +136,6 @@ func New(o Options) (*System, error) {
 			Worker: workerProps(w, log), Publish: s.publish, Metrics: leaseMetrics,
 			Contenders: s.contenders, Log: log,
 			Health: w.Health, YieldGrace: cfg.Leases.YieldGrace, MinHold: cfg.Leases.MinHold,
-			StandbyFor: standbyFor,
 		}
 		props, err := lease.NewProps(opts)
 		if err != nil {
@@ -185,12 +164,12 @@ func workerProps(w workers.Spec, log zerolog.Logger) func(fence.Custody) *actor.
 	return func(c fence.Custody) *actor.Props { return jobProps(w, c, log) }
 }
 
-func (s *System) publish(e events.Custody) {
+func (s *System) publish(e lease.Event) {
 	switch e.Kind {
-	case events.LeaseReleased, events.LeaseLost:
+	case lease.LeaseReleased, lease.LeaseLost:
 		// This process writes nothing more under that grant: its worker's
 		// last write no longer speaks for /readyz (fence.CustodyEnded).
-		fence.CustodyEnded(s.o.DB.DB, fence.Custody{Lease: e.Lease, Holder: e.Instance, Fence: e.Fence})
+		fence.CustodyEnded(s.o.DB, fence.Custody{Lease: e.Lease, Holder: e.Instance, Fence: e.Fence})
 	}
 	s.actors.EventStream.Publish(e)
 }
@@ -218,8 +197,7 @@ func (s *System) Start() error {
 }
 
 // warnIfInstanceLiveElsewhere warns when this instance_id holds a lease,
-// or contended for one within a TTL, from another process start (issue
-// 14.4). Custody stays correct (every grant carries its process's nonce),
+// or contended for one within a TTL, from another process start. Custody stays correct (every grant carries its process's nonce),
 // but two processes answering to one name confuse every report that names
 // the holder.
 func (s *System) warnIfInstanceLiveElsewhere() {
@@ -253,49 +231,12 @@ func (s *System) leasedPID(name string) (*actor.PID, bool) {
 	return pid, ok && !s.unleased[name]
 }
 
-// Standby tells the LeaseActor of lease that its holder is about to
-// release it (leasestore.Contenders.Announce): while it contends, it
-// watches the lease row for a short while and acquires the moment the
-// release lands. It returns once the watch has made its first read, the
-// actor ignored the Standby, or standbyAnswer has passed, and reports
-// whether such a leased worker exists.
-//
-// When the watch began, it also returns this process as the successor the
-// holder may hand the lease to (leasestore.StandbyAnswer: instance_id,
-// process nonce, lease TTL), and nil otherwise.
-func (s *System) Standby(name string) (bool, []byte) {
-	pid, ok := s.leasedPID(name)
-	if !ok {
-		return false, nil
-	}
-	watching, began := make(chan struct{}), new(atomic.Bool)
-	s.actors.Root.Send(pid, &lease.Standby{Watching: watching, Began: began})
-	t := time.NewTimer(standbyAnswer)
-	defer t.Stop()
-	select {
-	case <-watching:
-	case <-t.C:
-		return true, nil // began may be set later: not an answer to rely on
-	}
-	if !began.Load() || s.store == nil {
-		return true, nil
-	}
-	return true, leasestore.StandbyAnswer(leasestore.Successor{
-		Instance: s.o.Config.InstanceID, Nonce: s.store.Nonce(), TTL: s.o.Config.Leases.TTL})
-}
-
 // nudgeDrainGrace bounds how long a stopping instance waits for its
-// nudges' answers before it exits (leasestore.Contenders.Drain): a
+// nudges' answers before it exits (lease.Contenders.Drain): a
 // contender answers within milliseconds; one that does not has its
 // nudge written all the same.
 const nudgeDrainGrace = 200 * time.Millisecond
 
-// standbyAnswer bounds how long the standby endpoint waits for the watch
-// to begin before it answers anyway: well under the holder's own wait
-// for the answer (10 ms, actors/lease).
-const standbyAnswer = 5 * time.Millisecond
-
-// Statuses asks every LeaseActor for its own view, in name order.
 // HeldLeases returns the names of the leases this instance holds now (by
 // its own custody events), sorted: what a forced exit leaves to run out
 // its TTL.
@@ -310,7 +251,7 @@ func (s *System) HeldLeases() []string { return s.releases.heldNow() }
 func (s *System) GivenUp() []string { return s.releases.givenUpNow() }
 
 // Ready returns nil unless the instance's lease writes are failing
-// (leasestore.Store.Healthy): a database that still answers reads, and even a
+// (lease.Store.Healthy): a database that still answers reads, and even a
 // one-page write probe, may refuse every real write (a full disk). With
 // leases disabled no lease is written and Ready is nil.
 func (s *System) Ready() error {
@@ -320,6 +261,7 @@ func (s *System) Ready() error {
 	return s.store.Healthy()
 }
 
+// Statuses asks every LeaseActor for its own view, in name order.
 func (s *System) Statuses() []lease.Status {
 	names := make([]string, 0, len(s.leases))
 	for n := range s.leases {
@@ -409,32 +351,21 @@ func (s *System) Stop(ctx context.Context) error {
 	return err
 }
 
-// NudgeHandler returns the admin endpoint for nudges: POST /lease/nudge?lease=NAME
-// (204; 404 for a name this instance does not contend for under a lease;
-// 400 and 503 as leaseSignal says).
+// NudgeHandler returns the admin endpoint for nudges: POST
+// lease.NudgePath?lease=NAME (204; 404 for a name this instance does not
+// contend for under a lease; 400 and 503 as leaseSignal says).
 // It can only cause an acquire attempt, which the LeaseActor rate-limits.
 func (s *System) NudgeHandler() http.Handler {
-	return s.leaseSignal(func(name string) (bool, []byte) { return s.Nudge(name), nil }, http.StatusNoContent)
-}
-
-// StandbyHandler returns the admin endpoint for announced releases: POST
-// /lease/standby?lease=NAME (202; 200 with this process as the successor,
-// JSON, when its watch began: see Standby; 404 as NudgeHandler). It can
-// only make the LeaseActor read the lease row for a bounded while, and
-// a holder hand the lease to this process, which contends for it anyway.
-func (s *System) StandbyHandler() http.Handler {
-	return s.leaseSignal(s.Standby, http.StatusAccepted)
+	return s.leaseSignal(s.Nudge)
 }
 
 // leaseSignal is a POST endpoint that passes the lease query parameter to
-// signal and answers ok; 400 when the parameter is missing, empty,
+// signal and answers 204; 400 when the parameter is missing, empty,
 // repeated or not a valid query; 404 when signal reports no such leased
 // worker; 503 once the instance is stopping (its LeaseActors are going
 // away: a signal would be dropped, and a contender that stops contends
 // no more).
-//
-// A signal that returns a body answers 200 with it (JSON) instead of ok.
-func (s *System) leaseSignal(signal func(name string) (bool, []byte), ok int) http.Handler {
+func (s *System) leaseSignal(signal func(name string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -455,17 +386,10 @@ func (s *System) leaseSignal(signal func(name string) (bool, []byte), ok int) ht
 			http.Error(w, "instance stopping", http.StatusServiceUnavailable)
 			return
 		}
-		found, body := signal(names[0])
-		if !found {
+		if !signal(names[0]) {
 			http.Error(w, "no such leased worker", http.StatusNotFound)
 			return
 		}
-		if body != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(body)
-			return
-		}
-		w.WriteHeader(ok)
+		w.WriteHeader(http.StatusNoContent)
 	})
 }

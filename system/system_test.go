@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/events"
 )
 
 // Timing bounds for the tests. Lease timings are short so that expiry,
@@ -52,7 +52,7 @@ type harness struct {
 	log *testsupport.LockedBuffer
 
 	mu     sync.Mutex
-	events []events.Custody
+	events []lease.Event
 }
 
 func testConfig() config.Config {
@@ -84,7 +84,7 @@ func newHarness(t *testing.T, cfg config.Config, specs ...workers.Spec) *harness
 	}
 	// The handler runs on the publisher's goroutine: append and return.
 	h.sys.actors.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(events.Custody); ok {
+		if e, ok := evt.(lease.Event); ok {
 			h.mu.Lock()
 			h.events = append(h.events, e)
 			h.mu.Unlock()
@@ -129,10 +129,10 @@ func (h *harness) stop() {
 }
 
 // seen returns the recorded events matching kind and lease.
-func (h *harness) seen(kind events.Kind, name string) []events.Custody {
+func (h *harness) seen(kind lease.EventKind, name string) []lease.Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []events.Custody
+	var out []lease.Event
 	for _, e := range h.events {
 		if e.Kind == kind && e.Lease == name {
 			out = append(out, e)
@@ -142,9 +142,9 @@ func (h *harness) seen(kind events.Kind, name string) []events.Custody {
 }
 
 // waitEvent waits for the n-th event of kind on lease and returns it.
-func (h *harness) waitEvent(kind events.Kind, name string, n int) events.Custody {
+func (h *harness) waitEvent(kind lease.EventKind, name string, n int) lease.Event {
 	h.t.Helper()
-	var got []events.Custody
+	var got []lease.Event
 	testsupport.Eventually(h.t, fmt.Sprintf("%d× %s on %s", n, kind, name), func() bool {
 		got = h.seen(kind, name)
 		return len(got) >= n
@@ -264,7 +264,7 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 	)
 	h.start()
 	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
-		h.waitEvent(events.WorkerStarted, name, 1)
+		h.waitEvent(lease.WorkerStarted, name, 1)
 	}
 	testsupport.Eventually(h.t, "both actors started, the periodic job run 3 times, the once-only job once", func() bool {
 		return leasedActor.startedCount() == 1 && unleasedActor.startedCount() == 1 &&
@@ -285,7 +285,7 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 		if _, ok := h.row(name); ok {
 			t.Errorf("unleased worker %s has a lease row", name)
 		}
-		if n := len(h.seen(events.LeaseAcquired, name)); n != 0 {
+		if n := len(h.seen(lease.LeaseAcquired, name)); n != 0 {
 			t.Errorf("unleased worker %s published %d lease.acquired", name, n)
 		}
 	}
@@ -293,13 +293,13 @@ func TestStartRunsEveryKindOfWorkerAndStopReleasesEveryLease(t *testing.T) {
 	h.stop()
 	h.db = reopen(t, h.db)
 	for _, name := range []string{"leased-actor", "leased-job"} {
-		if rel := h.seen(events.LeaseReleased, name); len(rel) != 1 || rel[0].Fence != 1 || rel[0].Reason != events.ReasonShutdown {
+		if rel := h.seen(lease.LeaseReleased, name); len(rel) != 1 || rel[0].Fence != 1 || rel[0].Reason != lease.ReasonShutdown {
 			t.Errorf("%s: lease.released events %+v, want one with fence 1, reason shutdown", name, rel)
 		}
 		h.assertReleasedInPlace(name, 1)
 	}
 	for _, name := range []string{"leased-actor", "unleased-actor", "leased-job", "unleased-job"} {
-		if n := len(h.seen(events.WorkerStopped, name)); n != 1 {
+		if n := len(h.seen(lease.WorkerStopped, name)); n != 1 {
 			t.Errorf("%s: %d worker.stopped, want 1", name, n)
 		}
 	}
@@ -331,12 +331,12 @@ func TestStopWaitsForARunningJobToReturnBeforeReleasing(t *testing.T) {
 			<-ctx.Done()
 			// Custody is still held until the release, but a stopping
 			// job's fenced writes are refused by its cancelled context.
-			err := fence.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { wroteWhileStopping.Store(true); return nil })
+			err := fence.Fenced(ctx, h.db, c, func(*sql.Tx) error { wroteWhileStopping.Store(true); return nil })
 			close(returned)
 			return err
 		}})
 	h.sys.actors.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(events.Custody); ok && e.Kind == events.LeaseReleased {
+		if e, ok := evt.(lease.Event); ok && e.Kind == lease.LeaseReleased {
 			select {
 			case <-returned:
 				releasedAfterReturn.Store(true)
@@ -371,20 +371,20 @@ func TestAGracefulStopEndsAJobWithCauseErrDrainAndALossWithCanceled(t *testing.T
 			return ctx.Err()
 		}})
 	h.start()
-	h.waitEvent(events.WorkerStarted, "cause", 1)
+	h.waitEvent(lease.WorkerStarted, "cause", 1)
 	// Another instance takes the lease over: the next renewal finds it
 	// superseded and stops the worker at once, without a drain.
 	if _, err := h.db.Exec(`UPDATE leases SET holder = 'other-instance', fence = fence + 1 WHERE name = ?1`, "cause"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitEvent(events.LeaseLost, "cause", 1)
+	h.waitEvent(lease.LeaseLost, "cause", 1)
 	if cause := <-causes; !errors.Is(cause, context.Canceled) || errors.Is(cause, workers.ErrDrain) {
 		t.Errorf("a job whose custody was lost ended with cause %v, want context.Canceled", cause)
 	}
 	if _, err := h.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, "cause"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitEvent(events.WorkerStarted, "cause", 2)
+	h.waitEvent(lease.WorkerStarted, "cause", 2)
 	h.stop()
 	if cause := <-causes; !errors.Is(cause, workers.ErrDrain) {
 		t.Errorf("a job stopped gracefully ended with cause %v, want workers.ErrDrain", cause)
@@ -397,10 +397,10 @@ func TestJobWithIntervalZeroRunsOnceThenHoldsCustodyIdle(t *testing.T) {
 	h := newHarness(t, testConfig(), workers.Spec{Name: "once", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { r.add(c); return nil }})
 	h.start()
-	h.waitEvent(events.WorkerStarted, "once", 1)
+	h.waitEvent(lease.WorkerStarted, "once", 1)
 	// Several renewals later the job has still run only once, and the
 	// lease is still held: the worker idles holding custody.
-	h.waitEvent(events.LeaseRenewed, "once", 3)
+	h.waitEvent(lease.LeaseRenewed, "once", 3)
 	if got := r.total.Load(); got != 1 {
 		t.Fatalf("job ran %d times, want once", got)
 	}
@@ -433,16 +433,16 @@ func TestJobErrorsAreRetriedWithoutRestartingTheWorker(t *testing.T) {
 	})
 	// Give a wrongly repeated once-only job the chance to show itself: a
 	// renewal after its success.
-	n := len(h.seen(events.LeaseRenewed, "once-flaky"))
-	h.waitEvent(events.LeaseRenewed, "once-flaky", n+1)
+	n := len(h.seen(lease.LeaseRenewed, "once-flaky"))
+	h.waitEvent(lease.LeaseRenewed, "once-flaky", n+1)
 	if got := once.total.Load(); got != 3 {
 		t.Errorf("once-only job ran %d times, want 3 (two failures, one success)", got)
 	}
 	for _, name := range []string{"once-flaky", "periodic-failing"} {
-		if n := len(h.seen(events.WorkerRestarted, name)); n != 0 {
+		if n := len(h.seen(lease.WorkerRestarted, name)); n != 0 {
 			t.Errorf("%s: %d worker.restarted; an error is retried, not a failure", name, n)
 		}
-		if n := len(h.seen(events.WorkerStarted, name)); n != 1 {
+		if n := len(h.seen(lease.WorkerStarted, name)); n != 1 {
 			t.Errorf("%s: %d worker.started, want 1", name, n)
 		}
 		h.assertHeld(name, 1)
@@ -464,7 +464,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 			return nil
 		}})
 	h.start()
-	restarted := h.waitEvent(events.WorkerRestarted, "panicky", 1)
+	restarted := h.waitEvent(lease.WorkerRestarted, "panicky", 1)
 	if restarted.Fence != 1 || restarted.Attempt != 1 || restarted.Err == nil || !strings.Contains(restarted.Err.Error(), "boom") {
 		t.Errorf("worker.restarted = %+v, want fence 1, attempt 1, the panic as cause", restarted)
 	}
@@ -473,7 +473,7 @@ func TestJobPanicRestartsTheWorkerUnderTheSameCustody(t *testing.T) {
 		t.Errorf("runs by fence %v, want both under fence 1 (a restart keeps custody)", r.byFence)
 	}
 	h.assertHeld("panicky", 1)
-	if n := len(h.seen(events.LeaseLost, "panicky")) + len(h.seen(events.LeaseReleased, "panicky")); n != 0 {
+	if n := len(h.seen(lease.LeaseLost, "panicky")) + len(h.seen(lease.LeaseReleased, "panicky")); n != 0 {
 		t.Errorf("custody changed hands over a restart (%d lost/released events)", n)
 	}
 	h.stop()
@@ -487,10 +487,10 @@ func TestJobThatAlwaysPanicsGivesTheLeaseUp(t *testing.T) {
 	h := newHarness(t, testConfig(), workers.Spec{Name: "doomed", Leased: true,
 		Job: func(ctx context.Context, c fence.Custody) error { panic("always") }})
 	h.start()
-	failed := h.waitEvent(events.WorkerFailed, "doomed", 1)
-	released := h.waitEvent(events.LeaseReleased, "doomed", 1)
-	if failed.Fence != 1 || released.Fence != 1 || released.Reason != events.ReasonWorkerFailed {
-		t.Errorf("worker.failed %+v then lease.released %+v; want fence 1 and reason %s", failed, released, events.ReasonWorkerFailed)
+	failed := h.waitEvent(lease.WorkerFailed, "doomed", 1)
+	released := h.waitEvent(lease.LeaseReleased, "doomed", 1)
+	if failed.Fence != 1 || released.Fence != 1 || released.Reason != lease.ReasonWorkerFailed {
+		t.Errorf("worker.failed %+v then lease.released %+v; want fence 1 and reason %s", failed, released, lease.ReasonWorkerFailed)
 	}
 	h.stop()
 	testsupport.VerifyNone(t)
@@ -509,18 +509,18 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 			if err := h.takeOver(c.Lease, testTTL); err != nil {
 				return err
 			}
-			return fence.Fenced(ctx, h.db.DB, c, func(*sql.Tx) error { return nil })
+			return fence.Fenced(ctx, h.db, c, func(*sql.Tx) error { return nil })
 		}})
 	h.start()
-	lost := h.waitEvent(events.LeaseLost, "usurped", 1)
-	if lost.Reason != events.ReasonSuperseded || lost.Fence != 1 || lost.Err == nil || !strings.Contains(lost.Err.Error(), "fenced write") {
+	lost := h.waitEvent(lease.LeaseLost, "usurped", 1)
+	if lost.Reason != lease.ReasonSuperseded || lost.Fence != 1 || lost.Err == nil || !strings.Contains(lost.Err.Error(), "fenced write") {
 		t.Fatalf("lease.lost = %+v, want reason superseded, fence 1, caused by the job's fenced write", lost)
 	}
-	h.waitEvent(events.WorkerStopped, "usurped", 1)
-	if n := len(h.seen(events.WorkerRestarted, "usurped")); n != 0 {
+	h.waitEvent(lease.WorkerStopped, "usurped", 1)
+	if n := len(h.seen(lease.WorkerRestarted, "usurped")); n != 0 {
 		t.Errorf("%d worker.restarted: a superseded worker is stopped, never restarted", n)
 	}
-	if n := len(h.seen(events.LeaseReleased, "usurped")); n != 0 {
+	if n := len(h.seen(lease.LeaseReleased, "usurped")); n != 0 {
 		t.Errorf("%d lease.released: a superseded holder must not touch the row", n)
 	}
 	if r.under(1) != 1 {
@@ -528,7 +528,7 @@ func TestJobReturningErrSupersededStopsTheWorker(t *testing.T) {
 	}
 	// The usurper never renews: once its grant expires this instance takes
 	// the lease back with a new fence and starts a fresh worker.
-	again := h.waitEvent(events.LeaseAcquired, "usurped", 2)
+	again := h.waitEvent(lease.LeaseAcquired, "usurped", 2)
 	if again.Fence != 3 {
 		t.Errorf("re-acquired with fence %d, want 3 (1 ours, 2 the usurper's)", again.Fence)
 	}
@@ -549,7 +549,7 @@ func TestReadyForgetsAWorkersFailedWriteOnceItsLeaseIsLost(t *testing.T) {
 			if r.add(c) > 1 {
 				return nil
 			}
-			return fence.Fenced(ctx, h.db.DB, c, func(tx *sql.Tx) error {
+			return fence.Fenced(ctx, h.db, c, func(tx *sql.Tx) error {
 				_, err := tx.Exec(`INSERT INTO no_such_table VALUES (1)`)
 				return err
 			})
@@ -563,7 +563,7 @@ func TestReadyForgetsAWorkersFailedWriteOnceItsLeaseIsLost(t *testing.T) {
 	if err := h.takeOver("broken", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	h.waitEvent(events.LeaseLost, "broken", 1)
+	h.waitEvent(lease.LeaseLost, "broken", 1)
 	testsupport.Eventually(h.t, "Ready healthy once the lease is lost", func() bool { return h.sys.Ready() == nil })
 	h.stop()
 	testsupport.VerifyNone(t)
@@ -681,7 +681,7 @@ func TestAStopThatRunsOutWithEveryLeaseReleasedIsLateNotIncomplete(t *testing.T)
 	h.start()
 	// The LeaseActor spawns its worker as it handles the grant, before any
 	// later message (the stop) reaches it.
-	testsupport.Eventually(t, "the lease to be acquired", func() bool { return len(h.seen(events.LeaseAcquired, "stuck")) == 1 })
+	testsupport.Eventually(t, "the lease to be acquired", func() bool { return len(h.seen(lease.LeaseAcquired, "stuck")) == 1 })
 	r, _ := h.row("stuck")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second) // past the 10 s bound on a worker's stop
 	defer cancel()
@@ -691,7 +691,7 @@ func TestAStopThatRunsOutWithEveryLeaseReleasedIsLateNotIncomplete(t *testing.T)
 		t.Fatalf("Stop = %v, want an error wrapping ErrStoppedLate", err)
 	}
 	h.assertReleasedInPlace("stuck", r.fence)
-	if len(h.seen(events.WorkerStuck, "stuck")) != 1 {
+	if len(h.seen(lease.WorkerStuck, "stuck")) != 1 {
 		t.Fatalf("no worker.stuck event for the stuck worker")
 	}
 	if err := h.db.Close(); err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // unleasedMark keeps this instance's unleased_instances record while it
@@ -40,7 +40,7 @@ func (s *System) markUnleased() {
 	id, every := s.o.Config.InstanceID, s.o.Config.Leases.RenewInterval
 	failing, reported := false, false
 	refresh := func() {
-		err := s.store.MarkUnleased(context.Background(), id, every)
+		err := MarkUnleased(context.Background(), s.o.DB, id, s.store.Nonce(), every)
 		if err != nil && !failing {
 			s.log.Warn().Err(err).Msg("could not record this instance as running with leases off: an instance started beside it now would not see it")
 		}
@@ -86,13 +86,13 @@ var ErrBesideUnleased = errors.New("another instance runs beside this one, which
 // must stop, or nil: a lease held on the database (a leased instance runs
 // its workers, fenced, beside this one's unfenced copies), or another
 // process start's live leases-off record that started before this one's
-// (leasestore.UnleasedBefore: of two unleased instances that started at
+// (UnleasedBefore: of two unleased instances that started at
 // the same moment, the later one yields). A read that fails says nothing.
 func (s *System) unleasedConflict(ctx context.Context) error {
-	if rows, err := leasestore.ListBounded(ctx, s.o.DB.DB); err == nil {
+	if rows, err := fence.ListBounded(ctx, s.o.DB); err == nil {
 		var held []string
 		for _, r := range rows {
-			if r.State() == leasestore.StateHeld {
+			if r.State() == fence.StateHeld {
 				held = append(held, fmt.Sprintf("%s by %s (fence %d)", r.Name, r.Holder, r.Fence))
 			}
 		}
@@ -100,11 +100,11 @@ func (s *System) unleasedConflict(ctx context.Context) error {
 			return fmt.Errorf("%w: leases are held on this database (%s)", ErrBesideUnleased, strings.Join(held, "; "))
 		}
 	}
-	all, err := leasestore.ListUnleased(ctx, s.o.DB.DB)
+	all, err := ListUnleased(ctx, s.o.DB)
 	if err != nil {
 		return nil
 	}
-	var self *leasestore.UnleasedInstance
+	var self *UnleasedInstance
 	for i := range all {
 		if all[i].Nonce == s.store.Nonce() && all[i].Instance == s.o.Config.InstanceID {
 			self = &all[i]
@@ -114,7 +114,7 @@ func (s *System) unleasedConflict(ctx context.Context) error {
 		return nil
 	}
 	for _, u := range all {
-		if u.Nonce != self.Nonce && u.Live() && leasestore.UnleasedBefore(u, *self) {
+		if u.Nonce != self.Nonce && u.Live() && UnleasedBefore(u, *self) {
 			return fmt.Errorf("%w: %s started before this one with leases off too", ErrBesideUnleased, u)
 		}
 	}
@@ -145,7 +145,7 @@ func (s *System) stopUnleased(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	err := database.Bounded(ctx, func() error { return s.store.UnmarkUnleased(ctx, s.o.Config.InstanceID) })
+	err := database.Bounded(ctx, func() error { return UnmarkUnleased(ctx, s.o.DB, s.o.Config.InstanceID, s.store.Nonce()) })
 	if err != nil {
 		s.log.Debug().Err(err).Msg("could not delete this instance's leases-off record; it is overdue two refresh intervals after its last")
 	}

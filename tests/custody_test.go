@@ -198,20 +198,21 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 	}
 }
 
-// A holder stopped while another instance contends hands it the lease
-// (leasestore.Store.Transfer) instead of releasing it: the successor,
-// standing by, takes custody at the next fence without an acquire of its
-// own (lease.acquired reason handed-over), and the holder's log names it.
-// Each handover is timed by the announcement's answers; on a slow host
-// one can fall back to a release and an acquire, so the test asks for
-// at least one of four (four of four here), checking every one.
-func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
+// A holder stopped while another instance contends releases the lease
+// and nudges the contender, which takes it at the next fence at once: not
+// at its next poll, which leases.retry_interval puts seconds away here.
+func TestAGracefulStopNudgesTheContenderIntoTakingTheLease(t *testing.T) {
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
 	ctx := within(t, 90*time.Second)
-
-	holder, err := c.Start(ctx, leasedSpec("h0", db, stripe))
+	spec := func(id string) harness.Spec {
+		s := leasedSpec(id, db, stripe)
+		s.Set["leases.ttl"] = "20s"
+		s.Set["leases.retry_interval"] = "10s" // a poll comes 8-12 s later: only a nudge is quicker
+		return s
+	}
+	holder, err := c.Start(ctx, spec("h0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,9 +220,8 @@ func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	const rounds = 4
-	handed := 0
 	for round := 1; round <= rounds; round++ {
-		next, err := c.Start(ctx, leasedSpec(fmt.Sprintf("h%d", round), db, stripe))
+		next, err := c.Start(ctx, spec(fmt.Sprintf("h%d", round)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,21 +241,11 @@ func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 		if acquired.Fence != released.Fence+1 {
 			t.Errorf("round %d: %s took fence %d after %s's %d; want +1", round, next.ID, acquired.Fence, holder.ID, released.Fence)
 		}
-		said := holder.Log.Find(0, harness.And(harness.Msg("lease handed over to a contender standing by"),
-			func(e harness.Event) bool { return e.Lease == leaseCleanup }))
-		switch {
-		case acquired.Reason == "handed-over":
-			handed++
-			if len(said) != 1 || said[0].Str("to") != next.ID || said[0].Fence != released.Fence {
-				t.Errorf("round %d: %s took a handover, but %s's log says %v", round, next.ID, holder.ID, said)
-			}
-			// The release says where the lease went, with its usual reason.
-			if released.Str("holder") != next.ID || released.Reason != "shutdown" {
-				t.Errorf("round %d: the handover's lease.released names holder %q, reason %q; want %s, shutdown: %s",
-					round, released.Str("holder"), released.Reason, next.ID, released.Line)
-			}
-		case len(said) != 0 || released.Str("holder") != "":
-			t.Errorf("round %d: %s says it handed %s over (%v, %s), but %s acquired it itself (%s)", round, holder.ID, leaseCleanup, said, released.Line, next.ID, acquired.Line)
+		if released.Reason != "shutdown" {
+			t.Errorf("round %d: lease.released reason %q, want shutdown: %s", round, released.Reason, released.Line)
+		}
+		if gap := acquired.Time.Sub(released.Time); gap < 0 || gap > 5*time.Second {
+			t.Errorf("round %d: %s acquired %s after the release; want it nudged, well before its 8 s poll", round, next.ID, gap)
 		}
 		if _, err := next.Wait(ctx, harness.Is(harness.WorkerStarted, leaseCleanup)); err != nil {
 			t.Fatal(err)
@@ -273,10 +263,6 @@ func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
 		t.Error(err)
-	}
-	t.Logf("%d of %d graceful stops handed %s over", handed, rounds, leaseCleanup)
-	if handed == 0 {
-		t.Errorf("none of %d graceful stops handed the lease over; want most (one whose answers came late falls back to a release)", rounds)
 	}
 }
 

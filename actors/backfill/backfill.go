@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/outbound"
@@ -92,7 +93,7 @@ type Resolver interface {
 // Options configure a Backfiller. DB, Applier, Resolver and RelayEndpoints
 // are required.
 type Options struct {
-	DB       *sql.DB
+	DB       *database.DB
 	Log      zerolog.Logger
 	Applier  Applier
 	Resolver Resolver

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/atcr-io/appview/internal/identity"
@@ -35,7 +35,7 @@ const (
 )
 
 // openDB is a test database with the table the fake applier writes.
-func openDB(t *testing.T) *sql.DB {
+func openDB(t *testing.T) *database.DB {
 	t.Helper()
 	db := testsupport.OpenDB(t)
 	// What the fake applier writes: deliberately without a unique key, so
@@ -43,7 +43,7 @@ func openDB(t *testing.T) *sql.DB {
 	if _, err := db.Exec(`CREATE TABLE backfilled (did TEXT, collection TEXT, rkey TEXT, cid TEXT, time_us INTEGER, fence INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
-	return db.DB
+	return db
 }
 
 // fakeApplier records every event it is given, inside the caller's
@@ -64,7 +64,7 @@ var fakeApplier = ApplierFunc(func(ctx context.Context, tx *sql.Tx, c fence.Cust
 // env is one database, one PLC directory and the peers a test adds.
 type env struct {
 	t       *testing.T
-	db      *sql.DB
+	db      *database.DB
 	plc     *testsupport.PLC
 	http    *http.Client
 	metrics *Metrics
@@ -123,15 +123,10 @@ func (e *env) backfiller(o Options) *Backfiller {
 // first (a handover), and returns the new custody.
 func (e *env) acquire(holder string) fence.Custody {
 	e.t.Helper()
-	ctx := context.Background()
 	if _, err := e.db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
 		e.t.Fatal(err)
 	}
-	g, err := leasestore.NewStore(e.db, time.Minute).Acquire(ctx, LeaseName, holder)
-	if err != nil || !g.Granted {
-		e.t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
-	}
-	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(e.t, e.db, LeaseName, holder, time.Minute)
 }
 
 func (e *env) count(query string, args ...any) int {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Progress is how far the latest backfill run has got (issue 11.6), read
@@ -71,7 +71,7 @@ type Progress struct {
 	// instant of the database clock (its state and time left included);
 	// nil when the lease was never taken (backfill never ran with leases
 	// enabled).
-	Lease *leasestore.Listed `json:"lease,omitempty"`
+	Lease *fence.Listed `json:"lease,omitempty"`
 }
 
 // Run states (Progress.State).
@@ -107,7 +107,7 @@ FROM backfill_runs r LEFT JOIN leases l ON l.name = '` + LeaseName + `'
 ORDER BY r.id DESC LIMIT 1`
 
 // ReadProgress reads the latest run's Progress. It only reads.
-func ReadProgress(ctx context.Context, db *sql.DB) (Progress, error) {
+func ReadProgress(ctx context.Context, db *database.DB) (Progress, error) {
 	var (
 		p                                     Progress
 		started, updated, nowMS               int64
@@ -151,14 +151,14 @@ func ReadProgress(ctx context.Context, db *sql.DB) (Progress, error) {
 		p.Fraction = float64(p.Finished()) / float64(p.ReposKnown)
 	}
 	if leaseHolder.Valid {
-		l := leasestore.Row{Name: LeaseName, Holder: leaseHolder.String, Fence: leaseFence.Int64,
+		l := fence.Row{Name: LeaseName, Holder: leaseHolder.String, Fence: leaseFence.Int64,
 			AcquiredAt: acquired.Int64, RenewedAt: renewed.Int64, ExpiresAt: expiry.Int64, Now: nowMS}.Listed()
 		p.Lease = &l
 	}
 	switch {
 	case completed.Valid:
 		p.State = StateCompleted
-	case p.Lease != nil && p.Lease.State == leasestore.StateHeld:
+	case p.Lease != nil && p.Lease.State == fence.StateHeld:
 		p.State = StateRunning
 	case p.Fence == 0:
 		p.State = StateUnknown
@@ -177,7 +177,7 @@ const progressTimeout = 2 * time.Second
 // every instance shows the holder's progress, and nothing is kept in
 // memory between scrapes).
 type progressCollector struct {
-	db                                            *sql.DB
+	db                                            *database.DB
 	repos, records, rate, recordRate, eta, active *prometheus.Desc
 }
 
@@ -189,7 +189,7 @@ type progressCollector struct {
 // appview_backfill_progress_running (1 while a run is unfinished and an
 // instance holds the backfill lease, see Progress.State). When
 // the database cannot be read the scrape carries none of them.
-func NewProgressCollector(db *sql.DB) prometheus.Collector {
+func NewProgressCollector(db *database.DB) prometheus.Collector {
 	return &progressCollector{
 		db: db,
 		repos: prometheus.NewDesc("appview_backfill_progress_repos",
@@ -239,7 +239,7 @@ func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 
 // ProgressHandler serves GET /debug/backfill: the latest run's Progress
 // as JSON, or 503 with {"error": "..."} when the database cannot be read.
-func ProgressHandler(db *sql.DB) http.Handler {
+func ProgressHandler(db *database.DB) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), progressTimeout)
 		defer cancel()

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // TestProgressFollowsARunFromInterruptedToCompleted reads the progress of
@@ -54,7 +54,7 @@ appview_backfill_progress_running %d
 	}
 	// instance-a's grant has not run out: as far as the database knows,
 	// it still works on the run.
-	if p.State != StateRunning || p.Lease == nil || p.Lease.Holder != "instance-a" || p.Lease.State != leasestore.StateHeld {
+	if p.State != StateRunning || p.Lease == nil || p.Lease.Holder != "instance-a" || p.Lease.State != fence.StateHeld {
 		t.Errorf("state %q, lease %+v; want running, held by instance-a", p.State, p.Lease)
 	}
 	running("mid-run", 1)
@@ -123,13 +123,13 @@ func TestProgressStateSaysWhetherAnInstanceHoldsTheRun(t *testing.T) {
 		state      string
 		leaseState string
 	}{
-		{name: "held by another instance", runFence: 3, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: leasestore.StateHeld},
-		{name: "holder's grant expired", runFence: 3, lease: &lease{-60000, -45000}, state: StateStopped, leaseState: leasestore.StateExpired},
-		{name: "lease released", runFence: 3, lease: &lease{-5000, -5000}, state: StateStopped, leaseState: leasestore.StateReleased},
+		{name: "held by another instance", runFence: 3, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: fence.StateHeld},
+		{name: "holder's grant expired", runFence: 3, lease: &lease{-60000, -45000}, state: StateStopped, leaseState: fence.StateExpired},
+		{name: "lease released", runFence: 3, lease: &lease{-5000, -5000}, state: StateStopped, leaseState: fence.StateReleased},
 		{name: "lease never taken", runFence: 3, state: StateStopped},
-		{name: "completed, lease expired", runFence: 3, completed: true, lease: &lease{-60000, -45000}, state: StateCompleted, leaseState: leasestore.StateExpired},
+		{name: "completed, lease expired", runFence: 3, completed: true, lease: &lease{-60000, -45000}, state: StateCompleted, leaseState: fence.StateExpired},
 		{name: "written with leases disabled", runFence: 0, state: StateUnknown},
-		{name: "written with leases disabled, now held", runFence: 0, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: leasestore.StateHeld},
+		{name: "written with leases disabled, now held", runFence: 0, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: fence.StateHeld},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openDB(t)

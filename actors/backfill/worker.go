@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -117,7 +118,7 @@ func ProcessorWorker(pm *processor.Metrics) func(workers.Deps) (workers.Spec, er
 // page's handles before its transaction (processor.PrepareBatch).
 type preparedApplier struct {
 	p  *processor.Processor
-	db *sql.DB
+	db *database.DB
 }
 
 func (a preparedApplier) ApplyTx(ctx context.Context, tx *sql.Tx, c fence.Custody, evs []jetstream.Event) (Applied, error) {

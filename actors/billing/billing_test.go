@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
@@ -268,15 +267,14 @@ func (h *fakeHold) setUnknown(user string, unknown bool) {
 }
 
 type fixture struct {
-	db     *sql.DB
+	db     *database.DB
 	stripe *fakeStripe
-	store  *leasestore.Store
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := testsupport.OpenDB(t)
-	return &fixture{db: db.DB, stripe: newFakeStripe(t), store: leasestore.NewStore(db.DB, 15*time.Second)}
+	return &fixture{db: db, stripe: newFakeStripe(t)}
 }
 
 func (f *fixture) crew(t *testing.T, hold *fakeHold, user, rkey string, addedAt int64) {
@@ -289,11 +287,7 @@ func (f *fixture) crew(t *testing.T, hold *fakeHold, user, rkey string, addedAt 
 
 func (f *fixture) acquire(t *testing.T, holder string) fence.Custody {
 	t.Helper()
-	g, err := f.store.Acquire(context.Background(), LeaseName, holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire %s: %+v %v", holder, g, err)
-	}
-	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, f.db, LeaseName, holder, 15*time.Second)
 }
 
 // handOver expires the current grant (as if its holder stalled past the

@@ -59,7 +59,7 @@ ON CONFLICT (hold_did, user_did) DO UPDATE SET
 // Options configures a Refresher.
 type Options struct {
 	// DB is the shared database (hold_crew read, billing_tier_pushes written).
-	DB *sql.DB
+	DB *database.DB
 	// Source gives every subscriber's tier.
 	Source Source
 	// Endpoints resolves hold DIDs.

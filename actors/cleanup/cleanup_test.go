@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -64,16 +63,12 @@ func mustExec(t *testing.T, db *sql.DB, query string, args ...any) {
 
 func (f *fixture) acquire(t *testing.T, holder string) fence.Custody {
 	t.Helper()
-	g, err := leasestore.NewStore(f.db.DB, ttl).Acquire(context.Background(), LeaseName, holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire %s: %+v %v", holder, g, err)
-	}
-	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, f.db, LeaseName, holder, ttl)
 }
 
 func (f *fixture) sweeper(t *testing.T, chunk int, log zerolog.Logger, m *Metrics) *Sweeper {
 	t.Helper()
-	s, err := New(Options{DB: f.db.DB, Rules: Rules(f.cfg), ChunkRows: chunk, Log: log, Metrics: m})
+	s, err := New(Options{DB: f.db, Rules: Rules(f.cfg), ChunkRows: chunk, Log: log, Metrics: m})
 	if err != nil {
 		t.Fatalf("new sweeper: %v", err)
 	}
@@ -242,7 +237,7 @@ func TestFailingRuleIsReportedAndOtherRulesStillRun(t *testing.T) {
 	c := f.acquire(t, "inst-a")
 	rules := append([]Rule{{Name: "missing", Table: "no_such_table", Where: "x < ?1", Age: time.Hour}}, Rules(f.cfg)...)
 	var logs bytes.Buffer
-	s, err := New(Options{DB: f.db.DB, Rules: rules, Log: zerolog.New(&logs)})
+	s, err := New(Options{DB: f.db, Rules: rules, Log: zerolog.New(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +301,7 @@ func TestNewRefusesRulesThatWouldTouchLeasesOrEverything(t *testing.T) {
 		{Name: "inject", Table: "webhook_deliveries; DROP TABLE leases", Where: "1", Age: time.Hour},
 		{Name: "young", Table: "webhook_deliveries", Where: "updated_at < ?1", Age: 0},
 	} {
-		if _, err := New(Options{DB: f.db.DB, Rules: []Rule{r}}); err == nil {
+		if _, err := New(Options{DB: f.db, Rules: []Rule{r}}); err == nil {
 			t.Errorf("New accepted rule %+v", r)
 		}
 	}
@@ -316,7 +311,7 @@ func TestWorkerRegistersALeasedJobOnTheCleanupInterval(t *testing.T) {
 	f := newFixture(t)
 	cfg := config.Default()
 	cfg.Cleanup.Interval = 7 * time.Minute
-	d := workers.Deps{Config: cfg, DB: f.db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
+	d := workers.Deps{Config: cfg, DB: f.db, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry()}
 	w, err := Worker(d)
 	if err != nil {
 		t.Fatalf("worker: %v", err)

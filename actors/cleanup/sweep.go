@@ -21,7 +21,7 @@ const DefaultChunkRows = 500
 // Options configures a Sweeper.
 type Options struct {
 	// DB is the shared database.
-	DB *sql.DB
+	DB *database.DB
 	// Rules are the prune rules, applied in order (Rules(cfg) in production).
 	Rules []Rule
 	// ChunkRows bounds the rows one fenced delete transaction removes; 0
@@ -35,7 +35,7 @@ type Options struct {
 
 // Sweeper applies prune rules under a custody.
 type Sweeper struct {
-	db      *sql.DB
+	db      *database.DB
 	rules   []Rule
 	chunk   int
 	log     zerolog.Logger

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/testsupport"
 
@@ -19,13 +20,9 @@ import (
 	"github.com/atcr-io/appview/internal/webhooks"
 )
 
-func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
+func acquire(t testing.TB, db *database.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := testsupport.LeaseStore(db, time.Minute).Acquire(context.Background(), LeaseName, holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire: %+v %v", g, err)
-	}
-	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, db, LeaseName, holder, time.Minute)
 }
 
 func generate(seed uint64, n int) ([]jetstream.Event, *synth.Expected) {
@@ -41,7 +38,7 @@ func generate(seed uint64, n int) ([]jetstream.Event, *synth.Expected) {
 }
 
 // subscribeAll registers one push webhook per user DID of the stream.
-func subscribeAll(t testing.TB, db *sql.DB, exp *synth.Expected) {
+func subscribeAll(t testing.TB, db *database.DB, exp *synth.Expected) {
 	t.Helper()
 	for key := range exp.Tables["users"] {
 		if _, err := db.Exec(`INSERT INTO webhooks (did, url, created_at) VALUES (?, 'https://hooks.example/x', 0)`, key); err != nil {
@@ -50,7 +47,7 @@ func subscribeAll(t testing.TB, db *sql.DB, exp *synth.Expected) {
 	}
 }
 
-func deliveryKeys(t testing.TB, db *sql.DB) []string {
+func deliveryKeys(t testing.TB, db *database.DB) []string {
 	t.Helper()
 	rows, err := db.Query(`SELECT DISTINCT event_key FROM webhook_deliveries ORDER BY event_key`)
 	if err != nil {
@@ -69,13 +66,13 @@ func deliveryKeys(t testing.TB, db *sql.DB) []string {
 func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, exp := generate(31, 3000)
-	subscribeAll(t, db.DB, exp)
-	c := acquire(t, db.DB, "me")
+	subscribeAll(t, db, exp)
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	total := 0
 	for pass := range 2 {
 		for i := 0; i < len(events); i += 150 {
-			out, err := commitBatch(context.Background(), db.DB, c, p, webhooks.EnqueueTx, events[i:min(i+150, len(events))])
+			out, err := commitBatch(context.Background(), db, c, p, webhooks.EnqueueTx, events[i:min(i+150, len(events))])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +85,7 @@ func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *
 	for _, d := range synth.Diff(context.Background(), db.DB, exp) {
 		t.Error(d)
 	}
-	got := deliveryKeys(t, db.DB)
+	got := deliveryKeys(t, db)
 	if strings.Join(got, "\n") != strings.Join(exp.PushEventKeys, "\n") {
 		t.Fatalf("deliveries for %d event keys, want %d", len(got), len(exp.PushEventKeys))
 	}
@@ -96,7 +93,7 @@ func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *
 	if err := db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries`).Scan(&perKey); err != nil || perKey != total {
 		t.Fatalf("%d delivery rows, enqueued %d (%v)", perKey, total, err)
 	}
-	cur, ok, err := LoadCursor(context.Background(), db.DB)
+	cur, ok, err := LoadCursor(context.Background(), db)
 	if err != nil || !ok || cur != exp.MaxTimeUS {
 		t.Fatalf("cursor %d %v %v, want %d", cur, ok, err, exp.MaxTimeUS)
 	}
@@ -105,15 +102,15 @@ func TestBatchesCommitRecordsDeliveriesAndCursorTogetherAndReplaysAddNothing(t *
 func TestACursorNeverMovesBackOnARewoundReplay(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(32, 600)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	if _, err := commitBatch(context.Background(), db.DB, c, p, webhooks.EnqueueTx, events); err != nil {
+	if _, err := commitBatch(context.Background(), db, c, p, webhooks.EnqueueTx, events); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := commitBatch(context.Background(), db.DB, c, p, webhooks.EnqueueTx, events[:100]); err != nil {
+	if _, err := commitBatch(context.Background(), db, c, p, webhooks.EnqueueTx, events[:100]); err != nil {
 		t.Fatal(err)
 	}
-	cur, _, _ := LoadCursor(context.Background(), db.DB)
+	cur, _, _ := LoadCursor(context.Background(), db)
 	if cur != events[len(events)-1].TimeUS {
 		t.Fatalf("cursor %d after a rewound replay, want %d", cur, events[len(events)-1].TimeUS)
 	}
@@ -122,14 +119,12 @@ func TestACursorNeverMovesBackOnARewoundReplay(t *testing.T) {
 func TestASupersededConsumerCommitsNothing(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, exp := generate(33, 800)
-	subscribeAll(t, db.DB, exp)
-	old := acquire(t, db.DB, "a")
-	if err := testsupport.LeaseStore(db.DB, time.Minute).Release(context.Background(), old); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, db.DB, "b")
+	subscribeAll(t, db, exp)
+	old := acquire(t, db, "a")
+	testsupport.Release(t, db, old)
+	acquire(t, db, "b")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	_, err := commitBatch(context.Background(), db.DB, old, p, webhooks.EnqueueTx, events)
+	_, err := commitBatch(context.Background(), db, old, p, webhooks.EnqueueTx, events)
 	if !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("commit under a superseded custody: %v", err)
 	}
@@ -144,16 +139,16 @@ func TestASupersededConsumerCommitsNothing(t *testing.T) {
 func TestAFailedEnqueueRollsBackTheWholeBatch(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(34, 500)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	boom := errors.New("outbox unavailable")
-	_, err := commitBatch(context.Background(), db.DB, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
+	_, err := commitBatch(context.Background(), db, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
 		return 0, boom
 	}, events)
 	if !errors.Is(err, boom) {
 		t.Fatalf("err %v", err)
 	}
-	if _, ok, _ := LoadCursor(context.Background(), db.DB); ok {
+	if _, ok, _ := LoadCursor(context.Background(), db); ok {
 		t.Fatal("the cursor advanced past a batch that did not commit")
 	}
 	var n int

@@ -58,12 +58,12 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 				sys := testsupport.NewActorSystem(t)
 				logs := &testsupport.LockedBuffer{}
 				f := &fixture{srv: srv}
-				o := f.options(db.DB, acquire(t, db.DB, "me"))
+				o := f.options(db, acquire(t, db, "me"))
 				o.Jetstream.Compress, o.Jetstream.Collections = compress, filter
 				o.Log = zerolog.New(logs).Level(zerolog.WarnLevel)
 				o.Processor = processor.New(processor.Options{Log: zerolog.New(logs).Level(zerolog.WarnLevel)})
 				pid := sys.Root.Spawn(NewProps(o))
-				testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db.DB) == want })
+				testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db) == want })
 				stop(t, sys, pid)
 
 				for _, table := range []string{"manifests", "tags", "stars", "repo_pages", "hold_captains",
@@ -73,7 +73,7 @@ func TestRealTrafficLeavesNoRowsAndEndsOnTheLastEvent(t *testing.T) {
 						t.Errorf("%s has %d rows (%v), want none: the capture has no io.atcr records", table, n, err)
 					}
 				}
-				if got := cursorAt(db.DB); got != want {
+				if got := cursorAt(db); got != want {
 					t.Errorf("cursor %d, want the last event's %d", got, want)
 				}
 				if s := logs.String(); s != "" {
@@ -99,13 +99,13 @@ func TestASplitAfterTheNewestEventStillEndsOnTheLastEvent(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	f := &fixture{srv: srv}
-	o := f.options(db.DB, acquire(t, db.DB, "me"))
+	o := f.options(db, acquire(t, db, "me"))
 	o.Jetstream.Compress, o.Jetstream.Collections = false, nil
 	// The first batch fills at the newest event; the rest lingers into a
 	// second one.
 	o.BatchSize, o.BatchLinger = split, time.Second
 	pid := sys.Root.Spawn(NewProps(o))
-	testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db.DB) == want })
+	testsupport.Eventually(t, "the cursor to reach the capture's last event", func() bool { return cursorAt(db) == want })
 	stop(t, sys, pid)
 }
 

@@ -2,12 +2,12 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/workers"
@@ -30,7 +30,7 @@ type UpdateCollections struct {
 
 // Options configure one consumer actor (one grant of custody).
 type Options struct {
-	DB      *sql.DB
+	DB      *database.DB
 	Custody fence.Custody
 	Log     zerolog.Logger
 	// Jetstream is the jetstream section: urls, collections, compress,

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -134,12 +133,12 @@ func newFixtureAfter(t *testing.T, seed uint64, events int, ro jetstream.ReplayO
 	return &fixture{exp: exp, srv: srv, serverLog: serverLog, hooks: hooks, recv: recv}
 }
 
-func (f *fixture) options(db *sql.DB, c fence.Custody) Options {
+func (f *fixture) options(db *database.DB, c fence.Custody) Options {
 	return optionsFor(db, c, f.srv.URL())
 }
 
 // optionsFor are the test options of a consumer reading url.
-func optionsFor(db *sql.DB, c fence.Custody, url string) Options {
+func optionsFor(db *database.DB, c fence.Custody, url string) Options {
 	return Options{
 		DB:      db,
 		Custody: c,
@@ -160,7 +159,7 @@ func optionsFor(db *sql.DB, c fence.Custody, url string) Options {
 	}
 }
 
-func (f *fixture) subscribe(t *testing.T, db *sql.DB) {
+func (f *fixture) subscribe(t *testing.T, db *database.DB) {
 	t.Helper()
 	var dids []string
 	for did := range f.exp.Tables["users"] {
@@ -174,14 +173,14 @@ func (f *fixture) subscribe(t *testing.T, db *sql.DB) {
 	}
 }
 
-func cursorAt(db *sql.DB) int64 {
+func cursorAt(db *database.DB) int64 {
 	cur, _, _ := LoadCursor(context.Background(), db)
 	return cur
 }
 
 // registryDump renders the processor's tables (every column is a function
 // of the events) and the webhook deliveries' keys, sorted.
-func registryDump(t *testing.T, db *sql.DB) string {
+func registryDump(t *testing.T, db *database.DB) string {
 	t.Helper()
 	var b strings.Builder
 	queries := []string{"SELECT webhook_id, " + database.Text("event_key") + " FROM webhook_deliveries", "SELECT time_us FROM jetstream_cursor"}
@@ -196,7 +195,7 @@ func registryDump(t *testing.T, db *sql.DB) string {
 		queries = append(queries, q)
 	}
 	for _, q := range queries {
-		lines, err := testsupport.DumpRows(context.Background(), db, q)
+		lines, err := testsupport.DumpRows(context.Background(), db.DB, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,9 +204,9 @@ func registryDump(t *testing.T, db *sql.DB) string {
 	return b.String()
 }
 
-func checkExpected(t *testing.T, db *sql.DB, f *fixture) {
+func checkExpected(t *testing.T, db *database.DB, f *fixture) {
 	t.Helper()
-	for _, d := range synth.Diff(context.Background(), db, f.exp) {
+	for _, d := range synth.Diff(context.Background(), db.DB, f.exp) {
 		t.Error(d)
 	}
 	if got := deliveryKeys(t, db); strings.Join(got, "\n") != strings.Join(f.exp.PushEventKeys, "\n") {
@@ -223,13 +222,13 @@ func stop(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
 }
 
 // runOnce consumes the whole stream into a fresh database and returns it.
-func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
+func runOnce(t *testing.T, f *fixture, drops int) *database.DB {
 	t.Helper()
 	db := testsupport.OpenDB(t)
-	f.subscribe(t, db.DB)
+	f.subscribe(t, db)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "me")
-	pid := sys.Root.Spawn(NewProps(f.options(db.DB, c)))
+	c := acquire(t, db, "me")
+	pid := sys.Root.Spawn(NewProps(f.options(db, c)))
 	// Drop the connection at random points of the stream: the consumer
 	// reconnects from its committed cursor minus the rewind.
 	rng := rand.New(rand.NewPCG(uint64(drops), 7))
@@ -239,10 +238,10 @@ func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
 	}
 	sort.Slice(points, func(i, j int) bool { return points[i] < points[j] })
 	for _, p := range points {
-		testsupport.Eventually(t, "the cursor to pass a drop point", func() bool { return cursorAt(db.DB) >= p })
+		testsupport.Eventually(t, "the cursor to pass a drop point", func() bool { return cursorAt(db) >= p })
 		f.srv.DropConnections()
 	}
-	testsupport.Eventually(t, "the whole stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	testsupport.Eventually(t, "the whole stream", func() bool { return cursorAt(db) == f.exp.MaxTimeUS })
 	testsupport.Eventually(t, "every webhook delivery", func() bool {
 		var pending int
 		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
@@ -252,7 +251,7 @@ func runOnce(t *testing.T, f *fixture, drops int) *sql.DB {
 	if drops > 0 && f.srv.Connections() < 2 {
 		t.Fatalf("%d connections for %d drops", f.srv.Connections(), drops)
 	}
-	return db.DB
+	return db
 }
 
 func TestReplayedStreamThroughTheConsumerProducesTheExpectedState(t *testing.T) {
@@ -326,20 +325,18 @@ func TestAConsumerWhoseCustodyIsSupersededFailsWithErrSuperseded(t *testing.T) {
 	f := newFixture(t, 44, 1500, jetstream.ReplayOptions{Rate: 2000})
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "old")
+	c := acquire(t, db, "old")
 	reasons := make(chan any, 4)
 	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
 		reasons <- reason
 		return actor.StopDirective
 	})
-	p := &parent{props: NewProps(f.options(db.DB, c)), reasons: reasons}
+	p := &parent{props: NewProps(f.options(db, c)), reasons: reasons}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithSupervisor(strategy)))
 	defer stop(t, sys, pid)
-	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
-	if err := testsupport.LeaseStore(db.DB, time.Minute).Release(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, db.DB, "new")
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db) > 0 })
+	testsupport.Release(t, db, c)
+	acquire(t, db, "new")
 	select {
 	case r := <-reasons:
 		err, ok := r.(error)
@@ -359,10 +356,10 @@ func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 	f := newFixture(t, 45, 1500, jetstream.ReplayOptions{Rate: 1000})
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
-	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	pid := sys.Root.Spawn(NewProps(f.options(db, acquire(t, db, "me"))))
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db) > 0 })
 	stop(t, sys, pid)
-	at := cursorAt(db.DB)
+	at := cursorAt(db)
 	if at == f.exp.MaxTimeUS {
 		t.Fatal("the stream finished before the stop: the test proves nothing")
 	}
@@ -372,7 +369,7 @@ func TestStoppingClosesTheSocketAndNothingIsWrittenAfter(t *testing.T) {
 	testsupport.Eventually(t, "the server to see the subscriber go", func() bool {
 		return strings.Contains(f.serverLog.String(), "subscriber gone")
 	})
-	if cursorAt(db.DB) != at {
+	if cursorAt(db) != at {
 		t.Fatal("the cursor moved after the consumer stopped")
 	}
 }
@@ -381,9 +378,9 @@ func TestUpdateCollectionsSendsAnOptionsUpdate(t *testing.T) {
 	f := newFixture(t, 46, 1500, jetstream.ReplayOptions{Rate: 500})
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	pid := sys.Root.Spawn(NewProps(f.options(db.DB, acquire(t, db.DB, "me"))))
+	pid := sys.Root.Spawn(NewProps(f.options(db, acquire(t, db, "me"))))
 	defer stop(t, sys, pid)
-	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db.DB) > 0 })
+	testsupport.Eventually(t, "a first commit", func() bool { return cursorAt(db) > 0 })
 	sys.Root.Send(pid, &UpdateCollections{Collections: []string{"io.atcr.manifest", "io.atcr.tag"}})
 	testsupport.Eventually(t, "the server to apply the options_update", func() bool {
 		return strings.Contains(f.serverLog.String(), "options updated") &&
@@ -405,7 +402,7 @@ func TestAFailingChildFailsTheConsumerWithItsReason(t *testing.T) {
 	f := newFixture(t, 47, 10, jetstream.ReplayOptions{})
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	// The StatsCache warms from repository_hold_stats first thing; without
 	// the table its warm-up fails.
 	if _, err := db.Exec(`ALTER TABLE repository_hold_stats RENAME TO moved_away`); err != nil {
@@ -416,7 +413,7 @@ func TestAFailingChildFailsTheConsumerWithItsReason(t *testing.T) {
 		reasons <- reason
 		return actor.StopDirective
 	})
-	o := f.options(db.DB, c)
+	o := f.options(db, c)
 	// Nothing to connect to: the consumer itself never commits, so the only
 	// failure is the child's.
 	o.Jetstream.URLs = []string{"ws://127.0.0.1:1/subscribe"}

@@ -69,7 +69,7 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	logs := &testsupport.LockedBuffer{}
-	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
+	o := optionsFor(db, acquire(t, db, "me"), url)
 	o.Jetstream.Compress, o.Jetstream.MaxMessageBytes = false, maxBytes
 	o.Log = zerolog.New(logs)
 	reg := prometheus.NewRegistry()
@@ -79,7 +79,7 @@ func TestUndecodableFramesAreLoggedByClassAtASampledRateAndTheStreamGoesOn(t *te
 	}
 	o.ClientMetrics = jm
 	pid := sys.Root.Spawn(NewProps(o))
-	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
+	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db) == 1750000000000900 })
 	stop(t, sys, pid)
 
 	perClass := map[string]int{}
@@ -128,11 +128,11 @@ func TestAnUndecodableFramesLogLineIsBounded(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	logs := &testsupport.LockedBuffer{}
-	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
+	o := optionsFor(db, acquire(t, db, "me"), url)
 	o.Jetstream.Compress = false
 	o.Log = zerolog.New(logs)
 	pid := sys.Root.Spawn(NewProps(o))
-	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db.DB) == 1750000000000900 })
+	testsupport.Eventually(t, "the cursor to pass the junk to the good event", func() bool { return cursorAt(db) == 1750000000000900 })
 	stop(t, sys, pid)
 
 	found := false

@@ -21,7 +21,7 @@ import (
 func TestAnEventStampedAheadOfTheClockNeverMovesTheCursor(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(71, 50)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 
@@ -29,16 +29,16 @@ func TestAnEventStampedAheadOfTheClockNeverMovesTheCursor(t *testing.T) {
 	// and the same alone (the event-by-event path commits one at a time).
 	batch := append([]jetstream.Event(nil), events[:20]...)
 	batch[10].TimeUS = time.Now().Add(2 * time.Hour).UnixMicro()
-	if _, err := commitBatch(ctx, db.DB, c, p, webhooks.EnqueueTx, batch); err != nil {
+	if _, err := commitBatch(ctx, db, c, p, webhooks.EnqueueTx, batch); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _, _ := LoadCursor(ctx, db.DB); cur != batch[19].TimeUS {
+	if cur, _, _ := LoadCursor(ctx, db); cur != batch[19].TimeUS {
 		t.Fatalf("cursor %d after a batch with an event 2 h ahead, want its last event in the past %d", cur, batch[19].TimeUS)
 	}
-	if _, err := commitBatch(ctx, db.DB, c, p, webhooks.EnqueueTx, batch[10:11]); err != nil {
+	if _, err := commitBatch(ctx, db, c, p, webhooks.EnqueueTx, batch[10:11]); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _, _ := LoadCursor(ctx, db.DB); cur != batch[19].TimeUS {
+	if cur, _, _ := LoadCursor(ctx, db); cur != batch[19].TimeUS {
 		t.Fatalf("cursor %d after the event 2 h ahead alone, want it unmoved at %d", cur, batch[19].TimeUS)
 	}
 
@@ -47,10 +47,10 @@ func TestAnEventStampedAheadOfTheClockNeverMovesTheCursor(t *testing.T) {
 	if _, err := db.Exec(`UPDATE jetstream_cursor SET time_us = 9000000000000000000`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := commitBatch(ctx, db.DB, c, p, webhooks.EnqueueTx, events[20:30]); err != nil {
+	if _, err := commitBatch(ctx, db, c, p, webhooks.EnqueueTx, events[20:30]); err != nil {
 		t.Fatal(err)
 	}
-	if cur, _, _ := LoadCursor(ctx, db.DB); cur != events[29].TimeUS {
+	if cur, _, _ := LoadCursor(ctx, db); cur != events[29].TimeUS {
 		t.Fatalf("cursor %d after a batch over a future cursor, want the batch's last event %d", cur, events[29].TimeUS)
 	}
 

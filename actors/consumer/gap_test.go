@@ -27,7 +27,7 @@ import (
 // reason and goes first.
 func TestAGapQueuesAReReadOfEveryRepositoryHeldHere(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	digest := "sha256:" + strings.Repeat("a", 64)
@@ -38,11 +38,11 @@ func TestAGapQueuesAReReadOfEveryRepositoryHeldHere(t *testing.T) {
 	}
 	events := []jetstream.Event{tag("did:plc:u1", "a"), tag("did:plc:u2", "b"), tag("did:plc:u3", "c"),
 		{DID: "did:plc:u3", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u3", Rev: "3l3qo2vutsw23"}}}
-	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
+	if _, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
 		t.Fatal(err)
 	}
-	cons := bareConsumer(t, db.DB, c, 0)
-	r := NewResyncer(db.DB, staticPDS("http://127.0.0.1:1"), p, time.Millisecond, zerolog.Nop(), nil)
+	cons := bareConsumer(t, db, c, 0)
+	r := NewResyncer(db, staticPDS("http://127.0.0.1:1"), p, time.Millisecond, zerolog.Nop(), nil)
 	cons.o.Resync = r
 	cons.cursorTooOld("wss://jetstream.example/subscribe", 5, 10)
 
@@ -85,7 +85,7 @@ func TestAReReadOfAnInactiveRepositoryLeavesTheQueueAndKeepsItsRows(t *testing.T
 	} {
 		t.Run(name, func(t *testing.T) {
 			db := testsupport.OpenDB(t)
-			c := acquire(t, db.DB, "me")
+			c := acquire(t, db, "me")
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			ctx := context.Background()
 			digest := "sha256:" + strings.Repeat("a", 64)
@@ -95,7 +95,7 @@ func TestAReReadOfAnInactiveRepositoryLeavesTheQueueAndKeepsItsRows(t *testing.T
 					Record: json.RawMessage(fmt.Sprintf(`{"repository":"r","tag":"a","manifestDigest":%q,"createdAt":"2026-01-01T00:00:00Z"}`, digest))}},
 				{DID: "did:plc:u1", TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw23"}},
 			}
-			if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
+			if _, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: events}); err != nil {
 				t.Fatal(err)
 			}
 			pds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +117,7 @@ func TestAReReadOfAnInactiveRepositoryLeavesTheQueueAndKeepsItsRows(t *testing.T
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), m)
+			r := NewResyncer(db, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), m)
 			if err := r.one(ctx, c, "did:plc:u1"); err != nil {
 				t.Fatal(err)
 			}

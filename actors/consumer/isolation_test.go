@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/testsupport"
@@ -29,7 +30,7 @@ var victimStats = []string{
 // refuseVictimAggregate makes the repository_stats refresh of
 // did:plc:victim fail, as the SUM overflow did: a failure outside the
 // processor's per-event savepoints, so the whole batch transaction fails.
-func refuseVictimAggregate(t *testing.T, db *sql.DB) {
+func refuseVictimAggregate(t *testing.T, db *database.DB) {
 	t.Helper()
 	if _, err := db.Exec(`CREATE TRIGGER refuse_victim BEFORE INSERT ON repository_stats WHEN NEW.did = 'did:plc:victim'
 BEGIN SELECT RAISE(ABORT, 'integer overflow'); END`); err != nil {
@@ -62,8 +63,8 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label, value str
 func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStreamGoesOn(t *testing.T) {
 	f := newFixtureAfter(t, 51, 1500, jetstream.ReplayOptions{}, victimStats...)
 	db := testsupport.OpenDB(t)
-	f.subscribe(t, db.DB)
-	refuseVictimAggregate(t, db.DB)
+	f.subscribe(t, db)
+	refuseVictimAggregate(t, db)
 	sys := testsupport.NewActorSystem(t)
 	reg := prometheus.NewRegistry()
 	pm, err := processor.NewMetrics(reg)
@@ -71,7 +72,7 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 		t.Fatal(err)
 	}
 	logs := &testsupport.LockedBuffer{}
-	o := f.options(db.DB, acquire(t, db.DB, "me"))
+	o := f.options(db, acquire(t, db, "me"))
 	o.Log = zerolog.New(logs)
 	o.Processor = processor.New(processor.Options{Log: zerolog.New(logs), Metrics: pm})
 	reasons := make(chan any, 4)
@@ -89,11 +90,11 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 			t.Fatalf("the consumer failed instead of isolating the bad events: %v", r)
 		default:
 		}
-		return cursorAt(db.DB) == f.exp.MaxTimeUS
+		return cursorAt(db) == f.exp.MaxTimeUS
 	})
 	// Everything but the two events whose aggregate the database refuses
 	// is there, exactly as the stream says.
-	checkExpected(t, db.DB, f)
+	checkExpected(t, db, f)
 	if got := counterValue(t, reg, "appview_processor_skipped_total", "reason", processor.ReasonDatabase); got != 2 {
 		t.Errorf("db_error skips = %v, want the 2 victim events", got)
 	}
@@ -105,8 +106,8 @@ func TestABatchFailingOutsideTheEventSavepointsIsRetriedEventByEventAndTheStream
 func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, exp := generate(52, 400)
-	subscribeAll(t, db.DB, exp)
-	c := acquire(t, db.DB, "me")
+	subscribeAll(t, db, exp)
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	bad := exp.PushEventKeys[len(exp.PushEventKeys)/2]
 	// The database's refusal of one row, in go-libsql's shape.
@@ -119,11 +120,11 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 		}
 		return webhooks.EnqueueTx(ctx, tx, pushes)
 	}
-	if _, err := commitBatch(context.Background(), db.DB, c, p, enqueue, events); !errors.Is(err, refused) {
+	if _, err := commitBatch(context.Background(), db, c, p, enqueue, events); !errors.Is(err, refused) {
 		t.Fatalf("the batch committed (%v): the test proves nothing", err)
 	}
 	skipped := 0
-	out, err := commitEach(context.Background(), testPipeline(db.DB, c, p, enqueue), events, func(ev *jetstream.Event, err error) {
+	out, err := commitEach(context.Background(), testPipeline(db, c, p, enqueue), events, func(ev *jetstream.Event, err error) {
 		// Only the create that stores the refused push's manifest (a
 		// stream may store one again after deleting it).
 		if !errors.Is(err, refused) || ev.Commit == nil || ev.Commit.Collection != processor.CollectionManifest {
@@ -137,10 +138,10 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 	if skipped == 0 || out.skipped != skipped {
 		t.Fatalf("skipped %d events (counted %d), want the manifest whose delivery is refused", skipped, out.skipped)
 	}
-	if got := deliveryKeys(t, db.DB); len(got) != len(exp.PushEventKeys)-1 || out.enqueued != len(got) {
+	if got := deliveryKeys(t, db); len(got) != len(exp.PushEventKeys)-1 || out.enqueued != len(got) {
 		t.Fatalf("%d event keys delivered, %d enqueued; want every push but the refused one (%d)", len(got), out.enqueued, len(exp.PushEventKeys)-1)
 	}
-	if cur := cursorAt(db.DB); cur != events[len(events)-1].TimeUS {
+	if cur := cursorAt(db); cur != events[len(events)-1].TimeUS {
 		t.Fatalf("cursor %d, want the last event's %d", cur, events[len(events)-1].TimeUS)
 	}
 }
@@ -148,7 +149,7 @@ func TestEventByEventTheRestOfABatchCommitsAndTheCursorPassesTheBadEvent(t *test
 func TestACursorThatCannotMovePastASkippedEventFailsTheConsumer(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(53, 200)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	// The database refuses the cursor write at one event: its commit
 	// fails, and so does moving the cursor past it.
@@ -158,14 +159,14 @@ BEGIN SELECT RAISE(ABORT, 'cursor refused'); END`, at)); err != nil {
 		t.Fatal(err)
 	}
 	skips := 0
-	_, err := commitEach(context.Background(), testPipeline(db.DB, c, p, webhooks.EnqueueTx), events, func(*jetstream.Event, error) { skips++ })
+	_, err := commitEach(context.Background(), testPipeline(db, c, p, webhooks.EnqueueTx), events, func(*jetstream.Event, error) { skips++ })
 	if err == nil || !strings.Contains(err.Error(), "cursor refused") {
 		t.Fatalf("err %v, want the refused cursor write", err)
 	}
 	if skips != 1 {
 		t.Fatalf("%d skips before failing, want 1", skips)
 	}
-	if cur := cursorAt(db.DB); cur != events[99].TimeUS {
+	if cur := cursorAt(db); cur != events[99].TimeUS {
 		t.Fatalf("cursor %d, want the last event committed before the failure (%d)", cur, events[99].TimeUS)
 	}
 }
@@ -185,10 +186,10 @@ func TestADatabaseFailureIsNeverSkippedEventByEvent(t *testing.T) {
 func testFailureNotSkipped(t *testing.T, failure error) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(54, 100)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	skips := 0
-	_, err := commitEach(context.Background(), testPipeline(db.DB, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
+	_, err := commitEach(context.Background(), testPipeline(db, c, p, func(context.Context, *sql.Tx, []webhooks.Push) (int, error) {
 		return 0, failure
 	}), events, func(*jetstream.Event, error) { skips++ })
 	if !errors.Is(err, failure) || skips != 0 {
@@ -206,7 +207,7 @@ func testFailureNotSkipped(t *testing.T, failure error) {
 	if first < 0 {
 		t.Fatalf("first manifest create at %d: the test proves nothing", first)
 	}
-	if cur := cursorAt(db.DB); cur >= events[first].TimeUS {
+	if cur := cursorAt(db); cur >= events[first].TimeUS {
 		t.Fatalf("cursor %d moved to or past the failed event %d", cur, events[first].TimeUS)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
@@ -22,7 +23,7 @@ import (
 
 // logPositionWrites records every committed write of the position, one
 // row per transaction that moved it (rolled-back writes leave none).
-func logPositionWrites(t *testing.T, db *sql.DB) {
+func logPositionWrites(t *testing.T, db *database.DB) {
 	t.Helper()
 	for _, q := range []string{
 		`CREATE TABLE position_log (n INTEGER PRIMARY KEY AUTOINCREMENT, seq INTEGER NOT NULL)`,
@@ -35,7 +36,7 @@ func logPositionWrites(t *testing.T, db *sql.DB) {
 	}
 }
 
-func loggedPositions(t *testing.T, db *sql.DB) []int64 {
+func loggedPositions(t *testing.T, db *database.DB) []int64 {
 	t.Helper()
 	rows, err := db.Query(`SELECT seq FROM position_log ORDER BY n`)
 	if err != nil {
@@ -78,8 +79,8 @@ func testCommitBudget(t *testing.T, refuse bool) {
 	for i := range events {
 		events[i].Seq = int64(i + 1)
 	}
-	subscribeAll(t, db.DB, exp)
-	logPositionWrites(t, db.DB)
+	subscribeAll(t, db, exp)
+	logPositionWrites(t, db)
 	sys := testsupport.NewActorSystem(t)
 	disp := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
 	defer func() { _ = sys.Root.StopFuture(disp).Wait() }()
@@ -122,7 +123,7 @@ func testCommitBudget(t *testing.T, refuse bool) {
 		}
 	}
 	c := newConsumer(Options{
-		DB: db.DB, Custody: acquire(t, db.DB, "me"), Processor: processor.New(processor.Options{Log: zerolog.Nop()}),
+		DB: db, Custody: acquire(t, db, "me"), Processor: processor.New(processor.Options{Log: zerolog.Nop()}),
 		Jetstream: config.Jetstream{CommitBudget: time.Nanosecond}, enqueue: enqueue, Log: zerolog.Nop(),
 	})
 	c.root, c.disp = sys.Root, disp
@@ -131,7 +132,7 @@ func testCommitBudget(t *testing.T, refuse bool) {
 		t.Fatal(err)
 	}
 
-	got := loggedPositions(t, db.DB)
+	got := loggedPositions(t, db)
 	if !refuse {
 		var want []int64
 		for end := lockChunk; end < n; end += lockChunk {
@@ -162,7 +163,7 @@ func testCommitBudget(t *testing.T, refuse bool) {
 	if refuse {
 		want--
 	}
-	if keys := deliveryKeys(t, db.DB); len(keys) != want {
+	if keys := deliveryKeys(t, db); len(keys) != want {
 		t.Fatalf("%d event keys delivered, want %d", len(keys), want)
 	}
 }

@@ -15,7 +15,7 @@ type Metrics struct {
 	commit    prometheus.Histogram
 	cursorLag prometheus.GaugeFunc
 	// cursorUS is the committed cursor (Unix µs) of the consumer running
-	// in this process, 0 while none runs (a standby): what cursorLag is
+	// in this process, 0 while none runs (another instance holds the lease): what cursorLag is
 	// computed from when scraped.
 	cursorUS atomic.Int64
 	cursorTS prometheus.Gauge

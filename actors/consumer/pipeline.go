@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/logval"
@@ -34,7 +35,7 @@ import (
 // its own events is retried event by event (each), so one bad row cannot
 // stall the stream.
 type pipeline struct {
-	db      *sql.DB
+	db      *database.DB
 	custody fence.Custody
 	proc    *processor.Processor
 	// enqueue records webhook deliveries inside the transaction

@@ -43,7 +43,7 @@ type Position struct {
 }
 
 // LoadPosition returns the stored position; ok is false when none is stored.
-func LoadPosition(ctx context.Context, db *sql.DB) (p Position, ok bool, err error) {
+func LoadPosition(ctx context.Context, db *database.DB) (p Position, ok bool, err error) {
 	err = db.QueryRowContext(ctx, `SELECT `+database.Text("host")+`, seq, time_us, shared_us, check_seq, check_us FROM jetstream_cursor WHERE id = 1`).
 		Scan(&p.Host, &p.Seq, &p.TimeUS, &p.SharedUS, &p.CheckSeq, &p.CheckUS)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -27,7 +27,7 @@ import (
 
 // bareConsumer is a consumer whose handle and resumeAt tests call
 // directly (no client, no actor).
-func bareConsumer(t *testing.T, db *sql.DB, c fence.Custody, rewind time.Duration) *consumer {
+func bareConsumer(t *testing.T, db *database.DB, c fence.Custody, rewind time.Duration) *consumer {
 	t.Helper()
 	sys := testsupport.NewActorSystem(t)
 	pos, _, err := LoadPosition(context.Background(), db)
@@ -62,14 +62,14 @@ func numbered(events []jetstream.Event, first int64) []jetstream.Event {
 // and a restart (a new incarnation reading the stored row) does the same.
 func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	events := numbered(generateEvents(61, 200), 1)
 	// time_us jumps back by far more than any rewind in the middle.
 	for i := 100; i < 200; i++ {
 		events[i].TimeUS -= (30 * time.Second).Microseconds()
 	}
 	const a, b = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents", "ws://b.example/subscribe"
-	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	cons := bareConsumer(t, db, c, 5*time.Second)
 	ctx := context.Background()
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:120], MaxSeq: 120}); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 		t.Fatalf("another host got cursor %d: a sequence number from host a", got)
 	}
 	// A new incarnation reads the stored row.
-	again := bareConsumer(t, db.DB, c, 5*time.Second)
+	again := bareConsumer(t, db, c, 5*time.Second)
 	if got := again.resumeAt(a); got != 120 {
 		t.Fatalf("after a restart: cursor %d, want seq 120 (no rewind)", got)
 	}
@@ -92,21 +92,21 @@ func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[50:60], MaxSeq: 60}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 120 {
+	if p, _, _ := LoadPosition(ctx, db); p.Host != "a.example" || p.Seq != 120 {
 		t.Fatalf("stored position %+v after a replay, want a.example seq 120", p)
 	}
 	// Frames that failed to decode still move the position (MaxSeq).
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, MaxSeq: 125, Failures: []*jetstream.DecodeError{{Class: jetstream.ClassUnknownType, Seq: 125}}}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := LoadPosition(ctx, db.DB); p.Seq != 125 {
+	if p, _, _ := LoadPosition(ctx, db); p.Seq != 125 {
 		t.Fatalf("stored seq %d, want 125: the position did not move past skipped frames", p.Seq)
 	}
 	// Moving to host b (no seqs there) rewrites the position's host.
 	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: generateEvents(62, 5)}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "b.example" || p.Seq != 0 {
+	if p, _, _ := LoadPosition(ctx, db); p.Host != "b.example" || p.Seq != 0 {
 		t.Fatalf("stored position %+v, want host b.example in time space", p)
 	}
 }
@@ -115,12 +115,12 @@ func TestASeqPositionResumesOnItsHostExactlyAndNeverElsewhere(t *testing.T) {
 // time_us, with an empty host) resumes by time, as it did.
 func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	stored := time.Now().Add(-time.Hour).UnixMicro()
 	if _, err := db.Exec(`INSERT INTO jetstream_cursor (id, time_us, updated_at, fence) VALUES (1, ?, 0, ?)`, stored, c.Fence); err != nil {
 		t.Fatal(err)
 	}
-	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	cons := bareConsumer(t, db, c, 5*time.Second)
 	if got, want := cons.resumeAt("ws://x.example/xrpc/network.bsky.jetstream.subscribeEvents"), stored-(5*time.Second).Microseconds(); got != want {
 		t.Fatalf("cursor %d, want the stored time_us minus the rewind %d", got, want)
 	}
@@ -136,9 +136,9 @@ func TestAPositionFromBeforePerHostPositionsResumesByTime(t *testing.T) {
 func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	ctx := context.Background()
-	first := acquire(t, db.DB, "first")
+	first := acquire(t, db, "first")
 	began := time.Now()
-	p, anchored, err := testPipeline(db.DB, first, nil, nil).anchor(ctx, began)
+	p, anchored, err := testPipeline(db, first, nil, nil).anchor(ctx, began)
 	if err != nil || !anchored {
 		t.Fatalf("anchor on an empty database: anchored %v, %v", anchored, err)
 	}
@@ -151,7 +151,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	}
 	// The incarnation that anchored: live tail until an event arrives.
 	const v2 = "ws://js.example/xrpc/network.bsky.jetstream.subscribeEvents"
-	cons := bareConsumer(t, db.DB, first, 5*time.Second)
+	cons := bareConsumer(t, db, first, 5*time.Second)
 	cons.anchored = true
 	client, err := jetstream.NewClient(jetstream.ClientOptions{URLs: []string{v2}}, func(context.Context, jetstream.Batch) error { return nil })
 	if err != nil {
@@ -167,12 +167,12 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	if _, err := db.Exec(`UPDATE leases SET expires_at = 0 WHERE name = ?1`, LeaseName); err != nil {
 		t.Fatal(err)
 	}
-	next := acquire(t, db.DB, "next")
-	again, anchored, err := testPipeline(db.DB, next, nil, nil).anchor(ctx, began.Add(time.Minute))
+	next := acquire(t, db, "next")
+	again, anchored, err := testPipeline(db, next, nil, nil).anchor(ctx, began.Add(time.Minute))
 	if err != nil || anchored || again != p {
 		t.Fatalf("second start: position %+v anchored %v (%v), want the first anchor %+v kept", again, anchored, err, p)
 	}
-	succ := bareConsumer(t, db.DB, next, 5*time.Second)
+	succ := bareConsumer(t, db, next, 5*time.Second)
 	want := began.UnixMicro() - (5 * time.Second).Microseconds()
 	for _, url := range []string{v2, "ws://other.example/xrpc/network.bsky.jetstream.subscribeEvents"} {
 		if got := succ.resumeAt(url); got != want {
@@ -188,7 +188,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	if err := succ.handle(ctx, jetstream.Batch{URL: v2, Events: numbered(generateEvents(63, 5), 1), MaxSeq: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := LoadPosition(ctx, db.DB); got.Host != "js.example" || got.Seq != 5 {
+	if got, _, _ := LoadPosition(ctx, db); got.Host != "js.example" || got.Seq != 5 {
 		t.Fatalf("position after the first batch %+v, want js.example seq 5", got)
 	}
 
@@ -196,10 +196,10 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 	if _, err := db.Exec(`DELETE FROM jetstream_cursor`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := testPipeline(db.DB, first, nil, nil).anchor(ctx, began); !errors.Is(err, fence.ErrSuperseded) {
+	if _, _, err := testPipeline(db, first, nil, nil).anchor(ctx, began); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("anchor under a superseded fence: %v, want fence.ErrSuperseded", err)
 	}
-	if _, ok, _ := LoadPosition(ctx, db.DB); ok {
+	if _, ok, _ := LoadPosition(ctx, db); ok {
 		t.Fatal("a superseded holder stored a position")
 	}
 }
@@ -209,7 +209,7 @@ func TestAConsumerWithNoPositionStoresWhereItBeganForItsSuccessor(t *testing.T) 
 // applied; a #sync queues a re-read.
 func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	tag := func(rkey, rev, tagName string, us int64) jetstream.Event {
@@ -219,13 +219,13 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 	}
 	now := time.Now().UnixMicro()
 	first := []jetstream.Event{tag("t1", "3l3qo2vutsw2c", "v1", now), tag("t2", "3l3qo2vutsw2c", "v2", now+1)}
-	out, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: first})
+	out, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: first})
 	if err != nil || out.stale != 0 {
 		t.Fatalf("first batch: %v, stale %d", err, out.stale)
 	}
 	older := []jetstream.Event{tag("t3", "3l3qo2vutsw2a", "old", now+2),
 		{DID: "did:plc:u1", TimeUS: now + 3, Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: "did:plc:u1", Rev: "3l3qo2vutsw2d"}}}
-	out, err = testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: older})
+	out, err = testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: older})
 	if err != nil || out.stale != 1 || out.syncs != 1 {
 		t.Fatalf("second batch: %v, stale %d syncs %d, want 1 and 1", err, out.stale, out.syncs)
 	}
@@ -249,7 +249,7 @@ func TestStaleRevsAreSkippedAndSyncsQueueARereAD(t *testing.T) {
 // commit of that repository stale.
 func TestACommitWithARevFromTheFutureIsSkippedAndDoesNotSilenceItsRepository(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	now := time.Now()
@@ -261,12 +261,12 @@ func TestACommitWithARevFromTheFutureIsSkippedAndDoesNotSilenceItsRepository(t *
 	rev := func(at time.Time) string { return syntax.NewTIDFromTime(at, 1).String() }
 	future := tag("t1", rev(time.Date(2041, 1, 1, 0, 0, 0, 0, time.UTC)), "poison", now)
 	slightlyAhead := tag("t2", rev(now.Add(time.Minute)), "ahead", now.Add(time.Millisecond)) // a PDS clock a minute fast: within the tolerance
-	out, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{future, slightlyAhead}})
+	out, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{future, slightlyAhead}})
 	if err != nil || out.future != 1 || out.stale != 0 {
 		t.Fatalf("first batch: %v, future %d stale %d, want 1 and 0", err, out.future, out.stale)
 	}
 	later := tag("t3", rev(now.Add(2*time.Minute)), "later", now.Add(2*time.Minute))
-	out, err = testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{later}})
+	out, err = testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{later}})
 	if err != nil || out.stale != 0 || out.future != 0 {
 		t.Fatalf("later commit: %v, stale %d future %d, want both 0: the repository was silenced", err, out.stale, out.future)
 	}
@@ -285,11 +285,11 @@ func TestACommitWithARevFromTheFutureIsSkippedAndDoesNotSilenceItsRepository(t *
 // silence the repository's later commits; the queue row stays.
 func TestAReReadRefusesARevFromTheFuture(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	const did = "did:plc:u4"
-	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{
+	if _, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{
 		{DID: did, TimeUS: time.Now().UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestAReReadRefusesARevFromTheFuture(t *testing.T) {
 		}
 	}))
 	defer pds.Close()
-	r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
+	r := NewResyncer(db, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
 	if err := r.one(ctx, c, did); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestAReReadRefusesARevFromTheFuture(t *testing.T) {
 // removes what vanished, records the rev and dequeues the repository.
 func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
 	const did = "did:plc:u2"
@@ -337,7 +337,7 @@ func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 		return jetstream.Event{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
 			Rev: "3l3qo2vutsw22", Operation: jetstream.OpCreate, Collection: processor.CollectionTag, RKey: rkey, Record: json.RawMessage(rec(rkey))}}
 	}
-	if _, err := testPipeline(db.DB, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{ev("gone"), ev("kept"),
+	if _, err := testPipeline(db, c, p, webhooks.EnqueueTx).prefix(ctx, part{host: "h", events: []jetstream.Event{ev("gone"), ev("kept"),
 		{DID: did, TimeUS: time.Now().Add(-time.Minute).UnixMicro(), Kind: jetstream.KindSync, Sync: &jetstream.Sync{DID: did}}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestAReReadAppliesTheRepositoryAndRemovesVanishedRecords(t *testing.T) {
 		}
 	}))
 	defer pds.Close()
-	r := NewResyncer(db.DB, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
+	r := NewResyncer(db, staticPDS(pds.URL), p, time.Millisecond, zerolog.Nop(), nil)
 	did2, found, err := r.next(ctx)
 	if err != nil || !found || did2 != did {
 		t.Fatalf("next: %q %v %v", did2, found, err)
@@ -395,15 +395,15 @@ func TestTheConsumerReportsUnhealthyWhenNoUpstreamSendsEvents(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	f := newFixture(t, 63, 50, jetstream.ReplayOptions{})
 	h := &workers.Health{}
-	c := acquire(t, db.DB, "me")
-	o := optionsFor(db.DB, c, "ws://127.0.0.1:1/subscribe")
+	c := acquire(t, db, "me")
+	o := optionsFor(db, c, "ws://127.0.0.1:1/subscribe")
 	o.Jetstream.UnhealthyAfter = 50 * time.Millisecond
 	o.Health = h
 	sys := testsupport.NewActorSystem(t)
 	pid := sys.Root.Spawn(NewProps(o))
 	testsupport.Eventually(t, "an unhealthy report", func() bool { ok, _, _ := h.Status(); return !ok })
 	stop(t, sys, pid)
-	o = f.options(db.DB, c)
+	o = f.options(db, c)
 	o.Jetstream.UnhealthyAfter = time.Minute
 	o.Health = h
 	pid = sys.Root.Spawn(NewProps(o))
@@ -415,10 +415,10 @@ func TestTheConsumerReportsUnhealthyWhenNoUpstreamSendsEvents(t *testing.T) {
 // time, and the stored seq is dropped so its new numbering is recorded.
 func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	events := numbered(generateEvents(64, 40), 5000)
 	const a = "ws://a.example/xrpc/network.bsky.jetstream.subscribeEvents"
-	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	cons := bareConsumer(t, db, c, 5*time.Second)
 	ctx := context.Background()
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:20], MaxSeq: 5019}); err != nil {
 		t.Fatal(err)
@@ -431,7 +431,7 @@ func TestASeqResetHostIsResumedByTimeAndItsNewNumberingStored(t *testing.T) {
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: fresh, MaxSeq: 20}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "a.example" || p.Seq != 20 {
+	if p, _, _ := LoadPosition(ctx, db); p.Host != "a.example" || p.Seq != 20 {
 		t.Fatalf("stored position %+v, want a.example seq 20 (the new numbering)", p)
 	}
 }
@@ -488,15 +488,15 @@ func ptrCopy[T any](p *T) *T {
 // shared time follows that host's batches whatever they carry.
 func TestABackdatedEventAloneDoesNotMoveTheStoredSharedTimeBack(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	const a, b = "ws://a.example/subscribe", "ws://b.example/subscribe"
-	cons := bareConsumer(t, db.DB, c, 5*time.Second)
+	cons := bareConsumer(t, db, c, 5*time.Second)
 	ctx := context.Background()
 	events := generateEvents(72, 40)
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: events[:30]}); err != nil {
 		t.Fatal(err)
 	}
-	before, _, err := LoadPosition(ctx, db.DB)
+	before, _, err := LoadPosition(ctx, db)
 	if err != nil || before.SharedUS == 0 {
 		t.Fatalf("position %+v, %v: want a shared time", before, err)
 	}
@@ -507,7 +507,7 @@ func TestABackdatedEventAloneDoesNotMoveTheStoredSharedTimeBack(t *testing.T) {
 	if err := cons.handle(ctx, jetstream.Batch{URL: a, Events: []jetstream.Event{old}}); err != nil {
 		t.Fatal(err)
 	}
-	after, _, _ := LoadPosition(ctx, db.DB)
+	after, _, _ := LoadPosition(ctx, db)
 	if after.SharedUS != before.SharedUS || cons.pos.SharedUS != before.SharedUS {
 		t.Fatalf("stored shared time %d (consumer's copy %d) after one event a year slow, want %d kept", after.SharedUS, cons.pos.SharedUS, before.SharedUS)
 	}
@@ -523,7 +523,7 @@ func TestABackdatedEventAloneDoesNotMoveTheStoredSharedTimeBack(t *testing.T) {
 	if err := cons.handle(ctx, jetstream.Batch{URL: b, Events: moved}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := LoadPosition(ctx, db.DB); p.Host != "b.example" || p.SharedUS != sharedTime(moved) || cons.pos.SharedUS != p.SharedUS {
+	if p, _, _ := LoadPosition(ctx, db); p.Host != "b.example" || p.SharedUS != sharedTime(moved) || cons.pos.SharedUS != p.SharedUS {
 		t.Fatalf("position %+v (consumer's shared %d) after host b's batch, want b.example with its shared time %d", p, cons.pos.SharedUS, sharedTime(moved))
 	}
 }
@@ -537,8 +537,8 @@ func TestOneEventStampedFarAheadOfItsBatchDoesNotMoveThePosition(t *testing.T) {
 	for _, at := range []int{10, 39} {
 		t.Run(fmt.Sprint("at ", at), func(t *testing.T) {
 			db := testsupport.OpenDB(t)
-			c := acquire(t, db.DB, "me")
-			cons := bareConsumer(t, db.DB, c, 5*time.Second)
+			c := acquire(t, db, "me")
+			cons := bareConsumer(t, db, c, 5*time.Second)
 			events := generateEvents(74, 40)
 			ahead := events[at].TimeUS + (365 * 24 * time.Hour).Microseconds()
 			if ahead > time.Now().UnixMicro() {
@@ -554,7 +554,7 @@ func TestOneEventStampedFarAheadOfItsBatchDoesNotMoveThePosition(t *testing.T) {
 			if err := cons.handle(context.Background(), jetstream.Batch{URL: "ws://a.example/subscribe", Events: events}); err != nil {
 				t.Fatal(err)
 			}
-			p, _, err := LoadPosition(context.Background(), db.DB)
+			p, _, err := LoadPosition(context.Background(), db)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,10 +89,10 @@ func TestAReconnectAfterEventsOutOfTimeOrderLosesNone(t *testing.T) {
 	url := jetstreamLike(t, lines, times, 3) // drops right after base+4000
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	o := optionsFor(db.DB, acquire(t, db.DB, "me"), url)
+	o := optionsFor(db, acquire(t, db, "me"), url)
 	o.Jetstream.Compress = false
 	pid := sys.Root.Spawn(NewProps(o))
-	testsupport.Eventually(t, "the cursor to reach the last event", func() bool { return cursorAt(db.DB) == base+7000 })
+	testsupport.Eventually(t, "the cursor to reach the last event", func() bool { return cursorAt(db) == base+7000 })
 	stop(t, sys, pid)
 	var n int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM users`).Scan(&n); err != nil {
@@ -110,13 +110,13 @@ func TestAReconnectAfterEventsOutOfTimeOrderLosesNone(t *testing.T) {
 func TestAnEventStampedInMillisecondsDoesNotCarryTheCursorBackTo1970(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(71, 30)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	ctx := context.Background()
-	if _, err := commitBatch(ctx, db.DB, c, p, webhooks.EnqueueTx, events[:10]); err != nil {
+	if _, err := commitBatch(ctx, db, c, p, webhooks.EnqueueTx, events[:10]); err != nil {
 		t.Fatal(err)
 	}
-	before, _, _ := LoadCursor(ctx, db.DB)
+	before, _, _ := LoadCursor(ctx, db)
 	batch := append([]jetstream.Event(nil), events[10:20]...)
 	batch[9].TimeUS /= 1000 // milliseconds
 	// The decoder now refuses it (an absurd time, before 2023); the
@@ -124,10 +124,10 @@ func TestAnEventStampedInMillisecondsDoesNotCarryTheCursorBackTo1970(t *testing.
 	if err := jetstream.Validate(&batch[9]); err == nil {
 		t.Fatal("an event stamped in milliseconds passes validation")
 	}
-	if _, err := commitBatch(ctx, db.DB, c, p, webhooks.EnqueueTx, batch); err != nil {
+	if _, err := commitBatch(ctx, db, c, p, webhooks.EnqueueTx, batch); err != nil {
 		t.Fatal(err)
 	}
-	after, _, _ := LoadCursor(ctx, db.DB)
+	after, _, _ := LoadCursor(ctx, db)
 	if after < before-time.Second.Microseconds() {
 		t.Fatalf("stored cursor moved back from %d (%s) to %d (%s)", before, time.UnixMicro(before).UTC(), after, time.UnixMicro(after).UTC())
 	}

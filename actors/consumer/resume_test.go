@@ -21,14 +21,14 @@ func TestAConnectionThatDropsFarMoreOftenThanTheRewindWindowStillReachesTheEnd(t
 	// stretch forever.
 	f := newFixture(t, 55, 3000, jetstream.ReplayOptions{DropAfter: 40})
 	db := testsupport.OpenDB(t)
-	f.subscribe(t, db.DB)
+	f.subscribe(t, db)
 	sys := testsupport.NewActorSystem(t)
-	o := f.options(db.DB, acquire(t, db.DB, "me"))
+	o := f.options(db, acquire(t, db, "me"))
 	if window := o.Jetstream.Rewind; window < 2*time.Second {
 		t.Fatalf("rewind %v: the test needs a window much wider than a connection", window)
 	}
 	pid := sys.Root.Spawn(NewProps(o))
-	testsupport.Eventually(t, "the cursor to reach the end of the stream", func() bool { return cursorAt(db.DB) == f.exp.MaxTimeUS })
+	testsupport.Eventually(t, "the cursor to reach the end of the stream", func() bool { return cursorAt(db) == f.exp.MaxTimeUS })
 	testsupport.Eventually(t, "every webhook delivery", func() bool {
 		var pending int
 		_ = db.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
@@ -38,7 +38,7 @@ func TestAConnectionThatDropsFarMoreOftenThanTheRewindWindowStillReachesTheEnd(t
 	if n := f.srv.Connections(); n < 50 {
 		t.Fatalf("%d connections: the server did not drop as often as the test needs", n)
 	}
-	checkExpected(t, db.DB, f)
+	checkExpected(t, db, f)
 }
 
 // sink is an actor that ignores what it is sent (the StatsCache and the
@@ -50,7 +50,7 @@ func (sink) Receive(actor.Context) {}
 func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, _ := generate(56, 300)
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	const rewind = 2 * time.Second
 	// A previous incarnation committed up to event 100, from an instance
 	// this one does not know.
@@ -59,7 +59,7 @@ func TestOnlyAReconnectToTheInstanceTheCursorCameFromSkipsTheRewind(t *testing.T
 		t.Fatal(err)
 	}
 	sys := testsupport.NewActorSystem(t)
-	cons := newConsumer(Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: rewind}, Log: zerolog.Nop(),
+	cons := newConsumer(Options{DB: db, Custody: c, Jetstream: config.Jetstream{Rewind: rewind}, Log: zerolog.Nop(),
 		Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx})
 	cons.root = sys.Root
 	cons.stats = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))
@@ -123,9 +123,9 @@ func TestALiveTailReconnectRewindsByTheReorderWindowAndStillMovesOn(t *testing.T
 	for i := range events {
 		events[i].TimeUS += shift
 	}
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	sys := testsupport.NewActorSystem(t)
-	cons := newConsumer(Options{DB: db.DB, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second}, Log: zerolog.Nop(),
+	cons := newConsumer(Options{DB: db, Custody: c, Jetstream: config.Jetstream{Rewind: 5 * time.Second}, Log: zerolog.Nop(),
 		Processor: processor.New(processor.Options{Log: zerolog.Nop()}), enqueue: webhooks.EnqueueTx})
 	cons.root = sys.Root
 	cons.stats = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sink{} }))

@@ -95,7 +95,7 @@ type PDSResolver interface {
 // retried later with backoff. Build one per process; it runs while the
 // consumer holds custody.
 type Resyncer struct {
-	DB        *sql.DB
+	DB        *database.DB
 	Resolver  PDSResolver
 	Processor *processor.Processor
 	HTTP      *http.Client
@@ -107,7 +107,7 @@ type Resyncer struct {
 }
 
 // NewResyncer builds a Resyncer; interval spaces re-reads.
-func NewResyncer(db *sql.DB, r PDSResolver, p *processor.Processor, interval time.Duration, log zerolog.Logger, m *ResyncMetrics) *Resyncer {
+func NewResyncer(db *database.DB, r PDSResolver, p *processor.Processor, interval time.Duration, log zerolog.Logger, m *ResyncMetrics) *Resyncer {
 	return &Resyncer{DB: db, Resolver: r, Processor: p, HTTP: &http.Client{Timeout: resyncTimeout}, Interval: interval,
 		Log: log.With().Str("component", "resync").Logger(), Metrics: m, kick: make(chan struct{}, 1)}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -17,13 +18,13 @@ import (
 
 // testPipeline is the pipeline of a consumer holding c, without a commit
 // budget (each batch is one transaction).
-func testPipeline(db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc) *pipeline {
+func testPipeline(db *database.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc) *pipeline {
 	return newPipeline(Options{DB: db, Custody: c, Processor: p, enqueue: enqueue}, zerolog.Nop())
 }
 
 // commitBatch commits events from an unnamed host in one transaction
 // (pipeline.prefix), its position the events' own.
-func commitBatch(ctx context.Context, db *sql.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
+func commitBatch(ctx context.Context, db *database.DB, c fence.Custody, p *processor.Processor, enqueue enqueueFunc,
 	events []jetstream.Event) (committed, error) {
 	return testPipeline(db, c, p, enqueue).prefix(ctx, part{events: events})
 }
@@ -37,7 +38,7 @@ func commitEach(ctx context.Context, pl *pipeline, events []jetstream.Event, ski
 
 // LoadCursor returns the stored cursor (Jetstream time_us of the last fully
 // processed event); ok is false when none is stored yet.
-func LoadCursor(ctx context.Context, db *sql.DB) (timeUS int64, ok bool, err error) {
+func LoadCursor(ctx context.Context, db *database.DB) (timeUS int64, ok bool, err error) {
 	err = db.QueryRowContext(ctx, `SELECT time_us FROM jetstream_cursor WHERE id = 1`).Scan(&timeUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil

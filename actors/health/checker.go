@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +42,7 @@ type Endpoints interface {
 // Options configures a Checker.
 type Options struct {
 	// DB is read for the known holds (never written).
-	DB *sql.DB
+	DB *database.DB
 	// Endpoints resolves hold DIDs.
 	Endpoints Endpoints
 	// HTTP sends the checks; nil means a client with no timeout of its own

@@ -22,7 +22,7 @@ import (
 // registered refuses both at dial time and reports why; the loopback hold
 // is never reached.
 func TestTheWorkerDoesNotReachNonPublicHoldsUnlessAllowed(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	fake := newFakeHold(t)
 	addCaptain(t, db, fake.did)
 	addCaptain(t, db, "did:web:169.254.169.254")

@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/outbound"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
@@ -70,7 +70,7 @@ func newFakeHold(t *testing.T) *fakeHold {
 	return h
 }
 
-func addCaptain(t *testing.T, db *sql.DB, did string) {
+func addCaptain(t *testing.T, db *database.DB, did string) {
 	t.Helper()
 	if _, err := db.Exec(`INSERT INTO hold_captains (hold_did, owner_did, public, allow_all_crew, enable_bluesky_posts, deployed_at)
 	  VALUES (?1, 'did:plc:owner', 1, 0, 0, 0)`, did); err != nil {
@@ -78,7 +78,7 @@ func addCaptain(t *testing.T, db *sql.DB, did string) {
 	}
 }
 
-func addManifest(t *testing.T, db *sql.DB, digest, holdDID string) {
+func addManifest(t *testing.T, db *database.DB, digest, holdDID string) {
 	t.Helper()
 	if _, err := db.Exec(`INSERT INTO manifests (did, repository, digest, rkey, hold_did, media_type, schema_version, created_at, indexed_at)
 	  VALUES ('did:plc:alice', 'app', ?1, ?1, ?2, 'application/vnd.oci.image.manifest.v1+json', 2, 0, 0)`, digest, holdDID); err != nil {
@@ -93,7 +93,7 @@ var loopback = outbound.Guard{AllowPrivate: true}.Client(0)
 // resolver resolves loopback did:web holds over plain HTTP.
 func resolver() *identity.Resolver { return &identity.Resolver{WebScheme: "http", HTTP: loopback} }
 
-func newChecker(t *testing.T, db *sql.DB, cache *Cache, timeout time.Duration) *Checker {
+func newChecker(t *testing.T, db *database.DB, cache *Cache, timeout time.Duration) *Checker {
 	t.Helper()
 	c, err := NewChecker(Options{DB: db, Endpoints: resolver(), HTTP: loopback, Timeout: timeout, Concurrency: 2,
 		Cache: cache, Log: zerolog.Nop()})
@@ -120,7 +120,7 @@ func mustGet(t *testing.T, cache *Cache, did string) Status {
 }
 
 func TestHoldThatGoesDownIsMarkedUnhealthyByTheNextRound(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cache := NewCache("inst-a")
@@ -159,7 +159,7 @@ func TestHoldThatGoesDownIsMarkedUnhealthyByTheNextRound(t *testing.T) {
 // is no verdict: the hold keeps its status and is left alone as long as
 // its Retry-After asks.
 func TestARateLimitedHoldKeepsItsStatusAndIsLeftAloneAsAsked(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cache := NewCache("inst-a")
@@ -200,7 +200,7 @@ func TestARateLimitedHoldKeepsItsStatusAndIsLeftAloneAsAsked(t *testing.T) {
 }
 
 func TestUnreachableAndSilentHoldsAreUnhealthyWithinTheTimeout(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	gone := newFakeHold(t)
 	gone.Close() // connection refused from now on
 	silent := newFakeHold(t)
@@ -231,7 +231,7 @@ func TestUnreachableAndSilentHoldsAreUnhealthyWithinTheTimeout(t *testing.T) {
 }
 
 func TestTwoCheckersKeepTheirOwnCaches(t *testing.T) {
-	db := testsupport.OpenDB(t).DB // one shared database, as two instances would have
+	db := testsupport.OpenDB(t) // one shared database, as two instances would have
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cacheA, cacheB := NewCache("inst-a"), NewCache("inst-b")
@@ -260,7 +260,7 @@ func TestTwoCheckersKeepTheirOwnCaches(t *testing.T) {
 }
 
 func TestKnownHoldsAreReReadEachRound(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	captain, shared, manifestOnly := newFakeHold(t), newFakeHold(t), newFakeHold(t)
 	addCaptain(t, db, captain.did)
 	addCaptain(t, db, shared.did)
@@ -292,7 +292,7 @@ func TestKnownHoldsAreReReadEachRound(t *testing.T) {
 }
 
 func TestStoppingMidRoundKeepsThePreviousResult(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	hold := newFakeHold(t)
 	addCaptain(t, db, hold.did)
 	cache := NewCache("inst-a")
@@ -318,7 +318,7 @@ func TestStoppingMidRoundKeepsThePreviousResult(t *testing.T) {
 }
 
 func TestDebugHoldsAndMetricsServeTheCache(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	up, down := newFakeHold(t), newFakeHold(t)
 	down.status.Store(http.StatusServiceUnavailable)
 	addCaptain(t, db, up.did)

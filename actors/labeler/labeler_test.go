@@ -1,20 +1,17 @@
 package labeler
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -35,28 +32,15 @@ func TestMain(m *testing.M) {
 // waitFor bounds every wait on the subscriber or the fake labeler.
 const waitFor = 10 * time.Second
 
-// stores keeps one lease store per test database: a store is one process
-// start (its nonce), and only the process that acquired a grant releases it.
-var stores sync.Map
-
-func storeFor(db *sql.DB) *leasestore.Store {
-	s, _ := stores.LoadOrStore(db, leasestore.NewStore(db, time.Minute))
-	return s.(*leasestore.Store)
-}
-
-func acquire(t *testing.T, db *sql.DB, holder string) fence.Custody {
+func acquire(t *testing.T, db *database.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := storeFor(db).Acquire(context.Background(), LeaseName, holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire %s for %s: %+v %v", LeaseName, holder, g, err)
-	}
-	return fence.Custody{Lease: LeaseName, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, db, LeaseName, holder, time.Minute)
 }
 
 // harness is one subscriber against one fake labeler.
 type harness struct {
 	t       *testing.T
-	db      *sql.DB
+	db      *database.DB
 	sys     *actor.ActorSystem
 	fake    *testsupport.Labeler
 	metrics *Metrics
@@ -67,7 +51,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, db: testsupport.OpenDB(t).DB, sys: testsupport.NewActorSystem(t), fake: testsupport.NewLabeler(t), logs: &testsupport.LockedBuffer{}}
+	h := &harness{t: t, db: testsupport.OpenDB(t), sys: testsupport.NewActorSystem(t), fake: testsupport.NewLabeler(t), logs: &testsupport.LockedBuffer{}}
 	endpoint, err := SubscribeURL(h.fake.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -381,9 +365,7 @@ func TestReconnectResumesFromTheLastAppliedSeq(t *testing.T) {
 	if err := h.sys.Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if err := storeFor(h.db).Release(context.Background(), fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1}); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.Release(t, h.db, fence.Custody{Lease: LeaseName, Holder: "instance-a", Fence: 1})
 	next := acquire(t, h.db, "instance-b")
 	h.start(next)
 	conn = h.fake.Accept(t, waitFor)

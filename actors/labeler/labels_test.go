@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -16,7 +17,7 @@ import (
 
 const erinManifest = "at://did:plc:erin/io.atcr.manifest/3kmanifest1"
 
-func seedManifest(t *testing.T, db *sql.DB, rkey, repo string) {
+func seedManifest(t *testing.T, db *database.DB, rkey, repo string) {
 	t.Helper()
 	if _, err := db.Exec(fmt.Sprintf(`INSERT INTO manifests (did, repository, digest, rkey, media_type, schema_version, created_at, indexed_at)
 VALUES ('did:plc:erin', '%s', 'sha256:%s', '%s', 'application/vnd.oci.image.manifest.v1+json', 2, 0, 0)`, repo, rkey, rkey)); err != nil {

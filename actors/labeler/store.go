@@ -39,7 +39,7 @@ var labelOutcomes = []string{
 
 // store is the subscriber's side of the database: takedowns and cursor.
 type store struct {
-	db       *sql.DB
+	db       *database.DB
 	endpoint string
 	custody  fence.Custody
 	// skipLog is sampled: a stream of bad labels must not flood the log.

@@ -43,7 +43,7 @@ var recordRepoSQL = map[string]string{
 	collectionTag:      `SELECT ` + database.Text("repository") + ` FROM tags WHERE did = ?1 AND rkey = ?2 LIMIT 1`,
 }
 
-// querier is a *sql.DB or a *sql.Tx.
+// querier is a *database.DB or a *sql.Tx.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

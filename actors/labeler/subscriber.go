@@ -2,7 +2,6 @@ package labeler
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/outbound"
@@ -50,7 +50,7 @@ const (
 // Options configure a subscriber. DB and Endpoint are required.
 type Options struct {
 	// DB holds taken_down_subjects and labeler_cursors (migration 0004).
-	DB *sql.DB
+	DB *database.DB
 	// Log receives the subscriber's events (JSON lines on stderr in serve).
 	Log zerolog.Logger
 	// Endpoint is the websocket URL of com.atproto.label.subscribeLabels,

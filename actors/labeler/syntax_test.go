@@ -12,7 +12,7 @@ import (
 // A label's subject is a DID or an AT-URI, and its cts/exp are datetimes:
 // each check agrees with the AT Protocol interop test vectors.
 func TestSubjectsAndTimesFollowTheSpecificationsTestVectors(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	tx, err := db.Begin()
 	if err != nil {
 		t.Fatal(err)

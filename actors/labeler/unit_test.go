@@ -74,7 +74,7 @@ func TestTheConfigurationRefusesTheLabelerURLsTheWorkerRefuses(t *testing.T) {
 }
 
 func TestSubjectsMapToAnAccountOrARepository(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	if _, err := db.Exec(`INSERT INTO tags (did, repository, tag, digest, rkey, created_at, updated_at)
 VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != nil {
 		t.Fatalf("seed tag: %v", err)
@@ -116,7 +116,7 @@ VALUES ('did:plc:erin', 'api', 'latest', 'sha256:aa', '3ktag', 0, 0)`); err != n
 }
 
 func TestWorkerIsDisabledWithoutAURLAndRefusesBadSettings(t *testing.T) {
-	d := workers.Deps{Config: config.Default(), DB: testsupport.OpenDB(t).DB, Metrics: prometheus.NewRegistry()}
+	d := workers.Deps{Config: config.Default(), DB: testsupport.OpenDB(t), Metrics: prometheus.NewRegistry()}
 	if _, err := Worker(d); !errors.Is(err, workers.ErrDisabled) {
 		t.Fatalf("Worker without labeler.url: %v, want ErrDisabled", err)
 	}

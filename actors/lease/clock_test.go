@@ -13,7 +13,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -80,7 +79,7 @@ func (c *recordingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (dri
 
 // openRecording opens the database file at path through a recording
 // connector (one connection, so no busy handling is needed).
-func openRecording(t *testing.T, path string) (*sql.DB, *recordingConnector) {
+func openRecording(t *testing.T, path string) (*database.DB, *recordingConnector) {
 	t.Helper()
 	probe, err := sql.Open("libsql", "file::memory:")
 	if err != nil {
@@ -101,7 +100,7 @@ func openRecording(t *testing.T, path string) (*sql.DB, *recordingConnector) {
 			c.Close()
 		}
 	})
-	return db, rec
+	return database.Wrap(db), rec
 }
 
 // looksLikeNow reports whether v could be a reading of the local clock in
@@ -133,9 +132,9 @@ func looksLikeNow(v driver.Value) bool {
 // database's (database.NowMS). So skew cannot make it take over.
 func TestAStoreNeverJudgesExpiryByItsLocalClock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	admin := testsupport.OpenDBAt(t, path).DB
+	admin := testsupport.OpenDBAt(t, path)
 	recDB, rec := openRecording(t, path)
-	s := leasestore.NewStore(recDB, 15*time.Second)
+	s := NewStore(recDB, 15*time.Second)
 	ctx := context.Background()
 
 	// Held by another instance for 10 s more on the database's clock.
@@ -170,7 +169,7 @@ SELECT 'jetstream-consumer', 'instance-a', 7, n - 5000, n - 5000, n + 10000 FROM
 	if err := s.Release(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.List(ctx); err != nil {
+	if _, err := fence.List(ctx, recDB); err != nil {
 		t.Fatal(err)
 	}
 

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -15,7 +14,7 @@ import (
 // that a test trigger breaks), Acquire must report the error, not a grant
 // the table does not hold.
 func TestAnAcquireWhoseCommitFailsIsNotAGrant(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	for _, stmt := range []string{
 		`CREATE TABLE fk_parent (id INTEGER PRIMARY KEY)`,
 		`CREATE TABLE fk_child (pid INTEGER REFERENCES fk_parent (id) DEFERRABLE INITIALLY DEFERRED)`,
@@ -25,7 +24,7 @@ func TestAnAcquireWhoseCommitFailsIsNotAGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, err := leasestore.NewStore(db, time.Minute).Acquire(context.Background(), "doomed", "a")
+	g, err := NewStore(db, time.Minute).Acquire(context.Background(), "doomed", "a")
 	if err == nil {
 		t.Fatalf("acquire reported %+v although its commit failed", g)
 	}

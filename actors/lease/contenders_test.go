@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"database/sql"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -11,16 +10,15 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/actors/lease/internal/machine"
-	"github.com/atcr-io/appview/internal/events"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // slowRetry makes a contender's own retries slow (8-12 s, and the grant it
 // waits for has 30 s left), so an acquire within milliseconds of a release
 // can only come from the nudge.
-var slowRetry = leasestore.Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
+var slowRetry = config.Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
 	RenewDeadline: 10 * time.Second, RetryInterval: 10 * time.Second}
 
 // nudgeEndpoint is an instance's loopback admin mux serving POST
@@ -56,8 +54,8 @@ func (e *nudgeEndpoint) url() string { return e.srv.URL + "/lease/nudge" }
 // newContenders returns an instance's contenders; it is waited for once
 // h's LeaseActors have stopped (a release at the test's end still nudges)
 // and before the database closes (opened before h).
-func (h *harness) newContenders(db *sql.DB, instance, url string, ttl time.Duration) *leasestore.Contenders {
-	c := &leasestore.Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
+func (h *harness) newContenders(db *database.DB, instance, url string, ttl time.Duration) *Contenders {
+	c := &Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
 	h.mu.Lock()
 	h.afterStop = append(h.afterStop, c.Wait)
 	h.mu.Unlock()
@@ -66,19 +64,19 @@ func (h *harness) newContenders(db *sql.DB, instance, url string, ttl time.Durat
 
 func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
+	dbA, dbB := testsupport.OpenDBAt(t, path), testsupport.OpenDBAt(t, path)
 	h := newHarness(t)
 	const name = "jetstream-consumer"
 	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
 	pa, pb := &probe{}, &probe{}
-	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: leasestore.NewStore(dbA, slowRetry.TTL),
+	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: NewStore(dbA, slowRetry.TTL),
 		Worker: pa.props, Contenders: h.newContenders(dbA, "instance-a", epA.url(), slowRetry.TTL)})
 	epA.pid.Store(ra.pid)
-	h.events.wait(t, 0, "worker.started by a", is(events.WorkerStarted, "instance-a"))
-	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: leasestore.NewStore(dbB, slowRetry.TTL),
+	h.events.wait(t, 0, "worker.started by a", is(WorkerStarted, "instance-a"))
+	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: NewStore(dbB, slowRetry.TTL),
 		Worker: pb.props, Contenders: h.newContenders(dbB, "instance-b", epB.url(), slowRetry.TTL)})
 	epB.pid.Store(rb.pid)
-	h.events.wait(t, 0, "lease.contended by b", is(events.LeaseContended, "instance-b"))
+	h.events.wait(t, 0, "lease.contended by b", is(LeaseContended, "instance-b"))
 	testsupport.Eventually(t, "b recorded as a contender", func() bool {
 		var n int
 		err := dbA.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = 'instance-b' AND nudge_url = ?2`,
@@ -87,13 +85,11 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	})
 
 	h.stop(ra)
-	released, _ := h.events.wait(t, 0, "lease.released by a", is(events.LeaseReleased, "instance-a"))
-	// From the start of the stream, not after a's release: when a hands
-	// the lease over (b's standby answered), b may publish its
-	// lease.acquired before a publishes its lease.released (each actor
-	// publishes on its own; their order is the events' At, not the
-	// stream's). b acquires nothing before this.
-	acquired, _ := h.events.wait(t, 0, "lease.acquired by b", is(events.LeaseAcquired, "instance-b"))
+	released, _ := h.events.wait(t, 0, "lease.released by a", is(LeaseReleased, "instance-a"))
+	// From the start of the stream, not after a's release: each actor
+	// publishes on its own, so their order is the events' At, not the
+	// stream's. b acquires nothing before this.
+	acquired, _ := h.events.wait(t, 0, "lease.acquired by b", is(LeaseAcquired, "instance-b"))
 	handover := acquired.At.Sub(released.At)
 	t.Logf("handover took %s (b's own retry was 8-12 s away)", handover)
 	// Anything well before b's own retry (8 s at the earliest) is the
@@ -112,15 +108,15 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 
 // Nudges are advisory and cheap to send, so a misbehaving peer may send
 // many: however many arrive, the contender makes at most one acquire
-// attempt per machine.NudgeSpacing.
+// attempt per NudgeSpacing.
 func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
 	const name = "cleanup"
-	mustAcquire(t, leasestore.NewStore(db, time.Minute), name, "instance-a")
-	store := newFaultyStore(leasestore.NewStore(db, slowRetry.TTL))
+	mustAcquire(t, NewStore(db, time.Minute), name, "instance-a")
+	store := newFaultyStore(NewStore(db, slowRetry.TTL))
 	r := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: store, Worker: (&probe{}).props})
-	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-b"))
+	h.events.wait(t, 0, "lease.contended", is(LeaseContended, "instance-b"))
 
 	const flood = 300 * time.Millisecond
 	tick := time.NewTicker(200 * time.Microsecond)
@@ -149,10 +145,10 @@ func TestAFloodOfNudgesCausesAtMostOneAcquirePerSpacing(t *testing.T) {
 	}
 	// Attempts may trail the flood while the mailbox drains.
 	window := drained.Sub(start)
-	limit := int(window/machine.NudgeSpacing) + 2
+	limit := int(window/NudgeSpacing) + 2
 	t.Logf("%d nudges in %s (drained after %s): %d acquire attempts, limit %d", sent, end.Sub(start), window, during, limit)
 	if during > limit {
-		t.Fatalf("%d acquire attempts in %s for %d nudges; want at most one per %s (%d)", during, window, sent, machine.NudgeSpacing, limit)
+		t.Fatalf("%d acquire attempts in %s for %d nudges; want at most one per %s (%d)", during, window, sent, NudgeSpacing, limit)
 	}
 	if during == 0 {
 		t.Fatal("no acquire attempt at all: nudges were ignored")

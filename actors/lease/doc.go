@@ -6,111 +6,111 @@
 // For each lease name, at any instant at most one instance trusts a grant,
 // and only the instance that trusts a grant runs the lease's worker. Every
 // change of custody increments the fence token; a write made through
-// fence.Fenced commits only while its custody is the current, unexpired grant on
-// the database's clock, so a holder that stalled (GC pause, SIGSTOP, a
-// partition) and missed its own loss cannot land anything once another
-// instance has taken over. Exclusivity is the goal; fencing is what makes
+// fence.Fenced commits only while its custody is the current, unexpired
+// grant on the database's clock, so a holder that stalled (GC pause,
+// SIGSTOP, a partition) and missed its own loss cannot land anything once
+// another instance has taken over. Exclusivity is the goal; fencing makes
 // the residual cases (a worker still mid-write when it learns of the loss)
 // harmless.
 //
 // # What the database is authoritative for
 //
-// Who holds a lease and until when. Acquire is a single INSERT ... ON
-// CONFLICT(name) DO UPDATE ... WHERE leases.expires_at <= now, so two
-// contenders racing for one expired grant cannot both win: the loser's
-// update matches no row. Renew and release match name, holder and fence
-// (renew also a grant not released: a renewal that reaches the database
-// after the release must not revive it); zero rows means superseded. Release expires the row in place
-// (renewed_at = expires_at = now) and keeps holder and fence, so the fence
-// survives and a stalled former holder can never match again. Nothing
-// deletes a lease row.
+// Who holds a lease and until when (store.go). Acquire is one INSERT ...
+// ON CONFLICT(name) DO UPDATE ... WHERE leases.expires_at <= now: of two
+// contenders for one expired grant the loser's update matches no row. The
+// fence is one above the highest the name ever had (lease_fence_floor).
+// Renew and release match name, holder and fence (zero rows: superseded);
+// a renewal never revives a released grant; a release expires the row in
+// place and keeps holder and fence. Nothing deletes a lease row.
 //
 // # Clocks
 //
-// Expiry is decided by one clock only: the database's. Every statement
-// computes "now" itself (database.NowMS, Unix ms); no Go time is ever bound
-// into a lease statement, so instances whose wall clocks disagree by
-// seconds still agree on who holds what.
-//
-// Local time is used for one thing: to bound how long a holder trusts its
-// grant without hearing from the database. The holder measures, on its
-// monotonic clock, from the START of its last successful acquire or renew
-// attempt; a slow success cannot stretch the window. It stops trusting at
-// start + renew_deadline, which is before the grant can expire on the
-// database (start + ttl) as long as the two clocks advance at roughly the
-// same rate — the one clock assumption, about rates, not offsets.
+// Expiry is decided by the database's clock only: every statement
+// computes "now" itself (database.NowMS), so instances whose wall clocks
+// disagree still agree on who holds what. Local time only bounds how long
+// a holder trusts its grant: on its monotonic clock, from the START of
+// its last successful acquire or renew attempt, until start +
+// renew_deadline, before the grant can expire on the database (start +
+// ttl) as long as the clocks advance at about the same rate: the one
+// clock assumption, about rates, not offsets.
 //
 // # States
 //
-// Custody decisions live in machine.Machine (actors/lease/internal/machine),
-// a pure state machine (time and inputs in, commands out) driven by the
-// LeaseActor, a thin shell that carries out the commands: store calls in goroutines that answer with messages,
-// one timer, the worker spawned as the actor's child.
+// Custody decisions live in Machine (machine.go), a pure state machine
+// (time and inputs in, commands out) driven by the LeaseActor (actor.go),
+// a thin shell that carries the commands out: store calls in goroutines
+// that answer with messages, one timer, the worker spawned as its child.
 //
 //	            Start               grant (fence+1)
 //	idle ─────────────► contending ──────────────────► holding
 //	                     │   ▲   ▲                      │  │  │
-//	               stop  │   │   │ worker stopped       │  │  │ stop requested
-//	                     ▼   │   │                      │  │  ▼
+//	               stop  │   │   │ worker stopped       │  │  │ stop requested,
+//	                     ▼   │   │                      │  │  ▼ or yield
 //	                   done  │   └──────── lost ◄───────┘  │ stopping ── worker stopped ──► releasing
 //	                     ▲   │   superseded | blackout |   │ (drains; renewals go on)         │
 //	                     │   │   error: stop the worker    │                                  │
 //	                     │   │   at once, never release    └─ >5 failures/min: worker.failed ─┤
 //	                     │   │                                 (stopping, then releasing)     │
-//	                     │   └──── released (worker-failed), after one TTL of cooldown ◄──────┤
+//	                     │   └──── released (failed, yielded), after one TTL of cooldown ◄────┤
 //	                     └──────── released (shutdown) ◄──────────────────────────────────────┘
 //
-// In contending, a contended attempt sleeps until min(jittered
-// retry_interval, the grant's time left + 1 ms); a nudge retries at once.
-// In holding, a successful renewal extends trust to attempt start +
-// renew_deadline; a worker panic restarts the worker in place with
-// exponential backoff (worker.restarted).
+// Contending: a contended attempt sleeps until min(jittered
+// retry_interval, the grant's time left + 1 ms), so a crashed holder is
+// replaced about one TTL after its last renewal; a Nudge retries at once
+// (at most one attempt per NudgeSpacing). An attempt that finds a live
+// grant of this very process (its nonce) that no worker uses hands it
+// back at once (reason stale-grant) and tries again: an acquire whose
+// answer was lost after it committed, or was given up on and committed
+// later, custody given up after a blackout, or the grant of a LeaseActor
+// before it was restarted. An acquire that answers after the renew
+// deadline is handed back too.
+//
+// Holding: a successful renewal extends trust to attempt start +
+// renew_deadline; a failed one is retried every renew_interval/4 until the
+// deadline; one that finds the row superseded ends custody at once.
 //
 // Supervision: the LeaseActor is its worker's supervisor (it implements
-// actor.SupervisorStrategy). A panic is a failure whose directive is
-// Restart, in place and with exponential backoff, while custody lasts;
-// more than maxFailures within failureWindow gives the lease up
-// (worker.failed, released, one TTL of cooldown) so another instance can
-// try. A renewal blackout, or a fenced write that finds the custody
-// superseded, is a failure whose directive is Stop, never Restart.
+// actor.SupervisorStrategy). A panic restarts the worker in place with
+// exponential backoff (worker.restarted) while custody lasts; more than
+// MaxFailures within a minute gives the lease up (worker.failed, released,
+// one TTL of cooldown) so another instance can try. A renewal blackout,
+// or a fenced write that finds the custody superseded, stops the worker:
+// never a restart. Every stop of the worker is bounded (WorkerStopTimeout):
+// a worker still running then is reported (worker.stuck) and left behind;
+// its writes are fenced under a custody that has ended or is being
+// released.
 //
-// Shutdown (a *StopRequested message, which the system's root sends to
-// every LeaseActor) sends the worker Drain and then poisons it, keeps renewing while it
-// drains (its last writes are fenced and must still land), releases, and
-// only then stops the actor: the system's shutdown waits for the release
-// to commit or definitively fail. A release runs on its own bounded
-// context, so a cancelled caller cannot skip it. A stop while contending
-// finishes at once, writing nothing; a stop with an acquire in flight
-// waits for its answer and hands a grant straight back. A store call the
-// machine had already given up on (the driver ignores contexts, so it may
-// still land) is waited for too, up to callBound, when the actor stops: a
-// grant it obtains after that is released by the call itself (see
-// lateOutcomes), so no grant is left for the next holder to wait out.
+// Shutdown (a *StopRequested, which the system's root sends to every
+// LeaseActor) sends the worker workers.Drain and then poisons it, keeps
+// renewing while it drains (its last writes are fenced and must still
+// land), releases, and only then stops the actor: the system's shutdown
+// waits for the release to commit or definitively fail. A release runs on
+// its own bounded context. A stop while contending finishes at once,
+// unless an acquire is in flight (its grant is released) or the last one
+// failed (one more attempt finds out whether it committed). A grant given
+// up unreleased after a blackout is released as the machine finishes. An
+// actor stopped outright (not through StopRequested) releases, bounded,
+// what it holds and any grant an acquire obtained that it never took in;
+// acquires still running then release their own grants.
 //
-// Every stop of the worker is bounded (machine.WorkerStopTimeout, 10 s):
-// a worker still running then is reported (worker.stuck) and left behind
-// (its writes are fenced under a custody that has ended or is being
-// released); the machine contends again, or releases, as if it had
-// stopped.
+// Renewals are batched: the LeaseActors of a process renew through one
+// Renewer (renew.go), so a renew tick of N leases is one statement.
+// Renewals are never starved by the holder's own writes: every lease write
+// is urgent (database.DB.Urgent), and the holder's fenced worker
+// transactions that have not begun wait for it (fence.Fenced).
 //
 // Health-aware custody: a worker may report its own health
 // (workers.Spec.Health). A holder whose worker has reported unhealthy for
 // Options.YieldGrace, once it has held the lease for Options.MinHold,
-// yields (lease.yielded, drain, release with reason yielded, one TTL out)
-// when some contender recorded itself healthy in lease_contenders within
-// two TTLs; never when none did.
+// yields (lease.yielded, drain, release with reason yielded, one TTL of
+// cooldown) when some contender recorded itself healthy in
+// lease_contenders within two TTLs; never when none did.
 //
 // Handover: libSQL has no LISTEN/NOTIFY. A contender records the URL of
-// its nudge endpoint (lease_contenders); a holder that has just released
-// POSTs to each recent contender, which makes an acquire attempt at once.
-// Correctness never depends on the nudge: a nudge can only cause an
-// acquire attempt (at most one per machine.NudgeSpacing, however many arrive), and
-// a lost one costs a retry interval. A grant that turns up after custody
-// was given up (an acquire or renewal answered too late) is handed back
-// at once rather than left to run out its TTL.
-// A crashed holder is replaced within about TTL, because a contender
-// sleeps until the grant's time left (read from the database) rather
-// than a full retry interval.
+// its nudge endpoint in lease_contenders (contenders.go); a holder that
+// has just released POSTs to each recent contender, which makes an
+// acquire attempt at once. Correctness never depends on the nudge: it can
+// only cause an acquire attempt, and a lost one costs a retry interval.
 //
 // # Not guaranteed
 //
@@ -127,15 +127,15 @@
 //   - Two processes configured with the same instance_id are told apart
 //     by a nonce drawn at each process start and stored with every grant
 //     (lease_holders): releases match it, and only a grant carrying its
-//     own nonce is a process's own. They contend as
-//     strangers, and each warns that its instance_id is live elsewhere.
+//     own nonce is a process's own. They contend as strangers, and each
+//     warns that its instance_id is live elsewhere.
 //
-// # Package map
+// # Files
 //
-// This package is what the rest of the program uses: Options and NewProps
-// build a LeaseActor; StopRequested, Nudge and StatusRequest are the
-// messages it takes; Drain is the message a worker gets before a graceful
-// stop. The SQL side (the leases table, Timing and its Validate, the
-// contenders table) is internal/leasestore; the state machine is
-// actors/lease/internal/machine.
+// machine.go (the state machine), actor.go (the LeaseActor: Options,
+// NewProps; it takes *StopRequested, *Nudge and *StatusRequest), store.go
+// (acquire, renew, release), renew.go (batched renewal), contenders.go
+// (nudges, contenders' health), events.go, metrics.go. The fencing
+// primitives, and the lease rows as reports read them, are package
+// internal/fence; the timing rules are config.Timing.
 package lease

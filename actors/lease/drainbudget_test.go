@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/actors/lease/internal/machine"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
@@ -12,8 +11,8 @@ import (
 // within the LeaseActor's bound on a worker's stop, or it is reported
 // stuck and holds the instance's stop up.
 func TestTheDrainBudgetFitsInTheWorkerStopBound(t *testing.T) {
-	if margin := machine.WorkerStopTimeout - workers.DrainBudget; margin < time.Second {
-		t.Fatalf("workers.DrainBudget %s leaves %s of machine.WorkerStopTimeout %s for the worker's own stop, want at least 1s",
-			workers.DrainBudget, margin, machine.WorkerStopTimeout)
+	if margin := WorkerStopTimeout - workers.DrainBudget; margin < time.Second {
+		t.Fatalf("workers.DrainBudget %s leaves %s of WorkerStopTimeout %s for the worker's own stop, want at least 1s",
+			workers.DrainBudget, margin, WorkerStopTimeout)
 	}
 }

@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // Fence must never go backwards, even if a row is deleted.
 func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -36,8 +35,8 @@ func TestTheFenceNeverGoesBackEvenIfTheRowIsDeleted(t *testing.T) {
 }
 
 func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "x", "a")
 	if err := s.Release(context.Background(), c); err != nil {
 		t.Fatal(err)
@@ -55,9 +54,9 @@ func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if typ != "integer" {
-		t.Fatalf("acquire at fence MaxInt64 (answer %+v, %v) left fence a %s (%v): the row, and leasestore.List, are unreadable", g, err, typ, raw)
+		t.Fatalf("acquire at fence MaxInt64 (answer %+v, %v) left fence a %s (%v): the row, and fence.List, are unreadable", g, err, typ, raw)
 	}
-	rows, lerr := s.List(context.Background())
+	rows, lerr := fence.List(context.Background(), db)
 	if lerr != nil || len(rows) != 1 || rows[0].Holder != "a" {
 		t.Fatalf("after acquire at MaxInt64 (answer %+v, %v): list %+v, %v; want the row untouched", g, err, rows, lerr)
 	}
@@ -66,8 +65,8 @@ func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 	}
 }
 
-func readRowHolder(t *testing.T, s *leasestore.Store) string {
-	rows, err := s.List(context.Background())
+func readRowHolder(t *testing.T, s *Store) string {
+	rows, err := fence.List(context.Background(), s.db)
 	if err != nil {
 		return "list error: " + err.Error()
 	}
@@ -79,8 +78,8 @@ func readRowHolder(t *testing.T, s *leasestore.Store) string {
 }
 
 func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	names := []string{"", " ", "a'b", `a"b`, strings.Repeat("n", 100000), "ünï", "1234", "2024-01-01", "NULL", "a\nb"}
 	for _, n := range names {
 		for _, h := range []string{"", " ", strings.Repeat("h", 50000), "12", "2024-06-01T12:00:00Z", "0x10"} {
@@ -103,7 +102,7 @@ func TestOddNamesAndHoldersRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	rows, err := s.List(context.Background())
+	rows, err := fence.List(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}

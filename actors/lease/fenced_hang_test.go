@@ -10,7 +10,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer stands
@@ -28,7 +27,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g, err := leasestore.NewStore(db.DB, time.Minute).Acquire(ctx, "l", "a")
+	g, err := NewStore(db, time.Minute).Acquire(ctx, "l", "a")
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}
@@ -44,7 +43,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	stop, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	ran := false
-	err = fence.Fenced(stop, db.DB, c, func(*sql.Tx) error { ran = true; return nil })
+	err = fence.Fenced(stop, db, c, func(*sql.Tx) error { ran = true; return nil })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Fenced = %v; want the context's deadline, not a wait for the lock", err)
 	}
@@ -54,7 +53,7 @@ func TestFencedReturnsWhenItsContextEndsWhileTheDatabaseDoesNotAnswer(t *testing
 	blocker.Close()
 	// The abandoned fence check finishes and is rolled back; fn never ran,
 	// and the next fenced write goes through once it has.
-	if err := fence.Fenced(ctx, db.DB, c, func(*sql.Tx) error { return nil }); err != nil {
+	if err := fence.Fenced(ctx, db, c, func(*sql.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if ran {

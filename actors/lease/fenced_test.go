@@ -10,7 +10,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -19,7 +18,7 @@ func writeProbe(tx *sql.Tx, fence int64) error {
 	return err
 }
 
-func probeWrites(t testing.TB, db *sql.DB) int {
+func probeWrites(t testing.TB, db *database.DB) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM probe_writes`).Scan(&n); err != nil {
@@ -29,9 +28,9 @@ func probeWrites(t testing.TB, db *sql.DB) int {
 }
 
 func TestFencedWriteUnderTheCurrentCustodyCommits(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "jetstream-consumer", "instance-a")
+	c := mustAcquire(t, NewStore(db, longTTL), "jetstream-consumer", "instance-a")
 	before := rowBytes(t, db, "jetstream-consumer")
 	for range 3 {
 		if err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error { return writeProbe(tx, c.Fence) }); err != nil {
@@ -51,37 +50,37 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 		name string
 		// lose turns the custody c (just granted on s) into one that is no
 		// longer current, and returns the custody to write under.
-		lose func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody
+		lose func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody
 	}{
-		{"stale fence after a takeover", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
+		{"stale fence after a takeover", func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			mustAcquire(t, s, c.Lease, "instance-b")
 			return c
 		}},
-		{"expired on the database clock", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
+		{"expired on the database clock", func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody {
 			expireNow(t, db, c.Lease)
 			return c
 		}},
-		{"released", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
+		{"released", func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody {
 			if err := s.Release(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 			return c
 		}},
-		{"another holder with the same fence", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
+		{"another holder with the same fence", func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody {
 			c.Holder = "instance-b"
 			return c
 		}},
-		{"a fence never granted", func(t *testing.T, db *sql.DB, s *leasestore.Store, c fence.Custody) fence.Custody {
+		{"a fence never granted", func(t *testing.T, db *database.DB, s *Store, c fence.Custody) fence.Custody {
 			c.Fence++
 			return c
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			db := testsupport.OpenDB(t).DB
+			db := testsupport.OpenDB(t)
 			createProbeTable(t, db)
-			s := leasestore.NewStore(db, longTTL)
+			s := NewStore(db, longTTL)
 			c := tc.lose(t, db, s, mustAcquire(t, s, "cleanup", "instance-a"))
 			before := rowBytes(t, db, "cleanup")
 			calls := 0
@@ -103,7 +102,7 @@ func TestFencedWriteUnderAnyCustodyNoLongerCurrentLandsNothing(t *testing.T) {
 }
 
 func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	createProbeTable(t, db)
 	// No lease row at all: fence 0 means leases are off for this worker.
 	c := fence.Custody{Lease: "health", Holder: "instance-a"}
@@ -119,9 +118,9 @@ func TestUnfencedCustodyWritesUnconditionally(t *testing.T) {
 }
 
 func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
 	for _, custody := range []fence.Custody{c, {Lease: "cleanup", Holder: "instance-a"}} {
 		ctx, cancel := context.WithCancel(context.Background())
 		err := fence.Fenced(ctx, db, custody, func(tx *sql.Tx) error {
@@ -147,9 +146,9 @@ func TestFencedWriteRollsBackWhenTheContextEnds(t *testing.T) {
 }
 
 func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	createProbeTable(t, db)
-	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
 	boom := errors.New("boom")
 	err := fence.Fenced(context.Background(), db, c, func(tx *sql.Tx) error {
 		if err := writeProbe(tx, c.Fence); err != nil {
@@ -170,9 +169,9 @@ func TestFencedWriteCallbackErrorRollsBackEverything(t *testing.T) {
 // so it can never slip in between the fence check and the commit.
 func TestTakeoverCannotCommitInsideAFencedTransaction(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	db, other := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
+	db, other := testsupport.OpenDBAt(t, path), testsupport.OpenDBAt(t, path)
 	createProbeTable(t, db)
-	c := mustAcquire(t, leasestore.NewStore(db, longTTL), "cleanup", "instance-a")
+	c := mustAcquire(t, NewStore(db, longTTL), "cleanup", "instance-a")
 	inside, proceed := make(chan struct{}), make(chan struct{})
 	fenced := make(chan error, 1)
 	go func() {

@@ -14,24 +14,24 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/workers"
 )
 
 // waitFor bounds every wait on an event or a state; a test that needs
-// longer has found a bug, not a slow machine.
+// longer has found a bug, not a slow
 const waitFor = 15 * time.Second
 
 // fastTiming keeps actor tests short while respecting the config
 // invariants (RenewInterval < TTL/2, RenewInterval < RenewDeadline < TTL).
-var fastTiming = leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
+var fastTiming = config.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
 	RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
 
 // rowBytes is the row of lease name rendered by SQLite's quote(): the exact
 // stored values and their storage classes, for "unchanged" assertions.
-func rowBytes(t testing.TB, db *sql.DB, name string) string {
+func rowBytes(t testing.TB, db *database.DB, name string) string {
 	t.Helper()
 	var s string
 	err := db.QueryRow(`SELECT quote(name)||'|'||quote(holder)||'|'||quote(fence)||'|'||
@@ -46,9 +46,9 @@ quote(acquired_at)||'|'||quote(renewed_at)||'|'||quote(expires_at) FROM leases W
 }
 
 // readRow reads one lease row with the database clock.
-func readRow(t testing.TB, db *sql.DB, name string) leasestore.Row {
+func readRow(t testing.TB, db *database.DB, name string) fence.Row {
 	t.Helper()
-	rows, err := leasestore.List(context.Background(), db)
+	rows, err := fence.List(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func readRow(t testing.TB, db *sql.DB, name string) leasestore.Row {
 		}
 	}
 	t.Fatalf("no lease row %q", name)
-	return leasestore.Row{}
+	return fence.Row{}
 }
 
 // eventLog records every custody event published on an actor system's
@@ -66,14 +66,14 @@ func readRow(t testing.TB, db *sql.DB, name string) leasestore.Row {
 // appends under a mutex and wakes waiters by closing a channel.
 type eventLog struct {
 	mu      sync.Mutex
-	all     []events.Custody
+	all     []Event
 	changed chan struct{}
 }
 
 func newEventLog(sys *actor.ActorSystem) *eventLog {
 	l := &eventLog{changed: make(chan struct{})}
 	sys.EventStream.Subscribe(func(evt any) {
-		e, ok := evt.(events.Custody)
+		e, ok := evt.(Event)
 		if !ok {
 			return
 		}
@@ -86,15 +86,15 @@ func newEventLog(sys *actor.ActorSystem) *eventLog {
 	return l
 }
 
-func (l *eventLog) snapshot() ([]events.Custody, <-chan struct{}) {
+func (l *eventLog) snapshot() ([]Event, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]events.Custody(nil), l.all...), l.changed
+	return append([]Event(nil), l.all...), l.changed
 }
 
 // wait returns the first event at or after index from that matches, and
 // its index; it fails the test after waitFor.
-func (l *eventLog) wait(t testing.TB, from int, what string, match func(events.Custody) bool) (events.Custody, int) {
+func (l *eventLog) wait(t testing.TB, from int, what string, match func(Event) bool) (Event, int) {
 	t.Helper()
 	deadline := time.NewTimer(waitFor)
 	defer deadline.Stop()
@@ -114,7 +114,7 @@ func (l *eventLog) wait(t testing.TB, from int, what string, match func(events.C
 }
 
 // count is how many recorded events match.
-func (l *eventLog) count(match func(events.Custody) bool) int {
+func (l *eventLog) count(match func(Event) bool) int {
 	all, _ := l.snapshot()
 	n := 0
 	for _, e := range all {
@@ -125,7 +125,7 @@ func (l *eventLog) count(match func(events.Custody) bool) int {
 	return n
 }
 
-func formatEvents(all []events.Custody) string {
+func formatEvents(all []Event) string {
 	var s string
 	for _, e := range all {
 		s += fmt.Sprintf("  %s %s %s fence=%d reason=%s err=%v\n", e.At.Format("15:04:05.000"), e.Instance, e.Kind, e.Fence, e.Reason, e.Err)
@@ -134,13 +134,13 @@ func formatEvents(all []events.Custody) string {
 }
 
 // is matches an event of kind from instance (any lease).
-func is(kind events.Kind, instance string) func(events.Custody) bool {
-	return func(e events.Custody) bool { return e.Kind == kind && e.Instance == instance }
+func is(kind EventKind, instance string) func(Event) bool {
+	return func(e Event) bool { return e.Kind == kind && e.Instance == instance }
 }
 
 // isFor matches an event of kind from instance for lease.
-func isFor(kind events.Kind, instance, lease string) func(events.Custody) bool {
-	return func(e events.Custody) bool { return e.Kind == kind && e.Instance == instance && e.Lease == lease }
+func isFor(kind EventKind, instance, lease string) func(Event) bool {
+	return func(e Event) bool { return e.Kind == kind && e.Instance == instance && e.Lease == lease }
 }
 
 // harness is one actor system with its event log. Every LeaseActor started
@@ -206,7 +206,7 @@ func (h *harness) start(o Options) *runner {
 	h.t.Helper()
 	if o.Publish == nil {
 		es := h.sys.EventStream
-		o.Publish = func(e events.Custody) { es.Publish(e) }
+		o.Publish = func(e Event) { es.Publish(e) }
 	}
 	r := &runner{done: make(chan struct{})}
 	pids := make(chan *actor.PID, 1)
@@ -286,7 +286,7 @@ type panicWith struct{ reason any }
 // fencedWrite asks a running worker to write under its custody and to fail
 // (panic) with the error if the write is refused, as a real worker does.
 type fencedWrite struct {
-	db   *sql.DB
+	db   *database.DB
 	done chan error
 }
 
@@ -349,7 +349,7 @@ func (w *probeWorker) Receive(ctx actor.Context) {
 }
 
 // createProbeTable adds the table fencedWrite writes to.
-func createProbeTable(t testing.TB, db *sql.DB) {
+func createProbeTable(t testing.TB, db *database.DB) {
 	t.Helper()
 	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS probe_writes (fence INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
@@ -437,7 +437,7 @@ func (f *faultyStore) waitGate(renewal bool) bool {
 	return true
 }
 
-func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
+func (f *faultyStore) Acquire(ctx context.Context, name, holder string) (Grant, error) {
 	f.mu.Lock()
 	f.acquires = append(f.acquires, time.Now())
 	f.mu.Unlock()

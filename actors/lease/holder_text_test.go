@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -15,7 +14,7 @@ import (
 func TestADateLikeHolderIsReportedExactlyAsStored(t *testing.T) {
 	const holder = "2024-06-01"
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
+	a, b := NewStore(testsupport.OpenDBAt(t, path), longTTL), NewStore(testsupport.OpenDBAt(t, path), longTTL)
 	held := mustAcquire(t, a, "cleanup", holder)
 	g, err := b.Acquire(context.Background(), "cleanup", "instance-b")
 	if err != nil || g.Granted {
@@ -24,7 +23,7 @@ func TestADateLikeHolderIsReportedExactlyAsStored(t *testing.T) {
 	if g.Holder != holder {
 		t.Fatalf("contender was told the holder is %q, want %q", g.Holder, holder)
 	}
-	if row := readRow(t, testsupport.OpenDBAt(t, path).DB, "cleanup"); row.Holder != holder {
+	if row := readRow(t, testsupport.OpenDBAt(t, path), "cleanup"); row.Holder != holder {
 		t.Fatalf("List reports holder %q, want %q", row.Holder, holder)
 	}
 	if err := a.Renew(context.Background(), held); err != nil {

@@ -7,9 +7,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -18,22 +17,22 @@ import (
 // grant the old one held, not contend against it until the TTL runs out.
 func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	h := newHarness(t)
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	const ttl = 30 * time.Second // far beyond waitFor: only the hand-back can make this pass
 	p := &probe{}
 	var built atomic.Int32
 	es := h.sys.EventStream
 	props, err := NewProps(Options{
 		Name: "incarnation", Instance: "a",
-		Timing: leasestore.Timing{TTL: ttl, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 10 * time.Second},
-		Store:  leasestore.NewStore(db, ttl),
+		Timing: config.Timing{TTL: ttl, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 10 * time.Second},
+		Store:  NewStore(db, ttl),
 		Worker: func(c fence.Custody) *actor.Props {
 			if built.Add(1) == 1 {
 				panic("worker constructor bug")
 			}
 			return p.props(c)
 		},
-		Publish: func(e events.Custody) { es.Publish(e) },
+		Publish: func(e Event) { es.Publish(e) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,13 +50,13 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(3, time.Minute, actor.DefaultDecider))))
 	pid := <-pids
 
-	_, i := h.events.wait(t, 0, "the old incarnation's grant handed back", func(e events.Custody) bool {
-		return e.Kind == events.LeaseReleased && e.Reason == events.ReasonActorRestarted && e.Fence == 1
+	_, i := h.events.wait(t, 0, "the old incarnation's grant handed back", func(e Event) bool {
+		return e.Kind == LeaseReleased && e.Reason == ReasonStaleGrant && e.Fence == 1
 	})
-	h.events.wait(t, i, "a fresh grant to the new incarnation", func(e events.Custody) bool {
-		return e.Kind == events.LeaseAcquired && e.Instance == "a" && e.Fence == 2
+	h.events.wait(t, i, "a fresh grant to the new incarnation", func(e Event) bool {
+		return e.Kind == LeaseAcquired && e.Instance == "a" && e.Fence == 2
 	})
-	h.events.wait(t, i, "its worker", isFor(events.WorkerStarted, "a", "incarnation"))
+	h.events.wait(t, i, "its worker", isFor(WorkerStarted, "a", "incarnation"))
 
 	h.sys.Root.Send(pid, &StopRequested{})
 	select {
@@ -65,7 +64,7 @@ func TestARestartedLeaseActorHandsItsPreviousGrantBackAtOnce(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("lease actor did not stop")
 	}
-	if r := readRow(t, db, "incarnation"); r.State() != leasestore.StateReleased || r.Fence != 2 {
+	if r := readRow(t, db, "incarnation"); r.State() != fence.StateReleased || r.Fence != 2 {
 		t.Fatalf("row after stop: %+v (%s), want fence 2 released", r, r.State())
 	}
 }

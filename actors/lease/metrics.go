@@ -7,9 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Metrics are the per-lease Prometheus collectors (docs/spec.md §7): whether this
@@ -68,52 +66,53 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	m.granted = map[string]int64{}
 	return m, nil
 }
 
-func (m *Metrics) observe(e events.Custody) {
-	if e.Kind == events.LeaseRenewed || e.Kind == events.LeaseContended {
+func (m *Metrics) observe(e Event) {
+	if m == nil {
+		return
+	}
+	if e.Kind == LeaseRenewed || e.Kind == LeaseContended {
 		return // counted by the histograms; too frequent to be transitions
 	}
 	m.Transitions.WithLabelValues(e.Lease, string(e.Kind), e.Reason).Inc()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.granted == nil {
-		m.granted = map[string]int64{}
-	}
 	if e.Fence < m.granted[e.Lease] {
 		return // an older grant's events: custody has moved on
 	}
-	if e.Kind == events.LeaseAcquired {
+	if e.Kind == LeaseAcquired {
 		m.granted[e.Lease] = e.Fence
 	}
 	switch e.Kind {
-	case events.LeaseAcquired:
+	case LeaseAcquired:
 		m.Held.WithLabelValues(e.Lease).Set(1)
 		m.Fence.WithLabelValues(e.Lease).Set(float64(e.Fence))
-	case events.LeaseLost, events.LeaseReleased:
+	case LeaseLost, LeaseReleased:
 		m.Held.WithLabelValues(e.Lease).Set(0)
 	}
 }
 
-func (m *Metrics) observeAcquire(lease string, d time.Duration, g leasestore.Grant, err error) {
-	outcome := "contended"
-	switch {
-	case err != nil:
-		outcome = "error"
-	case g.Granted:
-		outcome = "granted"
+// observeCall records the round trip d of an acquire (g its grant) or,
+// when acquire is false, of a renewal.
+func (m *Metrics) observeCall(lease string, acquire bool, d time.Duration, g Grant, err error) {
+	if m == nil {
+		return
 	}
-	m.Acquire.WithLabelValues(lease, outcome).Observe(d.Seconds())
-}
-
-func (m *Metrics) observeRenew(lease string, d time.Duration, err error) {
-	outcome := "ok"
+	h, outcome := m.Renew, "ok"
+	if acquire {
+		h, outcome = m.Acquire, "contended"
+		if g.Granted {
+			outcome = "granted"
+		}
+	}
 	switch {
 	case errors.Is(err, fence.ErrSuperseded):
 		outcome = "superseded"
 	case err != nil:
 		outcome = "error"
 	}
-	m.Renew.WithLabelValues(lease, outcome).Observe(d.Seconds())
+	h.WithLabelValues(lease, outcome).Observe(d.Seconds())
 }

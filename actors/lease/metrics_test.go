@@ -3,7 +3,6 @@ package lease
 import (
 	"testing"
 
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,11 +41,11 @@ func TestAnUnleasedLeaseActorRecordsNoLeaseMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
 	leased, unleased := &probe{}, &probe{}
 	rl := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming,
-		Store: leasestore.NewStore(db, quickTiming.TTL), Worker: leased.props, Metrics: m})
+		Store: NewStore(db, quickTiming.TTL), Worker: leased.props, Metrics: m})
 	ru := h.start(Options{Name: "health", Instance: "instance-a", Timing: quickTiming,
 		Unleased: true, Worker: unleased.props, Metrics: m})
 	testsupport.Eventually(t, "both workers started", func() bool { return leased.started.Load() == 1 && unleased.started.Load() == 1 })

@@ -8,8 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // A LeaseActor is never built on timing that breaks the relations its
@@ -19,8 +19,8 @@ func TestNewPropsRefusesTimingThatBreaksARelation(t *testing.T) {
 	worker := func(fence.Custody) *actor.Props { return actor.PropsFromFunc(func(actor.Context) {}) }
 	bad := fastTiming
 	bad.RenewDeadline = 3 * time.Second // beyond the 2 s TTL
-	props, err := NewProps(Options{Name: "cleanup", Instance: "a", Timing: bad, Store: leasestore.NewStore(nil, bad.TTL), Worker: worker})
-	var te *leasestore.TimingError
+	props, err := NewProps(Options{Name: "cleanup", Instance: "a", Timing: bad, Store: NewStore(nil, bad.TTL), Worker: worker})
+	var te *config.TimingError
 	if props != nil || !errors.As(err, &te) || te.Key != "leases.renew_deadline" || !strings.Contains(err.Error(), "must be less than leases.ttl (3s >= 2s)") {
 		t.Fatalf("NewProps = %v, %v; want no props and the renew_deadline/ttl relation", props, err)
 	}

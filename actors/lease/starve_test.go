@@ -11,9 +11,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -23,7 +23,7 @@ import (
 // write lock, which is not fair (a waiter sleeps in the busy handler while
 // the next transaction takes the lock).
 type busyWorker struct {
-	db      *sql.DB
+	db      *database.DB
 	c       fence.Custody
 	commits *atomic.Int64
 	cancel  context.CancelFunc
@@ -68,23 +68,23 @@ func TestRenewalsAreNotStarvedByTheHoldersOwnWrites(t *testing.T) {
 	if s, err := strconv.Atoi(os.Getenv("APPVIEW_STARVE_SECONDS")); err == nil && s > 0 {
 		run = time.Duration(s) * time.Second
 	}
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	if _, err := db.Exec(`CREATE TABLE busy_rows (id INTEGER PRIMARY KEY, fence INTEGER NOT NULL, body BLOB)`); err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t)
-	timing := leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond,
+	timing := config.Timing{TTL: 2 * time.Second, RenewInterval: 900 * time.Millisecond,
 		RenewDeadline: 1500 * time.Millisecond, RetryInterval: 500 * time.Millisecond}
 	var commits atomic.Int64
 	worker := func(c fence.Custody) *actor.Props {
 		return actor.PropsFromProducer(func() actor.Actor { return &busyWorker{db: db, c: c, commits: &commits} })
 	}
 	r := h.start(Options{Name: "jetstream-consumer", Instance: "instance-a", Timing: timing,
-		Store: leasestore.NewStore(db, timing.TTL), Worker: worker})
-	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+		Store: NewStore(db, timing.TTL), Worker: worker})
+	h.events.wait(t, 0, "worker.started", is(WorkerStarted, "instance-a"))
 	first := readRow(t, db, "jetstream-consumer")
 	start := time.Now()
-	lost := is(events.LeaseLost, "instance-a")
+	lost := is(LeaseLost, "instance-a")
 	for time.Since(start) < run {
 		if h.events.count(lost) > 0 {
 			break

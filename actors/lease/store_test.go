@@ -12,7 +12,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -20,14 +19,14 @@ const longTTL = time.Minute
 
 // expireNow ends the grant of lease name on the database's clock, as if its
 // TTL had run out (renewed_at stays, so the state reads "expired").
-func expireNow(t testing.TB, db *sql.DB, name string) {
+func expireNow(t testing.TB, db *database.DB, name string) {
 	t.Helper()
 	if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` WHERE name = ?1`, name); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustAcquire(t testing.TB, s *leasestore.Store, name, holder string) fence.Custody {
+func mustAcquire(t testing.TB, s *Store, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := s.Acquire(context.Background(), name, holder)
 	if err != nil {
@@ -41,9 +40,9 @@ func mustAcquire(t testing.TB, s *leasestore.Store, name, holder string) fence.C
 
 func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	stores := []*leasestore.Store{leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)}
+	stores := []*Store{NewStore(testsupport.OpenDBAt(t, path), longTTL), NewStore(testsupport.OpenDBAt(t, path), longTTL)}
 	holders := []string{"instance-a", "instance-b"}
-	check := testsupport.OpenDBAt(t, path).DB
+	check := testsupport.OpenDBAt(t, path)
 	ctx := context.Background()
 	const races = 1000
 	var lastFence int64
@@ -52,7 +51,7 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 		var (
 			start  = make(chan struct{})
 			wg     sync.WaitGroup
-			grants [2]leasestore.Grant
+			grants [2]Grant
 			errs   [2]error
 		)
 		for j := range stores {
@@ -111,8 +110,8 @@ func TestTwoProcessesRacingForAnExpiredLeaseNeverBothWin(t *testing.T) {
 
 func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
-	check := testsupport.OpenDBAt(t, path).DB
+	a, b := NewStore(testsupport.OpenDBAt(t, path), longTTL), NewStore(testsupport.OpenDBAt(t, path), longTTL)
+	check := testsupport.OpenDBAt(t, path)
 	ctx := context.Background()
 	held := mustAcquire(t, a, "cleanup", "instance-a")
 	before := rowBytes(t, check, "cleanup")
@@ -141,8 +140,8 @@ func TestRenewAndReleaseByANonHolderAreSupersededAndChangeNothing(t *testing.T) 
 
 func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
-	check := testsupport.OpenDBAt(t, path).DB
+	a, b := NewStore(testsupport.OpenDBAt(t, path), longTTL), NewStore(testsupport.OpenDBAt(t, path), longTTL)
+	check := testsupport.OpenDBAt(t, path)
 	ctx := context.Background()
 	old := mustAcquire(t, a, "jetstream-consumer", "instance-a")
 	expireNow(t, check, "jetstream-consumer") // a stalled past its TTL
@@ -176,15 +175,15 @@ func TestFormerHolderCannotRenewOrReleaseAfterATakeover(t *testing.T) {
 
 func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	a, b := leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL), leasestore.NewStore(testsupport.OpenDBAt(t, path).DB, longTTL)
-	check := testsupport.OpenDBAt(t, path).DB
+	a, b := NewStore(testsupport.OpenDBAt(t, path), longTTL), NewStore(testsupport.OpenDBAt(t, path), longTTL)
+	check := testsupport.OpenDBAt(t, path)
 	ctx := context.Background()
 	held := mustAcquire(t, a, "billing-tier-refresh", "instance-a")
 	if g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b"); err != nil || g.Granted {
 		t.Fatalf("contender got a held lease: %+v %v", g, err)
 	}
 	before := readRow(t, check, "billing-tier-refresh")
-	if before.State() != leasestore.StateHeld {
+	if before.State() != fence.StateHeld {
 		t.Fatalf("state before release: %s", before.State())
 	}
 	if err := a.Release(ctx, held); err != nil {
@@ -200,7 +199,7 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 		t.Fatalf("released row expires at %d, after the database's now %d", after.ExpiresAt, after.Now)
 	case after.RenewedAt != after.ExpiresAt:
 		t.Fatalf("released row has renewed_at %d != expires_at %d", after.RenewedAt, after.ExpiresAt)
-	case after.State() != leasestore.StateReleased:
+	case after.State() != fence.StateReleased:
 		t.Fatalf("state after release: %s", after.State())
 	}
 	g, err := b.Acquire(ctx, "billing-tier-refresh", "instance-b")
@@ -212,14 +211,14 @@ func TestReleaseExpiresTheRowInPlaceAndAContenderAcquiresAtOnce(t *testing.T) {
 	if _, err := check.Exec(`UPDATE leases SET renewed_at = expires_at - 1 WHERE name = 'billing-tier-refresh'`); err != nil {
 		t.Fatal(err)
 	}
-	if st := readRow(t, check, "billing-tier-refresh").State(); st != leasestore.StateExpired {
+	if st := readRow(t, check, "billing-tier-refresh").State(); st != fence.StateExpired {
 		t.Fatalf("state of a lease that ran out: %s", st)
 	}
 }
 
 func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	held := mustAcquire(t, s, "cleanup", "instance-a")
 	if _, err := db.Exec(`UPDATE leases SET expires_at = ` + database.NowMS + ` - 5000 WHERE name = 'cleanup'`); err != nil {
 		t.Fatal(err)
@@ -241,8 +240,8 @@ func TestReleasingAnAlreadyExpiredGrantKeepsItsExpiry(t *testing.T) {
 func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 	for _, end := range []string{"released", "expired and taken"} {
 		t.Run(end, func(t *testing.T) {
-			db := testsupport.OpenDB(t).DB
-			s := leasestore.NewStore(db, longTTL)
+			db := testsupport.OpenDB(t)
+			s := NewStore(db, longTTL)
 			c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 			if end == "released" {
 				if err := s.Release(context.Background(), c); err != nil {
@@ -268,8 +267,8 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 		})
 	}
 	t.Run("expired and untaken", func(t *testing.T) {
-		db := testsupport.OpenDB(t).DB
-		s := leasestore.NewStore(db, longTTL)
+		db := testsupport.OpenDB(t)
+		s := NewStore(db, longTTL)
 		c := mustAcquire(t, s, "jetstream-consumer", "instance-a")
 		if _, err := db.Exec(`UPDATE leases SET expires_at = `+database.NowMS+` - 1000 WHERE name = ?1`, c.Lease); err != nil {
 			t.Fatal(err)
@@ -278,7 +277,7 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 			t.Fatalf("renewal of an expired grant nobody took: %v", err)
 		}
 		row := readRow(t, db, c.Lease)
-		if row.Fence != c.Fence || row.Holder != c.Holder || row.State() != leasestore.StateHeld {
+		if row.Fence != c.Fence || row.Holder != c.Holder || row.State() != fence.StateHeld {
 			t.Fatalf("after the renewal: %+v (%s), want holder %s fence %d held", row, row.State(), c.Holder, c.Fence)
 		}
 	})
@@ -287,13 +286,13 @@ func TestARenewalNeverRevivesAReleasedOrTakenGrant(t *testing.T) {
 // Healthy reports the store's latest lease write: a failure of the
 // database (not a contention, not a supersession) until a write succeeds.
 func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("a new store: %v", err)
 	}
 	c := mustAcquire(t, s, "cleanup", "instance-a")
-	mustAcquire(t, leasestore.NewStore(db, longTTL), "backfill", "instance-b")
+	mustAcquire(t, NewStore(db, longTTL), "backfill", "instance-b")
 	if g, err := s.Acquire(context.Background(), "backfill", "instance-a"); err != nil || g.Granted {
 		t.Fatalf("contended acquire: %+v, %v", g, err)
 	}
@@ -301,14 +300,14 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 		t.Fatalf("after a contention: %v", err)
 	}
 	full := errors.New("failed to execute query UPDATE leases\nerror code = 2: Error executing statement: SQLite failure: `database or disk is full`")
-	s.Check = func() error { return full }
+	s.check = func() error { return full }
 	if err := s.Renew(context.Background(), c); !errors.Is(err, full) {
 		t.Fatalf("renew with a failing check: %v", err)
 	}
 	if err := s.Healthy(); !errors.Is(err, full) {
 		t.Fatalf("after a failed renewal: %v, want the failure", err)
 	}
-	s.Check = nil
+	s.check = db.CheckFile
 	if err := s.Renew(context.Background(), fence.Custody{Lease: "cleanup", Holder: "instance-a", Fence: 99}); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("renew of a stale fence: %v", err)
 	}
@@ -320,8 +319,8 @@ func TestHealthyFollowsTheLatestLeaseWrite(t *testing.T) {
 // A worker's fenced write that the database fails counts too, and only
 // the database's errors do.
 func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "cleanup", "instance-a")
 	ctx := context.Background()
 	if err := fence.Fenced(ctx, db, c, func(tx *sql.Tx) error { return errors.New("the hold did not answer") }); err == nil {
@@ -362,8 +361,8 @@ func TestHealthyFollowsFencedWritesOfTheDatabase(t *testing.T) {
 // write of the ended custody that finishes late does not count either;
 // a failure under a later custody does.
 func TestHealthyForgetsAWorkersFailureWhenItsCustodyEnds(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, longTTL)
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
 	c := mustAcquire(t, s, "cleanup", "instance-a")
 	ctx := context.Background()
 	broken := func(tx *sql.Tx) error {

@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/actors/lease/internal/machine"
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // hungStore never answers until released, and counts the calls waiting in it.
@@ -33,8 +31,8 @@ func (h *hungStore) wait() error {
 	return errors.New("database came back")
 }
 
-func (h *hungStore) Acquire(context.Context, string, string) (leasestore.Grant, error) {
-	return leasestore.Grant{}, h.wait()
+func (h *hungStore) Acquire(context.Context, string, string) (Grant, error) {
+	return Grant{}, h.wait()
 }
 func (h *hungStore) Renew(context.Context, fence.Custody) error   { return h.wait() }
 func (h *hungStore) Release(context.Context, fence.Custody) error { return h.wait() }
@@ -46,7 +44,7 @@ func (h *hungStore) Release(context.Context, fence.Custody) error { return h.wai
 func TestCallsToAHungDatabaseDoNotPileUp(t *testing.T) {
 	h := newHarness(t)
 	store := &hungStore{release: make(chan struct{})}
-	timing := leasestore.Timing{TTL: time.Second, RenewInterval: 50 * time.Millisecond,
+	timing := config.Timing{TTL: time.Second, RenewInterval: 50 * time.Millisecond,
 		RenewDeadline: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond}
 	r := h.start(Options{Name: "stuck", Instance: "a", Timing: timing, Store: store, Worker: (&probe{}).props})
 	deadline := time.Now().Add(waitFor)
@@ -54,7 +52,7 @@ func TestCallsToAHungDatabaseDoNotPileUp(t *testing.T) {
 	defer poll.Stop()
 	for {
 		res, err := h.sys.Root.RequestFuture(r.pid, &StatusRequest{}, time.Second).Result()
-		if st, ok := res.(Status); err == nil && ok && strings.Contains(st.LastError, machine.ErrStoreStuck.Error()) {
+		if st, ok := res.(Status); err == nil && ok && strings.Contains(st.LastError, ErrStoreStuck.Error()) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -67,7 +65,7 @@ func TestCallsToAHungDatabaseDoNotPileUp(t *testing.T) {
 	}
 	close(store.release)
 	h.stopAndWait(r)
-	if n := h.events.count(is(events.WorkerStarted, "a")); n != 0 {
+	if n := h.events.count(is(WorkerStarted, "a")); n != 0 {
 		t.Fatalf("%d workers started against a hung database", n)
 	}
 }

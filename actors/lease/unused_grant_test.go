@@ -11,9 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -24,35 +23,35 @@ type lostAnswerStore struct {
 	n atomic.Int32
 }
 
-func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (leasestore.Grant, error) {
+func (s *lostAnswerStore) Acquire(ctx context.Context, name, holder string) (Grant, error) {
 	g, err := s.StoreAPI.Acquire(ctx, name, holder)
 	if s.n.Add(1) == 1 && err == nil && g.Granted {
-		return leasestore.Grant{}, errors.New("connection reset by peer (answer lost after commit)")
+		return Grant{}, errors.New("connection reset by peer (answer lost after commit)")
 	}
 	return g, err
 }
 
 func TestShutdownAfterALostAcquireAnswerReleasesTheGrant(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
-	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
+	timing := config.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	// Second attempt finds its own grant: contended by itself.
-	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
+	h.events.wait(t, 0, "lease.contended", is(LeaseContended, "instance-a"))
 	h.stopAndWait(r)
 	row := readRow(t, db, "cleanup")
-	if row.State() == leasestore.StateHeld {
+	if row.State() == fence.StateHeld {
 		t.Fatalf("instance-a stopped leaving its own grant held for %d ms more (row %+v): a successor waits out the TTL", row.ExpiresAt-row.Now, row)
 	}
 }
 
 func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
-	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}
+	timing := config.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
 	// Well inside the 20 s TTL the unanswered grant would otherwise hold.
@@ -61,21 +60,21 @@ func TestALostAcquireAnswerDoesNotIdleTheLeaseForATTL(t *testing.T) {
 }
 
 func TestShutdownAfterABlackoutLossReleasesTheUnusedGrant(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
-	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := newFaultyStore(leasestore.NewStore(db, timing.TTL))
+	timing := config.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := newFaultyStore(NewStore(db, timing.TTL))
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props})
-	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	h.events.wait(t, 0, "worker.started", is(WorkerStarted, "instance-a"))
 	store.failRenewals(errors.New("connection refused"))
-	h.events.wait(t, 0, "lease.lost", is(events.LeaseLost, "instance-a"))
-	h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+	h.events.wait(t, 0, "lease.lost", is(LeaseLost, "instance-a"))
+	h.events.wait(t, 0, "worker.stopped", is(WorkerStopped, "instance-a"))
 	store.failRenewals(nil) // the database is back
-	h.events.wait(t, 0, "lease.contended", is(events.LeaseContended, "instance-a"))
+	h.events.wait(t, 0, "lease.contended", is(LeaseContended, "instance-a"))
 	h.stopAndWait(r)
 	row := readRow(t, db, "cleanup")
-	if row.State() == leasestore.StateHeld {
+	if row.State() == fence.StateHeld {
 		t.Fatalf("stopped leaving its own unused grant held for %d ms more (row %+v)", row.ExpiresAt-row.Now, row)
 	}
 }
@@ -94,11 +93,11 @@ func (s *slowAnswerRelease) Release(ctx context.Context, c fence.Custody) error 
 }
 
 func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
-	timing := leasestore.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: leasestore.NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
+	timing := config.Timing{TTL: 20 * time.Second, RenewInterval: 100 * time.Millisecond, RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
+	store := &slowAnswerRelease{StoreAPI: &lostAnswerStore{StoreAPI: NewStore(db, timing.TTL)}, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: timing, Store: store, Worker: p.props, Metrics: metrics})
 	checkHeldAfterHandBack(t, h, metrics)
@@ -106,10 +105,10 @@ func TestAHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
 
 // The same through the pre-existing hand-back of an abandoned acquire.
 func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
 	metrics := newTestMetrics(t)
-	inner := newLateFirstAcquire(t, leasestore.NewStore(db, zombieTiming.TTL))
+	inner := newLateFirstAcquire(t, NewStore(db, zombieTiming.TTL))
 	store := &slowAnswerRelease{StoreAPI: inner, lag: 800 * time.Millisecond}
 	p := &probe{}
 	h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: zombieTiming, Store: store, Worker: p.props, Metrics: metrics})
@@ -119,23 +118,23 @@ func TestALateAcquireHandBackAnsweredAfterANewGrantDoesNotClearHeld(t *testing.T
 }
 
 func TestALeaseActorStoppedOutrightReportsAPlainWorkerStop(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h := newHarness(t)
-	store := leasestore.NewStore(db, fastTiming.TTL)
+	store := NewStore(db, fastTiming.TTL)
 	p := &probe{}
 	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: fastTiming, Store: store, Worker: p.props})
-	h.events.wait(t, 0, "worker.started", is(events.WorkerStarted, "instance-a"))
+	h.events.wait(t, 0, "worker.started", is(WorkerStarted, "instance-a"))
 	h.sys.Root.Stop(r.pid)
 	r.wait(t)
-	h.events.wait(t, 0, "worker.stopped", is(events.WorkerStopped, "instance-a"))
+	h.events.wait(t, 0, "worker.stopped", is(WorkerStopped, "instance-a"))
 	all, _ := h.events.snapshot()
 	t.Log(formatEvents(all))
 	for _, e := range all {
-		if e.Kind == events.WorkerStopped && e.Err != nil {
+		if e.Kind == WorkerStopped && e.Err != nil {
 			t.Fatalf("a worker stopped by its LeaseActor's own stop reported %v", e.Err)
 		}
 	}
-	if n := h.events.count(is(events.WorkerStopped, "instance-a")); n != 1 {
+	if n := h.events.count(is(WorkerStopped, "instance-a")); n != 1 {
 		t.Fatalf("worker.stopped published %d times", n)
 	}
 }
@@ -155,13 +154,13 @@ func newTestMetrics(t *testing.T) *Metrics {
 // still show fence 2 held.
 func checkHeldAfterHandBack(t *testing.T, h *harness, metrics *Metrics) {
 	t.Helper()
-	h.events.wait(t, 0, "lease.acquired fence 2", func(e events.Custody) bool {
-		return e.Kind == events.LeaseAcquired && e.Fence == 2
+	h.events.wait(t, 0, "lease.acquired fence 2", func(e Event) bool {
+		return e.Kind == LeaseAcquired && e.Fence == 2
 	})
-	h.events.wait(t, 0, "lease.released fence 1", func(e events.Custody) bool {
-		return e.Kind == events.LeaseReleased && e.Fence == 1
+	h.events.wait(t, 0, "lease.released fence 1", func(e Event) bool {
+		return e.Kind == LeaseReleased && e.Fence == 1
 	})
-	waitObserved(t, metrics, "cleanup", events.LeaseReleased)
+	waitObserved(t, metrics, "cleanup", LeaseReleased)
 	all, _ := h.events.snapshot()
 	if got := testutil.ToFloat64(metrics.Held.WithLabelValues("cleanup")); got != 1 {
 		t.Fatalf("appview_lease_held = %v while holding fence 2:\n%s", got, formatEvents(all))
@@ -174,7 +173,7 @@ func checkHeldAfterHandBack(t *testing.T, h *harness, metrics *Metrics) {
 // waitObserved waits until metrics has counted a transition of kind on
 // lease: the event has been through Metrics.observe, so what it did (or
 // did not do) to the gauges shows.
-func waitObserved(t *testing.T, metrics *Metrics, lease string, kind events.Kind) {
+func waitObserved(t *testing.T, metrics *Metrics, lease string, kind EventKind) {
 	t.Helper()
 	testsupport.Eventually(t, string(kind)+" observed by the metrics", func() bool {
 		ch := make(chan prometheus.Metric, 64)

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/events"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/internal/workers"
 )
@@ -14,22 +12,22 @@ import (
 // instance-b contending for it, each with its own worker health report,
 // nudge endpoint and contender record.
 func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb *workers.Health, pa, pb *probe) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	h = newHarness(t)
 	ha, hb = &workers.Health{}, &workers.Health{}
 	pa, pb = &probe{}, &probe{}
 	const name = "jetstream-consumer"
 	start := func(instance string, health *workers.Health, p *probe) {
 		e := newNudgeEndpoint(t, h.sys, name)
-		r := h.start(Options{Name: name, Instance: instance, Timing: fastTiming, Store: leasestore.NewStore(db, fastTiming.TTL),
+		r := h.start(Options{Name: name, Instance: instance, Timing: fastTiming, Store: NewStore(db, fastTiming.TTL),
 			Worker: p.props, Contenders: h.newContenders(db, instance, e.url(), fastTiming.TTL),
 			Health: health, YieldGrace: grace, MinHold: minHold})
 		e.pid.Store(r.pid)
 	}
 	start("instance-a", ha, pa)
-	h.events.wait(t, 0, "instance-a holding", is(events.WorkerStarted, "instance-a"))
+	h.events.wait(t, 0, "instance-a holding", is(WorkerStarted, "instance-a"))
 	start("instance-b", hb, pb)
-	h.events.wait(t, 0, "instance-b contending", is(events.LeaseContended, "instance-b"))
+	h.events.wait(t, 0, "instance-b contending", is(LeaseContended, "instance-b"))
 	return h, ha, hb, pa, pb
 }
 
@@ -39,13 +37,13 @@ func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb 
 func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 	h, ha, _, pa, pb := healthPair(t, 300*time.Millisecond, 500*time.Millisecond)
 	ha.Set(false, "no upstream reachable")
-	y, _ := h.events.wait(t, 0, "lease.yielded", is(events.LeaseYielded, "instance-a"))
-	if y.Reason != events.ReasonYielded || y.Err == nil {
-		t.Fatalf("lease.yielded %+v, want reason %s and the cause", y, events.ReasonYielded)
+	y, _ := h.events.wait(t, 0, "lease.yielded", is(LeaseYielded, "instance-a"))
+	if y.Reason != ReasonYielded || y.Err == nil {
+		t.Fatalf("lease.yielded %+v, want reason %s and the cause", y, ReasonYielded)
 	}
-	rel, _ := h.events.wait(t, 0, "instance-a released", is(events.LeaseReleased, "instance-a"))
-	if rel.Reason != events.ReasonYielded {
-		t.Fatalf("release reason %q, want %q", rel.Reason, events.ReasonYielded)
+	rel, _ := h.events.wait(t, 0, "instance-a released", is(LeaseReleased, "instance-a"))
+	if rel.Reason != ReasonYielded {
+		t.Fatalf("release reason %q, want %q", rel.Reason, ReasonYielded)
 	}
 	testsupport.Eventually(t, "instance-b's worker running", func() bool { return pb.started.Load() > 0 })
 	if n := pa.started.Load(); n != 1 {
@@ -62,14 +60,14 @@ func TestAnUnhealthyHolderKeepsTheLeaseWhenNoContenderIsHealthier(t *testing.T) 
 	// instance-b records its health at its next attempt (a change is
 	// written at once).
 	from, _ := h.events.snapshot()
-	h.events.wait(t, len(from), "instance-b contending again", is(events.LeaseContended, "instance-b"))
+	h.events.wait(t, len(from), "instance-b contending again", is(LeaseContended, "instance-b"))
 	ha.Set(false, "no upstream reachable")
-	renewed := is(events.LeaseRenewed, "instance-a")
+	renewed := is(LeaseRenewed, "instance-a")
 	base := h.events.count(renewed)
 	testsupport.Eventually(t, "instance-a renewing well past the grace and the minimum hold", func() bool {
 		return h.events.count(renewed) >= base+20 // 20 renewals of 100 ms: 2 s, grace and hold 100 ms each
 	})
-	if n := h.events.count(is(events.LeaseYielded, "instance-a")); n != 0 || pb.started.Load() != 0 {
+	if n := h.events.count(is(LeaseYielded, "instance-a")); n != 0 || pb.started.Load() != 0 {
 		all, _ := h.events.snapshot()
 		t.Fatalf("instance-a yielded %d times to a contender no healthier than itself:\n%s", n, formatEvents(all))
 	}

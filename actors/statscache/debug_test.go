@@ -47,7 +47,7 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	mux := http.NewServeMux()
-	props, err := statscache.New(workers.Deps{DB: db.DB, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Admin: mux, Instance: "me"})
+	props, err := statscache.New(workers.Deps{DB: db, Log: zerolog.Nop(), Metrics: prometheus.NewRegistry(), Admin: mux, Instance: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestTheDebugStatsEndpointIsAnsweredFromTheRunningCachesView(t *testing.T) {
 		t.Fatalf("before any cache runs: %d %+v, want 503 with an error", code, body)
 	}
 
-	c := acquire(t, db.DB, "me")
+	c := acquire(t, db, "me")
 	pid := sys.Root.Spawn(props(c))
 	res := request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: c, Stats: []processor.HoldStat{
 		stat("did:web:h1", 5, 100), stat("did:web:h2", 7, 100),
@@ -108,8 +108,8 @@ func TestAnUnexpectedMessageIsLoggedNotDroppedSilently(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	logs := &testsupport.LockedBuffer{}
-	c := acquire(t, db.DB, "me")
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.New(logs)}))
+	c := acquire(t, db, "me")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.New(logs)}))
 	defer stopped(t, sys, pid)
 	// A value where the protocol sends a pointer: the mistake the log catches.
 	sys.Root.Send(pid, processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})

@@ -18,7 +18,7 @@ import (
 
 // Options configures the actor.
 type Options struct {
-	DB      *sql.DB
+	DB      *database.DB
 	Custody fence.Custody
 	Log     zerolog.Logger
 	// Metrics may be nil.

@@ -29,13 +29,9 @@ func TestMain(m *testing.M) {
 
 const ttl = time.Minute
 
-func acquire(t testing.TB, db *sql.DB, holder string) fence.Custody {
+func acquire(t testing.TB, db *database.DB, holder string) fence.Custody {
 	t.Helper()
-	g, err := testsupport.LeaseStore(db, ttl).Acquire(context.Background(), "jetstream-consumer", holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire for %s: %+v %v", holder, g, err)
-	}
-	return fence.Custody{Lease: "jetstream-consumer", Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, db, "jetstream-consumer", holder, ttl)
 }
 
 func request[T any](t testing.TB, sys *actor.ActorSystem, pid *actor.PID, msg any) T {
@@ -74,12 +70,10 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := acquire(t, db.DB, "a")
-	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), old); err != nil {
-		t.Fatal(err)
-	}
-	cur := acquire(t, db.DB, "b")
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: cur, Log: zerolog.Nop(), Metrics: m}))
+	old := acquire(t, db, "a")
+	testsupport.Release(t, db, old)
+	cur := acquire(t, db, "b")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: cur, Log: zerolog.Nop(), Metrics: m}))
 	defer stopped(t, sys, pid)
 
 	rej := request[*processor.StaleCustodyError](t, sys, pid, &processor.ObserveStats{Custody: old, Stats: []processor.HoldStat{stat("did:web:h1", 5, 100)}})
@@ -102,8 +96,8 @@ func TestAMessageUnderAStaleCustodyIsRejectedAndCounted(t *testing.T) {
 func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "a")
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	c := acquire(t, db, "a")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
 	res := request[*processor.StatsObserved](t, sys, pid, &processor.ObserveStats{Custody: c, Stats: []processor.HoldStat{
 		stat("did:web:h1", 10, 200), stat("did:web:h2", 4, 150), stat("did:web:h1", 3, 100), stat("did:web:h1", 10, 200),
@@ -122,8 +116,8 @@ func TestAnOlderUpdatedAtFromTheSameHoldIsIgnored(t *testing.T) {
 func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "a")
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	c := acquire(t, db, "a")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
 	stats := func(us int64, rev string, pull int) jetstream.Event {
 		rec, _ := json.Marshal(map[string]any{"ownerDid": "did:plc:o", "repository": "app", "pullCount": pull,
@@ -131,10 +125,10 @@ func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
 		return jetstream.Event{DID: "did:web:h1.example", TimeUS: us, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
 			Rev: rev, Operation: "update", Collection: processor.CollectionStats, RKey: "rk", Record: rec}}
 	}
-	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(100, "3lrnqkdzhdq22", 7)}); err != nil {
+	if err := applyStream(t, sys, pid, db, c, []jetstream.Event{stats(100, "3lrnqkdzhdq22", 7)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyStream(t, sys, pid, db.DB, c, []jetstream.Event{stats(101, "3lrnqkdzhdq23", 9)}); err != nil {
+	if err := applyStream(t, sys, pid, db, c, []jetstream.Event{stats(101, "3lrnqkdzhdq23", 9)}); err != nil {
 		t.Fatal(err)
 	}
 	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
@@ -146,7 +140,7 @@ func TestTwoUpdatesInOneMillisecondAreOrderedByRevInTheView(t *testing.T) {
 
 // applyStream feeds events through the processor under c, batch by batch,
 // telling the cache what each committed batch changed, as the consumer does.
-func applyStream(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *sql.DB, c fence.Custody, events []jetstream.Event) error {
+func applyStream(t testing.TB, sys *actor.ActorSystem, pid *actor.PID, db *database.DB, c fence.Custody, events []jetstream.Event) error {
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	for i := 0; i < len(events); i += 200 {
 		res, err := p.Apply(context.Background(), db, c, events[i:min(i+200, len(events))])
@@ -191,12 +185,12 @@ func assertAggregateIsSumOverHolds(t testing.TB, db *sql.DB) {
 func TestAWarmCacheHoldsThePersistedRows(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	c := acquire(t, db.DB, "a")
+	c := acquire(t, db, "a")
 	events, _ := generate(21, 3000)
-	if err := applyStream(t, sys, nil, db.DB, c, events); err != nil {
+	if err := applyStream(t, sys, nil, db, c, events); err != nil {
 		t.Fatal(err)
 	}
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
 	assertViewMatchesDatabase(t, sys, pid, db.DB)
 }
@@ -244,28 +238,26 @@ func TestFailoverMidStreamLeavesRepositoryStatsEqualToTheSumOverHolds(t *testing
 	events, exp := generate(22, 4000)
 	half := len(events) / 2
 
-	a := acquire(t, db.DB, "instance-a")
-	cacheA := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: a, Log: zerolog.Nop()}))
-	if err := applyStream(t, sys, cacheA, db.DB, a, events[:half]); err != nil {
+	a := acquire(t, db, "instance-a")
+	cacheA := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: a, Log: zerolog.Nop()}))
+	if err := applyStream(t, sys, cacheA, db, a, events[:half]); err != nil {
 		t.Fatal(err)
 	}
 	// Instance A loses custody (here: its lease is taken over after a
 	// release); B starts cold, from the persisted rows only.
-	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	b := acquire(t, db.DB, "instance-b")
-	cacheB := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: b, Log: zerolog.Nop()}))
+	testsupport.Release(t, db, a)
+	b := acquire(t, db, "instance-b")
+	cacheB := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: b, Log: zerolog.Nop()}))
 	defer stopped(t, sys, cacheB)
 
 	// The old holder keeps going for a moment: every write it tries is refused.
-	if err := applyStream(t, sys, cacheA, db.DB, a, events[half:half+200]); !errors.Is(err, fence.ErrSuperseded) {
+	if err := applyStream(t, sys, cacheA, db, a, events[half:half+200]); !errors.Is(err, fence.ErrSuperseded) {
 		t.Fatalf("old holder's batch: %v, want ErrSuperseded", err)
 	}
 	stopped(t, sys, cacheA)
 
 	// B replays from a rewound cursor, as a new consumer does.
-	if err := applyStream(t, sys, cacheB, db.DB, b, events[half-300:]); err != nil {
+	if err := applyStream(t, sys, cacheB, db, b, events[half-300:]); err != nil {
 		t.Fatal(err)
 	}
 	assertAggregateIsSumOverHolds(t, db.DB)
@@ -283,8 +275,8 @@ func TestAStartingCacheRepairsAPartialSumLeftInRepositoryStats(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
 	events, _ := generate(23, 2000)
-	a := acquire(t, db.DB, "instance-a")
-	if err := applyStream(t, sys, nil, db.DB, a, events); err != nil {
+	a := acquire(t, db, "instance-a")
+	if err := applyStream(t, sys, nil, db, a, events); err != nil {
 		t.Fatal(err)
 	}
 	// What the seed's bug left behind: one hold's numbers written as the total.
@@ -298,13 +290,11 @@ WHERE (SELECT COUNT(*) FROM repository_hold_stats h WHERE h.did = repository_sta
 	if broken == 0 {
 		t.Fatal("no repository has two holds: the test proves nothing")
 	}
-	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	b := acquire(t, db.DB, "instance-b")
+	testsupport.Release(t, db, a)
+	b := acquire(t, db, "instance-b")
 	reg := prometheus.NewRegistry()
 	m, _ := statscache.NewMetrics(reg)
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: b, Log: zerolog.Nop(), Metrics: m}))
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: b, Log: zerolog.Nop(), Metrics: m}))
 	defer stopped(t, sys, pid)
 	request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{}) // answered only once warm
 	assertAggregateIsSumOverHolds(t, db.DB)
@@ -334,17 +324,15 @@ func (p *supervisorProbe) Receive(ctx actor.Context) {
 func TestACacheWhoseCustodyWasSupersededFailsWithErrSuperseded(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	sys := testsupport.NewActorSystem(t)
-	a := acquire(t, db.DB, "instance-a")
-	if err := testsupport.LeaseStore(db.DB, ttl).Release(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	acquire(t, db.DB, "instance-b")
+	a := acquire(t, db, "instance-a")
+	testsupport.Release(t, db, a)
+	acquire(t, db, "instance-b")
 	reasons := make(chan any, 4)
 	strategy := actor.NewOneForOneStrategy(0, time.Second, func(reason any) actor.Directive {
 		reasons <- reason
 		return actor.StopDirective
 	})
-	probe := &supervisorProbe{child: statscache.NewProps(statscache.Options{DB: db.DB, Custody: a, Log: zerolog.Nop()}), reasons: reasons}
+	probe := &supervisorProbe{child: statscache.NewProps(statscache.Options{DB: db, Custody: a, Log: zerolog.Nop()}), reasons: reasons}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return probe }, actor.WithSupervisor(strategy)))
 	defer stopped(t, sys, pid)
 	select {
@@ -369,8 +357,8 @@ VALUES ('did:plc:o', 'app', ?, 'rk', 9223372036854775807, 2, 1, 1)`, hold); err 
 			t.Fatal(err)
 		}
 	}
-	c := acquire(t, db.DB, "me")
-	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db.DB, Custody: c, Log: zerolog.Nop()}))
+	c := acquire(t, db, "me")
+	pid := sys.Root.Spawn(statscache.NewProps(statscache.Options{DB: db, Custody: c, Log: zerolog.Nop()}))
 	defer stopped(t, sys, pid)
 	snap := request[*processor.StatsSnapshot](t, sys, pid, &processor.GetStats{OwnerDID: "did:plc:o", Repository: "app"})
 	if snap.PullCount != processor.MaxSafeInteger || snap.PushCount != 4 {

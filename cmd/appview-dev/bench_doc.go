@@ -27,8 +27,8 @@
 //     database, the last holder still running: the target's ratio, paired
 //     within each run, so its median and spread are over runs.
 //   - acquire_rtt_p50_ms_{file,sqld}, renew_rtt_p50_ms_{file,sqld}: the
-//     round trip of leasestore.Store.Acquire (of a released row: the handover
-//     path) and leasestore.Store.Renew, called from this process against a file
+//     round trip of lease.Store.Acquire (of a released row: the handover
+//     path) and lease.Store.Renew, called from this process against a file
 //     database and against a sqld server started for the run.
 //   - crash_handover_minus_ttl_p50_ms: the holder gets SIGKILL; the figure
 //     is the contender's lease.acquired minus the killed grant's expires_at
@@ -36,8 +36,8 @@
 //   - renew_cost_ratio, renew_cost_ratio_100, renew_cost_ratio_5: 3
 //     instances (3 connection pools on one file database) each renew
 //     1,000 (100, 5) leases the way a renew tick does, with one
-//     leasestore.Store.RenewAll statement per instance per round (the
-//     batched path LeaseActors take through leasestore.Renewer), and,
+//     lease.Store.RenewAll statement per instance per round (the
+//     batched path LeaseActors take through lease.Renewer), and,
 //     interleaved in the same run, the same rows by bare single-row
 //     UPDATEs with a client-side clock; the median of the paired round
 //     ratios (batched / bare). A round of 5 or 100 leases is repeated

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/harness"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // benchLease is the lease the handover scenarios measure: cleanup is the
@@ -150,7 +150,7 @@ func (r *runner) graceful(ctx context.Context, kind string) error {
 		return err
 	}
 	defer reader.Close()
-	acquire, _, err := acquireRoundTrips(ctx, reader.DB, r.n.rtt)
+	acquire, _, err := acquireRoundTrips(ctx, reader, r.n.rtt)
 	if err != nil {
 		return fmt.Errorf("acquire round trips after the handovers: %w", err)
 	}
@@ -182,23 +182,23 @@ func (r *runner) crash(ctx context.Context) error {
 	defer reader.Close()
 	var samples []time.Duration
 	for len(samples) < r.n.crash {
-		killed, fence := p.holder.ID, p.fence
+		killed, held := p.holder.ID, p.fence
 		mark := p.contender.Log.Len()
 		p.holder.Kill()
-		rows, err := leasestore.List(ctx, reader.DB)
+		rows, err := fence.List(ctx, reader)
 		if err != nil {
 			return err
 		}
-		var row *leasestore.Row
+		var row *fence.Row
 		for i := range rows {
 			if rows[i].Name == benchLease {
 				row = &rows[i]
 			}
 		}
-		if row == nil || row.Holder != killed || row.Fence != fence {
-			return fmt.Errorf("lease row %+v right after killing %s; want its grant (fence %d)", row, killed, fence)
+		if row == nil || row.Holder != killed || row.Fence != held {
+			return fmt.Errorf("lease row %+v right after killing %s; want its grant (fence %d)", row, killed, held)
 		}
-		acq, err := wait(ctx, p.contender, mark, harness.And(harness.Is(harness.LeaseAcquired, benchLease), harness.Fence(fence+1)))
+		acq, err := wait(ctx, p.contender, mark, harness.And(harness.Is(harness.LeaseAcquired, benchLease), harness.Fence(held+1)))
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/workers"
 
@@ -104,7 +104,7 @@ type IngestResult struct {
 //     jetstream_cursor holds the last event's time_us: a ReplayServer on
 //     loopback (rate 0) sends compressed frames to a consumer actor built
 //     by consumer.Worker from the default configuration, holding a fenced
-//     grant from leasestore.Store, on a new file database;
+//     grant from lease.Store, on a new file database;
 //   - a bare run writes the recorded images into a new migrated file
 //     database with INSERT OR REPLACE, batch for batch, one transaction
 //     per batch (Capture.Insert).
@@ -306,7 +306,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	defer done()
-	grant, err := leasestore.NewStore(db.DB, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
+	grant, err := lease.NewStore(db, ingestTTL).Acquire(ctx, consumer.LeaseName, ingestHolder)
 	if err != nil {
 		return 0, err
 	}
@@ -321,7 +321,7 @@ func (g *ingestRig) consumerRun(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	w, err := consumer.Worker(statscache.New, pm)(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop(), Metrics: reg, Instance: ingestHolder})
+	w, err := consumer.Worker(statscache.New, pm)(workers.Deps{Config: cfg, DB: db, Log: zerolog.Nop(), Metrics: reg, Instance: ingestHolder})
 	if err != nil {
 		return 0, err
 	}

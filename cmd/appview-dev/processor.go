@@ -42,7 +42,7 @@ func RecordProcessor(ctx context.Context, path string, events []jetstream.Event,
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	for i := 0; i < len(events); i += batch {
-		if _, err := p.Apply(ctx, db.DB, fence.Custody{Lease: "rowcapture"}, events[i:min(i+batch, len(events))]); err != nil {
+		if _, err := p.Apply(ctx, db, fence.Custody{Lease: "rowcapture"}, events[i:min(i+batch, len(events))]); err != nil {
 			return nil, fmt.Errorf("rowcapture: apply batch %d: %w", i/batch, err)
 		}
 		if err := rec.Cut(ctx); err != nil {

@@ -50,7 +50,7 @@ func BenchmarkIngestVersusBareInserts(b *testing.B) {
 
 		start := time.Now()
 		for i := 0; i < len(events); i += benchBatch {
-			if _, err := p.Apply(ctx, procDB.DB, fence.Custody{Lease: "bench"}, events[i:min(i+benchBatch, len(events))]); err != nil {
+			if _, err := p.Apply(ctx, procDB, fence.Custody{Lease: "bench"}, events[i:min(i+benchBatch, len(events))]); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/atcr-io/appview/internal/database"
 )
 
 // benchStore opens a migrated file database on one connection, closed when
 // b ends, and a lease store (TTL 1 h) over it.
-func benchStore(b *testing.B) (*database.DB, *leasestore.Store) {
+func benchStore(b *testing.B) (*database.DB, *lease.Store) {
 	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(b.TempDir(), "a.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -24,11 +24,11 @@ func benchStore(b *testing.B) (*database.DB, *leasestore.Store) {
 	if _, err := db.Migrate(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	return db, leasestore.NewStore(db.DB, time.Hour)
+	return db, lease.NewStore(db, time.Hour)
 }
 
 // BenchmarkRenewStatements prices the parts of a renewal one at a time on
-// one connection: what leasestore.Store.Renew adds over a bare UPDATE.
+// one connection: what lease.Store.Renew adds over a bare UPDATE.
 func BenchmarkRenewStatements(b *testing.B) {
 	ctx := context.Background()
 	db, store := benchStore(b)
@@ -121,7 +121,7 @@ func BenchmarkRenewConcurrent(b *testing.B) {
 	const perInstance = 300
 	grants := make([][]fence.Custody, 3)
 	for k, db := range dbs {
-		store := leasestore.NewStore(db.DB, time.Hour)
+		store := lease.NewStore(db, time.Hour)
 		for j := range perInstance {
 			name := fmt.Sprintf("l%d-%03d", k, j)
 			g, err := store.Acquire(ctx, name, "h")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/harness"
@@ -44,8 +43,8 @@ func (r *runner) openDB(ctx context.Context, kind, dir string) (*database.DB, fu
 	return db, func() { db.Close(); stop() }, nil
 }
 
-// roundTrips measures leasestore.Store.Acquire of a released row (what a
-// contender does at a handover) and leasestore.Store.Renew, one call at a time.
+// roundTrips measures lease.Store.Acquire of a released row (what a
+// contender does at a handover) and lease.Store.Renew, one call at a time.
 func (r *runner) roundTrips(ctx context.Context, kind string) error {
 	if kind == "sqld" && r.o.Sqld == "" {
 		r.note("acquire_rtt_p50_ms_sqld and renew_rtt_p50_ms_sqld not measured: no sqld binary (--sqld)")
@@ -60,7 +59,7 @@ func (r *runner) roundTrips(ctx context.Context, kind string) error {
 		return err
 	}
 	defer closeDB()
-	acquire, renew, err := acquireRoundTrips(ctx, db.DB, r.n.rtt)
+	acquire, renew, err := acquireRoundTrips(ctx, db, r.n.rtt)
 	if err != nil {
 		return err
 	}
@@ -73,11 +72,11 @@ func (r *runner) roundTrips(ctx context.Context, kind string) error {
 const rttLease = "bench-rtt"
 
 // acquireRoundTrips times rounds acquires of a released lease
-// (leasestore.Store.Acquire, what a contender does at a handover) and as
+// (lease.Store.Acquire, what a contender does at a handover) and as
 // many renewals (Store.Renew) on db, one call at a time, each grant
 // released after its renewal. It returns the durations of both.
-func acquireRoundTrips(ctx context.Context, db *sql.DB, rounds int) (acquire, renew []time.Duration, err error) {
-	store := leasestore.NewStore(db, Timing.TTL)
+func acquireRoundTrips(ctx context.Context, db *database.DB, rounds int) (acquire, renew []time.Duration, err error) {
+	store := lease.NewStore(db, Timing.TTL)
 	for range rounds {
 		start := time.Now()
 		g, err := store.Acquire(ctx, rttLease, "bench")
@@ -123,9 +122,9 @@ var renewCostSizes = []int{5, 100}
 const renewCostWork = 1000
 
 // renewCost times rounds in which every instance renews all its leases
-// the way a renew tick does, through leasestore.Store.RenewAll (one
+// the way a renew tick does, through lease.Store.RenewAll (one
 // statement per instance per round: the batched path the LeaseActors take
-// through leasestore.Renewer), against rounds of bare single-row UPDATEs
+// through lease.Renewer), against rounds of bare single-row UPDATEs
 // of the same rows, interleaved so that drift in the host's speed falls
 // on both alike. It is measured for r.n.renewLeases leases per instance
 // (renew_cost_ratio) and for each of renewCostSizes below it
@@ -150,7 +149,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 			}
 			defer db.Close()
 		}
-		in := &renewInstance{db: db, store: leasestore.NewStore(db.DB, time.Hour)}
+		in := &renewInstance{db: db, store: lease.NewStore(db, time.Hour)}
 		holder := fmt.Sprintf("bench-%d", k)
 		for j := range r.n.renewLeases {
 			name := fmt.Sprintf("bench-renew-%d-%04d", k, j)
@@ -184,7 +183,7 @@ func (r *runner) renewCost(ctx context.Context) error {
 // connection pool and store, and the grants it holds.
 type renewInstance struct {
 	db     *database.DB
-	store  *leasestore.Store
+	store  *lease.Store
 	grants []fence.Custody
 }
 

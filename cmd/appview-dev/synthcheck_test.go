@@ -53,7 +53,7 @@ func TestSynthCheckWaitIsDoneOnceThePositionReachesTheLastEventAndTheStateMatche
 
 	db := testsupport.OpenDBAt(t, path)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	if _, err := p.Apply(context.Background(), db.DB, fence.Custody{Lease: "test"}, events); err != nil {
+	if _, err := p.Apply(context.Background(), db, fence.Custody{Lease: "test"}, events); err != nil {
 		t.Fatal(err)
 	}
 	// Every row is in, but the position has not reached the last event.

@@ -15,7 +15,7 @@ import (
 	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // newBackfillCommand is `appview backfill status` (issue 11.6): the latest
@@ -32,7 +32,7 @@ func newBackfillCommand(open func(context.Context) (*database.DB, error)) *cobra
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "backfill_runs", func(ctx context.Context, db *database.DB) error {
-				p, err := backfill.ReadProgress(ctx, db.DB)
+				p, err := backfill.ReadProgress(ctx, db)
 				if err != nil {
 					return err
 				}
@@ -120,15 +120,15 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 // on the database's clock: "held by H (fence F, 12.5s left)", "released
 // by H (fence F) 3m0s ago", "expired: H's grant (fence F) ran out 3m0s
 // ago", or "never taken" when there is no row.
-func leaseText(l *leasestore.Listed) string {
+func leaseText(l *fence.Listed) string {
 	if l == nil {
 		return "never taken"
 	}
 	ago := func(ms int64) string { return (time.Duration(l.Now-ms) * time.Millisecond).Round(time.Second).String() }
 	switch l.State {
-	case leasestore.StateHeld:
+	case fence.StateHeld:
 		return fmt.Sprintf("held by %s (fence %d, %s left)", l.Holder, l.Fence, l.TimeLeft().Round(100*time.Millisecond))
-	case leasestore.StateReleased:
+	case fence.StateReleased:
 		return fmt.Sprintf("released by %s (fence %d) %s ago", l.Holder, l.Fence, ago(l.RenewedAt))
 	default:
 		return fmt.Sprintf("expired: %s's grant (fence %d) ran out %s ago", l.Holder, l.Fence, ago(l.ExpiresAt))

@@ -11,7 +11,7 @@ import (
 	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -49,23 +49,23 @@ func TestWriteProgressDrawsABarOnATerminalAndPlainLinesOtherwise(t *testing.T) {
 func TestWriteProgressSaysWhatIsKnownOfAnUnfinishedRun(t *testing.T) {
 	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	now := started.Add(10 * time.Minute).UnixMilli()
-	grant := func(state string, renewed, expires int64) *leasestore.Listed {
-		return &leasestore.Listed{Row: leasestore.Row{Name: backfill.LeaseName, Holder: "appview-2", Fence: 8,
+	grant := func(state string, renewed, expires int64) *fence.Listed {
+		return &fence.Listed{Row: fence.Row{Name: backfill.LeaseName, Holder: "appview-2", Fence: 8,
 			RenewedAt: now + renewed, ExpiresAt: now + expires, Now: now}, State: state, TimeLeftMS: max(expires, 0)}
 	}
 	for _, tc := range []struct {
 		name  string
 		state string
-		lease *leasestore.Listed
+		lease *fence.Listed
 		plain []string // lines of the plain output
 		tty   string   // in the terminal's header line
 	}{
-		{"held", backfill.StateRunning, grant(leasestore.StateHeld, -2500, 12500),
+		{"held", backfill.StateRunning, grant(fence.StateHeld, -2500, 12500),
 			[]string{"state: running\n", "lease: held by appview-2 (fence 8, 12.5s left)\n"}, "(running, holder appview-1, fence 7)"},
-		{"grant expired", backfill.StateStopped, grant(leasestore.StateExpired, -195000, -180000),
+		{"grant expired", backfill.StateStopped, grant(fence.StateExpired, -195000, -180000),
 			[]string{"state: stopped\n", "lease: expired: appview-2's grant (fence 8) ran out 3m0s ago\n", "eta: unknown\n"},
 			"(stopped: no instance holds the backfill lease, expired: appview-2's grant (fence 8) ran out 3m0s ago; last holder appview-1, fence 7)"},
-		{"released", backfill.StateStopped, grant(leasestore.StateReleased, -60000, -60000),
+		{"released", backfill.StateStopped, grant(fence.StateReleased, -60000, -60000),
 			[]string{"state: stopped\n", "lease: released by appview-2 (fence 8) 1m0s ago\n"}, "(stopped: no instance holds the backfill lease, released by appview-2"},
 		{"never taken", backfill.StateStopped, nil,
 			[]string{"state: stopped\n", "lease: never taken\n"}, "(stopped: no instance holds the backfill lease, never taken; last holder appview-1"},

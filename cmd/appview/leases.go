@@ -11,7 +11,8 @@ import (
 
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
+	"github.com/atcr-io/appview/system"
 )
 
 // newLeasesCommand is `appview leases` (docs/spec.md §2). It only reads: open must
@@ -24,13 +25,13 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return readOnly(cmd.Context(), open, "leases", func(ctx context.Context, db *database.DB) error {
-				rows, err := leasestore.ListBounded(ctx, db.DB)
+				rows, err := fence.ListBounded(ctx, db)
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
-					list := make([]leasestore.Listed, 0, len(rows))
+					list := make([]fence.Listed, 0, len(rows))
 					for _, r := range rows {
 						list = append(list, r.Listed())
 					}
@@ -42,7 +43,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 				fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tSTATE\tTIME LEFT")
 				for _, r := range rows {
 					left := "-"
-					if r.State() == leasestore.StateHeld {
+					if r.State() == fence.StateHeld {
 						left = r.TimeLeft().Round(time.Millisecond).String()
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Name, r.Holder, r.Fence, r.State(), left)
@@ -53,7 +54,7 @@ func newLeasesCommand(open func(context.Context) (*database.DB, error)) *cobra.C
 				// An instance with leases off holds no lease, so the table
 				// cannot show it; it is what refuses every other start.
 				// (A database older than the table has none to show.)
-				unleased, _ := leasestore.ListUnleased(ctx, db.DB)
+				unleased, _ := system.ListUnleased(ctx, db)
 				for _, u := range unleased {
 					if u.Live() {
 						fmt.Fprintf(out, "instance %s runs with leases off: every worker runs there, unfenced, and no other instance starts beside it\n", u)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -51,18 +51,14 @@ func assertEmptyDir(t *testing.T, dir string) {
 
 // migratedWithLease creates a migrated database at path holding one
 // granted lease, and returns it with the grant.
-func migratedWithLease(t *testing.T, path string) (*database.DB, leasestore.Grant) {
+func migratedWithLease(t *testing.T, path string) (*database.DB, fence.Custody) {
 	t.Helper()
 	db := testsupport.OpenUnmigrated(t, path)
 	ctx := context.Background()
 	if _, err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g, err := leasestore.NewStore(db.DB, time.Minute).Acquire(ctx, "cleanup", "instance-x")
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire: %+v %v", g, err)
-	}
-	return db, g
+	return db, testsupport.Custody(t, db, "cleanup", "instance-x", time.Minute)
 }
 
 // holdWriteLock takes the database's write lock on one connection of db,
@@ -166,7 +162,7 @@ func TestLeasesPrintsTheTableWhileAnotherProcessHoldsTheWriteLock(t *testing.T) 
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
 		t.Fatalf("leases --json: %v\n%s", err, r.stdout)
 	}
-	if len(rows) != 1 || rows[0].Name != "cleanup" || rows[0].Holder != "instance-x" || rows[0].Fence != held.Fence || rows[0].State != leasestore.StateHeld {
+	if len(rows) != 1 || rows[0].Name != "cleanup" || rows[0].Holder != "instance-x" || rows[0].Fence != held.Fence || rows[0].State != fence.StateHeld {
 		t.Fatalf("leases --json = %+v, want cleanup held by instance-x with fence %d", rows, held.Fence)
 	}
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -31,8 +31,8 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 	if n := countRenewDeadlineWarnings(p); n != 1 {
 		t.Errorf("%d warnings about renew_deadline against sqld, want 1", n)
 	}
-	first := p.waitLog(startTimeout, map[string]string{"event": string(events.LeaseAcquired)})
-	lease := asString(first["lease"])
+	first := p.waitLog(startTimeout, map[string]string{"event": string(lease.LeaseAcquired)})
+	held := asString(first["lease"])
 
 	srv.Kill()
 	killed := time.Now()
@@ -54,7 +54,7 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 	}
 	// Down long enough for the holder to give its lease up: every pooled
 	// connection has seen the outage or sat idle through it.
-	p.waitLog(startTimeout, map[string]string{"event": string(events.LeaseLost), "lease": lease})
+	p.waitLog(startTimeout, map[string]string{"event": string(lease.LeaseLost), "lease": held})
 
 	srv.Restart()
 	back := time.Now()
@@ -63,7 +63,7 @@ func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing
 	firstFence, _ := first["fence"].(float64)
 	p.waitFor(startTimeout, "the lease granted again with a higher fence", func() bool {
 		for _, m := range p.logLines() {
-			if m["event"] == string(events.LeaseAcquired) && m["lease"] == lease {
+			if m["event"] == string(lease.LeaseAcquired) && m["lease"] == held {
 				if f, _ := m["fence"].(float64); f > firstFence {
 					return true
 				}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/cli"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -203,7 +203,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 		}
 		mux = srv.Mux
 	}
-	deps := workers.Deps{Config: cfg, DB: db.DB, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
+	deps := workers.Deps{Config: cfg, DB: db, Log: log, Metrics: reg, Admin: mux, Instance: cfg.InstanceID,
 		Identity: workers.NewResolver(cfg)}
 	workers := &system.Registry{}
 	if err := registerWorkers(workers, deps); err != nil {
@@ -218,7 +218,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	}
 	nudgeURL := ""
 	if srv != nil {
-		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + leasestore.NudgePath
+		nudgeURL = srv.URL(cfg.Admin.AdvertiseURL) + lease.NudgePath
 	}
 	sys, err := system.New(system.Options{Config: cfg, DB: db, Log: base, Registry: workers, Metrics: reg, NudgeURL: nudgeURL,
 		AdminToken: cfg.Admin.Token})
@@ -228,13 +228,12 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	if srv != nil {
 		srv.AddReadyCheck(sys.Ready)
 	}
-	mux.Handle("POST "+leasestore.NudgePath, sys.NudgeHandler())
-	mux.Handle("POST "+leasestore.StandbyPath, sys.StandbyHandler())
+	mux.Handle("POST "+lease.NudgePath, sys.NudgeHandler())
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
-	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db.DB))
+	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db))
 	hist := admin.NewHistory()
 	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist))
-	if err := reg.Register(backfill.NewProgressCollector(db.DB)); err != nil {
+	if err := reg.Register(backfill.NewProgressCollector(db)); err != nil {
 		return err
 	}
 	if sig := pendingSignal(sigs); sig != nil {
@@ -450,15 +449,15 @@ func debugLeases(db *database.DB, instance string, sys *system.System) http.Hand
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		out := struct {
-			Instance string              `json:"instance"`
-			Leases   []leasestore.Listed `json:"leases"`
-			Local    []lease.Status      `json:"local"`
-			Error    string              `json:"error,omitempty"`
-		}{Instance: instance, Leases: []leasestore.Listed{}, Local: sys.Statuses()}
+			Instance string         `json:"instance"`
+			Leases   []fence.Listed `json:"leases"`
+			Local    []lease.Status `json:"local"`
+			Error    string         `json:"error,omitempty"`
+		}{Instance: instance, Leases: []fence.Listed{}, Local: sys.Statuses()}
 		err := db.CheckFile()
-		var rows []leasestore.Row
+		var rows []fence.Row
 		if err == nil {
-			rows, err = leasestore.ListBounded(ctx, db.DB)
+			rows, err = fence.ListBounded(ctx, db)
 		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -492,14 +491,14 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
 	defer cancel()
-	rows, err := leasestore.ListBounded(ctx, db.DB)
+	rows, err := fence.ListBounded(ctx, db)
 	if err != nil {
 		log.Warn().Err(err).Msg("leases.enabled is false and the lease table could not be read to see whether another instance holds a lease here")
 		return nil
 	}
 	var held []string
 	for _, r := range rows {
-		if r.State() == leasestore.StateHeld {
+		if r.State() == fence.StateHeld {
 			held = append(held, fmt.Sprintf("%s by %s (fence %d, %s left)", r.Name, r.Holder, r.Fence, r.TimeLeft().Round(time.Millisecond)))
 		}
 	}
@@ -510,7 +509,7 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 }
 
 // besideUnleased refuses a start (exit 2) on a database where another
-// instance runs with leases off now (leasestore.ListUnleased): that
+// instance runs with leases off now (system.ListUnleased): that
 // instance runs every worker unfenced, on the understanding that it is
 // alone, so a leased instance would run its workers beside those (two
 // consumers: doubled webhooks, stats written twice), and a second
@@ -522,14 +521,14 @@ func unleasedBesideHolders(db *database.DB, cfg config.Config, log zerolog.Logge
 // good (RestartPreventExitStatus=2). So the start watches such records
 // until each is either refreshed (the instance runs: refused) or overdue
 // (it is gone: the start goes on), at most two of its refresh intervals
-// and leasestore.UnleasedGrace; a signal meanwhile aborts the start
+// and system.UnleasedGrace; a signal meanwhile aborts the start
 // (aborted, exit 0). When the table cannot be read, the start goes on
 // after a warning, as in unleasedBesideHolders.
 func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger, sigs <-chan os.Signal) (aborted bool, err error) {
-	read := func() ([]leasestore.UnleasedInstance, bool) {
+	read := func() ([]system.UnleasedInstance, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), leaseCheckBound)
 		defer cancel()
-		all, err := leasestore.ListUnleased(ctx, db.DB)
+		all, err := system.ListUnleased(ctx, db)
 		if err != nil {
 			log.Warn().Err(err).Msg("could not read whether another instance runs with leases off on this database")
 			return nil, false
@@ -591,7 +590,7 @@ func besideUnleased(db *database.DB, cfg config.Config, log zerolog.Logger, sigs
 
 // unleasedNames are the records of all whose nonce is in watched, as
 // UnleasedInstance.String writes them.
-func unleasedNames(all []leasestore.UnleasedInstance, watched map[string]int64) []string {
+func unleasedNames(all []system.UnleasedInstance, watched map[string]int64) []string {
 	var out []string
 	for _, u := range all {
 		if _, ok := watched[u.Nonce]; ok {

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/events"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -145,8 +145,8 @@ func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
 	blocked := ""
 	p.waitFor(startTimeout, "a leased worker stopped whose release is held up", func() bool {
 		for _, name := range held {
-			_, stopped := p.logLine(map[string]string{"event": string(events.WorkerStopped), "lease": name})
-			_, released := p.logLine(map[string]string{"event": string(events.LeaseReleased), "lease": name})
+			_, stopped := p.logLine(map[string]string{"event": string(lease.WorkerStopped), "lease": name})
+			_, released := p.logLine(map[string]string{"event": string(lease.LeaseReleased), "lease": name})
 			if released {
 				t.Fatalf("lease %s was released while the test held the write lock; the stop is not slow", name)
 			}
@@ -234,7 +234,7 @@ func TestTwoSignalsArrivingTogetherStillReleaseEveryLease(t *testing.T) {
 func assertJSONLog(t *testing.T, lines []string) int {
 	t.Helper()
 	kinds := map[string]bool{}
-	for _, k := range events.Kinds {
+	for _, k := range lease.EventKinds {
 		kinds[string(k)] = true
 	}
 	custody := 0
@@ -291,9 +291,9 @@ func assertEveryAcquiredLeaseReleased(t *testing.T, p *proc, db *database.DB, in
 		g := grant{lease: asString(m["lease"])}
 		g.fence, _ = m["fence"].(float64)
 		switch m["event"] {
-		case string(events.LeaseAcquired):
+		case string(lease.LeaseAcquired):
 			acquired[g] = true
-		case string(events.LeaseReleased):
+		case string(lease.LeaseReleased):
 			released[g] = true
 		}
 	}

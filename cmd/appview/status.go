@@ -14,7 +14,7 @@ import (
 	"github.com/atcr-io/appview/actors/backfill"
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // Status page sampling (issue 11.7): the lease table every
@@ -55,7 +55,7 @@ func sampleStatus(ctx context.Context, db *sql.DB, hist *admin.History, log zero
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, statusReadWithin)
-		if rows, err := leasestore.ListBounded(rctx, db); err == nil {
+		if rows, err := fence.ListBounded(rctx, db); err == nil {
 			snaps := make([]admin.LeaseSnap, 0, len(rows))
 			for _, r := range rows {
 				snaps = append(snaps, admin.LeaseSnap{Name: r.Name, Holder: r.Holder, Fence: r.Fence, AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt})
@@ -98,7 +98,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 		}
 		holds := map[string][]string{}
 		seen := map[string]time.Duration{}
-		rows, err := leasestore.ListBounded(ctx, db.DB)
+		rows, err := fence.ListBounded(ctx, db)
 		if err != nil {
 			problem("leases", err)
 		}
@@ -112,7 +112,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 		for _, row := range rows {
 			l := row.Listed()
 			p.Leases = append(p.Leases, admin.Lease{Name: row.Name, Holder: row.Holder, State: l.State, Fence: row.Fence, TimeLeft: row.TimeLeft()})
-			if l.State == leasestore.StateHeld {
+			if l.State == fence.StateHeld {
 				holds[row.Holder] = append(holds[row.Holder], row.Name)
 				seen[row.Holder] = min(seenAgo(seen, row.Holder), time.Duration(row.Now-row.RenewedAt)*time.Millisecond)
 			}
@@ -153,7 +153,7 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 		}
 		p.Jetstream.Points = hist.Points()
 
-		if bp, err := backfill.ReadProgress(ctx, db.DB); err != nil {
+		if bp, err := backfill.ReadProgress(ctx, db); err != nil {
 			problem("backfill", err)
 		} else if bp.Run {
 			var out bytes.Buffer

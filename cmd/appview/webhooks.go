@@ -116,7 +116,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			defer db.Close()
 			// The same URL twice for one DID (in any spelling of it:
 			// SameURL) would deliver every event twice.
-			existing, err := webhooks.List(cmd.Context(), db.DB, w.DID)
+			existing, err := webhooks.List(cmd.Context(), db, w.DID)
 			if err != nil {
 				return err
 			}
@@ -125,7 +125,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 					return fmt.Errorf("webhook %d already delivers to %s for %s (remove it first with `appview webhooks rm %d`)", h.ID, h.URL, h.DID, h.ID)
 				}
 			}
-			id, err := webhooks.Add(cmd.Context(), db.DB, w, guard)
+			id, err := webhooks.Add(cmd.Context(), db, w, guard)
 			if err != nil {
 				return err
 			}
@@ -167,7 +167,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 			if err := cli.RequireTable(cmd.Context(), db, "webhooks"); err != nil {
 				return err
 			}
-			hooks, err := webhooks.List(cmd.Context(), db.DB, listDID)
+			hooks, err := webhooks.List(cmd.Context(), db, listDID)
 			if err != nil {
 				return err
 			}
@@ -222,7 +222,7 @@ func newWebhooksCommand(open, openRead func(ctx context.Context) (*database.DB, 
 				return err
 			}
 			defer db.Close()
-			if err := webhooks.Remove(cmd.Context(), db.DB, id); err != nil {
+			if err := webhooks.Remove(cmd.Context(), db, id); err != nil {
 				if errors.Is(err, webhooks.ErrNotFound) {
 					return fmt.Errorf("no webhook with id %d", id)
 				}

@@ -45,7 +45,7 @@ func TestTheSpecsLeaseNamesAreTheRegisteredLeasedWorkers(t *testing.T) {
 	for i := range cfg.Workers {
 		cfg.Workers[i].Enabled = true // every worker with keys of its own, too
 	}
-	specs, err := buildWorkers(workers.Deps{Config: cfg, DB: testsupport.OpenDB(t).DB, Log: zerolog.Nop(),
+	specs, err := buildWorkers(workers.Deps{Config: cfg, DB: testsupport.OpenDB(t), Log: zerolog.Nop(),
 		Metrics: prometheus.NewRegistry(), Admin: http.NewServeMux(), Instance: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestTheConsumerAndTheBackfillShareTheProcessorCollectors(t *testing.T) {
 	cfg.Backfill.Enabled = true
 	cfg.Backfill.RelayEndpoints = []string{"http://127.0.0.1:1"}
 	reg := prometheus.NewRegistry()
-	d := workers.Deps{Config: cfg, DB: testsupport.OpenDB(t).DB, Log: zerolog.Nop(), Metrics: reg, Admin: http.NewServeMux(), Instance: "me"}
+	d := workers.Deps{Config: cfg, DB: testsupport.OpenDB(t), Log: zerolog.Nop(), Metrics: reg, Admin: http.NewServeMux(), Instance: "me"}
 	var r system.Registry
 	if err := registerWorkers(&r, d); err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func guard(next http.Handler, opts Options, failures *prometheus.CounterVec) htt
 
 // BearerHeader returns the header carrying "Authorization: Bearer
 // <token>": the client side of the admin token, for nudges between
-// instances (leasestore.Contenders.Header). An empty token gives nil.
+// instances (lease.Contenders.Header). An empty token gives nil.
 func BearerHeader(token string) http.Header {
 	if token == "" {
 		return nil

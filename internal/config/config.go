@@ -15,8 +15,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // Config is the whole configuration tree. YAML keys are the `yaml` tags;
@@ -173,8 +171,8 @@ type Leases struct {
 }
 
 // Timing is the lease timing these keys configure.
-func (l Leases) Timing() leasestore.Timing {
-	return leasestore.Timing{TTL: l.TTL, RenewInterval: l.RenewInterval, RenewDeadline: l.RenewDeadline, RetryInterval: l.RetryInterval}
+func (l Leases) Timing() Timing {
+	return Timing{TTL: l.TTL, RenewInterval: l.RenewInterval, RenewDeadline: l.RenewDeadline, RetryInterval: l.RetryInterval}
 }
 
 // Bounds on jetstream.max_message_bytes, enforced by Validate. Below 1 KiB

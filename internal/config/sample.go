@@ -20,7 +20,7 @@ database:
 admin:
   addr: "127.0.0.1:5001"        # /healthz /readyz /metrics /debug/leases /debug/holds; "" disables; port 0 = any
   advertise_url: ""             # how other instances reach this endpoint for lease nudges; "" = from addr
-  token: ""                     # bearer token for /lease/nudge, /lease/standby, /debug/*, / (status page); same on every instance; >= 16 chars
+  token: ""                     # bearer token for /lease/nudge, /debug/*, / (status page); same on every instance; >= 16 chars
   token_file: ""                # or read the token from this file (secrets mount); not both
   protect_metrics: false        # true: /metrics needs the token too (/healthz and /readyz stay open)
   allow_unauthenticated: false  # true: allow a non-loopback addr without a token (otherwise refused at start)

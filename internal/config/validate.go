@@ -10,7 +10,6 @@ import (
 
 	"github.com/atcr-io/appview/internal/atproto"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // maxWantedCollections is Jetstream's limit on wantedCollections (its
@@ -89,7 +88,7 @@ func (c Config) checkProcess(p *problemList) {
 	}
 	if p.ok("leases.ttl", "leases.renew_interval", "leases.renew_deadline", "leases.retry_interval") {
 		if err := l.Timing().Validate(); err != nil {
-			var te *leasestore.TimingError
+			var te *TimingError
 			if errors.As(err, &te) {
 				p.fail(te.Key, "%s", te.Reason)
 			} else {

@@ -86,6 +86,8 @@ type DB struct {
 	// migrated is set once Migrate succeeded: a missing table is then
 	// ErrSchemaLost, not a database never migrated.
 	migrated atomic.Bool
+	// writes is this process's bookkeeping of its writes here (writes.go).
+	writes *writes
 }
 
 // Open opens the database and checks that it answers. The URL takes the
@@ -153,7 +155,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if remote {
 		pool.SetConnMaxIdleTime(remoteMaxIdle)
 	}
-	db := &DB{DB: pool, Remote: remote, Path: path, connector: c}
+	db := &DB{DB: pool, Remote: remote, Path: path, connector: c, writes: newWrites()}
 	if err := db.Ping(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -482,11 +484,7 @@ func (c *connector) connect(ctx context.Context) (driver.Conn, error) {
 		}
 		_ = rows.Close()
 	}
-	w := wrapFile(conn)
-	if rc, ok := w.(*remoteConn); ok && rc.cache != nil && !c.readOnly {
-		rc.cache.warm()
-	}
-	return w, nil
+	return wrapFile(conn), nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
@@ -551,3 +549,8 @@ func QueryReturning(ctx context.Context, q Querier, query string, args []any, de
 	}
 	return found, rows.Close()
 }
+
+// Wrap returns a DB over a pool opened some other way (a test that records
+// the statements it runs through its own connector): no file checks, its
+// own write bookkeeping.
+func Wrap(pool *sql.DB) *DB { return &DB{DB: pool, writes: newWrites()} }

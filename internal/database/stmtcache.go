@@ -126,7 +126,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"sync"
 	"time"
 	"unsafe"
 )
@@ -172,29 +171,6 @@ const stmtSeenSize = 512
 // not kept: their text varies with the batch, and one compile is shared by
 // many rows anyway.
 const stmtCacheMaxArgs = 64
-
-// keepAtOnce holds the statement texts KeepCompiled registered: kept at
-// their first compile on a connection.
-var keepAtOnce sync.Map // string → struct{}
-
-// KeepCompiled registers statement texts that a file connection keeps
-// compiled from their first run on, rather than from their second (the
-// rule that keeps one-off texts out of the cache), and compiles when it
-// opens (warm), so their first run is not their compile either. It is for
-// the few statements whose first run on a connection is on a latency
-// path: the lease store's acquire, compiled in 90–480 µs on the 2-core VM
-// of docs/performance.md, was compiled again by the acquire of almost
-// every graceful handover (a contender makes only a few attempts before
-// it, over a pool of connections), and was most of the handover's time;
-// and a new contender's first grant, at the handover, compiled the
-// statement recording its nonce there (44 handovers of 50, 27 µs p50,
-// traced). Call it from package initialisation; it has no effect on
-// libSQL server connections, which keep nothing.
-func KeepCompiled(queries ...string) {
-	for _, q := range queries {
-		keepAtOnce.Store(q, struct{}{})
-	}
-}
 
 // statementCacheAvailable reports whether the linked libSQL library
 // carries every C function the cache calls.
@@ -337,14 +313,12 @@ func (c *stmtCache) get(query string, nargs int) (*keptStmt, error) {
 	if nargs > stmtCacheMaxArgs {
 		return k, nil
 	}
-	if _, hot := keepAtOnce.Load(query); !hot {
-		if _, again := c.seen[query]; !again {
-			if len(c.seen) >= stmtSeenSize {
-				clear(c.seen)
-			}
-			c.seen[query] = struct{}{}
-			return k, nil
+	if _, again := c.seen[query]; !again {
+		if len(c.seen) >= stmtSeenSize {
+			clear(c.seen)
 		}
+		c.seen[query] = struct{}{}
+		return k, nil
 	}
 	delete(c.seen, query)
 	k.kept = true
@@ -359,18 +333,6 @@ func (c *stmtCache) get(query string, nargs int) (*keptStmt, error) {
 		C.libsql_free_stmt(old.native)
 	}
 	return k, nil
-}
-
-// warm compiles the statements registered with KeepCompiled into the
-// cache. One that does not compile (its tables are not there yet: a
-// connection opened before the migrations) is left to its first run.
-func (c *stmtCache) warm() {
-	keepAtOnce.Range(func(q, _ any) bool {
-		if k, err := c.get(q.(string), 0); err == nil {
-			c.done(k)
-		}
-		return true
-	})
 }
 
 // done ends a use of k: it is reset for its next run, or freed if it was

@@ -3,7 +3,6 @@ package database
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -102,28 +101,23 @@ func TestFileConnectionsKeepCompiledStatements(t *testing.T) {
 	}
 }
 
-// A statement registered with KeepCompiled is kept from its first
-// compile; one that is not, from its second.
-func TestKeepCompiledKeepsARegisteredStatementFromItsFirstRun(t *testing.T) {
+// A statement is kept from its second compile on a connection, not its
+// first: texts that never come back do not push out the ones that do.
+func TestAStatementIsKeptFromItsSecondCompile(t *testing.T) {
 	kept, _ := openPair(t, false)
 	c := cacheOf(t, kept)
 	if c == nil {
 		t.Fatal("a file connection keeps no statements")
 	}
-	const hot = "SELECT 1 + ?1 AS kept_at_once"
-	const cold = "SELECT 2 + ?1 AS kept_later"
-	KeepCompiled(hot)
-	for _, q := range []string{hot, cold} {
+	const q = "SELECT 2 + ?1 AS kept_later"
+	for run := 1; run <= 2; run++ {
 		var n int64
 		if err := kept.QueryRow(q, 1).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, in := c.byQuery[hot]; !in {
-		t.Error("the registered statement was not kept at its first run")
-	}
-	if _, in := c.byQuery[cold]; in {
-		t.Error("an unregistered statement was kept at its first run")
+		if _, in := c.byQuery[q]; in != (run == 2) {
+			t.Errorf("after run %d: kept = %v", run, in)
+		}
 	}
 }
 
@@ -427,38 +421,5 @@ WHERE excluded.version > t.version`
 				}
 			}
 		})
-	}
-}
-
-// A connection opened once the tables exist has the statements
-// registered with KeepCompiled compiled before their first run; one
-// registered statement that cannot compile yet is left for later.
-func TestANewConnectionCompilesTheRegisteredStatementsWhenItOpens(t *testing.T) {
-	const warm = "SELECT fence FROM leases WHERE name = ?1 AND 'warm' = 'warm'"
-	const missing = "SELECT x FROM not_a_table_yet WHERE 'warm' = 'warm'"
-	KeepCompiled(warm, missing)
-	path := filepath.Join(t.TempDir(), "w.db")
-	first := openTemp(t, path)
-	if _, err := first.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	db, err := Open(context.Background(), Options{URL: "file:" + path, BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	c := cacheOf(t, db)
-	if c == nil {
-		t.Fatal("a file connection keeps no statements")
-	}
-	if _, in := c.byQuery[warm]; !in {
-		t.Error("a registered statement was not compiled when the connection opened")
-	}
-	if _, in := c.byQuery[missing]; in {
-		t.Error("a statement over a missing table was kept")
-	}
-	var f int64
-	if err := db.QueryRow(warm, "nothing").Scan(&f); err == nil || !errors.Is(err, sql.ErrNoRows) {
-		t.Fatalf("the warm statement's first run: %v, want no rows", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,7 +35,7 @@ func TestAnUnfencedTransactionHoldsTheWriteLockBeforeItsWorkRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	insert := `INSERT INTO side (n) VALUES (1)`
-	err = fence.Fenced(ctx, worker.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+	err = fence.Fenced(ctx, worker, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
 		if _, err := other.ExecContext(ctx, insert); err == nil || !database.FromDriver(err) {
 			t.Errorf("another writer wrote while the unfenced transaction ran (err %v); want a busy refusal", err)
 		}
@@ -64,10 +64,12 @@ func TestAFailingFileCheckRollsTheFencedWriteBack(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE side (n INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
-	replaced := fmt.Errorf("appview.db: %w", database.ErrFileReplaced)
-	fence.SetFileCheck(db.DB, func() error { return replaced })
-	defer fence.SetFileCheck(db.DB, nil)
-	err := fence.Fenced(ctx, db.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+	// The file moved away under the process: its open handle writes into a
+	// file nobody else reads.
+	if err := os.Rename(db.Path, db.Path+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	err := fence.Fenced(ctx, db, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO side (n) VALUES (1)`)
 		return err
 	})
@@ -78,11 +80,13 @@ func TestAFailingFileCheckRollsTheFencedWriteBack(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM side`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("rows written = %d (%v), want 0", n, err)
 	}
-	if fence.Health(db.DB) == nil {
-		t.Error("the refused write is not reported by Health")
+	if db.WriteHealth() == nil {
+		t.Error("the refused write is not reported by the write health")
 	}
-	fence.SetFileCheck(db.DB, nil)
-	if err := fence.Fenced(ctx, db.DB, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
+	if err := os.Rename(db.Path+".moved", db.Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Fenced(ctx, db, fence.Custody{Lease: "jetstream-consumer"}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO side (n) VALUES (1)`)
 		return err
 	}); err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // ModuleRoot returns the directory of the go.mod governing the current
@@ -45,7 +45,7 @@ func Build(ctx context.Context, root, pkg, out string, race bool) error {
 }
 
 // LeaseRow is one row of `appview leases --json` (docs/spec.md §2, §4).
-type LeaseRow = leasestore.Listed
+type LeaseRow = fence.Listed
 
 // Leases runs `bin leases --json` against dbURL (through wrap, e.g. inside
 // a network namespace) and returns the rows by name. It is how an operator

@@ -3,15 +3,14 @@ package processor_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +50,7 @@ BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
 	m, _ := processor.NewMetrics(reg)
 	var logs bytes.Buffer
 	p := processor.New(processor.Options{Log: zerolog.New(&logs), Metrics: m})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -73,7 +72,7 @@ BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
 		t.Fatalf("tags = %v, want one,three", tags)
 	}
 	// The refused event's user row, written before the refusal, is rolled back with it: alice exists only once.
-	if n := countRows(t, db.DB, "users"); n != 1 {
+	if n := countRows(t, db, "users"); n != 1 {
 		t.Fatalf("users = %d, want 1", n)
 	}
 	if got := metricSum(t, reg, "appview_processor_skipped_total"); got != 1 {
@@ -107,7 +106,7 @@ func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	p := processor.New(processor.Options{Log: zerolog.New(&logs), LogBurst: 5})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +127,7 @@ func TestInvalidRecordsAreSkippedByReasonWithSampledLogging(t *testing.T) {
 		if table == "record_tombstones" {
 			continue
 		}
-		if n := countRows(t, db.DB, table); n != 0 {
+		if n := countRows(t, db, table); n != 0 {
 			t.Errorf("%s has %d rows after only invalid events", table, n)
 		}
 	}
@@ -184,8 +183,8 @@ func TestOlderHoldStatsAreIgnoredAndTheAggregateIsTheSumOverHolds(t *testing.T) 
 		return ev
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	custody := acquire(t, db.DB, "jetstream-consumer", "me")
-	res, err := p.Apply(context.Background(), db.DB, custody, []jetstream.Event{
+	custody := acquire(t, db, "jetstream-consumer", "me")
+	res, err := p.Apply(context.Background(), db, custody, []jetstream.Event{
 		stats(h1, 1, "3lrnqkdzhdq2c", 10, 1, "2026-01-01T00:00:10Z"),
 		stats(h2, 2, "3lrnqkdzhdq23", 5, 2, "2026-01-01T00:00:20Z"),
 		stats(h1, 3, "3lrnqkdzhdq2a", 3, 0, "2026-01-01T00:00:05Z"), // late: an older rev, ignored
@@ -211,13 +210,9 @@ func TestOlderHoldStatsAreIgnoredAndTheAggregateIsTheSumOverHolds(t *testing.T) 
 // acquire takes a lease for the test and returns its custody.
 const time60s = 60 * time.Second
 
-func acquire(t testing.TB, db *sql.DB, name, holder string) fence.Custody {
+func acquire(t testing.TB, db *database.DB, name, holder string) fence.Custody {
 	t.Helper()
-	g, err := leasestore.NewStore(db, time60s).Acquire(context.Background(), name, holder)
-	if err != nil || !g.Granted {
-		t.Fatalf("acquire %s: %+v %v", name, g, err)
-	}
-	return fence.Custody{Lease: name, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(t, db, name, holder, time60s)
 }
 
 // The consumer's and the backfill's processors are given the collectors
@@ -235,7 +230,7 @@ func TestTwoProcessorsShareOneRegistry(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	ev := []jetstream.Event{commit("did:plc:x", 1, "create", "app.bsky.feed.like", "r", map[string]any{})}
 	for range 2 {
-		if _, err := processor.New(processor.Options{Log: zerolog.Nop(), Metrics: m}).Apply(context.Background(), db.DB, unfenced, ev); err != nil {
+		if _, err := processor.New(processor.Options{Log: zerolog.Nop(), Metrics: m}).Apply(context.Background(), db, unfenced, ev); err != nil {
 			t.Fatal(err)
 		}
 	}

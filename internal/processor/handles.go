@@ -2,13 +2,13 @@ package processor
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 )
 
@@ -84,7 +84,7 @@ func handlesFrom(ctx context.Context) verifiedHandles {
 // With no resolver configured it returns ctx unchanged; with db nil (or
 // the users read failing) it looks up no new user's handle and refreshes
 // only the DIDs it knows have a row without asking.
-func (p *Processor) PrepareBatch(ctx context.Context, db *sql.DB, events []jetstream.Event) context.Context {
+func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []jetstream.Event) context.Context {
 	if p.handles == nil {
 		return ctx
 	}
@@ -220,7 +220,7 @@ func (p *Processor) remember(did string) {
 // later batch with a record of that DID verifies its handle again (the
 // resolver caches a failure for a while, so this costs at most one lookup
 // per DID per failure TTL) and ensureUser fills it in.
-func knownUsers(ctx context.Context, db *sql.DB, dids []string) (map[string]bool, error) {
+func knownUsers(ctx context.Context, db *database.DB, dids []string) (map[string]bool, error) {
 	known := map[string]bool{}
 	for start := 0; start < len(dids); start += usersInChunk {
 		chunk := dids[start:min(start+usersInChunk, len(dids))]

@@ -2,7 +2,6 @@ package processor_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/testsupport"
@@ -56,7 +56,7 @@ func (f *fakeHandles) RefreshHandle(ctx context.Context, did string) (string, er
 // applyWithHandles returns a function that applies a batch as the consumer
 // does (PrepareBatch, then Apply under a fresh custody), verifying handles
 // with res.
-func applyWithHandles(t *testing.T, db *sql.DB, res *fakeHandles) func(events ...jetstream.Event) {
+func applyWithHandles(t *testing.T, db *database.DB, res *fakeHandles) func(events ...jetstream.Event) {
 	p := processor.New(processor.Options{Log: zerolog.Nop(), Handles: res})
 	c := acquire(t, db, "jetstream-consumer", "instance-a")
 	return func(events ...jetstream.Event) {
@@ -68,7 +68,7 @@ func applyWithHandles(t *testing.T, db *sql.DB, res *fakeHandles) func(events ..
 	}
 }
 
-func userHandle(t *testing.T, db *sql.DB, did string) string {
+func userHandle(t *testing.T, db *database.DB, did string) string {
 	t.Helper()
 	var h string
 	if err := db.QueryRow(`SELECT handle FROM users WHERE did = ?1`, did).Scan(&h); err != nil {
@@ -84,14 +84,14 @@ func userHandle(t *testing.T, db *sql.DB, did string) string {
 func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
-	apply := applyWithHandles(t, db.DB, res)
+	apply := applyWithHandles(t, db, res)
 	// Live events: each #identity event is newer than the last refresh.
 	now := time.Now().UnixMicro()
 	identity := func(did string, us int64, handle string) jetstream.Event {
 		return identityEvent(did, now+us, handle)
 	}
 	apply(commit("did:plc:alice", now+10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", "sha256:"+strings.Repeat("a", 64))))
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice.test" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "alice.test" {
 		t.Fatalf("a new user's handle = %q, want alice.test from its DID document", h)
 	}
 	// A handle change, announced without a handle.
@@ -99,7 +99,7 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	res.handles["did:plc:alice"] = "alice2.test"
 	res.mu.Unlock()
 	apply(identity("did:plc:alice", 20, ""))
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice2.test" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "alice2.test" {
 		t.Fatalf("after #identity: %q, want alice2.test", h)
 	}
 	if len(res.refreshedDIDs()) != 1 || res.refreshed[0] != "did:plc:alice" {
@@ -110,7 +110,7 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	res.handles["did:plc:alice"] = ""
 	res.mu.Unlock()
 	apply(identity("did:plc:alice", 30, "impostor.test"))
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "" {
 		t.Fatalf("unverified handle kept: %q", h)
 	}
 	// A directory outage keeps the row's handle, and the event's own
@@ -121,11 +121,11 @@ func TestHandlesComeFromTheResolverNotTheEvent(t *testing.T) {
 	res.failing["did:plc:alice"] = true
 	res.mu.Unlock()
 	apply(identity("did:plc:alice", 40, ""))
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "" {
 		t.Fatalf("outage changed the handle to %q", h)
 	}
 	apply(identity("did:plc:alice", 50, "atcr.io"))
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "" {
 		t.Fatalf("outage took the event's unverified handle %q", h)
 	}
 }
@@ -140,16 +140,16 @@ func TestWithoutAResolverTheEventsHandleIsNotStored(t *testing.T) {
 		commit("did:plc:bob", now+10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", "sha256:"+strings.Repeat("a", 64))),
 		identityEvent("did:plc:bob", now+20, "Bob.EXAMPLE.com"),
 	}
-	if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+	if _, err := p.Apply(context.Background(), db, unfenced, events); err != nil {
 		t.Fatal(err)
 	}
-	if h := userHandle(t, db.DB, "did:plc:bob"); h != "" {
+	if h := userHandle(t, db, "did:plc:bob"); h != "" {
 		t.Fatalf("handle %q stored from the event", h)
 	}
 	// An identity naming another DID than its event is refused.
 	other := identityEvent("did:plc:bob", now+30, "")
 	other.Identity.DID = "did:plc:carol"
-	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{other})
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{other})
 	if err != nil || res.Skipped[processor.ReasonBadValue] != 1 {
 		t.Fatalf("identity of another DID: %+v, %v; want it skipped as bad_value", res, err)
 	}
@@ -163,17 +163,17 @@ func TestWithoutAResolverTheEventsHandleIsNotStored(t *testing.T) {
 func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:bob": "bob.test"}, failing: map[string]bool{"did:plc:bob": true}}
-	apply := applyWithHandles(t, db.DB, res)
+	apply := applyWithHandles(t, db, res)
 	digest := "sha256:" + strings.Repeat("b", 64)
 	apply(commit("did:plc:bob", 10, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
-	if h := userHandle(t, db.DB, "did:plc:bob"); h != "" {
+	if h := userHandle(t, db, "did:plc:bob"); h != "" {
 		t.Fatalf("handle %q while the directory was down", h)
 	}
 	res.mu.Lock()
 	res.failing["did:plc:bob"] = false
 	res.mu.Unlock()
 	apply(commit("did:plc:bob", 20, "create", "io.atcr.tag", "t2", tagRecord("app", "v2", digest)))
-	if h := userHandle(t, db.DB, "did:plc:bob"); h != "bob.test" {
+	if h := userHandle(t, db, "did:plc:bob"); h != "bob.test" {
 		t.Fatalf("handle after the directory came back = %q, want bob.test", h)
 	}
 	// Once set, a handle changes only with #identity events: a later lookup
@@ -182,7 +182,7 @@ func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 	res.handles["did:plc:bob"] = "other.test"
 	res.mu.Unlock()
 	apply(commit("did:plc:bob", 30, "create", "io.atcr.tag", "t3", tagRecord("app", "v3", digest)))
-	if h := userHandle(t, db.DB, "did:plc:bob"); h != "bob.test" {
+	if h := userHandle(t, db, "did:plc:bob"); h != "bob.test" {
 		t.Fatalf("a set handle changed without #identity: %q", h)
 	}
 }
@@ -196,7 +196,7 @@ func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 func TestIdentityEventsOfAccountsWithoutAUsersRowAreNotLookedUp(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test", "did:plc:carol": "carol.test"}, failing: map[string]bool{}}
-	apply := applyWithHandles(t, db.DB, res)
+	apply := applyWithHandles(t, db, res)
 	now := time.Now().UnixMicro()
 	digest := "sha256:" + strings.Repeat("c", 64)
 	apply(commit("did:plc:alice", now, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
@@ -211,7 +211,7 @@ func TestIdentityEventsOfAccountsWithoutAUsersRowAreNotLookedUp(t *testing.T) {
 	if err := db.DB.QueryRow(`SELECT COUNT(*) FROM users WHERE did = 'did:plc:stranger'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("stranger's users rows = %d (%v), want 0", n, err)
 	}
-	if h := userHandle(t, db.DB, "did:plc:carol"); h != "carol.test" {
+	if h := userHandle(t, db, "did:plc:carol"); h != "carol.test" {
 		t.Fatalf("carol's handle = %q, want carol.test", h)
 	}
 }
@@ -224,7 +224,7 @@ func TestIdentityEventsOfAccountsWithoutAUsersRowAreNotLookedUp(t *testing.T) {
 func TestOneRefreshAnswersEveryOlderIdentityEventOfTheDID(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
-	apply := applyWithHandles(t, db.DB, res)
+	apply := applyWithHandles(t, db, res)
 	past := time.Now().Add(-time.Hour).UnixMicro()
 	digest := "sha256:" + strings.Repeat("d", 64)
 	apply(commit("did:plc:alice", past, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
@@ -242,7 +242,7 @@ func TestOneRefreshAnswersEveryOlderIdentityEventOfTheDID(t *testing.T) {
 	if got := res.refreshedDIDs(); len(got) != 2 {
 		t.Fatalf("%d refreshes after a live #identity event, want 2", len(got))
 	}
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice2.test" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "alice2.test" {
 		t.Fatalf("handle %q after a live #identity event, want alice2.test", h)
 	}
 }
@@ -254,7 +254,7 @@ func TestOneRefreshAnswersEveryOlderIdentityEventOfTheDID(t *testing.T) {
 func TestAFailedRefreshIsNotRetriedForOlderEvents(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test"}, failing: map[string]bool{}}
-	apply := applyWithHandles(t, db.DB, res)
+	apply := applyWithHandles(t, db, res)
 	past := time.Now().Add(-time.Hour).UnixMicro()
 	digest := "sha256:" + strings.Repeat("e", 64)
 	apply(commit("did:plc:alice", past, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
@@ -266,7 +266,7 @@ func TestAFailedRefreshIsNotRetriedForOlderEvents(t *testing.T) {
 	if got := res.refreshedDIDs(); len(got) != 1 {
 		t.Fatalf("%d refreshes while the directory fails, want 1", len(got))
 	}
-	if h := userHandle(t, db.DB, "did:plc:alice"); h != "alice.test" {
+	if h := userHandle(t, db, "did:plc:alice"); h != "alice.test" {
 		t.Fatalf("outage changed the handle to %q", h)
 	}
 	apply(identityEvent("did:plc:alice", time.Now().UnixMicro(), ""))
@@ -293,9 +293,9 @@ func TestFailedLookupsDoNotUseUpTheSkippedEventsLogBurst(t *testing.T) {
 	events = append(events, commit("did:plc:user00", now+100, "create", "io.atcr.tag", "bad", map[string]any{"repository": "app"}))
 	var logs testsupport.LockedBuffer
 	p := processor.New(processor.Options{Log: zerolog.New(&logs), Handles: res, LogBurst: 5})
-	c := acquire(t, db.DB, "jetstream-consumer", "instance-a")
-	ctx := p.PrepareBatch(context.Background(), db.DB, events)
-	if _, err := p.Apply(ctx, db.DB, c, events); err != nil {
+	c := acquire(t, db, "jetstream-consumer", "instance-a")
+	ctx := p.PrepareBatch(context.Background(), db, events)
+	if _, err := p.Apply(ctx, db, c, events); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
@@ -324,8 +324,8 @@ func TestInvalidCommitsCauseNoHandleLookups(t *testing.T) {
 	}
 	var logs testsupport.LockedBuffer
 	p := processor.New(processor.Options{Log: zerolog.New(&logs), Handles: res})
-	ctx := p.PrepareBatch(context.Background(), db.DB, events)
-	res2, err := p.Apply(ctx, db.DB, acquire(t, db.DB, "jetstream-consumer", "instance-a"), events)
+	ctx := p.PrepareBatch(context.Background(), db, events)
+	res2, err := p.Apply(ctx, db, acquire(t, db, "jetstream-consumer", "instance-a"), events)
 	if err != nil || res2.Skipped[processor.ReasonMissingField] != 20 {
 		t.Fatalf("apply: %+v, %v; want the 20 invalid tags skipped", res2, err)
 	}

@@ -32,7 +32,7 @@ func TestTwoHoldsReportingTheLargestInt64PullCountAreSkippedAndTheBatchLands(t *
 		hostileStats("did:web:holdA.example", 1750000000000300, "cccc", "did:plc:victim", "other", 7, 1),
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, acquire(t, db.DB, "jetstream-consumer", "me"), events)
+	res, err := p.Apply(context.Background(), db, acquire(t, db, "jetstream-consumer", "me"), events)
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -53,7 +53,7 @@ func TestCountsAreValidUpToTheSafeIntegerLimitAndNotBeyond(t *testing.T) {
 		hostileStats("did:web:h1.example", 3, "c", "did:plc:o", "push-over", 0, processor.MaxSafeInteger+1),
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +71,8 @@ func TestTheRepositoryAggregateSaturatesAtTheSafeIntegerLimitInsteadOfOverflowin
 			"did:plc:o", "app", processor.MaxSafeInteger, 1))
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	c := acquire(t, db.DB, "jetstream-consumer", "me")
-	res, err := p.Apply(context.Background(), db.DB, c, events)
+	c := acquire(t, db, "jetstream-consumer", "me")
+	res, err := p.Apply(context.Background(), db, c, events)
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -100,7 +100,7 @@ VALUES ('did:plc:o', 'app', ?, 'rk', 9223372036854775807, 3, 1, 1)`, hold); err 
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	// A third hold's report recomputes the aggregate over all three rows.
-	if _, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	if _, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		hostileStats("did:web:c.example", 10, "rk", "did:plc:o", "app", 1, 1),
 	}); err != nil {
 		t.Fatalf("apply: %v", err)
@@ -161,7 +161,7 @@ func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			db := testsupport.OpenDB(t)
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
-			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{ev})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +169,7 @@ func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
 				t.Fatalf("result %+v: want one bad_value skip", res)
 			}
 			for _, table := range registryTables {
-				if n := countRows(t, db.DB, table); n != 0 {
+				if n := countRows(t, db, table); n != 0 {
 					t.Errorf("%s has %d rows", table, n)
 				}
 			}
@@ -180,7 +180,7 @@ func TestKeyFieldsWithANulOrInvalidUTF8AreSkippedAsBadValue(t *testing.T) {
 func TestValidKeysWithUnicodeAndRecordKeyPunctuationAreApplied(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		commit("did:web:example.com%3A8443", 1, "create", processor.CollectionTag, "a.b_c:d~e-f", tagRecord("café", "v1", "sha256:1")),
 	})
 	if err != nil {
@@ -242,7 +242,7 @@ func TestRecordMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 			db := testsupport.OpenDB(t)
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			// The first event stores the manifest the tags point at.
-			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`), tc.ev})
+			res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`), tc.ev})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,7 +250,7 @@ func TestRecordMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 				t.Fatalf("result %+v: want the manifest applied and the record skipped as %s", res, tc.reason)
 			}
 			for table, want := range map[string]int{"manifests": 1, "tags": 0, "stars": 0, "repository_hold_stats": 0, "manifest_layers": 0, "manifest_annotations": 0} {
-				if n := countRows(t, db.DB, table); n != want {
+				if n := countRows(t, db, table); n != want {
 					t.Errorf("%s has %d rows, want %d", table, n, want)
 				}
 			}
@@ -260,7 +260,7 @@ func TestRecordMemberNamesAreMatchedExactlyAndOnlyOnce(t *testing.T) {
 	// exact one is what is stored, whichever comes last.
 	db := testsupport.OpenDB(t)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`),
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{rawCommit(alice, 1, processor.CollectionManifest, "m1", manifest+`}`),
 		rawCommit(alice, 2, processor.CollectionTag, "t1", `{"$type":"io.atcr.tag","repository":"app","tag":"latest","Tag":"evil","manifestDigest":"`+digest+`","createdAt":"2026-01-01T00:00:00Z"}`)})
 	if err != nil || res.Applied != 2 {
 		t.Fatalf("apply: %+v, %v: want both applied", res, err)
@@ -280,7 +280,7 @@ func TestARecordWhoseTypeIsAnotherCollectionIsSkipped(t *testing.T) {
 	manifest := `"repository":"app","digest":"` + digest + `","mediaType":"x","schemaVersion":2,"createdAt":"2026-01-01T00:00:00Z","holdDid":"did:web:hold.example"}`
 	db := testsupport.OpenDB(t)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		rawCommit(alice, 1, processor.CollectionManifest, "m1", `{"$type":"io.atcr.manifest",`+manifest),
 		rawCommit(alice, 2, processor.CollectionManifest, "m2", `{`+manifest),
 		rawCommit(alice, 3, processor.CollectionManifest, "m3", `{"$type":"io.atcr.tag",`+manifest),
@@ -294,7 +294,7 @@ func TestARecordWhoseTypeIsAnotherCollectionIsSkipped(t *testing.T) {
 	if res.Applied+res.Unchanged != 3 || res.Skipped[processor.ReasonBadValue] != 3 {
 		t.Fatalf("result %+v: want m1, m2 (the same manifest again) and t3 applied, the three others skipped as bad_value", res)
 	}
-	if n := countRows(t, db.DB, "tags"); n != 1 {
+	if n := countRows(t, db, "tags"); n != 1 {
 		t.Errorf("%d tags, want 1", n)
 	}
 }
@@ -310,14 +310,14 @@ func TestARepoPageAvatarIsReadFromEitherBlobForm(t *testing.T) {
 	}
 	db := testsupport.OpenDB(t)
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		rawCommit(alice, 1, processor.CollectionRepoPage, "current", page("current", `{"$type":"blob","ref":{"$link":"`+cid+`"},"mimeType":"image/png","size":10}`)),
 		rawCommit(alice, 2, processor.CollectionRepoPage, "legacy", page("legacy", `{"cid":"`+cid+`","mimeType":"image/png"}`)),
 	})
 	if err != nil || res.Applied != 2 {
 		t.Fatalf("apply: %+v, %v: want both applied", res, err)
 	}
-	res, err = p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	res, err = p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		rawCommit(alice, 3, processor.CollectionRepoPage, "nocid", page("nocid", `{"mimeType":"image/png"}`)),
 		rawCommit(alice, 4, processor.CollectionRepoPage, "badcid", page("badcid", `{"$type":"blob","ref":{"$link":"not a cid"},"mimeType":"image/png","size":1}`)),
 	})
@@ -381,7 +381,7 @@ func TestNamesAndDigestsAreCheckedAsWhatTheyAre(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := testsupport.OpenDB(t)
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
-			res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{tc.ev})
+			res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{tc.ev})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -395,7 +395,7 @@ func TestNamesAndDigestsAreCheckedAsWhatTheyAre(t *testing.T) {
 				t.Fatalf("result %+v: want it skipped as %s", res, tc.reason)
 			}
 			for _, table := range registryTables {
-				if n := countRows(t, db.DB, table); n != 0 {
+				if n := countRows(t, db, table); n != 0 {
 					t.Errorf("%s has %d rows", table, n)
 				}
 			}

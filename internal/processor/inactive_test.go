@@ -33,7 +33,7 @@ func TestStarCountCountsOnlyActiveAccountsStars(t *testing.T) {
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	count := func(events ...jetstream.Event) int {
 		t.Helper()
-		if res, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil || len(res.Skipped) != 0 {
+		if res, err := p.Apply(context.Background(), db, unfenced, events); err != nil || len(res.Skipped) != 0 {
 			t.Fatalf("apply: %+v, %v", res, err)
 		}
 		var n int

@@ -32,7 +32,7 @@ func TestSkipLinesAreBoundedWhateverTheEventCarries(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	p := processor.New(processor.Options{Log: zerolog.New(&logs)})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func TestAnUpdateThatMovesARecordLeavesNoRowBehind(t *testing.T) {
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	apply := func(events ...jetstream.Event) {
 		t.Helper()
-		res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+		res, err := p.Apply(context.Background(), db, unfenced, events)
 		if err != nil || len(res.Skipped) != 0 {
 			t.Fatalf("apply: %+v, %v", res, err)
 		}
@@ -126,7 +126,7 @@ func TestAReadOlderThanAMoveDoesNotBringTheOldNameBack(t *testing.T) {
 		{read},
 		{older}, // a re-read's update stamped with a rev older than the move
 	} {
-		if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+		if _, err := p.Apply(context.Background(), db, unfenced, events); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -55,7 +55,7 @@ func TestAStoredStringWithANULIsRefusedNotCut(t *testing.T) {
 				ev := jetstream.Event{DID: tc.did, TimeUS: 1750000000000100, Kind: jetstream.KindCommit, Commit: &jetstream.Commit{
 					Rev: "3lrnqkdzhdqi2", Operation: "create", Collection: tc.collection, RKey: tc.rkey, Record: json.RawMessage(rec)}}
 				p := processor.New(processor.Options{Log: zerolog.Nop()})
-				res, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+				res, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{ev})
 				if err != nil {
 					t.Fatal(err)
 				}

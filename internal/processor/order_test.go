@@ -2,11 +2,11 @@ package processor_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/testsupport"
@@ -26,7 +26,7 @@ func at(did string, us int64, rev, op, collection, rkey string, record any) jets
 	return ev
 }
 
-func applyAll(t *testing.T, db *sql.DB, events ...jetstream.Event) processor.Result {
+func applyAll(t *testing.T, db *database.DB, events ...jetstream.Event) processor.Result {
 	t.Helper()
 	res, err := processor.New(processor.Options{Log: zerolog.Nop()}).Apply(context.Background(), db, unfenced, events)
 	if err != nil {
@@ -35,7 +35,7 @@ func applyAll(t *testing.T, db *sql.DB, events ...jetstream.Event) processor.Res
 	return res
 }
 
-func queryInt(t *testing.T, db *sql.DB, q string, args ...any) int64 {
+func queryInt(t *testing.T, db *database.DB, q string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	if err := db.QueryRow(q, args...).Scan(&n); err != nil {
@@ -55,16 +55,16 @@ func TestTwoHoldStatsUpdatesInOneMillisecondAreOrderedByRev(t *testing.T) {
 			"ownerDid": owner, "repository": "app", "pullCount": pull, "pushCount": 1,
 			"updatedAt": "2026-01-01T00:00:00.123Z"})
 	}
-	res := applyAll(t, db.DB, stats(100, rev1, 7), stats(101, rev2, 8))
+	res := applyAll(t, db, stats(100, rev1, 7), stats(101, rev2, 8))
 	if res.Applied != 2 {
 		t.Fatalf("result %+v: want both updates applied", res)
 	}
-	if got := queryInt(t, db.DB, `SELECT pull_count FROM repository_stats WHERE did = ?`, owner); got != 8 {
+	if got := queryInt(t, db, `SELECT pull_count FROM repository_stats WHERE did = ?`, owner); got != 8 {
 		t.Fatalf("repository_stats.pull_count = %d, want 8 (the later commit)", got)
 	}
 	// A replay of the older commit changes nothing.
-	applyAll(t, db.DB, stats(102, rev1, 7))
-	if got := queryInt(t, db.DB, `SELECT pull_count FROM repository_hold_stats WHERE did = ?`, owner); got != 8 {
+	applyAll(t, db, stats(102, rev1, 7))
+	if got := queryInt(t, db, `SELECT pull_count FROM repository_hold_stats WHERE did = ?`, owner); got != 8 {
 		t.Fatalf("after replaying the older commit pull_count = %d, want 8", got)
 	}
 }
@@ -79,25 +79,25 @@ func TestRevsOrderChangesAcrossJetstreamHostsWhateverTheirTimeUS(t *testing.T) {
 	star := map[string]any{"subject": map[string]any{"did": owner, "repository": "app"}, "createdAt": "2026-01-01T00:00:00Z"}
 	// Host A saw the create (rev1) and the delete (rev3); host B, whose
 	// clock runs ahead, delivers the older update (rev2) afterwards.
-	applyAll(t, db.DB,
+	applyAll(t, db,
 		at(alice, 1000, rev1, "create", processor.CollectionStar, "s1", star),
 		at(alice, 2000, rev3, "delete", processor.CollectionStar, "s1", nil),
 		at(alice, 9000, rev2, "update", processor.CollectionStar, "s1", star),
 	)
-	if n := countRows(t, db.DB, "stars"); n != 0 {
+	if n := countRows(t, db, "stars"); n != 0 {
 		t.Fatalf("%d stars after a delete with the newest rev, want 0", n)
 	}
-	if got := queryInt(t, db.DB, `SELECT star_count FROM repository_stats WHERE did = ?`, owner); got != 0 {
+	if got := queryInt(t, db, `SELECT star_count FROM repository_stats WHERE did = ?`, owner); got != 0 {
 		t.Fatalf("star_count = %d, want 0", got)
 	}
 	// A tag deleted (rev2, stamped late by host B) and re-created (rev3,
 	// stamped early by host A) stays.
-	applyAll(t, db.DB,
+	applyAll(t, db,
 		at(alice, 5000, rev1, "create", processor.CollectionTag, "t1", tagRecord("app", "latest", "sha256:1")),
 		at(alice, 8000, rev2, "delete", processor.CollectionTag, "t1", nil),
 		at(alice, 6000, rev3, "create", processor.CollectionTag, "t1", tagRecord("app", "latest", "sha256:2")),
 	)
-	if got := queryInt(t, db.DB, `SELECT COUNT(*) FROM tags WHERE did = ? AND digest = 'sha256:2'`, alice); got != 1 {
+	if got := queryInt(t, db, `SELECT COUNT(*) FROM tags WHERE did = ? AND digest = 'sha256:2'`, alice); got != 1 {
 		t.Fatalf("re-created tag: %d rows, want 1", got)
 	}
 }
@@ -115,9 +115,9 @@ func TestADeleteAndACreateWithTheSameRevEndDeletedInEitherOrder(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			db := testsupport.OpenDB(t)
-			applyAll(t, db.DB, events...)
-			applyAll(t, db.DB, events...) // and again, as a replay
-			if n := countRows(t, db.DB, "tags"); n != 0 {
+			applyAll(t, db, events...)
+			applyAll(t, db, events...) // and again, as a replay
+			if n := countRows(t, db, "tags"); n != 0 {
 				t.Fatalf("%d tags, want 0", n)
 			}
 		})
@@ -134,13 +134,13 @@ func TestAnEventWithARevReplacesARowWrittenWithoutOne(t *testing.T) {
 		return map[string]any{"repository": "app", "description": desc,
 			"createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"}
 	}
-	applyAll(t, db.DB, commit(alice, 9_000_000, "create", processor.CollectionRepoPage, "app", page("backfilled")))
-	applyAll(t, db.DB, at(alice, 1_000, rev1, "update", processor.CollectionRepoPage, "app", page("live")))
+	applyAll(t, db, commit(alice, 9_000_000, "create", processor.CollectionRepoPage, "app", page("backfilled")))
+	applyAll(t, db, at(alice, 1_000, rev1, "update", processor.CollectionRepoPage, "app", page("live")))
 	var desc string
 	if err := db.QueryRow(`SELECT description FROM repo_pages WHERE did = ?`, alice).Scan(&desc); err != nil || desc != "live" {
 		t.Fatalf("description = %q (%v), want live: an event with a rev replaces a row without one", desc, err)
 	}
-	applyAll(t, db.DB, commit(alice, 99_000_000, "update", processor.CollectionRepoPage, "app", page("stale read")))
+	applyAll(t, db, commit(alice, 99_000_000, "update", processor.CollectionRepoPage, "app", page("stale read")))
 	if err := db.QueryRow(`SELECT description FROM repo_pages WHERE did = ?`, alice).Scan(&desc); err != nil || desc != "live" {
 		t.Fatalf("description = %q (%v), want live: an event without a rev never replaces one with a rev", desc, err)
 	}
@@ -148,7 +148,7 @@ func TestAnEventWithARevReplacesARowWrittenWithoutOne(t *testing.T) {
 
 func TestARevThatIsNotATIDIsSkippedAsBadValue(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	res := applyAll(t, db.DB,
+	res := applyAll(t, db,
 		at("did:plc:alice", 1, "3lrnqkdzhdq2", "create", processor.CollectionTag, "t1", tagRecord("app", "a", "sha256:1")),  // 12 chars
 		at("did:plc:alice", 2, "zlrnqkdzhdq22", "create", processor.CollectionTag, "t2", tagRecord("app", "b", "sha256:1")), // top bit set
 		at("did:plc:alice", 3, "3lrnqkdzhdq21", "create", processor.CollectionTag, "t3", tagRecord("app", "c", "sha256:1")), // '1' is not base32-sortable

@@ -42,9 +42,9 @@ func TestATagWhoseManifestArrivesLaterIsWrittenWhenItDoes(t *testing.T) {
 		apply := func(events ...jetstream.Event) processor.Result {
 			t.Helper()
 			if tc.session {
-				return applySession(t, p, db.DB, events, 2)
+				return applySession(t, p, db, events, 2)
 			}
-			res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+			res, err := p.Apply(context.Background(), db, unfenced, events)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,14 +69,14 @@ func TestATagWhoseManifestArrivesLaterIsWrittenWhenItDoes(t *testing.T) {
 		if got != "latest="+digest+"@early" {
 			t.Errorf("%+v: tags %q, want latest at the manifest's digest (and not the deleted tag)", tc, got)
 		}
-		if n := countRows(t, db.DB, "pending_tags"); n != 0 {
+		if n := countRows(t, db, "pending_tags"); n != 0 {
 			t.Errorf("%+v: %d pending tags left", tc, n)
 		}
 		// A manifest deleted before it was ever stored: the tag waiting
 		// for it waits for nothing.
 		apply(revCommit(alice, t0+5, "create", processor.CollectionTag, "orphan", tag("orphan", "3m6v4okrju333")),
 			revCommit(alice, t0+6, "delete", processor.CollectionManifest, "3m6v4okrju333", ""))
-		if n := countRows(t, db.DB, "pending_tags"); n != 0 {
+		if n := countRows(t, db, "pending_tags"); n != 0 {
 			t.Errorf("%+v: %d pending tags left after their manifest was deleted", tc, n)
 		}
 		// A tag naming a manifest deleted since is dangling.
@@ -84,7 +84,7 @@ func TestATagWhoseManifestArrivesLaterIsWrittenWhenItDoes(t *testing.T) {
 			revCommit(alice, t0+7, "delete", processor.CollectionManifest, mrkey, ""),
 			revCommit(alice, t0+8, "create", processor.CollectionTag, "late", tag("late", mrkey)),
 		)
-		if res.Skipped[processor.ReasonUnresolvedManifest] != 1 || countRows(t, db.DB, "pending_tags") != 0 {
+		if res.Skipped[processor.ReasonUnresolvedManifest] != 1 || countRows(t, db, "pending_tags") != 0 {
 			t.Errorf("%+v: a tag of a deleted manifest: %+v, want it skipped as unresolved_manifest", tc, res)
 		}
 	}

@@ -42,11 +42,11 @@ func TestPreparedEventsApplyAsUnpreparedOnes(t *testing.T) {
 	plain, pre := testsupport.OpenDB(t), testsupport.OpenDB(t)
 	for i := 0; i < len(events); i += 100 {
 		hi := min(i+100, len(events))
-		want, err := p.Apply(context.Background(), plain.DB, unfenced, events[i:hi])
+		want, err := p.Apply(context.Background(), plain, unfenced, events[i:hi])
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := p.Apply(context.Background(), pre.DB, unfenced, prepared[i:hi])
+		got, err := p.Apply(context.Background(), pre, unfenced, prepared[i:hi])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestPreparedEventsApplyAsUnpreparedOnes(t *testing.T) {
 			t.Fatalf("batch at %d: prepared %+v, unprepared %+v", i, got, want)
 		}
 	}
-	if got, want := dump(t, pre.DB), dump(t, plain.DB); got != want {
+	if got, want := dump(t, pre), dump(t, plain); got != want {
 		t.Fatal("prepared events left other rows than unprepared ones")
 	}
 	// Again, the same prepared events: a retried transaction sees the
@@ -66,11 +66,11 @@ func TestPreparedEventsApplyAsUnpreparedOnes(t *testing.T) {
 			db = testsupport.OpenDB(t)
 		}
 		for i := 0; i < len(prepared); i += 100 {
-			if _, err := p.Apply(context.Background(), db.DB, unfenced, prepared[i:min(i+100, len(prepared))]); err != nil {
+			if _, err := p.Apply(context.Background(), db, unfenced, prepared[i:min(i+100, len(prepared))]); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if dump(t, db.DB) != dump(t, plain.DB) {
+		if dump(t, db) != dump(t, plain) {
 			t.Fatalf("round %d: a second application of the same prepared events differs", round)
 		}
 	}

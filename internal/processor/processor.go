@@ -226,7 +226,7 @@ func (p *Processor) skipLog(reason string) *zerolog.Logger {
 // fails there, it is rolled back and run again isolating each event
 // (BeginTx). Errors wrap fence.ErrSuperseded when custody was lost; see
 // ApplyTx for the rest.
-func (p *Processor) Apply(ctx context.Context, db *sql.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
+func (p *Processor) Apply(ctx context.Context, db *database.DB, c fence.Custody, events []jetstream.Event) (Result, error) {
 	var (
 		res Result
 		s   *TxSession

@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/testsupport"
 
@@ -47,7 +47,7 @@ func readJSONL(t testing.TB, path string) []jetstream.Event {
 // unfenced is the custody of a worker running with leases disabled.
 var unfenced = fence.Custody{Lease: "test"}
 
-func countRows(t testing.TB, db *sql.DB, table string) int {
+func countRows(t testing.TB, db *database.DB, table string) int {
 	t.Helper()
 	var n int
 	if err := db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&n); err != nil {
@@ -71,12 +71,12 @@ func TestRealTrafficCreatesNoRowsAndLogsNothingAboveWarn(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := processor.New(processor.Options{Log: zerolog.New(&logs).Level(zerolog.DebugLevel), Metrics: m})
-			res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+			res, err := p.Apply(context.Background(), db, unfenced, events)
 			if err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			for _, table := range registryTables {
-				if n := countRows(t, db.DB, table); n != 0 {
+				if n := countRows(t, db, table); n != 0 {
 					t.Errorf("%s has %d rows, want 0", table, n)
 				}
 			}

@@ -21,7 +21,7 @@ func TestFramesCapturedFromTheRealChainAreIndexed(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events := readJSONL(t, "testdata/realchain-subscribe.jsonl")
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestFramesCapturedFromTheRealChainAreIndexed(t *testing.T) {
 		"manifests": 4, "manifest_references": 2, "tags": 2, "stars": 2, "repo_pages": 1,
 		"hold_captains": 1, "hold_crew": 1, "repository_hold_stats": 1,
 	} {
-		if got := countRows(t, db.DB, table); got != want {
+		if got := countRows(t, db, table); got != want {
 			t.Errorf("%s: %d rows, want %d", table, got, want)
 		}
 	}
@@ -59,7 +59,7 @@ func TestFramesCapturedFromTheRealChainAreIndexed(t *testing.T) {
 	if err := db.QueryRow(`SELECT avatar_cid FROM repo_pages`).Scan(&avatar); err != nil || !strings.HasPrefix(avatar, "bafkrei") {
 		t.Errorf("repo page avatar = %q (%v), want the blob's CID link", avatar, err)
 	}
-	if n := countRows(t, db.DB, "users WHERE active = 0 AND status = 'deactivated'"); n != 1 {
+	if n := countRows(t, db, "users WHERE active = 0 AND status = 'deactivated'"); n != 1 {
 		t.Errorf("%d deactivated users, want 1", n)
 	}
 	for _, ev := range events {

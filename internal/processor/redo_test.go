@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -20,7 +21,7 @@ import (
 
 // refuse makes the database refuse every row of table whose column holds
 // value (a constraint only these tests have).
-func refuse(t *testing.T, db *sql.DB, table, column, value string) {
+func refuse(t *testing.T, db *database.DB, table, column, value string) {
 	t.Helper()
 	if _, err := db.Exec(fmt.Sprintf(`CREATE TRIGGER "refuse_%[1]s_%[3]s" BEFORE INSERT ON %[1]s WHEN NEW.%[2]s = '%[3]s'
 BEGIN SELECT RAISE(ABORT, '%[1]s %[3]s is refused'); END`, table, column, value)); err != nil {
@@ -36,7 +37,7 @@ func manifestWithLayer(digest, layer string) map[string]any {
 }
 
 // bareApply applies events in one bare session and rolls it back.
-func bareApply(t *testing.T, db *sql.DB, p *processor.Processor, events []jetstream.Event) (processor.Result, error) {
+func bareApply(t *testing.T, db *database.DB, p *processor.Processor, events []jetstream.Event) (processor.Result, error) {
 	t.Helper()
 	tx, err := db.BeginTx(context.Background(), nil)
 	if err != nil {
@@ -48,7 +49,7 @@ func bareApply(t *testing.T, db *sql.DB, p *processor.Processor, events []jetstr
 
 func TestABareSessionSkipsAFailingEventThatWroteNothing(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	refuse(t, db.DB, "tags", "tag", "boom")
+	refuse(t, db, "tags", "tag", "boom")
 	const alice = "did:plc:alice"
 	events := []jetstream.Event{
 		commit(alice, 10, "create", processor.CollectionTag, "t1", tagRecord("app", "one", "sha256:1")),
@@ -57,7 +58,7 @@ func TestABareSessionSkipsAFailingEventThatWroteNothing(t *testing.T) {
 		commit(alice, 13, "create", processor.CollectionTag, "t4", tagRecord("app", "four", "sha256:4")),
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	res, err := bareApply(t, db.DB, p, events)
+	res, err := bareApply(t, db, p, events)
 	if err != nil {
 		t.Fatalf("bare Apply: %v (events that wrote nothing need no redo)", err)
 	}
@@ -68,7 +69,7 @@ func TestABareSessionSkipsAFailingEventThatWroteNothing(t *testing.T) {
 
 func TestABareSessionStopsAtAFailingEventThatWroteWithErrRedo(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	refuse(t, db.DB, "manifest_layers", "digest", "sha256:bad")
+	refuse(t, db, "manifest_layers", "digest", "sha256:bad")
 	const alice = "did:plc:alice"
 	events := []jetstream.Event{
 		commit(alice, 10, "create", processor.CollectionTag, "t1", tagRecord("app", "one", "sha256:1")),
@@ -77,7 +78,7 @@ func TestABareSessionStopsAtAFailingEventThatWroteWithErrRedo(t *testing.T) {
 		commit(alice, 12, "create", processor.CollectionManifest, "m2", manifestWithLayer("sha256:m2", "sha256:good")),
 	}
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	_, err := bareApply(t, db.DB, p, events)
+	_, err := bareApply(t, db, p, events)
 	if !errors.Is(err, processor.ErrRedo) {
 		t.Fatalf("bare Apply: err = %v, want ErrRedo", err)
 	}
@@ -86,7 +87,7 @@ func TestABareSessionStopsAtAFailingEventThatWroteWithErrRedo(t *testing.T) {
 	}
 	// Apply (bare, then isolating each event) loses only the failing one,
 	// with everything it wrote.
-	res, err := p.Apply(context.Background(), db.DB, unfenced, events)
+	res, err := p.Apply(context.Background(), db, unfenced, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestABareSessionStopsAtAFailingEventThatWroteWithErrRedo(t *testing.T) {
 
 func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	refuse(t, db.DB, "manifest_layers", "digest", "sha256:bad")
+	refuse(t, db, "manifest_layers", "digest", "sha256:bad")
 	const alice = "did:plc:alice"
 	var events []jetstream.Event
 	for i, tag := range []string{"a", "b", "c"} {
@@ -127,7 +128,7 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	var s *processor.TxSession
 	err = processor.Redo(func(bare bool) error {
 		attempts++
-		return fence.Fenced(context.Background(), db.DB, unfenced, func(tx *sql.Tx) error {
+		return fence.Fenced(context.Background(), db, unfenced, func(tx *sql.Tx) error {
 			s = p.BeginTx(context.Background(), tx, unfenced)
 			if bare {
 				s = p.BeginBareTx(context.Background(), tx, unfenced)
@@ -156,10 +157,10 @@ func TestARedoneTransactionCountsAndLogsEachEventOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "manifest_layers sha256:bad is refused"); n != 1 {
 		t.Fatalf("the refusal is logged %d times, want once:\n%s", n, logs.String())
 	}
-	if n := countRows(t, db.DB, "tags"); n != 4 {
+	if n := countRows(t, db, "tags"); n != 4 {
 		t.Fatalf("tags = %d, want 4", n)
 	}
-	if n := countRows(t, db.DB, "manifests"); n != 0 {
+	if n := countRows(t, db, "manifests"); n != 0 {
 		t.Fatalf("manifests = %d, want 0", n)
 	}
 }
@@ -181,7 +182,7 @@ func TestATransactionThatDoesNotCommitCountsNothing(t *testing.T) {
 	// commit is refused (here: rolled back) and the next holder applies
 	// the same events again.
 	errLost := errors.New("custody lost at commit")
-	err = fence.Fenced(context.Background(), db.DB, unfenced, func(tx *sql.Tx) error {
+	err = fence.Fenced(context.Background(), db, unfenced, func(tx *sql.Tx) error {
 		s := p.BeginBareTx(context.Background(), tx, unfenced)
 		if _, err := s.Apply(events); err != nil {
 			return err
@@ -197,7 +198,7 @@ func TestATransactionThatDoesNotCommitCountsNothing(t *testing.T) {
 	if got := metricSum(t, reg, "appview_processor_events_total"); got != 0 {
 		t.Fatalf("appview_processor_events_total = %v after a transaction that did not commit, want 0", got)
 	}
-	if _, err := p.Apply(context.Background(), db.DB, unfenced, events); err != nil {
+	if _, err := p.Apply(context.Background(), db, unfenced, events); err != nil {
 		t.Fatal(err)
 	}
 	if got := metricSum(t, reg, "appview_processor_skipped_total"); got != 1 {

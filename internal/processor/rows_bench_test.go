@@ -57,7 +57,7 @@ func BenchmarkHoldStatUpsertRowsPerStatement(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			ctx := context.Background()
 			db := testsupport.OpenDB(b)
-			if err := fillHoldStats(ctx, db.DB); err != nil {
+			if err := fillHoldStats(ctx, db); err != nil {
 				b.Fatal(err)
 			}
 			batch := 0
@@ -83,7 +83,7 @@ func BenchmarkHoldStatUpsertRowsPerStatement(b *testing.B) {
 }
 
 // fillHoldStats stores rowsStored distinct hold-stat rows.
-func fillHoldStats(ctx context.Context, db *sql.DB) error {
+func fillHoldStats(ctx context.Context, db *database.DB) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

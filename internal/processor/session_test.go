@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
@@ -19,7 +20,7 @@ import (
 // applySession applies events in one fenced transaction through a
 // TxSession: Preload, then Apply chunk events at a time, then Finish. It
 // returns the chunks' results merged.
-func applySession(t testing.TB, p *processor.Processor, db *sql.DB, events []jetstream.Event, chunk int) processor.Result {
+func applySession(t testing.TB, p *processor.Processor, db *database.DB, events []jetstream.Event, chunk int) processor.Result {
 	t.Helper()
 	var out processor.Result
 	err := fence.Fenced(context.Background(), db, unfenced, func(tx *sql.Tx) error {
@@ -65,18 +66,18 @@ func TestASessionOfChunksLeavesWhatOneApplyLeaves(t *testing.T) {
 		whole := testsupport.OpenDB(t)
 		var want []processor.Result
 		for i := 0; i < len(events); i += 100 {
-			res, err := p.Apply(context.Background(), whole.DB, unfenced, events[i:min(i+100, len(events))])
+			res, err := p.Apply(context.Background(), whole, unfenced, events[i:min(i+100, len(events))])
 			if err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, res)
 		}
-		wantDump := dump(t, whole.DB)
+		wantDump := dump(t, whole)
 		for _, chunk := range []int{1, 7, 25} {
 			t.Run(fmt.Sprintf("seed%d/chunk%d", seed, chunk), func(t *testing.T) {
 				db := testsupport.OpenDB(t)
 				for i := 0; i < len(events); i += 100 {
-					got := applySession(t, p, db.DB, events[i:min(i+100, len(events))], chunk)
+					got := applySession(t, p, db, events[i:min(i+100, len(events))], chunk)
 					w := want[i/100]
 					if len(w.Skipped) == 0 {
 						w.Skipped = nil
@@ -85,7 +86,7 @@ func TestASessionOfChunksLeavesWhatOneApplyLeaves(t *testing.T) {
 						t.Fatalf("batch at %d: session result\n%+v\nwant\n%+v", i, got, w)
 					}
 				}
-				if got := dump(t, db.DB); got != wantDump {
+				if got := dump(t, db); got != wantDump {
 					t.Fatalf("chunked session changed the database:\n%s", firstDifference(wantDump, got))
 				}
 			})
@@ -106,7 +107,7 @@ BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
 	const alice, bob = "did:plc:alice", "did:plc:bob"
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	// Stored before the session: a tag of bob's, deleted in chunk 2.
-	if _, err := p.Apply(context.Background(), db.DB, unfenced, []jetstream.Event{
+	if _, err := p.Apply(context.Background(), db, unfenced, []jetstream.Event{
 		commit(bob, 5, "create", processor.CollectionTag, "old", tagRecord("app", "old", "sha256:0")),
 	}); err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ BEGIN SELECT RAISE(ABORT, 'tag boom is refused'); END`); err != nil {
 		commit(bob, 9, "create", processor.CollectionTag, "old", tagRecord("app", "old", "sha256:0")),
 	}
 	res := processor.Result{}
-	err := fence.Fenced(context.Background(), db.DB, unfenced, func(tx *sql.Tx) error {
+	err := fence.Fenced(context.Background(), db, unfenced, func(tx *sql.Tx) error {
 		s := p.BeginTx(context.Background(), tx, unfenced)
 		for _, chunk := range [][]jetstream.Event{events[:1], events[1:4], events[4:]} {
 			r, err := s.Apply(chunk)

@@ -3,7 +3,6 @@ package processor_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -51,7 +50,7 @@ func manifestFrame(field, item string, n int) []byte {
 
 // storeFrame decodes frame as the consumer does (its default frame limit)
 // and applies it; the manifest must be stored with every list entry.
-func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) {
+func storeFrame(t *testing.T, db *database.DB, frame []byte, table string, want int) {
 	t.Helper()
 	dec, err := jetstream.NewDecoder(max(jetstream.DefaultMaxEventBytes, int64(len(frame))))
 	if err != nil {
@@ -79,7 +78,7 @@ func storeFrame(t *testing.T, db *sql.DB, frame []byte, table string, want int) 
 // The manifest of the report: 7,201 layers, 5 parameters each, was
 // dropped with "too many SQL variables" when stored in one INSERT.
 func TestAManifestWith7201LayersIsStored(t *testing.T) {
-	storeFrame(t, testsupport.OpenDB(t).DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+	storeFrame(t, testsupport.OpenDB(t), manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
 }
 
 // realisticLayer is an OCI layer descriptor as a registry writes it.
@@ -95,7 +94,7 @@ func TestTheLargestFrameOfLayersIsStoredWhole(t *testing.T) {
 		t.Fatalf("%d layers make a %d-byte frame: not the largest under %d", n, len(frame), jetstream.DefaultMaxEventBytes)
 	}
 	t.Logf("%d layers in a %d-byte frame", n, len(frame))
-	storeFrame(t, testsupport.OpenDB(t).DB, frame, "manifest_layers", n)
+	storeFrame(t, testsupport.OpenDB(t), frame, "manifest_layers", n)
 }
 
 // The most parameters a record can bind: each list at the AT Protocol's
@@ -113,14 +112,14 @@ func TestListsAtTheElementLimitAreStoredWholeAndOneMoreIsSkipped(t *testing.T) {
 	} {
 		t.Run(c.field, func(t *testing.T) {
 			db := testsupport.OpenDB(t)
-			storeFrame(t, db.DB, manifestFrame(c.field, c.item, processor.MaxContainerLen), c.table, processor.MaxContainerLen)
+			storeFrame(t, db, manifestFrame(c.field, c.item, processor.MaxContainerLen), c.table, processor.MaxContainerLen)
 
 			ev, err := jetstream.Decode(manifestFrame(c.field, c.item, processor.MaxContainerLen+1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ev.Commit.Rev, ev.Commit.RKey = "3lrnqkdzhdq23", "3lrnqkdzhdq23"
-			res, err := processor.New(processor.Options{Log: zerolog.Nop()}).Apply(context.Background(), db.DB, unfenced, []jetstream.Event{ev})
+			res, err := processor.New(processor.Options{Log: zerolog.Nop()}).Apply(context.Background(), db, unfenced, []jetstream.Event{ev})
 			if err != nil || res.Skipped[processor.ReasonTooLong] != 1 {
 				t.Fatalf("one element over the limit: %+v, %v; want it skipped as too_long", res, err)
 			}
@@ -140,8 +139,8 @@ func TestTheLargestRecordsAreStoredOverSqld(t *testing.T) {
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	storeFrame(t, db.DB, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
+	storeFrame(t, db, manifestFrame("layers", realisticLayer, 7201), "manifest_layers", 7201)
 	// The most parameters one record can bind: 8 per manifest list entry.
 	frame := bytes.Replace(manifestFrame("manifests", `{"digest":"a:0"}`, processor.MaxContainerLen), []byte("sha256:big"), []byte("sha256:bi2"), 1)
-	storeFrame(t, db.DB, frame, "manifest_references", processor.MaxContainerLen)
+	storeFrame(t, db, frame, "manifest_references", processor.MaxContainerLen)
 }

@@ -2,13 +2,13 @@ package processor_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/processor"
 	"github.com/atcr-io/appview/internal/synth"
@@ -32,7 +32,7 @@ func generate(t testing.TB, o synth.Options) ([]jetstream.Event, *synth.Expected
 
 // applyInBatches applies events in batches of size n, collecting the push
 // event keys reported.
-func applyInBatches(t testing.TB, p *processor.Processor, db *sql.DB, events []jetstream.Event, n int, pushes map[string]bool) {
+func applyInBatches(t testing.TB, p *processor.Processor, db *database.DB, events []jetstream.Event, n int, pushes map[string]bool) {
 	t.Helper()
 	for i := 0; i < len(events); i += n {
 		res, err := p.Apply(context.Background(), db, unfenced, events[i:min(i+n, len(events))])
@@ -55,7 +55,7 @@ func TestSyntheticTrafficProducesTheExpectedState(t *testing.T) {
 			events, exp := generate(t, synth.Options{Seed: seed, Events: 4000})
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			pushes := map[string]bool{}
-			applyInBatches(t, p, db.DB, events, 100, pushes)
+			applyInBatches(t, p, db, events, 100, pushes)
 			for _, d := range synth.Diff(context.Background(), db.DB, exp) {
 				t.Error(d)
 			}
@@ -73,7 +73,7 @@ func TestSyntheticTrafficProducesTheExpectedState(t *testing.T) {
 
 // dump renders every table of the database (but the lease and migration
 // bookkeeping) as sorted rows.
-func dump(t testing.TB, db *sql.DB) string {
+func dump(t testing.TB, db *database.DB) string {
 	t.Helper()
 	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('schema_migrations', 'leases', 'lease_contenders') ORDER BY name`)
 	if err != nil {
@@ -94,7 +94,7 @@ func dump(t testing.TB, db *sql.DB) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines, err := testsupport.DumpRows(context.Background(), db, q)
+		lines, err := testsupport.DumpRows(context.Background(), db.DB, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,16 +109,16 @@ func TestApplyingTheStreamTwiceOrWithRewindsLeavesAnIdenticalDatabase(t *testing
 	pushes := map[string]bool{}
 
 	once := testsupport.OpenDB(t)
-	applyInBatches(t, p, once.DB, events, 250, pushes)
-	want := dump(t, once.DB)
+	applyInBatches(t, p, once, events, 250, pushes)
+	want := dump(t, once)
 	if d := synth.Diff(context.Background(), once.DB, exp); len(d) != 0 {
 		t.Fatalf("single pass differs from the expected state: %v", d)
 	}
 
 	twice := testsupport.OpenDB(t)
-	applyInBatches(t, p, twice.DB, events, 250, pushes)
-	applyInBatches(t, p, twice.DB, events, 77, pushes)
-	if got := dump(t, twice.DB); got != want {
+	applyInBatches(t, p, twice, events, 250, pushes)
+	applyInBatches(t, p, twice, events, 77, pushes)
+	if got := dump(t, twice); got != want {
 		t.Fatalf("applying the stream twice changed the database:\n%s", firstDifference(want, got))
 	}
 
@@ -129,13 +129,13 @@ func TestApplyingTheStreamTwiceOrWithRewindsLeavesAnIdenticalDatabase(t *testing
 	pos := 0
 	for pos < len(events) {
 		end := min(len(events), pos+1+rng.IntN(400))
-		applyInBatches(t, p, rewound.DB, events[pos:end], 1+rng.IntN(60), pushes)
+		applyInBatches(t, p, rewound, events[pos:end], 1+rng.IntN(60), pushes)
 		pos = max(0, end-rng.IntN(300))
 		if end == len(events) {
 			break
 		}
 	}
-	if got := dump(t, rewound.DB); got != want {
+	if got := dump(t, rewound); got != want {
 		t.Fatalf("applying the stream with rewinds changed the database:\n%s", firstDifference(want, got))
 	}
 }
@@ -154,7 +154,7 @@ func TestDiffReportsEveryKindOfDifference(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	events, exp := generate(t, synth.Options{Seed: 4, Events: 1500})
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
-	applyInBatches(t, p, db.DB, events, 500, map[string]bool{})
+	applyInBatches(t, p, db, events, 500, map[string]bool{})
 	for name, rows := range exp.Tables {
 		if len(rows) == 0 {
 			t.Errorf("expected state has no %s rows: the stream does not exercise it", name)

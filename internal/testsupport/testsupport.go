@@ -19,7 +19,6 @@ package testsupport
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -30,7 +29,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
+	"github.com/atcr-io/appview/internal/fence"
 )
 
 // BusyTimeout is the busy_timeout of every test connection: long enough
@@ -103,22 +102,43 @@ func NewActorSystem(t testing.TB) *actor.ActorSystem {
 	return sys
 }
 
-// leaseStores holds one lease store per test database and TTL: a store is
-// one process start (its nonce, see leasestore.Store.Nonce), and a grant is
-// released only by the process start that took it.
-var leaseStores sync.Map
-
-type storeKey struct {
-	db  *sql.DB
-	ttl time.Duration
+// Custody grants lease name to holder for ttl in db and returns the
+// custody, as a LeaseActor's acquire would have: the row of docs/spec.md
+// §4 with the next fence (one above the row's), granted now on the
+// database's clock. It fails the test when another grant of the name is
+// live. Fenced writes under the custody commit until it expires or is
+// released (Release) or another Custody takes the lease.
+func Custody(t testing.TB, db *database.DB, name, holder string, ttl time.Duration) fence.Custody {
+	t.Helper()
+	var f int64
+	granted, err := database.QueryReturning(context.Background(), db, `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+SELECT ?1, ?2, COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0) + 1, n, n, n + ?3
+FROM (SELECT `+database.NowMS+` AS n) WHERE true
+ON CONFLICT(name) DO UPDATE SET holder = excluded.holder, fence = leases.fence + 1,
+  acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
+WHERE leases.expires_at <= excluded.acquired_at
+RETURNING fence`, []any{name, holder, ttl.Milliseconds()}, &f)
+	switch {
+	case err != nil:
+		t.Fatalf("grant lease %q to %q: %v", name, holder, err)
+	case !granted:
+		t.Fatalf("grant lease %q to %q: another grant of it is live", name, holder)
+	}
+	return fence.Custody{Lease: name, Holder: holder, Fence: f}
 }
 
-// LeaseStore returns the test's lease store for db and ttl, the same one
-// on every call, so a test that acquires and later releases (a handover)
-// does both as one process.
-func LeaseStore(db *sql.DB, ttl time.Duration) *leasestore.Store {
-	s, _ := leaseStores.LoadOrStore(storeKey{db, ttl}, leasestore.NewStore(db, ttl))
-	return s.(*leasestore.Store)
+// Release expires c's grant in place, as a holder's release does, so the
+// next Custody of the name takes it at once.
+func Release(t testing.TB, db *database.DB, c fence.Custody) {
+	t.Helper()
+	res, err := db.Exec(`UPDATE leases SET renewed_at = `+database.NowMS+`, expires_at = `+database.NowMS+`
+WHERE name = ?1 AND holder = ?2 AND fence = ?3`, c.Lease, c.Holder, c.Fence)
+	if err != nil {
+		t.Fatalf("release %s: %v", c, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("release %s: the lease no longer carries that grant", c)
+	}
 }
 
 // LockedBuffer is an io.Writer that other goroutines may write (a logger,

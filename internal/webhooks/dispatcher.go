@@ -71,7 +71,7 @@ type Kick struct{}
 // DispatcherOptions configure one dispatcher (one grant of custody).
 type DispatcherOptions struct {
 	// DB is the shared database.
-	DB *sql.DB
+	DB *database.DB
 	// Custody is the consumer's grant (lease "jetstream-consumer"). Every
 	// claim and outcome is a fence.Fenced write under it, and requests carry
 	// it as X-Appview-Fence.
@@ -464,7 +464,7 @@ func (d *dispatcher) claimDue(ctx context.Context, limit int) *scanned {
 	return &out
 }
 
-func dueIDs(ctx context.Context, db *sql.DB, firstMS int64, limit int) ([]int64, error) {
+func dueIDs(ctx context.Context, db *database.DB, firstMS int64, limit int) ([]int64, error) {
 	rows, err := db.QueryContext(ctx, selectDueSQL, firstMS, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due webhook deliveries: %w", err)

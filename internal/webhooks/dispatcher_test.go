@@ -326,9 +326,7 @@ func TestFailoverResumesPendingDeliveriesUnderNextFenceWithoutResending(t *testi
 	e.stop(a)
 	// A commits the second batch, then dies before dispatching it.
 	e.enqueue(e.custody, second...)
-	if err := e.leases.Release(e.ctx, e.custody); err != nil {
-		t.Fatal(err)
-	}
+	testsupport.Release(t, e.db, e.custody)
 
 	b := e.acquire("instance-b")
 	e.spawn(e.options(b, config.Webhooks{AllowPrivate: true}, nil))
@@ -569,7 +567,7 @@ func TestRemovedWebhookDropsItsPendingDeliveries(t *testing.T) {
 	if n := e.enqueue(e.custody, p); n != 2 {
 		t.Fatalf("enqueue for two webhooks recorded %d, want 2", n)
 	}
-	if err := Remove(e.ctx, e.db.DB, gone); err != nil {
+	if err := Remove(e.ctx, e.db, gone); err != nil {
 		t.Fatal(err)
 	}
 	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true}, nil))

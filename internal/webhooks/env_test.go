@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -35,7 +34,6 @@ type env struct {
 	t       *testing.T
 	ctx     context.Context
 	db      *database.DB
-	leases  *leasestore.Store
 	custody fence.Custody
 	sys     *actor.ActorSystem
 }
@@ -44,7 +42,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	db := testsupport.OpenDB(t)
-	e := &env{t: t, ctx: ctx, db: db, leases: leasestore.NewStore(db.DB, time.Minute)}
+	e := &env{t: t, ctx: ctx, db: db}
 	e.custody = e.acquire("instance-a")
 	e.sys = testsupport.NewActorSystem(t)
 	return e
@@ -53,16 +51,12 @@ func newEnv(t *testing.T) *env {
 // acquire takes the consumer lease for holder (it must be free or expired).
 func (e *env) acquire(holder string) fence.Custody {
 	e.t.Helper()
-	g, err := e.leases.Acquire(e.ctx, testLease, holder)
-	if err != nil || !g.Granted {
-		e.t.Fatalf("acquire %s for %s: granted=%v err=%v", testLease, holder, g.Granted, err)
-	}
-	return fence.Custody{Lease: testLease, Holder: holder, Fence: g.Fence}
+	return testsupport.Custody(e.t, e.db, testLease, holder, time.Minute)
 }
 
 func (e *env) addWebhook(url, secret string) int64 {
 	e.t.Helper()
-	id, err := Add(e.ctx, e.db.DB, Webhook{DID: testOwner, URL: url, Secret: secret}, Guard{AllowPrivate: true})
+	id, err := Add(e.ctx, e.db, Webhook{DID: testOwner, URL: url, Secret: secret}, Guard{AllowPrivate: true})
 	if err != nil {
 		e.t.Fatalf("add webhook: %v", err)
 	}
@@ -73,7 +67,7 @@ func (e *env) addWebhook(url, secret string) int64 {
 func (e *env) enqueue(c fence.Custody, pushes ...Push) int {
 	e.t.Helper()
 	var n int
-	err := fence.Fenced(e.ctx, e.db.DB, c, func(tx *sql.Tx) error {
+	err := fence.Fenced(e.ctx, e.db, c, func(tx *sql.Tx) error {
 		var err error
 		n, err = EnqueueTx(e.ctx, tx, pushes)
 		return err
@@ -96,7 +90,7 @@ func (e *env) options(c fence.Custody, cfg config.Webhooks, m *Metrics) Dispatch
 	}
 	client := NewClient(Guard{AllowPrivate: cfg.AllowPrivate})
 	e.t.Cleanup(client.CloseIdleConnections)
-	return DispatcherOptions{DB: e.db.DB, Custody: c, Config: cfg, Client: client, Metrics: m, Log: zerolog.Nop()}
+	return DispatcherOptions{DB: e.db, Custody: c, Config: cfg, Client: client, Metrics: m, Log: zerolog.Nop()}
 }
 
 // spawn starts a dispatcher at the root and stops it when the test ends.

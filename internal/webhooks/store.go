@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,7 +91,7 @@ func Check(ctx context.Context, w Webhook, g Guard) (Webhook, error) {
 
 // Add validates w (Check) and stores it, returning its id. ID and
 // CreatedAt of w are ignored.
-func Add(ctx context.Context, db *sql.DB, w Webhook, g Guard) (int64, error) {
+func Add(ctx context.Context, db *database.DB, w Webhook, g Guard) (int64, error) {
 	w, err := Check(ctx, w, g)
 	if err != nil {
 		return 0, err
@@ -112,7 +111,7 @@ func Add(ctx context.Context, db *sql.DB, w Webhook, g Guard) (int64, error) {
 }
 
 // List returns the webhooks of did ("" for all), ordered by id.
-func List(ctx context.Context, db *sql.DB, did string) ([]Webhook, error) {
+func List(ctx context.Context, db *database.DB, did string) ([]Webhook, error) {
 	var out []Webhook
 	err := database.Bounded(ctx, func() error {
 		rows, err := db.QueryContext(ctx,
@@ -147,7 +146,7 @@ func List(ctx context.Context, db *sql.DB, did string) ([]Webhook, error) {
 // Remove deletes the webhook and its deliveries (pending ones are dropped;
 // a request in flight finishes, but its outcome is not recorded). It
 // returns ErrNotFound when there is no such webhook.
-func Remove(ctx context.Context, db *sql.DB, id int64) error {
+func Remove(ctx context.Context, db *database.DB, id int64) error {
 	err := database.Bounded(ctx, func() error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {

@@ -15,32 +15,32 @@ import (
 func TestAddListRemoveRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	lax := Guard{AllowPrivate: true}
-	a, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:alice", URL: "http://127.0.0.1:1/a", Secret: "x"}, lax)
+	a, err := Add(e.ctx, e.db, Webhook{DID: "did:plc:alice", URL: "http://127.0.0.1:1/a", Secret: "x"}, lax)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:web:bob.example.com", URL: "https://127.0.0.1/b", Triggers: []string{"push", " push"}}, lax)
+	b, err := Add(e.ctx, e.db, Webhook{DID: "did:web:bob.example.com", URL: "https://127.0.0.1/b", Triggers: []string{"push", " push"}}, lax)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := List(e.ctx, e.db.DB, "")
+	all, err := List(e.ctx, e.db, "")
 	if err != nil || len(all) != 2 || all[0].ID != a || all[1].ID != b {
 		t.Fatalf("List all = %+v, %v", all, err)
 	}
 	if !all[0].Signed() || all[1].Signed() || !reflect.DeepEqual(all[1].Triggers, []string{"push"}) || all[0].CreatedAt == 0 {
 		t.Fatalf("listed webhooks = %+v", all)
 	}
-	bobs, err := List(e.ctx, e.db.DB, "did:web:bob.example.com")
+	bobs, err := List(e.ctx, e.db, "did:web:bob.example.com")
 	if err != nil || len(bobs) != 1 || bobs[0].ID != b {
 		t.Fatalf("List bob = %+v, %v", bobs, err)
 	}
-	if err := Remove(e.ctx, e.db.DB, a); err != nil {
+	if err := Remove(e.ctx, e.db, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := Remove(e.ctx, e.db.DB, a); !errors.Is(err, ErrNotFound) {
+	if err := Remove(e.ctx, e.db, a); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second Remove = %v, want ErrNotFound", err)
 	}
-	if left, _ := List(e.ctx, e.db.DB, ""); len(left) != 1 || left[0].ID != b {
+	if left, _ := List(e.ctx, e.db, ""); len(left) != 1 || left[0].ID != b {
 		t.Fatalf("after remove: %+v", left)
 	}
 }
@@ -68,15 +68,15 @@ func TestAddRejectsBadDIDTriggerAndURL(t *testing.T) {
 		{Webhook{DID: "did:plc:a", URL: "http://127.0.0.1/" + strings.Repeat("a", MaxURLBytes-len("http://127.0.0.1/")+1)}, lax, "is 2049 bytes"},
 	}
 	for _, c := range cases {
-		if _, err := Add(e.ctx, e.db.DB, c.w, c.g); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Add(e.ctx, e.db, c.w, c.g); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Add(%+v) = %v, want an error containing %q", c.w, err, c.want)
 		}
 	}
-	if all, _ := List(e.ctx, e.db.DB, ""); len(all) != 0 {
+	if all, _ := List(e.ctx, e.db, ""); len(all) != 0 {
 		t.Fatalf("rejected webhooks were stored: %+v", all)
 	}
 	atBound := "http://127.0.0.1/" + strings.Repeat("a", MaxURLBytes-len("http://127.0.0.1/"))
-	if _, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:a", URL: atBound}, lax); err != nil {
+	if _, err := Add(e.ctx, e.db, Webhook{DID: "did:plc:a", URL: atBound}, lax); err != nil {
 		t.Fatalf("a URL of exactly %d bytes: %v", MaxURLBytes, err)
 	}
 }
@@ -102,9 +102,9 @@ func TestParseTriggersAcceptsJSONArrayAndCommaList(t *testing.T) {
 func TestEnqueueRecordsOneDeliveryPerPushSubscriber(t *testing.T) {
 	e := newEnv(t)
 	lax := Guard{AllowPrivate: true}
-	mine1, _ := Add(e.ctx, e.db.DB, Webhook{DID: testOwner, URL: "http://127.0.0.1/1"}, lax)
-	mine2, _ := Add(e.ctx, e.db.DB, Webhook{DID: testOwner, URL: "http://127.0.0.1/2"}, lax)
-	others, _ := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:someoneelse", URL: "http://127.0.0.1/3"}, lax)
+	mine1, _ := Add(e.ctx, e.db, Webhook{DID: testOwner, URL: "http://127.0.0.1/1"}, lax)
+	mine2, _ := Add(e.ctx, e.db, Webhook{DID: testOwner, URL: "http://127.0.0.1/2"}, lax)
+	others, _ := Add(e.ctx, e.db, Webhook{DID: "did:plc:someoneelse", URL: "http://127.0.0.1/3"}, lax)
 	// Written by a newer version or by hand: a comma list without "push",
 	// and a column that cannot be parsed. Neither gets push deliveries.
 	for _, triggers := range []string{"tag, star", `["push"`} {
@@ -158,7 +158,7 @@ func TestEnqueueOfManyOwnersDeliversToEachOwnersWebhooksOnly(t *testing.T) {
 	subscribed := []int{0, subscribersChunk - 1, subscribersChunk, 2*subscribersChunk + 3}
 	want := map[int64]string{}
 	for _, i := range subscribed {
-		id, err := Add(e.ctx, e.db.DB, Webhook{DID: owner(i), URL: fmt.Sprintf("http://127.0.0.1/%d", i)}, lax)
+		id, err := Add(e.ctx, e.db, Webhook{DID: owner(i), URL: fmt.Sprintf("http://127.0.0.1/%d", i)}, lax)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestEnqueueRefusesAPushWithoutItsKeyFieldsAndWritesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.addWebhook("http://127.0.0.1/1", "")
 	bad := push("app", "")
-	err := fence.Fenced(e.ctx, e.db.DB, e.custody, func(tx *sql.Tx) error {
+	err := fence.Fenced(e.ctx, e.db, e.custody, func(tx *sql.Tx) error {
 		_, err := EnqueueTx(e.ctx, tx, []Push{push("app", "sha256:ok"), bad})
 		return err
 	})
@@ -215,11 +215,11 @@ func TestEnqueueRefusesAPushWithoutItsKeyFieldsAndWritesNothing(t *testing.T) {
 func TestListReturnsADateLikeSecretUnchanged(t *testing.T) {
 	e := newEnv(t)
 	const secret = "2024-06-01T12:00:00.000Z"
-	id, err := Add(e.ctx, e.db.DB, Webhook{DID: "did:plc:alice", URL: "http://127.0.0.1:1/a", Secret: secret}, Guard{AllowPrivate: true})
+	id, err := Add(e.ctx, e.db, Webhook{DID: "did:plc:alice", URL: "http://127.0.0.1:1/a", Secret: secret}, Guard{AllowPrivate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := List(e.ctx, e.db.DB, "")
+	got, err := List(e.ctx, e.db, "")
 	if err != nil || len(got) != 1 || got[0].ID != id {
 		t.Fatalf("List = %+v, %v", got, err)
 	}

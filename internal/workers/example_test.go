@@ -67,7 +67,7 @@ func TestTheExampleWorkerWritesItsRowUnderItsFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := Registration.Build(workers.Deps{Config: cfg, DB: db.DB, Log: zerolog.Nop()})
+	spec, err := Registration.Build(workers.Deps{Config: cfg, DB: db, Log: zerolog.Nop()})
 	if err != nil || spec.Interval != 24*time.Hour {
 		t.Fatalf("Build: %+v, %v; want every digest.interval (24h)", spec, err)
 	}

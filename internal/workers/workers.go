@@ -7,7 +7,6 @@ package workers
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/identity"
 	"github.com/atcr-io/appview/internal/outbound"
@@ -62,7 +62,7 @@ type Deps struct {
 	Config config.Config
 	// DB is the shared database pool (go-libsql ignores contexts: bound calls
 	// with database.Bounded where a hang matters).
-	DB *sql.DB
+	DB *database.DB
 	// Log is the process logger (JSON on stderr).
 	Log zerolog.Logger
 	// Metrics registers the worker's Prometheus collectors (served at /metrics).

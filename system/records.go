@@ -1,4 +1,4 @@
-package leasestore
+package system
 
 import (
 	"context"
@@ -43,21 +43,21 @@ func (u UnleasedInstance) String() string {
 	return fmt.Sprintf("%s (seen %s ago)", u.Instance, u.Age.Round(time.Millisecond))
 }
 
-// MarkUnleased records this process as running with leases off, or
+// MarkUnleased records this process start (its nonce: lease.Store.Nonce) as running with leases off, or
 // refreshes its record (seen_at = now on the database clock; started_at
 // kept from the first), with every, its refresh interval. It also deletes
 // the records of other process starts that are overdue (crashed ones). It
 // returns the database's error.
-func (s *Store) MarkUnleased(ctx context.Context, instance string, every time.Duration) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO unleased_instances (instance, nonce, started_at, seen_at, every_ms)
+func MarkUnleased(ctx context.Context, db *database.DB, instance, nonce string, every time.Duration) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO unleased_instances (instance, nonce, started_at, seen_at, every_ms)
 VALUES (?1, ?2, `+database.NowMS+`, `+database.NowMS+`, ?3)
 ON CONFLICT (instance, nonce) DO UPDATE SET seen_at = excluded.seen_at, every_ms = excluded.every_ms`,
-		instance, s.nonce, every.Milliseconds())
+		instance, nonce, every.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("record instance %q as running with leases off: %w", instance, err)
 	}
-	_, err = s.db.ExecContext(ctx, `DELETE FROM unleased_instances
-WHERE nonce <> ?1 AND seen_at < `+database.NowMS+` - 2 * every_ms - ?2`, s.nonce, UnleasedGrace.Milliseconds())
+	_, err = db.ExecContext(ctx, `DELETE FROM unleased_instances
+WHERE nonce <> ?1 AND seen_at < `+database.NowMS+` - 2 * every_ms - ?2`, nonce, UnleasedGrace.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("delete the overdue leases-off records: %w", err)
 	}
@@ -67,8 +67,8 @@ WHERE nonce <> ?1 AND seen_at < `+database.NowMS+` - 2 * every_ms - ?2`, s.nonce
 // UnmarkUnleased deletes this process's record (a record of another
 // process start, under the same instance_id or not, is left alone). It
 // returns the database's error.
-func (s *Store) UnmarkUnleased(ctx context.Context, instance string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM unleased_instances WHERE instance = ?1 AND nonce = ?2`, instance, s.nonce)
+func UnmarkUnleased(ctx context.Context, db *database.DB, instance, nonce string) error {
+	_, err := db.ExecContext(ctx, `DELETE FROM unleased_instances WHERE instance = ?1 AND nonce = ?2`, instance, nonce)
 	if err != nil {
 		return fmt.Errorf("delete the leases-off record of instance %q: %w", instance, err)
 	}
@@ -83,7 +83,7 @@ var listUnleasedSQL = `SELECT ` + database.Text("instance") + `, ` + database.Te
 // ListUnleased returns every unleased_instances record, live or overdue,
 // the earliest start first (then by nonce). The read is bounded by ctx
 // (the driver ignores it); it returns the database's error.
-func ListUnleased(ctx context.Context, db Querier) ([]UnleasedInstance, error) {
+func ListUnleased(ctx context.Context, db database.Querier) ([]UnleasedInstance, error) {
 	var out []UnleasedInstance
 	err := database.Bounded(ctx, func() error {
 		rows, err := db.QueryContext(ctx, listUnleasedSQL)

@@ -1,4 +1,4 @@
-package machine
+package lease
 
 import (
 	"container/heap"
@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atcr-io/appview/internal/events"
+	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 )
 
 // The simulation drives several Machines (one per simulated instance)
@@ -31,7 +30,7 @@ const (
 	simWriteGap  = 700 * time.Millisecond
 )
 
-var simTiming = leasestore.Timing{TTL: 15 * time.Second, RenewInterval: 5 * time.Second,
+var simTiming = config.Timing{TTL: 15 * time.Second, RenewInterval: 5 * time.Second,
 	RenewDeadline: 10 * time.Second, RetryInterval: 2 * time.Second}
 
 type simEventKind int
@@ -202,7 +201,7 @@ func (s *sim) storeCall(i int, apply func() Input, failed func(error) Input) {
 	}
 }
 
-func (s *sim) acquire(holder string) leasestore.Grant {
+func (s *sim) acquire(holder string) Grant {
 	if !s.row.exists || s.row.expires <= s.now {
 		fence := s.row.fence + 1
 		if fence != s.lastFence+1 {
@@ -211,11 +210,11 @@ func (s *sim) acquire(holder string) leasestore.Grant {
 		s.lastFence = fence
 		s.row = simRow{exists: true, holder: holder, fence: fence, expires: s.now + simTiming.TTL, acquired: s.now}
 		s.tracef("db: grant %s fence %d", holder, fence)
-		return leasestore.Grant{Granted: true, Fence: fence}
+		return Grant{Granted: true, Fence: fence}
 	}
 	// Each simulated instance is one process start: its own grants are
 	// the ones under its holder.
-	return leasestore.Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now, Age: s.now - s.row.acquired,
+	return Grant{Holder: s.row.holder, Fence: s.row.fence, TimeLeft: s.row.expires - s.now,
 		Own: s.row.holder == holder}
 }
 
@@ -283,7 +282,7 @@ func (s *sim) execute(i int, cmds []Command) {
 					d += time.Duration(s.rng.Int64N(int64(time.Second)))
 				}
 				gen := c.Gen
-				s.schedule(s.now+d, &simEvent{kind: evInput, inst: i, in: WorkerStopped{Gen: gen}})
+				s.schedule(s.now+d, &simEvent{kind: evInput, inst: i, in: WorkerTerminated{Gen: gen}})
 			}
 		case EmitCmd:
 			s.onEmit(i, c.Event)
@@ -304,27 +303,27 @@ func (s *sim) workerLife(i, gen int) {
 	s.schedule(s.now+time.Duration(s.rng.Int64N(int64(simWriteGap))), &simEvent{kind: evWrite, inst: i, gen: gen})
 	if s.rng.Float64() < s.faults.pWorkerFail {
 		at := s.now + time.Duration(s.rng.Int64N(int64(20*time.Second)))
-		s.schedule(at, &simEvent{kind: evInput, inst: i, in: WorkerFailed{Gen: gen, Reason: errors.New("injected panic")}})
+		s.schedule(at, &simEvent{kind: evInput, inst: i, in: WorkerPanicked{Gen: gen, Reason: errors.New("injected panic")}})
 	}
 }
 
-func (s *sim) onEmit(i int, e events.Custody) {
+func (s *sim) onEmit(i int, e Event) {
 	in := s.insts[i]
 	s.tracef("%s: %s fence=%d reason=%s err=%v", in.name, e.Kind, e.Fence, e.Reason, e.Err)
 	switch e.Kind {
-	case events.WorkerStarted:
+	case WorkerStarted:
 		if in.live {
 			s.fail("%s: worker.started while a worker is live", in.name)
 		}
 		in.live = true
 		in.started++
-	case events.WorkerStopped:
+	case WorkerStopped:
 		if !in.live {
 			s.fail("%s: worker.stopped without a live worker", in.name)
 		}
 		in.live = false
 		in.stopped++
-	case events.WorkerRestarted:
+	case WorkerRestarted:
 		if !in.live {
 			s.fail("%s: worker.restarted without a live worker", in.name)
 		}
@@ -347,7 +346,7 @@ func (s *sim) write(i, gen int) {
 		}
 		s.lastWriteFence = f
 	} else {
-		s.schedule(s.now, &simEvent{kind: evInput, inst: i, in: WorkerFailed{Gen: gen, Reason: fmt.Errorf("fenced write: %w", fence.ErrSuperseded)}})
+		s.schedule(s.now, &simEvent{kind: evInput, inst: i, in: WorkerPanicked{Gen: gen, Reason: fmt.Errorf("fenced write: %w", fence.ErrSuperseded)}})
 		return
 	}
 	s.schedule(s.now+simWriteGap, &simEvent{kind: evWrite, inst: i, gen: gen})
@@ -374,10 +373,10 @@ func (s *sim) deliver(e *simEvent) {
 		return // superseded wake-up
 	}
 	switch x := e.in.(type) {
-	case WorkerStopped:
+	case WorkerTerminated:
 		w := in.workers[x.Gen]
 		w.stopped, w.running = true, false
-	case WorkerFailed:
+	case WorkerPanicked:
 		w := in.workers[x.Gen]
 		if w == nil || w.stopped || !w.running {
 			return // a suspended or stopped actor cannot fail again
@@ -442,7 +441,7 @@ func runSim(t testing.TB, seed uint64, trace bool) {
 		name := fmt.Sprintf("inst-%d", i)
 		s.insts = append(s.insts, &simInstance{
 			name:    name,
-			m:       New("test", name, simTiming, rand.New(rand.NewPCG(seed, uint64(i)))),
+			m:       NewMachine("test", name, simTiming, rand.New(rand.NewPCG(seed, uint64(i))), 0),
 			rate:    0.999 + 0.002*rng.Float64(),
 			workers: map[int]*simWorker{},
 		})

@@ -1,8 +1,7 @@
-package leasestore_test
+package lease_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -12,15 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 const ttl = time.Minute
 
-func acquire(t testing.TB, s *leasestore.Store, name, holder string) fence.Custody {
+func acquire(t testing.TB, s *lease.Store, name, holder string) fence.Custody {
 	t.Helper()
 	g, err := s.Acquire(context.Background(), name, holder)
 	if err != nil {
@@ -34,7 +33,7 @@ func acquire(t testing.TB, s *leasestore.Store, name, holder string) fence.Custo
 
 type times struct{ renewed, expires int64 }
 
-func rowTimes(t *testing.T, db *sql.DB, name string) times {
+func rowTimes(t *testing.T, db *database.DB, name string) times {
 	t.Helper()
 	var r times
 	if err := db.QueryRow(`SELECT renewed_at, expires_at FROM leases WHERE name = ?1`, name).Scan(&r.renewed, &r.expires); err != nil {
@@ -45,7 +44,7 @@ func rowTimes(t *testing.T, db *sql.DB, name string) times {
 
 // backdate moves a grant's renewal a minute into the past, so that a
 // renewal visibly moves it forward (the database clock has 1 ms resolution).
-func backdate(t *testing.T, db *sql.DB, name string) {
+func backdate(t *testing.T, db *database.DB, name string) {
 	t.Helper()
 	if _, err := db.Exec(`UPDATE leases SET renewed_at = renewed_at - 60000, expires_at = expires_at - 60000 WHERE name = ?1`, name); err != nil {
 		t.Fatal(err)
@@ -54,8 +53,8 @@ func backdate(t *testing.T, db *sql.DB, name string) {
 
 func TestRenewAllGivesEachGrantItsOwnOutcome(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
-	a, b := leasestore.NewStore(dbA, ttl), leasestore.NewStore(dbB, ttl)
+	dbA, dbB := testsupport.OpenDBAt(t, path), testsupport.OpenDBAt(t, path)
+	a, b := lease.NewStore(dbA, ttl), lease.NewStore(dbB, ttl)
 	ctx := context.Background()
 	var cs []fence.Custody
 	for i := range 40 {
@@ -106,7 +105,7 @@ func TestRenewAllGivesEachGrantItsOwnOutcome(t *testing.T) {
 	if got := rowTimes(t, dbA, "lease-07"); got != released {
 		t.Errorf("released lease-07 revived: %+v, was %+v", got, released)
 	}
-	rows, err := a.List(ctx)
+	rows, err := fence.List(ctx, dbA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +120,12 @@ func TestRenewAllGivesEachGrantItsOwnOutcome(t *testing.T) {
 }
 
 func TestRenewAllRunsCheckOnceAndFailsEveryGrantWithIt(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	cs := []fence.Custody{acquire(t, s, "x", "a"), acquire(t, s, "y", "a")}
 	var checks atomic.Int32
 	bad := errors.New("database file replaced")
-	s.Check = func() error { checks.Add(1); return bad }
+	s.SetCheck(func() error { checks.Add(1); return bad })
 	for i, err := range s.RenewAll(context.Background(), cs) {
 		if !errors.Is(err, bad) {
 			t.Errorf("%s: %v, want the check's error", cs[i].Lease, err)
@@ -142,14 +141,14 @@ func TestRenewAllRunsCheckOnceAndFailsEveryGrantWithIt(t *testing.T) {
 // statement (or per listed grant) would cost more than the single-row
 // updates it replaces.
 func TestRenewAllLooksEveryGrantUpByItsKey(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	list := `{"l0":1,"l1":1,"l2":1}`
 	for _, c := range []struct {
 		query string
 		args  []any
 	}{
-		{leasestore.RenewAllSQL, []any{int64(1000), list, "h"}},
-		{leasestore.RenewedSQL, []any{list, "h"}},
+		{lease.RenewAllSQL, []any{int64(1000), list, "h"}},
+		{lease.RenewedSQL, []any{list, "h"}},
 	} {
 		rows, err := db.Query("EXPLAIN QUERY PLAN "+c.query, c.args...)
 		if err != nil {
@@ -180,8 +179,8 @@ func TestRenewAllLooksEveryGrantUpByItsKey(t *testing.T) {
 // a grant, more than SQLite's 32,766 variables), one of them twice: every
 // one renewed, each told so.
 func TestRenewAllRenewsMoreGrantsThanOneStatementCarries(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	const n = 11000
 	if _, err := db.Exec(`WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i + 1 < ?1)
 INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
@@ -228,15 +227,15 @@ func (b *blockingCheck) check() error {
 }
 
 func TestRenewerPutsRenewalsAskedDuringAStatementIntoTheNextOne(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	var cs []fence.Custody
 	for i := range 30 {
 		cs = append(cs, acquire(t, s, fmt.Sprintf("l%02d", i), "a"))
 	}
 	bc := newBlockingCheck()
-	s.Check = bc.check
-	r := leasestore.NewRenewer(s)
+	s.SetCheck(bc.check)
+	r := lease.NewRenewer(s)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	ctx := context.Background()
 	errs := make([]error, len(cs))
@@ -263,8 +262,8 @@ func TestRenewerPutsRenewalsAskedDuringAStatementIntoTheNextOne(t *testing.T) {
 
 func TestRenewerReportsASupersededLeaseToItsCallerOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
-	a, b := leasestore.NewStore(dbA, ttl), leasestore.NewStore(dbB, ttl)
+	dbA, dbB := testsupport.OpenDBAt(t, path), testsupport.OpenDBAt(t, path)
+	a, b := lease.NewStore(dbA, ttl), lease.NewStore(dbB, ttl)
 	var cs []fence.Custody
 	for i := range 10 {
 		cs = append(cs, acquire(t, a, fmt.Sprintf("l%d", i), "a"))
@@ -274,8 +273,8 @@ func TestRenewerReportsASupersededLeaseToItsCallerOnly(t *testing.T) {
 	}
 	acquire(t, b, "l4", "b")
 	bc := newBlockingCheck()
-	a.Check = bc.check
-	r := leasestore.NewRenewer(a)
+	a.SetCheck(bc.check)
+	r := lease.NewRenewer(a)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
@@ -299,9 +298,9 @@ func TestRenewerReportsASupersededLeaseToItsCallerOnly(t *testing.T) {
 
 func TestRenewerConcurrentWithAnotherInstancesAcquires(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "appview.db")
-	dbA, dbB := testsupport.OpenDBAt(t, path).DB, testsupport.OpenDBAt(t, path).DB
-	a, b := leasestore.NewStore(dbA, ttl), leasestore.NewStore(dbB, ttl)
-	r := leasestore.NewRenewer(a)
+	dbA, dbB := testsupport.OpenDBAt(t, path), testsupport.OpenDBAt(t, path)
+	a, b := lease.NewStore(dbA, ttl), lease.NewStore(dbB, ttl)
+	r := lease.NewRenewer(a)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	const leases = 20
 	var cs []fence.Custody
@@ -349,7 +348,7 @@ func TestRenewerConcurrentWithAnotherInstancesAcquires(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	rows, err := a.List(ctx)
+	rows, err := fence.List(ctx, dbA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,12 +367,12 @@ func TestRenewerConcurrentWithAnotherInstancesAcquires(t *testing.T) {
 }
 
 func TestRenewerClose(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	c0, c1 := acquire(t, s, "first", "a"), acquire(t, s, "queued", "a")
 	bc := newBlockingCheck()
-	s.Check = bc.check
-	r := leasestore.NewRenewer(s)
+	s.SetCheck(bc.check)
+	r := lease.NewRenewer(s)
 	first, queued := make(chan error, 1), make(chan error, 1)
 	go func() { first <- r.Renew(context.Background(), c0) }()
 	<-bc.entered
@@ -392,10 +391,10 @@ func TestRenewerClose(t *testing.T) {
 	if err := r.Close(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Close with a statement in flight returned %v; want it to give up at its context", err)
 	}
-	if err := <-queued; !errors.Is(err, leasestore.ErrRenewerClosed) {
+	if err := <-queued; !errors.Is(err, lease.ErrRenewerClosed) {
 		t.Errorf("queued renewal at Close: %v", err)
 	}
-	if err := r.Renew(context.Background(), c0); !errors.Is(err, leasestore.ErrRenewerClosed) {
+	if err := r.Renew(context.Background(), c0); !errors.Is(err, lease.ErrRenewerClosed) {
 		t.Errorf("renewal after Close: %v", err)
 	}
 	close(bc.release)
@@ -411,8 +410,8 @@ func TestRenewerClose(t *testing.T) {
 // per holder), and one name listed with its current and an old fence:
 // every outcome lands where its grant was listed.
 func TestRenewAllRenewsSeveralHoldersGrantsEachInItsPlace(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	var cs []fence.Custody
 	for i := range 6 {
 		holder := []string{"a", "b"}[i%2]
@@ -445,8 +444,8 @@ func TestRenewAllRenewsSeveralHoldersGrantsEachInItsPlace(t *testing.T) {
 // non-ASCII and date-like names renew like any other, and the outcome
 // read back (one grant superseded) matches them exactly.
 func TestRenewAllWithUnusualNames(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, ttl)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, ttl)
 	names := []string{`we"ird\name`, "ünïcode-lease", "2026-01-01 00:00:00", "tab\there", "plain"}
 	var cs []fence.Custody
 	for _, n := range names {
@@ -477,7 +476,7 @@ func TestOneProcesssLeaseWritesTakeTurnsAndNeverMeetTheLock(t *testing.T) {
 	if _, err := db.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s := leasestore.NewStore(db.DB, ttl)
+	s := lease.NewStore(db, ttl)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 16*30)
@@ -515,8 +514,8 @@ func TestOneProcesssLeaseWritesTakeTurnsAndNeverMeetTheLock(t *testing.T) {
 // A lease write waiting for its turn gives up when its context ends.
 func TestALeaseWriteWaitingForItsTurnEndsWithItsContext(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	s := leasestore.NewStore(db.DB, ttl)
-	release := leasestore.HoldTurn(t, s)
+	s := lease.NewStore(db, ttl)
+	release := lease.HoldTurn(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if g, err := s.Acquire(ctx, "x", "me"); !errors.Is(err, context.DeadlineExceeded) {

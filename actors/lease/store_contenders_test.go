@@ -1,8 +1,7 @@
-package leasestore_test
+package lease_test
 
 import (
 	"context"
-	"database/sql"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +13,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -52,150 +51,86 @@ func newNudgeTarget(t *testing.T) *nudgeTarget {
 func (n *nudgeTarget) url() string { return n.srv.URL + "/lease/nudge" }
 
 // register records instance as a contender of lease with nudge URL u.
-func register(t *testing.T, db *sql.DB, lease, instance, nonce, u string) {
+func register(t *testing.T, db *database.DB, name, instance, nonce, u string) {
 	t.Helper()
-	c := &leasestore.Contenders{DB: db, Instance: instance, Nonce: nonce, URL: u, TTL: time.Minute}
-	c.Register(lease, true)
+	c := &lease.Contenders{DB: db, Instance: instance, Nonce: nonce, URL: u, TTL: time.Minute}
+	c.Register(name, true)
 	c.Wait()
 	testsupport.Eventually(t, instance+" recorded", func() bool {
 		var n int
-		_ = db.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = ?2`, lease, instance).Scan(&n)
+		_ = db.QueryRow(`SELECT count(*) FROM lease_contenders WHERE name = ?1 AND instance = ?2`, name, instance).Scan(&n)
 		return n == 1
 	})
 }
 
-func holderContenders(db *sql.DB) *leasestore.Contenders {
-	c := &leasestore.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
-	c.HTTP = &http.Client{Timeout: leasestore.NudgeTimeout, Transport: c.Transport()}
-	return c
+func holderContenders(db *database.DB) *lease.Contenders {
+	return &lease.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
 }
 
-// preparedHolder is holderContenders once Prepare(lease) has dialed the
-// one contender registered for lease.
-func preparedHolder(t *testing.T, db *sql.DB, lease string) *leasestore.Contenders {
-	t.Helper()
-	h := holderContenders(db)
-	h.Prepare(lease)
-	testsupport.Eventually(t, "a connection dialed ahead", func() bool { return h.WarmConns() == 1 })
-	return h
-}
-
-// A holder about to release reads its contenders and dials them ahead;
-// the nudge after the release goes over that connection, once per
-// contender, and a contender recorded after the read is nudged too.
-func TestPreparedNudgesUseTheConnectionsDialedAhead(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+// A release nudges every recent contender, once, naming the lease and
+// carrying Header (the admin token), including a contender recorded just
+// before the release.
+func TestNudgesNameTheLeaseAndCarryTheHeader(t *testing.T) {
+	db := testsupport.OpenDB(t)
 	early, late := newNudgeTarget(t), newNudgeTarget(t)
-	register(t, db, "cleanup", "early", "n-early", early.url())
-	h := preparedHolder(t, db, "cleanup")
-	register(t, db, "cleanup", "late", "n-late", late.url())
-
-	h.NudgeOthers("cleanup")
-	h.Wait()
-	if n := early.nudges.Load(); n != 1 {
-		t.Errorf("the prepared contender got %d nudges, want 1", n)
-	}
-	if n := early.conns.Load(); n != 1 {
-		t.Errorf("the prepared contender accepted %d connections, want the one dialed ahead", n)
-	}
-	if n := late.nudges.Load(); n != 1 {
-		t.Errorf("the contender recorded after the read got %d nudges, want 1", n)
-	}
-}
-
-// The nudge written straight onto a connection dialed ahead names the
-// lease and carries Header (the admin token), as the HTTP client's would.
-func TestNudgeOnAConnectionDialedAheadCarriesTheLeaseAndHeader(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	target := newNudgeTarget(t)
-	register(t, db, "billing", "c", "n-c", target.url())
-	h := preparedHolder(t, db, "billing")
+	register(t, db, "billing", "early", "n-early", early.url())
+	h := holderContenders(db)
 	h.Header = http.Header{"Authorization": {"Bearer s3cret"}}
+	h.Refresh()
+	h.Wait()
+	register(t, db, "billing", "late", "n-late", late.url())
 	h.NudgeOthers("billing")
 	h.Wait()
-	if n := target.nudges.Load(); n != 1 {
-		t.Fatalf("%d nudges, want 1", n)
-	}
-	if got := target.last.Load().([2]string); got != [2]string{"billing", "Bearer s3cret"} {
-		t.Errorf("nudge for lease %q with Authorization %q, want billing and the bearer token", got[0], got[1])
-	}
-	if n := target.conns.Load(); n != 1 {
-		t.Errorf("%d connections, want only the one dialed ahead", n)
-	}
-}
-
-// A connection dialed ahead that the contender closed before the release
-// (its server timed it out, or restarted) loses no nudge: the holder
-// sends it again on a new connection.
-func TestNudgeSurvivesAConnectionDialedAheadAndClosedByTheServer(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	target := newNudgeTarget(t)
-	register(t, db, "cleanup", "c", "n-c", target.url())
-	h := preparedHolder(t, db, "cleanup")
-	testsupport.Eventually(t, "the contender's side of it", func() bool { return target.conns.Load() == 1 })
-	target.srv.CloseClientConnections()
-	testsupport.Eventually(t, "the server closed it", func() bool { return target.closed.Load() == 1 })
-	h.NudgeOthers("cleanup")
-	h.Wait()
-	if n := target.nudges.Load(); n != 1 {
-		t.Fatalf("%d nudges after the connection dialed ahead was closed, want 1", n)
+	for name, target := range map[string]*nudgeTarget{"early": early, "late": late} {
+		if n := target.nudges.Load(); n != 1 {
+			t.Fatalf("%s: %d nudges, want 1", name, n)
+		}
+		if got := target.last.Load().([2]string); got != [2]string{"billing", "Bearer s3cret"} {
+			t.Errorf("%s: nudge for lease %q with Authorization %q, want billing and the bearer token", name, got[0], got[1])
+		}
 	}
 }
 
-// A contender that refuses the admin token is named at warn level, on
-// either path of the nudge (handovers to it silently waited for its
-// poll), once: a shutdown releasing two leases says it one time.
+// A contender that refuses the admin token is named at warn level
+// (handovers to it silently waited for its poll), once: a shutdown
+// releasing two leases says it one time.
 func TestARefusedNudgeIsLoggedAtWarnOnce(t *testing.T) {
-	for _, prepared := range []bool{false, true} {
-		db := testsupport.OpenDB(t).DB
+	for _, refreshed := range []bool{false, true} {
+		db := testsupport.OpenDB(t)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "wrong admin token", http.StatusUnauthorized)
 		}))
-		for _, lease := range []string{"cleanup", "backfill"} {
-			register(t, db, lease, "c", "n-c", srv.URL+"/lease/nudge")
+		for _, name := range []string{"cleanup", "backfill"} {
+			register(t, db, name, "c", "n-c", srv.URL+"/lease/nudge")
 		}
 		var log testsupport.LockedBuffer
 		h := holderContenders(db)
 		h.Log = zerolog.New(&log).Level(zerolog.DebugLevel)
-		for _, lease := range []string{"cleanup", "backfill"} {
-			if prepared {
-				h.Prepare(lease)
-				h.WaitPrepared(context.Background(), lease)
+		for _, name := range []string{"cleanup", "backfill"} {
+			if refreshed {
+				h.Refresh()
+				h.Wait()
 			}
-			h.NudgeOthers(lease)
+			h.NudgeOthers(name)
 			h.Wait()
 		}
 		srv.Close()
 		out := log.String()
 		if !strings.Contains(out, "admin.token differs") || !strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
-			t.Errorf("prepared=%v: log %q, want a warning naming admin.token, the status and the answer", prepared, out)
+			t.Errorf("refreshed=%v: log %q, want a warning naming admin.token, the status and the answer", refreshed, out)
 		}
 		if n := strings.Count(out, `"level":"warn"`); n != 1 {
-			t.Errorf("prepared=%v: %d warnings for one contender refusing two nudges, want 1 (the second at debug):\n%s", prepared, n, out)
+			t.Errorf("refreshed=%v: %d warnings for one contender refusing two nudges, want 1 (the second at debug):\n%s", refreshed, n, out)
 		}
 		if n := strings.Count(out, "admin.token differs"); n != 2 {
-			t.Errorf("prepared=%v: %d refusals logged in all, want 2", prepared, n)
+			t.Errorf("refreshed=%v: %d refusals logged in all, want 2", refreshed, n)
 		}
 	}
 }
 
-// Connections dialed ahead for a release that never comes are closed at
-// Wait, not leaked.
-func TestWaitClosesConnectionsDialedAheadAndNotUsed(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	target := newNudgeTarget(t)
-	register(t, db, "cleanup", "c", "n-c", target.url())
-	h := preparedHolder(t, db, "cleanup")
-	h.Wait()
-	testsupport.Eventually(t, "the unused connection closed", func() bool { return target.closed.Load() == 1 })
-	if n := target.nudges.Load(); n != 0 {
-		t.Errorf("%d nudges without a release", n)
-	}
-}
-
-// Without Prepare a release still nudges every recent contender, once.
-func TestNudgeWithoutPrepare(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+// Without a Refresh a release still nudges every recent contender, once.
+func TestNudgeWithoutARefresh(t *testing.T) {
+	db := testsupport.OpenDB(t)
 	targets := []*nudgeTarget{newNudgeTarget(t), newNudgeTarget(t)}
 	for i, tg := range targets {
 		register(t, db, "cleanup", string(rune('a'+i)), "n", tg.url())
@@ -214,12 +149,12 @@ func TestNudgeWithoutPrepare(t *testing.T) {
 // start's), so holders stop nudging it; another process start's records
 // under the same instance_id, and other instances', stay.
 func TestForgetDeletesOnlyThisProcessStartsRecords(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	register(t, db, "cleanup", "a", "n1", "http://127.0.0.1:1/lease/nudge")
 	register(t, db, "backfill", "a", "n1", "http://127.0.0.1:1/lease/nudge")
 	register(t, db, "labeler", "a", "n2", "http://127.0.0.1:1/lease/nudge")
 	register(t, db, "cleanup", "b", "n1", "http://127.0.0.1:2/lease/nudge")
-	c := &leasestore.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	c := &lease.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
 	if err := c.Forget(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +181,8 @@ func TestForgetDeletesOnlyThisProcessStartsRecords(t *testing.T) {
 // leave a record holders nudge until it ages out. A record being written
 // when Forget begins lands before its delete.
 func TestAfterForgetRegisterWritesNothing(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	c := &leasestore.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	db := testsupport.OpenDB(t)
+	c := &lease.Contenders{DB: db, Instance: "a", Nonce: "n1", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
 	c.Register("cleanup", true) // in flight while Forget begins
 	if err := c.Forget(context.Background()); err != nil {
 		t.Fatal(err)
@@ -268,7 +203,7 @@ func TestAfterForgetRegisterWritesNothing(t *testing.T) {
 // nudges them without reading first; the read after the nudges does not
 // nudge them twice.
 func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	a, b := newNudgeTarget(t), newNudgeTarget(t)
 	register(t, db, "cleanup", "a", "n-a", a.url())
 	register(t, db, "backfill", "b", "n-b", b.url())
@@ -290,7 +225,7 @@ func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
 // twin's poll (1.7-2.0 s). Records are told apart by the process nonce
 // now: the twin is nudged, the holder's own record is not.
 func TestAContenderUnderTheHoldersInstanceIDFromAnotherProcessIsNudged(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	twin, self := newNudgeTarget(t), newNudgeTarget(t)
 	register(t, db, "cleanup", "holder", "n-twin", twin.url())
 	register(t, db, "backfill", "holder", "n-holder", self.url())
@@ -313,14 +248,14 @@ func TestAContenderUnderTheHoldersInstanceIDFromAnotherProcessIsNudged(t *testin
 // 307 to another host (a lease_contenders row pointing elsewhere) does
 // not reach that host.
 func TestANudgeDoesNotFollowARedirect(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
+	db := testsupport.OpenDB(t)
 	elsewhere := newNudgeTarget(t)
 	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, elsewhere.url()+"?"+r.URL.RawQuery, http.StatusTemporaryRedirect)
 	}))
 	t.Cleanup(redirecting.Close)
 	register(t, db, "cleanup", "c", "n-c", redirecting.URL+"/lease/nudge")
-	h := &leasestore.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	h := &lease.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
 	h.NudgeOthers("cleanup")
 	h.Wait()
 	if n := elsewhere.nudges.Load(); n != 0 {
@@ -333,8 +268,8 @@ func TestANudgeDoesNotFollowARedirect(t *testing.T) {
 // when a libSQL server's data was wiped under the running instances
 // (they had only warned, rate-limited, for ever).
 func TestFailedHearsAFailedLeaseWrite(t *testing.T) {
-	db := testsupport.OpenDB(t).DB
-	s := leasestore.NewStore(db, time.Minute)
+	db := testsupport.OpenDB(t)
+	s := lease.NewStore(db, time.Minute)
 	var got []error
 	s.Failed = func(err error) { got = append(got, err) }
 	if _, err := s.Acquire(context.Background(), "cleanup", "a"); err != nil || len(got) != 0 {

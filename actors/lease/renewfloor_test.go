@@ -1,4 +1,4 @@
-package leasestore_test
+package lease_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/fence"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -31,7 +31,7 @@ import (
 func BenchmarkRenewFloor(b *testing.B) {
 	ctx := context.Background()
 	db := testsupport.OpenDBAt(b, filepath.Join(b.TempDir(), "appview.db"))
-	store := leasestore.NewStore(db.DB, ttl)
+	store := lease.NewStore(db, ttl)
 	var cs []fence.Custody
 	for i := range 5 {
 		cs = append(cs, acquire(b, store, fmt.Sprintf("l%d", i), "h"))
@@ -72,10 +72,10 @@ func BenchmarkRenewFloor(b *testing.B) {
 		}
 		list += "}"
 		b.Run(fmt.Sprintf("batched-%d", n), func(b *testing.B) {
-			exec(b, leasestore.RenewAllSQL, ttl.Milliseconds(), list, "h")
+			exec(b, lease.RenewAllSQL, ttl.Milliseconds(), list, "h")
 		})
 		b.Run(fmt.Sprintf("batched-%d-nomatch", n), func(b *testing.B) {
-			exec(b, leasestore.RenewAllSQL, ttl.Milliseconds(), list, "someone-else")
+			exec(b, lease.RenewAllSQL, ttl.Milliseconds(), list, "someone-else")
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package machine
+package lease
 
 import (
 	"errors"
@@ -10,20 +10,6 @@ import (
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/events"
-	"github.com/atcr-io/appview/internal/leasestore"
-)
-
-// fastTiming and slowRetry are the timings of the LeaseActor's tests
-// (actors/lease): fastTiming keeps tests short within the relations
-// Timing.Validate checks; slowRetry makes a contender's own retries slow
-// (8-12 s against a grant with 30 s left), so only a nudge can make an
-// attempt within milliseconds.
-var (
-	fastTiming = leasestore.Timing{TTL: 2 * time.Second, RenewInterval: 100 * time.Millisecond,
-		RenewDeadline: time.Second, RetryInterval: 200 * time.Millisecond}
-	slowRetry = leasestore.Timing{TTL: 30 * time.Second, RenewInterval: time.Second,
-		RenewDeadline: 10 * time.Second, RetryInterval: 10 * time.Second}
 )
 
 // nudgeDriver runs one Machine on a virtual clock as a contender for a
@@ -42,7 +28,7 @@ type nudgeDriver struct {
 
 func newNudgeDriver(t *testing.T, rtt time.Duration) *nudgeDriver {
 	d := &nudgeDriver{t: t, rtt: rtt, wake: NoWake, pending: map[uint64]time.Duration{},
-		m: New("cleanup", "instance-b", slowRetry, rand.New(rand.NewPCG(1, 2)))}
+		m: NewMachine("cleanup", "instance-b", slowRetry, rand.New(rand.NewPCG(1, 2)), 0)}
 	d.step(Start{})
 	return d
 }
@@ -80,7 +66,7 @@ func (d *nudgeDriver) advance(until time.Duration) {
 		d.now = next
 		if seq != 0 {
 			delete(d.pending, seq)
-			d.step(AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "instance-a", Fence: 1, TimeLeft: 30 * time.Second}})
+			d.step(AcquireResult{Seq: seq, Grant: Grant{Holder: "instance-a", Fence: 1, TimeLeft: 30 * time.Second}})
 		} else {
 			d.wake = NoWake
 			d.step(Tick{})
@@ -159,10 +145,10 @@ type holder struct {
 }
 
 func newHolder(t *testing.T) *holder {
-	h := &holder{t: t, m: New("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)))}
+	h := &holder{t: t, m: NewMachine("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(3, 4)), 0)}
 	h.step(Start{})
 	acq := h.only(AcquireCmd{}).(AcquireCmd)
-	h.step(AcquireResult{Seq: acq.Seq, Grant: leasestore.Grant{Granted: true, Fence: 1}})
+	h.step(AcquireResult{Seq: acq.Seq, Grant: Grant{Granted: true, Fence: 1}})
 	h.only(SpawnWorkerCmd{})
 	return h
 }
@@ -190,6 +176,17 @@ func (h *holder) only(like Command) Command {
 		h.t.Fatalf("want one %T in %+v", like, h.out)
 	}
 	return found[0]
+}
+
+// commands returns the commands of like's type in the last output.
+func (h *holder) commands(like Command) []Command {
+	var found []Command
+	for _, c := range h.out {
+		if sameType(c, like) {
+			found = append(found, c)
+		}
+	}
+	return found
 }
 
 func (h *holder) none(like Command) {
@@ -222,30 +219,44 @@ func (h *holder) loseToBlackout() uint64 {
 	return first.Seq
 }
 
+// A renewal that lands after the holder gave custody up (a blackout) has
+// extended a grant no worker uses. It is never adopted; the machine's next
+// acquire, once the worker has stopped, finds it as this process's own and
+// hands it back, so the lease does not sit idle for a TTL; a stop hands
+// back the grant given up without waiting for that attempt.
 func TestALateRenewalSuccessAfterLossIsHandedBackOnceTheWorkerStopped(t *testing.T) {
 	h := newHolder(t)
 	seq := h.loseToBlackout()
-	// The hung renewal lands while the worker is still stopping: the grant
-	// it extended keeps others out until the worker is gone.
 	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
 	h.none(ReleaseCmd{})
-	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
-	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
-	if !rel.Stale || rel.Custody.Fence != 1 || rel.Custody.Holder != "instance-a" {
-		t.Fatalf("hand-back %+v, want a stale release of fence 1", rel)
+	h.none(SpawnWorkerCmd{})
+	h.at(h.now+time.Millisecond, WorkerTerminated{Gen: 1})
+	h.none(ReleaseCmd{}) // the worker has stopped; the next attempt decides
+	for i := 0; i < 10 && len(h.commands(AcquireCmd{})) == 0; i++ {
+		h.at(h.wake(), Tick{})
 	}
-	h.at(h.now+time.Millisecond, Tick{})
-	h.none(ReleaseCmd{})
+	acq := h.only(AcquireCmd{}).(AcquireCmd)
+	h.at(h.now+time.Millisecond, AcquireResult{Seq: acq.Seq, Grant: Grant{Holder: "instance-a", Fence: 1, Own: true, TimeLeft: time.Second}})
+	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); rel.Custody.Fence != 1 || rel.Custody.Holder != "instance-a" {
+		t.Fatalf("hand-back %+v, want a release of fence 1", rel)
+	}
+	if h.m.WorkerActive() {
+		t.Fatal("the late grant was adopted")
+	}
 }
 
-func TestALateRenewalSuccessAfterTheWorkerStoppedIsHandedBackAtOnce(t *testing.T) {
+func TestALateRenewalSuccessAfterTheWorkerStoppedIsHandedBackAtAStop(t *testing.T) {
 	h := newHolder(t)
 	seq := h.loseToBlackout()
-	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
-	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, WorkerTerminated{Gen: 1})
 	h.at(h.now+time.Millisecond, RenewResult{Seq: seq})
-	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); !rel.Stale || rel.Custody.Fence != 1 {
-		t.Fatalf("hand-back %+v", rel)
+	h.none(ReleaseCmd{})
+	h.at(h.now+time.Millisecond, StopRequested{})
+	if rel := h.only(ReleaseCmd{}).(ReleaseCmd); rel.Custody.Fence != 1 {
+		t.Fatalf("hand-back %+v, want a release of the grant given up", rel)
+	}
+	if h.m.Phase() == PhaseDone {
+		t.Fatal("finished before the hand-back answered")
 	}
 }
 
@@ -268,37 +279,33 @@ func TestARenewalInFlightAtShutdownIsNotHandedBackTwice(t *testing.T) {
 	h.at(fastTiming.RenewInterval, Tick{})
 	renew := h.only(RenewCmd{}).(RenewCmd)
 	h.at(h.now+time.Millisecond, StopRequested{})
-	h.at(h.now+time.Millisecond, WorkerStopped{Gen: 1})
+	h.at(h.now+time.Millisecond, WorkerTerminated{Gen: 1})
 	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
-	if rel.Stale {
-		t.Fatal("the shutdown release is not stale")
+	if rel.Custody.Fence != 1 {
+		t.Fatalf("shutdown release %+v, want fence 1", rel)
 	}
 	// The renewal answers while the machine's own release is in flight.
 	h.at(h.now+time.Millisecond, RenewResult{Seq: renew.Seq})
 	h.none(ReleaseCmd{})
 }
 
-// A grant under this holder's name is handed back as an errored acquire's
-// lost answer only if it was made since that acquire started: a grant
-// made earlier belongs to another process that wrongly shares the
-// instance_id, and taking it from it would make the two fight over the
-// lease (each losing custody in turn).
-func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
+// A live grant of this process (its nonce) that the machine does not use
+// (an errored acquire's lost answer, an acquire given up on that committed
+// later) is handed back, not left idle for its TTL; a grant under this
+// holder's name made by another process configured with the same
+// instance_id (another nonce) is never touched: taking it would make the
+// two fight over the lease.
+func TestAnOwnUnusedGrantIsHandedBackAndATwinsNever(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		age      time.Duration // of the grant, when the next acquire reads it
-		own      bool          // the grant carries this process's nonce
+		own      bool // the grant carries this process's nonce
 		handBack bool
 	}{
-		{"made during the errored call", 150 * time.Millisecond, true, true},
-		{"made before it (a duplicate instance_id)", 10 * time.Second, true, false},
-		// Issue 14.4: another process configured with the same
-		// instance_id acquired while our call was out; the holder string
-		// matches and the time fits, but the nonce does not.
-		{"made during the errored call by another process with our instance_id", 150 * time.Millisecond, false, false},
+		{"this process's (an errored call's lost answer)", true, true},
+		{"another process's with our instance_id", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := New("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)))
+			m := NewMachine("cleanup", "same", fastTiming, rand.New(rand.NewPCG(1, 2)), 0)
 			seqOf := func(cmds []Command) uint64 {
 				for _, c := range cmds {
 					if a, ok := c.(AcquireCmd); ok {
@@ -315,23 +322,39 @@ func TestAnErroredAcquireClaimsOnlyAGrantMadeSinceItStarted(t *testing.T) {
 			now += fastTiming.RetryInterval * 2
 			seq = seqOf(m.Step(now, Tick{}))
 			now += time.Millisecond
-			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: leasestore.Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Age: tc.age, Own: tc.own}})
-			released := false
+			cmds := m.Step(now, AcquireResult{Seq: seq, Grant: Grant{Holder: "same", Fence: 1, TimeLeft: time.Second, Own: tc.own}})
+			var rel *ReleaseCmd
 			for _, c := range cmds {
 				if r, ok := c.(ReleaseCmd); ok && r.Custody.Fence == 1 {
-					released = true
+					rel = &r
 				}
 			}
-			if released != tc.handBack {
-				t.Fatalf("hand-back of fence 1 = %v, want %v (commands %v)", released, tc.handBack, cmds)
+			if (rel != nil) != tc.handBack {
+				t.Fatalf("hand-back of fence 1 = %v, want %v (commands %v)", rel != nil, tc.handBack, cmds)
 			}
+			if rel == nil {
+				return
+			}
+			// Answered: both changes of custody are published, and the
+			// machine tries for the lease again at once.
+			cmds = m.Step(now+time.Millisecond, ReleaseResult{Seq: rel.Seq})
+			var kinds []string
+			for _, c := range cmds {
+				if e, ok := c.(EmitCmd); ok {
+					kinds = append(kinds, string(e.Event.Kind)+"/"+e.Event.Reason)
+				}
+			}
+			if want := []string{"lease.acquired/stale-grant", "lease.released/stale-grant"}; !reflect.DeepEqual(kinds, want) {
+				t.Fatalf("events %v, want %v", kinds, want)
+			}
+			seqOf(cmds)
 		})
 	}
 }
 
 // emitted returns the events of kind in the last output.
-func (h *holder) emitted(kind events.Kind) []events.Custody {
-	var out []events.Custody
+func (h *holder) emitted(kind EventKind) []Event {
+	var out []Event
 	for _, c := range h.out {
 		if e, ok := c.(EmitCmd); ok && e.Event.Kind == kind {
 			out = append(out, e.Event)
@@ -359,11 +382,11 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 			t.Fatalf("next wake %s, want no later than the stop bound %s", got, stopAt+WorkerStopTimeout)
 		}
 		h.at(stopAt+WorkerStopTimeout-time.Millisecond, Tick{})
-		if len(h.emitted(events.WorkerStuck)) != 0 || h.m.Phase() != PhaseStopping {
+		if len(h.emitted(WorkerStuck)) != 0 || h.m.Phase() != PhaseStopping {
 			t.Fatalf("stuck before the bound: phase %s, %+v", h.m.Phase(), h.out)
 		}
 		h.at(stopAt+WorkerStopTimeout, Tick{})
-		stuck := h.emitted(events.WorkerStuck)
+		stuck := h.emitted(WorkerStuck)
 		if len(stuck) != 1 || stuck[0].Fence != 1 || !strings.Contains(stuck[0].Err.Error(), "contending again") {
 			t.Fatalf("worker.stuck events %+v, want one for fence 1 saying what follows", stuck)
 		}
@@ -374,7 +397,7 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 		// termination of the stuck worker changes nothing.
 		h.at(h.wake(), Tick{})
 		h.only(AcquireCmd{})
-		h.step(WorkerStopped{Gen: 1})
+		h.step(WorkerTerminated{Gen: 1})
 		if h.m.Phase() != PhaseContending {
 			t.Fatalf("phase %s after the stuck worker stopped late", h.m.Phase())
 		}
@@ -393,11 +416,11 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 					h.at(at, RenewResult{Seq: r.Seq})
 				}
 			}
-			if len(h.emitted(events.LeaseLost)) > 0 {
+			if len(h.emitted(LeaseLost)) > 0 {
 				t.Fatalf("custody lost while renewing: %+v", h.out)
 			}
 		}
-		if stuck := h.emitted(events.WorkerStuck); len(stuck) != 1 || !strings.Contains(stuck[0].Err.Error(), "releasing anyway") {
+		if stuck := h.emitted(WorkerStuck); len(stuck) != 1 || !strings.Contains(stuck[0].Err.Error(), "releasing anyway") {
 			t.Fatalf("at %s, worker.stuck events %+v, want one saying it releases", h.now, stuck)
 		}
 		h.only(ReleaseCmd{})
@@ -410,24 +433,24 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 // first.
 func TestAYieldWaitsForTheMinimumHoldThenReleasesAndCoolsDown(t *testing.T) {
 	h := newHolder(t)
-	h.m.SetMinHold(300 * time.Millisecond) // within the first grant's 1 s of trust
+	h.m.minHold = 300 * time.Millisecond // within the first grant's 1 s of trust
 	h.at(200*time.Millisecond, YieldRequested{Reason: errors.New("no upstream")})
 	h.none(StopWorkerCmd{})
-	if h.m.Phase() != PhaseHolding || len(h.emitted(events.LeaseYielded)) != 0 {
+	if h.m.Phase() != PhaseHolding || len(h.emitted(LeaseYielded)) != 0 {
 		t.Fatalf("yielded after 200ms of a 300ms minimum hold: phase %s", h.m.Phase())
 	}
 	h.at(300*time.Millisecond, YieldRequested{Reason: errors.New("no upstream")})
-	if y := h.emitted(events.LeaseYielded); len(y) != 1 || y[0].Fence != 1 {
+	if y := h.emitted(LeaseYielded); len(y) != 1 || y[0].Fence != 1 {
 		t.Fatalf("lease.yielded events %+v, want one for fence 1", y)
 	}
 	if stop := h.only(StopWorkerCmd{}).(StopWorkerCmd); !stop.Graceful {
 		t.Fatal("a yield stops the worker at once; want a graceful drain (custody is still held)")
 	}
-	h.at(300*time.Millisecond+10*time.Millisecond, WorkerStopped{Gen: 1})
+	h.at(300*time.Millisecond+10*time.Millisecond, WorkerTerminated{Gen: 1})
 	rel := h.only(ReleaseCmd{}).(ReleaseCmd)
 	h.at(300*time.Millisecond+20*time.Millisecond, ReleaseResult{Seq: rel.Seq})
-	if r := h.emitted(events.LeaseReleased); len(r) != 1 || r[0].Reason != events.ReasonYielded {
-		t.Fatalf("release events %+v, want one with reason %s", r, events.ReasonYielded)
+	if r := h.emitted(LeaseReleased); len(r) != 1 || r[0].Reason != ReasonYielded {
+		t.Fatalf("release events %+v, want one with reason %s", r, ReasonYielded)
 	}
 	if h.m.Phase() != PhaseContending {
 		t.Fatalf("phase %s after the yield's release", h.m.Phase())
@@ -455,8 +478,8 @@ func TestARenewalRefusedForAReplacedFileEndsCustodyAtOnce(t *testing.T) {
 	h.at(fastTiming.RenewInterval+time.Millisecond, RenewResult{Seq: renew.Seq,
 		Err: fmt.Errorf("renew lease %q: appview.db: %w", "jetstream-consumer", database.ErrFileReplaced)})
 	h.only(StopWorkerCmd{})
-	lost := h.emitted(events.LeaseLost)
-	if len(lost) != 1 || lost[0].Reason != events.ReasonError {
+	lost := h.emitted(LeaseLost)
+	if len(lost) != 1 || lost[0].Reason != ReasonError {
 		t.Fatalf("lost events %+v, want one with reason error", lost)
 	}
 	if h.m.WorkerActive() || h.m.HoldsCustody() {

@@ -1,4 +1,4 @@
-package leasestore
+package config
 
 import (
 	"fmt"

@@ -1,15 +1,16 @@
-package leasestore
+package lease
 
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // HoldTurn takes s's lease-write turn and returns the function that gives
 // it back.
 func HoldTurn(t *testing.T, s *Store) func() {
 	t.Helper()
-	release, err := s.turn(context.Background())
+	release, err := s.db.UrgentTurn(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,16 +28,21 @@ func (r *Renewer) Queued() int {
 	return len(r.queue)
 }
 
-// WarmConns is how many connections Prepare dialed that wait for a nudge.
-func (c *Contenders) WarmConns() int {
+// KnownURLs is what a release of lease would nudge at once.
+func (c *Contenders) KnownURLs(lease string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, conns := range c.warm {
-		n += len(conns)
+	if time.Since(c.knownAt) >= c.TTL {
+		return nil
 	}
-	return n
+	return c.known[lease]
 }
 
-// KnownURLs is what a release of lease would nudge at once.
-func (c *Contenders) KnownURLs(lease string) []string { return c.knownURLs(lease) }
+// SetCheck replaces the check s runs before every write (nil: the
+// database file's).
+func (s *Store) SetCheck(check func() error) {
+	if check == nil {
+		check = s.db.CheckFile
+	}
+	s.check = check
+}

@@ -1,0 +1,286 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
+)
+
+// Grant is the outcome of an acquire attempt: granted (Fence is the new
+// fence), or not, and then the current grant's Fence, Holder, TimeLeft on
+// the database's clock (<= 0: expired) and whether it is this process's
+// own (Own: this holder and this Store's process nonce; a process started
+// under the same instance_id has another nonce).
+type Grant struct {
+	Granted  bool
+	Fence    int64
+	Holder   string
+	TimeLeft time.Duration
+	Own      bool
+}
+
+// Store is the SQL side of named leases: the leases table of docs/spec.md
+// §4 and its companions (lease_holders: the process nonce of each grant;
+// lease_fence_floor: the highest fence each name ever had). Every
+// statement takes "now" from the database's own clock (database.NowMS),
+// so instances whose clocks disagree still agree on who holds what.
+// Every write is urgent (database.DB.Urgent): the holder's own worker
+// transactions wait for it.
+type Store struct {
+	db    *database.DB
+	ttl   time.Duration
+	nonce string
+	check func() error // before every write: database.DB.CheckFile
+	// Failed, when set, is told the error of every write that failed
+	// (e.g. to say once that the database lost its schema).
+	Failed func(error)
+}
+
+// NewStore returns a store granting leases of the given TTL on db, with a
+// new process nonce: one Store per process, so a holder is its
+// instance_id plus a value no other process start shares.
+func NewStore(db *database.DB, ttl time.Duration) *Store {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Store{db: db, ttl: ttl, nonce: hex.EncodeToString(b[:]), check: db.CheckFile}
+}
+
+// Nonce is the process nonce this store writes with every grant and
+// matches on every release.
+func (s *Store) Nonce() string { return s.nonce }
+
+// Healthy returns nil unless, for some lease, the latest write this
+// process made for it failed for a reason of the database: its latest
+// lease write (acquire, renewal, release) or its worker's latest fenced
+// write, each tracked apart (database.DB.WriteHealth). /readyz reports it.
+func (s *Store) Healthy() error { return s.db.WriteHealth() }
+
+// note records err as the latest lease write of name and returns it.
+func (s *Store) note(name string, err error) error {
+	fence.Note(s.db, fence.LeaseWrites(name), 0, err)
+	if err != nil && s.Failed != nil {
+		s.Failed(err)
+	}
+	return err
+}
+
+const (
+	// acquireSQL is the whole acquire: one statement, so two contenders for
+	// one expired lease cannot both win; the loser's DO UPDATE ... WHERE
+	// matches no row and RETURNING yields nothing.
+	//
+	// The new fence is one above the highest fence the name ever had
+	// (lease_fence_floor), so it never goes backwards even if the row was
+	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
+	// would turn it into a REAL that no reader can scan.
+	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
+FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
+ON CONFLICT(name) DO UPDATE SET
+  holder      = excluded.holder,
+  fence       = MAX(leases.fence, ` + floorOf + `) + 1,
+  acquired_at = excluded.acquired_at,
+  renewed_at  = excluded.renewed_at,
+  expires_at  = excluded.expires_at
+WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
+RETURNING fence`
+
+	// floorOf is the highest fence lease ?1 ever had, 0 for a name never
+	// granted.
+	floorOf = `COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)`
+
+	// holderSQL records the nonce of a grant, in the acquire's transaction.
+	holderSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
+
+	// renewSQL never changes the fence: renewal is not a change of
+	// custody. It never extends a released grant (renewed_at =
+	// expires_at): a renewal that reaches the database after the release
+	// (the driver ignores contexts, so one in flight at shutdown still
+	// lands) must not revive the grant for a TTL. A grant that merely ran
+	// out is still renewable by its holder and fence: nobody else has
+	// taken it, or the fence would differ. A renewal is only ever of a
+	// fence this process's own acquire returned (fences are never reused),
+	// so it needs no nonce check.
+	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
+WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
+
+	// releaseSQL expires the row in place and keeps holder and fence, so a
+	// stalled former holder can never match again. renewed_at = expires_at
+	// marks a clean release; an already expired row keeps its expiry. It
+	// matches this process's nonce (?4): a release of an unused grant found
+	// in the table must never release a grant of another process started
+	// under the same instance_id.
+	releaseSQL = `UPDATE leases SET
+  renewed_at = MIN(expires_at, ` + database.NowMS + `),
+  expires_at = MIN(expires_at, ` + database.NowMS + `)
+WHERE name = ?1 AND holder = ?2 AND fence = ?3
+  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
+)
+
+// contendedSQL reads the grant an acquire did not get. holder is an
+// instance_id, which an operator may set to anything, date-like included:
+// read through database.Text to come back exactly as stored.
+var contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n,
+  COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = leases.name AND h.fence = leases.fence), '')
+FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
+
+// maxFence is the last fence a lease can be granted under.
+const maxFence = 1<<63 - 1
+
+// errFenceExhausted refuses a grant whose fence would overflow.
+var errFenceExhausted = errors.New("fence token at its maximum; the lease can no longer change custody")
+
+// Acquire tries to take lease name for holder: granted when it has no row
+// or its grant expired on the database's clock, at the next fence. A
+// fence at MaxInt64 is never granted again (an error), and a database
+// file replaced under the process fails it (database.ErrFileReplaced).
+func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
+	defer s.db.Urgent()()
+	g, err := s.acquire(ctx, name, holder)
+	if err != nil {
+		err = fmt.Errorf("acquire lease %q: %w", name, err)
+	}
+	return g, s.note(name, err)
+}
+
+func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error) {
+	if err := s.check(); err != nil {
+		return Grant{}, err
+	}
+	var g Grant
+	granted, err := s.grant(ctx, name, holder, &g.Fence)
+	if err != nil || granted {
+		g.Granted = granted
+		return g, err
+	}
+	var leftMS int64
+	var nonce string
+	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &nonce); err != nil {
+		return Grant{}, fmt.Errorf("read the holder: %w", err)
+	}
+	g.Own = g.Holder == holder && nonce == s.nonce
+	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
+	if g.Fence == maxFence && leftMS <= 0 {
+		return Grant{}, errFenceExhausted
+	}
+	return g, nil
+}
+
+// grant runs acquireSQL and, when it grants, records the grant's nonce, in
+// one transaction: a grant whose answer is lost after commit still carries
+// its process's nonce, so a later attempt recognises it as its own, and no
+// grant is ever visible without its nonce.
+func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
+	// One connection and explicit BEGIN/COMMIT: a COMMIT that fails (a
+	// full disk) leaves SQLite's transaction open, and database/sql would
+	// not roll back a *sql.Tx whose Commit failed; the connection would go
+	// back to the pool holding the grant uncommitted and the write lock.
+	release, err := s.db.UrgentTurn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return false, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+		}
+	}()
+	granted, err := database.QueryReturning(ctx, conn, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
+	if err != nil || !granted {
+		return false, err
+	}
+	if _, err := conn.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
+		return false, err
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return false, err
+	}
+	committed = true
+	return true, nil
+}
+
+// Renew extends the grant c to now + TTL (database clock). It returns an
+// error wrapping fence.ErrSuperseded when the row no longer carries this
+// holder and fence (another instance acquired it since) or when the grant
+// was released: a renewal never revives a released grant. The LeaseActors
+// of a process renew through a Renewer, which batches them (RenewAll).
+func (s *Store) Renew(ctx context.Context, c fence.Custody) error {
+	defer s.db.Urgent()()
+	if err := s.check(); err != nil {
+		return s.note(c.Lease, fmt.Errorf("renew lease %q: %w", c.Lease, err))
+	}
+	return s.note(c.Lease, s.matchOne(ctx, "renew", renewSQL, c, s.ttl.Milliseconds()))
+}
+
+// Release expires the grant c in place (expires_at = now), keeping holder
+// and fence. It returns an error wrapping fence.ErrSuperseded when the row
+// no longer carries this holder, fence and process nonce. Like Acquire and
+// Renew it checks the database file first: a release written to a file
+// that was deleted or replaced lands nowhere anyone reads.
+func (s *Store) Release(ctx context.Context, c fence.Custody) error {
+	defer s.db.Urgent()()
+	if err := s.check(); err != nil {
+		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
+	}
+	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c, s.nonce))
+}
+
+func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra any) error {
+	release, err := s.db.UrgentTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
+	}
+	res, err := s.db.ExecContext(ctx, query, c.Lease, c.Holder, c.Fence, extra)
+	release()
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s lease %q: %w", op, c.Lease, err)
+	case n == 0:
+		return fmt.Errorf("%s lease %q (fence %d): %w", op, c.Lease, c.Fence, fence.ErrSuperseded)
+	}
+	return nil
+}
+
+// liveElsewhereSQL finds the leases for which instance is live from another
+// process start: a grant not yet expired, or a contender record fresher
+// than the window (?3 ms), carrying another nonce.
+var liveElsewhereSQL = `SELECT ` + database.Text("l.name") + ` FROM leases l JOIN lease_holders h ON h.name = l.name AND h.fence = l.fence
+WHERE l.holder = ?1 AND h.nonce <> ?2 AND l.expires_at > ` + database.NowMS + `
+UNION
+SELECT ` + database.Text("name") + ` FROM lease_contenders
+WHERE instance = ?1 AND nonce <> ?2 AND nonce <> '' AND seen_at > ` + database.NowMS + ` - ?3
+ORDER BY 1`
+
+// LiveElsewhere returns the names of the leases that instance holds, or
+// contended for within the last window, from another process start than
+// this store's: a sign that two running processes share one instance_id
+// (or that this instance's previous run ended less than window ago without
+// releasing). Custody stays correct either way (grants carry the nonce);
+// the caller warns.
+func (s *Store) LiveElsewhere(ctx context.Context, instance string, window time.Duration) ([]string, error) {
+	names, err := database.Column(ctx, s.db, liveElsewhereSQL, instance, s.nonce, window.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("look for instance %q elsewhere: %w", instance, err)
+	}
+	return names, nil
+}
