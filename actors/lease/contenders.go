@@ -338,6 +338,3 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
-
-// Wait blocks until every write and nudge in flight has finished.
-func (c *Contenders) Wait() { c.Drain(-1) }

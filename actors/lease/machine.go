@@ -46,109 +46,6 @@ var (
 	errWorkerExited = errors.New("worker stopped on its own")
 )
 
-// NoWake is WakeCmd.At when nothing is due.
-const NoWake time.Duration = -1
-
-// Input is an event fed to the Machine. StopRequested and Nudge are also
-// the messages the LeaseActor takes from outside (as pointers).
-type Input interface{ isInput() }
-
-// Inputs. Each answer carries the Seq of the command it answers.
-type (
-	Start struct{}
-	Tick  struct{} // a WakeCmd's wake-up
-	// StopRequested asks for a graceful stop: the worker drains while
-	// renewals go on, then the lease is released and the actor stops.
-	StopRequested struct{}
-	// Nudge says a holder has just released: a contender tries at once.
-	Nudge struct{}
-	// AcquireResult: At is when the call returned (lease.acquired's time).
-	AcquireResult struct {
-		Seq   uint64
-		Grant Grant
-		Err   error
-		At    time.Time
-	}
-	// RenewResult: Err wraps fence.ErrSuperseded when the row no longer
-	// matched.
-	RenewResult struct {
-		Seq uint64
-		Err error
-	}
-	// ReleaseResult: At is when the call began, before the release
-	// committed, so lease.released precedes any successor's grant.
-	ReleaseResult struct {
-		Seq uint64
-		Err error
-		At  time.Time
-	}
-	WorkerTerminated struct{ Gen int }
-	// WorkerPanicked: the worker is suspended until restarted or stopped.
-	WorkerPanicked struct {
-		Gen    int
-		Reason error
-	}
-	// YieldRequested: the worker has reported unhealthy for the yield
-	// grace and a contender reports healthy. Taken only while holding,
-	// once custody has lasted the minimum hold: the worker drains, the
-	// lease is released (reason yielded) and not contended for one TTL.
-	YieldRequested struct{ Reason error }
-)
-
-func (Start) isInput()            {}
-func (Tick) isInput()             {}
-func (StopRequested) isInput()    {}
-func (Nudge) isInput()            {}
-func (AcquireResult) isInput()    {}
-func (RenewResult) isInput()      {}
-func (ReleaseResult) isInput()    {}
-func (WorkerTerminated) isInput() {}
-func (WorkerPanicked) isInput()   {}
-func (YieldRequested) isInput()   {}
-
-// Command is an action the Machine asks its shell to carry out.
-type Command interface{ isCommand() }
-
-// Commands. A store call is answered with the result of the same Seq.
-type (
-	AcquireCmd struct{ Seq uint64 }
-	RenewCmd   struct {
-		Seq     uint64
-		Custody fence.Custody
-	}
-	ReleaseCmd struct {
-		Seq     uint64
-		Custody fence.Custody
-	}
-	SpawnWorkerCmd struct {
-		Gen     int
-		Custody fence.Custody
-	}
-	// RestartWorkerCmd restarts the failed (suspended) worker in place.
-	RestartWorkerCmd struct{ Gen int }
-	// StopWorkerCmd: Graceful sends the worker Drain and lets it finish
-	// its mailbox (poison); otherwise it stops after the current message.
-	StopWorkerCmd struct {
-		Gen      int
-		Graceful bool
-	}
-	// EmitCmd publishes Event (stamped now unless Event.At is set).
-	EmitCmd struct{ Event Event }
-	// WakeCmd asks for a Tick at At on the machine's clock (NoWake: none).
-	WakeCmd     struct{ At time.Duration }
-	FinishedCmd struct{}
-)
-
-func (AcquireCmd) isCommand()       {}
-func (RenewCmd) isCommand()         {}
-func (ReleaseCmd) isCommand()       {}
-func (SpawnWorkerCmd) isCommand()   {}
-func (RestartWorkerCmd) isCommand() {}
-func (StopWorkerCmd) isCommand()    {}
-func (EmitCmd) isCommand()          {}
-func (WakeCmd) isCommand()          {}
-func (FinishedCmd) isCommand()      {}
-
 // Phase is the custody phase (see doc.go for the diagram).
 type Phase int
 
@@ -201,10 +98,9 @@ const (
 	workerStopping              // stop ordered; awaiting WorkerStopped
 )
 
-// Machine is the custody state machine of one named lease in one
-// instance. It is pure: time is passed in (a monotonic duration since any
-// origin), inputs go in, commands come out, and randomness comes from the
-// source given to NewMachine. Not safe for concurrent use.
+// Machine is the custody state machine of one lease in one instance. It
+// is pure: time (a monotonic duration) and inputs in, commands out,
+// randomness from its seeded source. Not safe for concurrent use.
 type Machine struct {
 	name, holder string
 	t            config.Timing
@@ -315,15 +211,13 @@ func (m *Machine) HoldsCustody() bool {
 }
 
 // Step feeds one input at time now and returns the commands to carry out,
-// in order. The last command is always a WakeCmd.
+// in order, the last always a WakeCmd.
 func (m *Machine) Step(now time.Duration, in Input) []Command {
 	m.out = nil
 	if m.phase == PhaseDone {
 		return []Command{WakeCmd{At: NoWake}}
 	}
-	// Time first: a deadline that has passed wins over any input that
-	// arrives at the same moment, so a late success cannot revive custody.
-	m.expire(now)
+	m.expire(now) // time first: a late success cannot revive custody
 	switch in := in.(type) {
 	case Start:
 		if m.phase == PhaseIdle {
@@ -392,25 +286,6 @@ func (m *Machine) lose(now time.Duration, reason string, err error) {
 	m.fence, m.cause, m.phase = 0, causeLost, PhaseStopping
 	m.worker.respawn = false
 	m.stopWorker(now, false)
-}
-
-// stopWorker orders the worker to stop, or if there is none moves on.
-func (m *Machine) stopWorker(now time.Duration, graceful bool) {
-	w := &m.worker
-	switch w.phase {
-	case workerNone:
-		m.afterWorkerStopped(now)
-		return
-	case workerSuspended:
-		graceful = false // a suspended mailbox would never read a poison pill
-	case workerStopping:
-		if graceful {
-			return // already stopping
-		}
-		// a harsher order (a loss during a drain): a full bound from now
-	}
-	m.out = append(m.out, StopWorkerCmd{Gen: w.gen, Graceful: graceful})
-	w.phase, w.stopBy = workerStopping, now+WorkerStopTimeout
 }
 
 func (m *Machine) onStop(now time.Duration) {
@@ -567,14 +442,6 @@ func (m *Machine) onContended(now time.Duration, g Grant, nudged bool) {
 	}
 }
 
-func (m *Machine) spawn() {
-	w := &m.worker
-	w.gen++
-	w.fence, w.phase, w.respawn = m.fence, workerRunning, false
-	m.out = append(m.out, SpawnWorkerCmd{Gen: w.gen, Custody: m.Custody()})
-	m.emit(WorkerStarted, m.fence, "", nil)
-}
-
 // RenewalEndsCustody reports whether a renewal's error ends custody at
 // once, not retried until the renew deadline: the row no longer carries
 // the grant (fence.ErrSuperseded), or the database file was deleted or
@@ -608,162 +475,6 @@ func (m *Machine) onRenew(now time.Duration, r RenewResult) {
 		m.lastErr = r.Err
 		m.renewAt = now + max(m.t.RenewInterval/4, minRenewRetry)
 	}
-}
-
-// startRelease releases grant f (the custody held, or an unused grant of
-// this process) for reason; cause decides what follows.
-func (m *Machine) startRelease(now time.Duration, cause stopCause, f int64, reason string) {
-	m.cause, m.phase = cause, PhaseReleasing
-	m.rel = release{nextAt: now, fence: f, reason: reason}
-}
-
-func (m *Machine) onRelease(now time.Duration, r ReleaseResult) {
-	if late, ok := m.late[r.Seq]; ok {
-		// A release given up on has landed after all.
-		for _, seq := range late.seqs {
-			delete(m.late, seq)
-		}
-		if r.Err == nil {
-			m.emitReleased(late, r.At)
-		}
-		return
-	}
-	if m.phase != PhaseReleasing || !m.rel.inFlight || r.Seq != m.rel.seq {
-		return
-	}
-	m.rel.inFlight = false
-	switch {
-	case r.Err == nil:
-		m.emitReleased(m.rel, r.At)
-	case errors.Is(r.Err, fence.ErrSuperseded):
-		if m.rel.acquired {
-			m.emitEvent(Event{Kind: LeaseAcquired, Fence: m.rel.fence, Reason: ReasonStaleGrant, At: r.At})
-		}
-		if m.rel.acquired || m.cause != causeUnused {
-			m.emit(LeaseLost, m.rel.fence, ReasonSuperseded, r.Err)
-		}
-	default:
-		m.rel.tries++
-		if m.rel.tries < releaseAttempts {
-			m.rel.nextAt = now + releaseRetryDelay<<(m.rel.tries-1)
-			return
-		}
-		m.emit(LeaseLost, m.rel.fence, ReasonError,
-			fmt.Errorf("release failed %d times, the grant will run out its TTL: %w", m.rel.tries, r.Err))
-	}
-	m.afterRelease(now)
-}
-
-// emitReleased publishes the end of rel's grant, announcing first one
-// no earlier event did (every change of custody is published).
-func (m *Machine) emitReleased(rel release, at time.Time) {
-	if rel.acquired {
-		m.emitEvent(Event{Kind: LeaseAcquired, Fence: rel.fence, Reason: ReasonStaleGrant, At: at})
-	}
-	m.emitEvent(Event{Kind: LeaseReleased, Fence: rel.fence, Reason: rel.reason, At: at})
-}
-
-func (m *Machine) afterRelease(now time.Duration) {
-	m.fence = 0
-	if m.stopping {
-		m.finish(now)
-		return
-	}
-	m.phase = PhaseContending
-	switch m.cause {
-	case causeFailed, causeYield:
-		// Let another instance have a go before we try again.
-		m.cooldownUntil = now + m.t.TTL
-		m.acquireAt = m.cooldownUntil
-	default:
-		m.acquireAt = max(now, m.cooldownUntil)
-	}
-	m.cause = causeNone
-}
-
-func (m *Machine) onWorkerStopped(now time.Duration, w WorkerTerminated) {
-	if w.Gen != m.worker.gen || m.worker.phase == workerNone {
-		return
-	}
-	m.worker.phase = workerNone
-	if m.phase == PhaseHolding { // a worker must not end its own custody: a failure
-		m.emit(WorkerStopped, m.worker.fence, "", errWorkerExited)
-		if m.recordFailure(now, errWorkerExited) {
-			m.worker.respawn = true
-		}
-		return
-	}
-	m.emit(WorkerStopped, m.worker.fence, "", nil)
-	if m.phase == PhaseStopping {
-		m.afterWorkerStopped(now)
-	}
-}
-
-func (m *Machine) afterWorkerStopped(now time.Duration) {
-	switch m.cause {
-	case causeLost:
-		if m.stopping {
-			m.finish(now)
-			return
-		}
-		// Whoever caused the loss is still there: a retry interval, not a
-		// spin through acquire, lose, acquire.
-		m.cause, m.phase = causeNone, PhaseContending
-		m.acquireAt = max(now+m.jitter(m.t.RetryInterval), m.cooldownUntil)
-	case causeShutdown:
-		m.startRelease(now, causeShutdown, m.fence, ReasonShutdown)
-	case causeFailed:
-		m.startRelease(now, causeFailed, m.fence, ReasonWorkerFailed)
-	case causeYield:
-		m.startRelease(now, causeYield, m.fence, ReasonYielded)
-	}
-}
-
-func (m *Machine) onWorkerFailed(now time.Duration, f WorkerPanicked) {
-	if f.Gen != m.worker.gen || m.worker.phase == workerNone {
-		return
-	}
-	reason := f.Reason
-	if reason == nil {
-		reason = errors.New("worker failed")
-	}
-	if m.worker.phase == workerStopping { // failed while draining: suspended, it reads no poison pill
-		m.out = append(m.out, StopWorkerCmd{Gen: m.worker.gen})
-		return
-	}
-	m.worker.phase = workerSuspended
-	switch {
-	case errors.Is(reason, fence.ErrSuperseded) && m.HoldsCustody():
-		// A fenced write found another holder: Stop, never Restart.
-		m.lose(now, ReasonSuperseded, reason)
-	case m.phase != PhaseHolding:
-		m.stopWorker(now, false)
-	default:
-		m.worker.lastErr = reason
-		m.recordFailure(now, reason)
-	}
-}
-
-// recordFailure counts a failure and schedules a restart after a
-// backoff; past MaxFailures within failureWindow it gives the lease up
-// instead (worker.failed, release, a TTL of cooldown) and returns false.
-func (m *Machine) recordFailure(now time.Duration, err error) bool {
-	w := &m.worker
-	keep := w.failures[:0]
-	for _, at := range w.failures {
-		if now-at < failureWindow {
-			keep = append(keep, at)
-		}
-	}
-	w.failures = append(keep, now)
-	if len(w.failures) > MaxFailures {
-		m.emit(WorkerFailed, w.fence, "", fmt.Errorf("%d failures within %s, giving the lease up: %w", len(w.failures), failureWindow, err))
-		m.cause, m.phase, w.respawn = causeFailed, PhaseStopping, false
-		m.stopWorker(now, false)
-		return false
-	}
-	w.restartAt = now + min(RestartBackoffMin<<min(len(w.failures)-1, 20), restartBackoffMax)
-	return true
 }
 
 // advance issues what is due at now.

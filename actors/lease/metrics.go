@@ -10,29 +10,19 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// Metrics are the per-lease Prometheus collectors (docs/spec.md §7): whether this
-// instance holds each lease, the fence it holds, custody transitions, and
-// the round trip of acquire and renew calls.
+// Metrics are the per-lease Prometheus collectors (docs/spec.md §7), all
+// labelled lease: appview_lease_held (1 while held here), _fence (of the
+// last grant here), _transitions_total{event,reason}, the round trips
+// _renew_duration_seconds and _acquire_duration_seconds{outcome}, and
+// _worker_healthy (the holder's worker's own report at its last renewal).
 type Metrics struct {
-	// Held is appview_lease_held{lease}: 1 while this instance holds it.
-	Held *prometheus.GaugeVec
-	// Fence is appview_lease_fence{lease}: the fence of the last grant to this instance.
-	Fence *prometheus.GaugeVec
-	// Transitions is appview_lease_transitions_total{lease,event,reason}.
-	Transitions *prometheus.CounterVec
-	// Renew is appview_lease_renew_duration_seconds{lease,outcome}.
-	Renew *prometheus.HistogramVec
-	// Acquire is appview_lease_acquire_duration_seconds{lease,outcome}.
-	Acquire *prometheus.HistogramVec
-	// WorkerHealthy is appview_lease_worker_healthy{lease}: the holder's
-	// worker's own health report at its last renewal (1 healthy, 0 not),
-	// for workers that report one.
-	WorkerHealthy *prometheus.GaugeVec
+	Held, Fence, WorkerHealthy *prometheus.GaugeVec
+	Transitions                *prometheus.CounterVec
+	Renew, Acquire             *prometheus.HistogramVec
 
 	mu sync.Mutex
-	// granted is, per lease, the highest fence granted to this instance:
-	// a hand-back of an older grant (a late acquire or renewal answered
-	// after a newer grant) must not move Held or Fence.
+	// granted is the highest fence granted here, by lease: events of an
+	// older grant (a hand-back answered late) move neither Held nor Fence.
 	granted map[string]int64
 }
 

@@ -16,24 +16,18 @@ import (
 // statement's time (and the write lock it holds) stays bounded.
 const MaxRenewBatch = 2000
 
-// The batched renewal takes one holder's grants as one parameter, a JSON
-// object of name: fence members, not two variables a grant: the statement
-// has one text for 5 grants or 2,000, so it is compiled once, and
-// SQLite's 32,766-variable cap never applies. The join on leases.name
-// looks every listed grant up by the primary key, and the holder, fence
-// and released-grant conditions are renewSQL's, so each grant renews
-// exactly when Renew would renew it.
+// A batched renewal takes one holder's grants as one JSON object of name:
+// fence (one statement text for any count, no 32,766-variable cap),
+// joined on the primary key, with renewSQL's conditions per grant.
 var (
 	renewAllSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?1
 FROM json_each(?2) AS r
 WHERE leases.name = r.key AND leases.holder = ?3 AND leases.fence = r.value
   AND leases.renewed_at <> leases.expires_at`
 
-	// renewedSQL finds, of the grants listed, those the table still
-	// carries unreleased: after renewAllSQL renewed fewer rows than
-	// listed, exactly the renewed ones (a grant that matched no row
-	// cannot match later: its fence is gone for good, or it was
-	// released, and a release is never undone under the same fence).
+	// renewedSQL finds the listed grants still carried unreleased: after
+	// renewAllSQL renewed fewer rows than listed, exactly the renewed ones
+	// (a grant that matched no row never matches again).
 	renewedSQL = `SELECT ` + database.Text("leases.name") + `, leases.fence FROM leases, json_each(?1) AS r
 WHERE leases.name = r.key AND leases.holder = ?2 AND leases.fence = r.value
   AND leases.renewed_at <> leases.expires_at`
@@ -142,13 +136,10 @@ func (s *Store) renewChunk(ctx context.Context, holder string, cs []fence.Custod
 // ErrRenewerClosed fails a renewal asked of a Renewer after Close.
 var ErrRenewerClosed = errors.New("lease renewer closed")
 
-// Renewer is a Store whose renewals are batched: every LeaseActor of a
-// process renews through one Renewer, and renewals asked while one
-// statement is in flight all go into the next (group commit), so a renew
-// tick of N leases costs one statement (RenewAll), not N. A renewal asked
-// while none is in flight starts its statement at once. Each caller still
-// learns its own outcome, and one whose context ends first returns at
-// once. Acquire and Release are the Store's own.
+// Renewer is a Store whose renewals are batched: the LeaseActors of a
+// process renew through one, and renewals asked while a statement is in
+// flight go into the next (group commit); a lone renewal starts at once.
+// Each caller learns its own outcome, or returns when its context ends.
 type Renewer struct {
 	*Store
 	mu      sync.Mutex

@@ -71,17 +71,25 @@ func (s *Store) note(name string, err error) error {
 }
 
 const (
-	// acquireSQL is the whole acquire: one statement, so two contenders for
-	// one expired lease cannot both win; the loser's DO UPDATE ... WHERE
-	// matches no row and RETURNING yields nothing.
-	//
-	// The new fence is one above the highest fence the name ever had
-	// (lease_fence_floor), so it never goes backwards even if the row was
-	// deleted by hand. A fence at MaxInt64 is never incremented: SQLite
-	// would turn it into a REAL that no reader can scan.
+	// claimSQL records this process's nonce for the next fence of lease
+	// ?1 while its grant is free (expired, released, or no row): written
+	// before the grant, so no grant is ever visible without its nonce,
+	// and one whose answer is lost is still recognised as this process's.
+	claimSQL = `INSERT INTO lease_holders (name, fence, nonce)
+SELECT ?1, MAX(COALESCE(l.fence, 0), ` + floorOf + `) + 1, ?2
+FROM (SELECT ` + database.NowMS + ` AS n) LEFT JOIN leases l ON l.name = ?1
+WHERE (l.name IS NULL OR l.expires_at <= n) AND ` + floorOf + ` < 9223372036854775807
+ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
+
+	// acquireSQL is the grant, one statement: of two contenders the
+	// loser's matches no row, and only the one whose claim (?4, its
+	// nonce) still stands for the next fence gets it. The fence is one
+	// above the highest the name ever had; one at MaxInt64 is never
+	// incremented (SQLite would make it a REAL no reader can scan).
 	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
 SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
 FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
+  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.nonce = ?4 AND h.fence = ` + floorOf + ` + 1)
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
   fence       = MAX(leases.fence, ` + floorOf + `) + 1,
@@ -95,28 +103,18 @@ RETURNING fence`
 	// granted.
 	floorOf = `COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)`
 
-	// holderSQL records the nonce of a grant, in the acquire's transaction.
-	holderSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
-ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
-
-	// renewSQL never changes the fence: renewal is not a change of
-	// custody. It never extends a released grant (renewed_at =
-	// expires_at): a renewal that reaches the database after the release
-	// (the driver ignores contexts, so one in flight at shutdown still
-	// lands) must not revive the grant for a TTL. A grant that merely ran
-	// out is still renewable by its holder and fence: nobody else has
-	// taken it, or the fence would differ. A renewal is only ever of a
-	// fence this process's own acquire returned (fences are never reused),
-	// so it needs no nonce check.
+	// renewSQL keeps the fence (renewal is no change of custody) and never
+	// extends a released grant (renewed_at = expires_at): a renewal landing
+	// after the release must not revive it. A grant that merely ran out
+	// carries no other fence, so nobody took it: still renewable. It needs
+	// no nonce: a process renews only fences its own acquire returned.
 	renewSQL = `UPDATE leases SET renewed_at = ` + database.NowMS + `, expires_at = ` + database.NowMS + ` + ?4
 WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
 
-	// releaseSQL expires the row in place and keeps holder and fence, so a
-	// stalled former holder can never match again. renewed_at = expires_at
-	// marks a clean release; an already expired row keeps its expiry. It
-	// matches this process's nonce (?4): a release of an unused grant found
-	// in the table must never release a grant of another process started
-	// under the same instance_id.
+	// releaseSQL expires the row in place (renewed_at = expires_at marks a
+	// clean release), keeping holder and fence, and only this process's
+	// grant (nonce ?4): never one of another process under the same
+	// instance_id.
 	releaseSQL = `UPDATE leases SET
   renewed_at = MIN(expires_at, ` + database.NowMS + `),
   expires_at = MIN(expires_at, ` + database.NowMS + `)
@@ -124,9 +122,8 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3
   AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
 )
 
-// contendedSQL reads the grant an acquire did not get. holder is an
-// instance_id, which an operator may set to anything, date-like included:
-// read through database.Text to come back exactly as stored.
+// contendedSQL reads the grant an acquire did not get (holder through
+// database.Text: an instance_id may look like a date).
 var contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n,
   COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = leases.name AND h.fence = leases.fence), '')
 FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
@@ -173,46 +170,24 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	return g, nil
 }
 
-// grant runs acquireSQL and, when it grants, records the grant's nonce, in
-// one transaction: a grant whose answer is lost after commit still carries
-// its process's nonce, so a later attempt recognises it as its own, and no
-// grant is ever visible without its nonce.
+// grant claims the next fence of lease name with this process's nonce,
+// then acquires it under that claim: two statements, so a graceful
+// handover costs a libSQL server two round trips, not a transaction's
+// four. A claim that writes nothing (the grant is live) skips the acquire.
 func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
-	// One connection and explicit BEGIN/COMMIT: a COMMIT that fails (a
-	// full disk) leaves SQLite's transaction open, and database/sql would
-	// not roll back a *sql.Tx whose Commit failed; the connection would go
-	// back to the pool holding the grant uncommitted and the write lock.
 	release, err := s.db.UrgentTurn(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer release()
-	conn, err := s.db.Conn(ctx)
+	res, err := s.db.ExecContext(ctx, claimSQL, name, s.nonce)
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-		}
-	}()
-	granted, err := database.QueryReturning(ctx, conn, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
-	if err != nil || !granted {
-		return false, err
-	}
-	if _, err := conn.ExecContext(ctx, holderSQL, name, *fenceOut, s.nonce); err != nil {
-		return false, err
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return false, err
-	}
-	committed = true
-	return true, nil
+	return database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds(), s.nonce}, fenceOut)
 }
 
 // Renew extends the grant c to now + TTL (database clock). It returns an

@@ -46,3 +46,6 @@ func (s *Store) SetCheck(check func() error) {
 	}
 	s.check = check
 }
+
+// Wait blocks until every write and nudge in flight has finished.
+func (c *Contenders) Wait() { c.Drain(-1) }

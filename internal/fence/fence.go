@@ -29,13 +29,11 @@ var ErrSuperseded = errors.New("lease superseded")
 // token. Workers receive it when they are spawned and stamp their writes
 // with it.
 type Custody struct {
-	// Lease is the lease name (docs/spec.md §4), e.g. "jetstream-consumer".
-	Lease string
-	// Holder is the instance_id of this process.
-	Holder string
-	// Fence is the fence token of this grant; it grows by one on every
-	// change of custody. 0 means "not fenced": leases are disabled or the
-	// worker is unleased, and fenced writes run unconditionally.
+	Lease  string // the lease name (docs/spec.md §4)
+	Holder string // this process's instance_id
+	// Fence grows by one on every change of custody; 0 is unfenced
+	// (leases disabled, or an unleased worker): writes run
+	// unconditionally.
 	Fence int64
 }
 
@@ -56,25 +54,15 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND expires_at > ` + database.Now
 const writeLockSQL = `UPDATE leases SET fence = fence WHERE 0`
 
 // Fenced runs fn inside a transaction that commits only while c is the
-// current, unexpired custody of its lease on the database's clock. The
-// first statement of the transaction checks the fence and takes the write
-// lock, so a takeover cannot interleave before commit. When the check fails
-// nothing of fn runs and the error wraps ErrSuperseded. An unfenced custody
-// (Fence 0, leases disabled) runs fn in a transaction that takes the write
-// lock first and checks nothing. If ctx is done before commit
-// the transaction is rolled back and ctx.Err() returned: a stopping worker
-// writes nothing more. When the database file was deleted or replaced
-// (database.DB.CheckFile, run just before the commit), the transaction is
-// rolled back and that error returned: the write would land nowhere the
-// other instances read, under a grant the new file may already give to
-// one of them. The outcome goes into db's write health (Note).
-//
-// The driver ignores contexts, and a call on a connection whose peer has
-// vanished (a network partition) can hang for minutes. Fenced therefore
-// stops waiting for the begin and the fence check when ctx ends, returns
-// ctx.Err() and leaves them to finish in the background, where the
-// transaction is rolled back and fn never runs; so a worker told to stop
-// can stop. fn itself runs on the caller's goroutine as before.
+// current, unexpired custody of its lease on the database's clock: its
+// first statement checks the fence and takes the write lock, so no
+// takeover can interleave. A failed check runs nothing of fn and returns
+// an error wrapping ErrSuperseded. An unfenced custody (Fence 0) takes the
+// write lock and checks nothing. It rolls back and returns ctx.Err() when
+// ctx ends before the commit (the begin and the check, which the driver
+// cannot cancel, are left to finish in the background), and the
+// database's error when its file was replaced (database.DB.CheckFile, just
+// before the commit). The outcome goes into db's write health (Note).
 func Fenced(ctx context.Context, db *database.DB, c Custody, fn func(tx *sql.Tx) error) error {
 	err := fenced(ctx, db, c, fn)
 	Note(db, WorkerWrites(c.Lease), c.Fence, err)
