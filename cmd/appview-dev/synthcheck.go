@@ -48,7 +48,7 @@ func newSynthCheckCommand(load func() (config.Config, error)) *cobra.Command {
 			open := func(ctx context.Context) (*database.DB, error) { return cli.OpenExisting(ctx, cfg) }
 			out := cmd.OutOrStdout()
 			if wait > 0 {
-				return waitDone(cmd.Context(), open, exp, expected, wait, pollEvery, out)
+				return waitDone(cmd.Context(), expectation{open, exp, expected, wait, pollEvery}, out)
 			}
 			db, err := open(cmd.Context())
 			if err != nil {
@@ -73,14 +73,25 @@ func newSynthCheckCommand(load func() (config.Config, error)) *cobra.Command {
 	return cmd
 }
 
-// waitDone polls the database every `every` until its Jetstream position
-// has reached the stream's last event and it equals exp, then prints one
-// "done:" line. After `wait` it prints the differences left and fails
+// expectation is what waitDone waits for: the database open opens to
+// equal exp (read from the file name), polled every `every` for at most
+// `wait`.
+type expectation struct {
+	open        func(context.Context) (*database.DB, error)
+	exp         *synth.Expected
+	name        string
+	wait, every time.Duration
+}
+
+// waitDone polls the database every e.every until its Jetstream position
+// has reached the stream's last event and it equals e.exp, then prints one
+// "done:" line. After e.wait it prints the differences left and fails
 // (exit 1) saying why it is not done. A database that does not exist yet,
 // or is not migrated yet, is waited for like the rest. A check under way
 // when `wait` runs out is finished, not cut short, so what it reports is
 // the database's state rather than a cancelled read.
-func waitDone(ctx context.Context, open func(context.Context) (*database.DB, error), exp *synth.Expected, name string, wait, every time.Duration, out io.Writer) error {
+func waitDone(ctx context.Context, e expectation, out io.Writer) error {
+	open, exp, name, wait, every := e.open, e.exp, e.name, e.wait, e.every
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(every)

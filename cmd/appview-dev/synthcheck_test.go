@@ -48,7 +48,7 @@ func TestSynthCheckWaitIsDoneOnceThePositionReachesTheLastEventAndTheStateMatche
 	result := make(chan error, 1)
 	go func() {
 		// The database does not exist yet: it is waited for.
-		result <- waitDone(context.Background(), openAt(path), exp, "s.json", time.Minute, 5*time.Millisecond, &out)
+		result <- waitDone(context.Background(), expectation{openAt(path), exp, "s.json", time.Minute, 5 * time.Millisecond}, &out)
 	}()
 
 	db := testsupport.OpenDBAt(t, path)
@@ -86,7 +86,7 @@ func TestSynthCheckWaitGivesUpSayingWhatIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err := waitDone(context.Background(), openAt(path), exp, "s.json", 50*time.Millisecond, 5*time.Millisecond, &out)
+	err := waitDone(context.Background(), expectation{openAt(path), exp, "s.json", 50 * time.Millisecond, 5 * time.Millisecond}, &out)
 	if err == nil || !strings.Contains(err.Error(), "not done after 50ms") || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("waitDone on a database that differs: %v; want not done, saying it differs", err)
 	}
