@@ -13,8 +13,7 @@ import (
 
 // Supervision and retry policy, on the local monotonic clock.
 const (
-	// RestartBackoffMin is the delay before the first restart of a failed
-	// worker; it doubles per failure in the window, up to 10 s.
+	// RestartBackoffMin is the first restart's delay, doubled per failure.
 	RestartBackoffMin = 100 * time.Millisecond
 	restartBackoffMax = 10 * time.Second
 	// MaxFailures failures within failureWindow give the lease up
@@ -30,9 +29,7 @@ const (
 	minRenewRetry     = 50 * time.Millisecond
 	// NudgeSpacing is the minimum gap between nudged acquire attempts.
 	NudgeSpacing = 10 * time.Millisecond
-	// expiryMargin puts the attempt after a contended grant just after its
-	// expiry on the database's clock.
-	expiryMargin = time.Millisecond
+	expiryMargin = time.Millisecond // an attempt lands just after the grant's expiry
 )
 
 // ErrStoreStuck fails an attempt the shell did not make because earlier
@@ -61,12 +58,7 @@ const (
 
 var phaseNames = [...]string{"idle", "contending", "holding", "stopping", "releasing", "done"}
 
-func (p Phase) String() string {
-	if int(p) < len(phaseNames) {
-		return phaseNames[p]
-	}
-	return fmt.Sprintf("phase(%d)", int(p))
-}
+func (p Phase) String() string { return phaseNames[p] }
 
 // stopCause says why the worker stops or the lease is released: what
 // follows.

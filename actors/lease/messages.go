@@ -6,8 +6,6 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// The machine's inputs and commands (machine.go).
-
 // NoWake is WakeCmd.At when nothing is due.
 const NoWake time.Duration = -1
 

@@ -8,9 +8,6 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// Releases: of the custody held, and of grants of this process no worker
-// uses.
-
 // startRelease releases grant f (the custody held, or an unused grant of
 // this process) for reason; cause decides what follows.
 func (m *Machine) startRelease(now time.Duration, cause stopCause, f int64, reason string) {

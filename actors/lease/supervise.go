@@ -8,9 +8,8 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// The worker's supervision by the machine (doc.go, Supervision).
-
-// stopWorker orders the worker to stop, or if there is none moves on.
+// stopWorker orders the worker to stop (supervision: doc.go), or if
+// there is none moves on.
 func (m *Machine) stopWorker(now time.Duration, graceful bool) {
 	w := &m.worker
 	switch w.phase {
