@@ -25,6 +25,7 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/system"
 )
@@ -214,17 +215,47 @@ VALUES ('cleanup', 'leased', 1, 0, 0, 9000000000000)`); err != nil {
 // at once, as systemd does 2 s later, starts once the dead record has
 // gone overdue instead of being refused with exit 2, which systemd would
 // never restart after (RestartPreventExitStatus=2).
+//
+// What the restart says depends on two things the test sees to. The
+// record must be written before the kill: "appview started" waits for
+// its first write at most one refresh interval, so the test waits for
+// the row. And the restart must read it while it is still live, before
+// 2 refresh intervals + leasestore.UnleasedGrace have passed since its
+// last refresh: an interval of 2 s leaves the restart at least 3 s to get
+// there (a race-enabled start on a loaded 2-core host took over 1.3 s,
+// which the 300 ms of quickLeases did not leave), and the test waits that
+// long only because the restart waits for the record to go overdue.
 func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	args := append([]string{"--set", "leases.enabled=false"}, quickLeases...)
+	const every = 2 * time.Second
+	args := []string{"--set", "leases.enabled=false", "--set", "leases.ttl=5s", "--set", "leases.renew_interval=" + every.String(), "--set", "leases.renew_deadline=4s"}
 	first := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
 	first.started()
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var all []leasestore.UnleasedInstance
+	testsupport.Eventually(t, "the first instance's leases-off record", func() bool {
+		if all, err = leasestore.ListUnleased(context.Background(), db.DB); err != nil {
+			t.Fatal(err)
+		}
+		return len(all) > 0
+	})
+	record := all[0]
+	if len(all) != 1 || !record.Live() || record.Every != every {
+		t.Fatalf("leases-off records %+v; want one, live, refreshed every %v", all, every)
+	}
+	killed := time.Now()
 	first.signal(syscall.SIGKILL)
 	first.wait(runTimeout)
 	again := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
 	again.started()
 	if _, ok := again.logLine(map[string]string{"msg": "the instance that recorded itself as running with leases off is gone (its record went overdue): starting"}); !ok {
-		t.Error("the restart did not say it waited for the killed instance's record")
+		t.Errorf("the restart did not say it waited for the killed instance's record (it started %v after the kill; the record, seen %v before the read above, was overdue %v after its last refresh)",
+			time.Since(killed).Round(time.Millisecond), record.Age, 2*every+leasestore.UnleasedGrace)
 	}
 	again.signal(syscall.SIGTERM)
 	if code, _ := again.wait(runTimeout); code != 0 {
