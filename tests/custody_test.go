@@ -24,10 +24,12 @@ var timing = harness.ShortTiming
 const sigCont = syscall.SIGCONT
 
 func TestEveryLeasedWorkerRunsOnExactlyOneInstanceOnAFileDatabase(t *testing.T) {
+	t.Parallel()
 	exclusiveCustody(t, fileDB(t))
 }
 
 func TestEveryLeasedWorkerRunsOnExactlyOneInstanceOnSqld(t *testing.T) {
+	t.Parallel()
 	exclusiveCustody(t, startSqld(t).URL)
 }
 
@@ -110,6 +112,7 @@ func exclusiveCustody(t *testing.T, db string) {
 }
 
 func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
@@ -206,6 +209,7 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 // one can fall back to a release and an acquire, so the test asks for
 // at least one of four (four of four here), checking every one.
 func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
@@ -281,6 +285,7 @@ func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 }
 
 func TestSigkillHandsOverWithinTTLPlusOneSecond(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
@@ -346,6 +351,7 @@ func TestSigkillHandsOverWithinTTLPlusOneSecond(t *testing.T) {
 var frozenTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 400}
 
 func TestAHolderFrozenPastItsTTLIsSupersededAndLandsNoWriteAfterTheTakeover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)

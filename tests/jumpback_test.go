@@ -68,6 +68,7 @@ const (
 // fails this: after a jump the stored time_us is ahead of the events
 // still to come, and the replay's cursor filter drops them.
 func TestJumpBackKillsNeverSkipAnUnappliedEvent(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(jumpbackSeedEnv); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)

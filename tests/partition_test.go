@@ -18,6 +18,7 @@ const sqldPort = "18080"
 const partitionSlack = 500 * time.Millisecond
 
 func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSuperseded(t *testing.T) {
+	t.Parallel()
 	n := newPartitionNet(t)
 	ctx := within(t, 2*time.Minute)
 	dbA := "http://" + n.dbForA + ":" + sqldPort

@@ -32,6 +32,7 @@ const minRestartsInFlight = 2
 // each push exactly once per custody (see resendAcrossHandoverAllowed for
 // the one kind of resend still tolerated, and why).
 func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
