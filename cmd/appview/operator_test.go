@@ -99,6 +99,7 @@ func skipIfSIGHUPIgnored(t *testing.T) {
 // as SIGTERM does: it used to kill it (129) with every lease held, left
 // to run out its TTL.
 func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
+	t.Parallel()
 	skipIfSIGHUPIgnored(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
 	p.started()
@@ -118,6 +119,7 @@ func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
 // that one's (found by a new-user pass: two consumers, two backfills on
 // one database). Once the holder has released, it starts.
 func TestLeasesOffBesideALiveHolderIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	holder := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=holder"))
 	holder.started()
@@ -150,6 +152,7 @@ var quickLeases = []string{"--set", "leases.ttl=3s", "--set", "leases.renew_inte
 // stop both start. Found by a new-user pass: the unleased instance used
 // to leave nothing to see.
 func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
 	solo.started()
@@ -183,6 +186,7 @@ func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
 // (exit 1, an error line naming it). The leased instance is simulated by
 // its grant written into the lease table.
 func TestAnUnleasedInstanceStopsWhenALeasedOneTurnsUpBesideIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
 	solo.started()
@@ -264,6 +268,7 @@ func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
 }
 
 func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
+	t.Parallel()
 	url, accepted := silentServer(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))
 	p.waitFor(startTimeout, "the instance to connect to the silent database server", func() bool { return accepted() > 0 })
@@ -284,6 +289,7 @@ func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testi
 // a slow generator) kept serve deaf to every signal: only SIGKILL ended
 // it, so a service manager's stop waited out its kill timeout.
 func TestASignalWhileTheConfigurationIsReadAbortsTheStartWithExit0(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "config.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -396,6 +402,7 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 }
 
 func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_SHUTDOWN_TIMEOUT=300ms"))
 	p.started()
@@ -446,6 +453,7 @@ func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
 }
 
 func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
 	base := p.started()
@@ -483,6 +491,7 @@ func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
 }
 
 func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -521,6 +530,7 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 }
 
 func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
+	t.Parallel()
 	// webhooks rm writes, but only to a database that exists: a mistyped
 	// path created and migrated one, then said "no webhook with id 5".
 	for _, args := range [][]string{{"leases"}, {"webhooks", "list"}, {"webhooks", "rm", "5"}} {
@@ -539,6 +549,7 @@ func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
 // writable?) … table leases already exists", and `appview leases`
 // printed a raw SQL error with exit 1 (found by a new-user pass).
 func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
+	t.Parallel()
 	for name, schema := range map[string][]string{
 		"tables named as appview's": {`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`, `CREATE TABLE webhooks (id INTEGER PRIMARY KEY)`},
 		"a table of its own":        {`CREATE TABLE notes (id INTEGER PRIMARY KEY)`},
@@ -565,6 +576,7 @@ func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
 }
 
 func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeTestFile(t, filepath.Join(dir, "capture.jsonl"), "")
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "capture.jsonl", "--listen", "127.0.0.1:21141x")
@@ -573,6 +585,7 @@ func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T
 
 // A missing capture is named first, even on an unusable address.
 func TestJetstreamReplayRefusesAMissingCaptureBeforeItsAddress(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "missing.jsonl", "--listen", "127.0.0.1:21141x")
 	assertFlagRefusal(t, r, "--file", "missing.jsonl")
@@ -624,6 +637,7 @@ func TestWebhooksAddRefusesAnEmptyLineAsTheSecret(t *testing.T) {
 }
 
 func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	add := []string{"webhooks", "add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
 	if r := runAppview(t, dir, childEnv(), add...); r.code != 0 {
@@ -718,6 +732,7 @@ func runSignalledAtInit(t *testing.T, dir string, sig syscall.Signal, args ...st
 // command keeps the signals' default action, even for a signal that came
 // while the command line was not yet read.
 func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
+	t.Parallel()
 	// Only serve: a quick command (version, config init) can finish
 	// before a signal sent at this moment arrives, so whether it was
 	// killed says nothing; the default action of a command other than
@@ -755,6 +770,7 @@ func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
 // action: a healthcheck stuck on an instance that does not answer is
 // killed by SIGTERM at once, not after its own timeout.
 func TestACommandOtherThanServeIsKilledBySIGTERM(t *testing.T) {
+	t.Parallel()
 	url, accepted := silentServer(t)
 	p := startAppview(t, t.TempDir(), childEnv(), "healthcheck", "--url", url+"/readyz")
 	p.waitFor(runTimeout, "the healthcheck to connect", func() bool { return accepted() > 0 })
@@ -772,6 +788,7 @@ func TestACommandOtherThanServeIsKilledBySIGTERM(t *testing.T) {
 // while it reads (here: the configuration is a FIFO nobody has written
 // yet) aborts the start.
 func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "appview.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -818,6 +835,7 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 // A --url that is not an http(s) URL is a usage error (exit 2), not a
 // failed probe (exit 1), and its password is not echoed.
 func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
+	t.Parallel()
 	for u, reason := range map[string]string{
 		"notaurl":                             `--url: URL "notaurl": scheme must be one of http, https`,
 		"ftp://u:secret@x/readyz":             "scheme must be one of http, https",
@@ -840,6 +858,7 @@ func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
 // 2) naming the key and where its value came from, not a connection
 // refused on port 0 (exit 1).
 func TestHealthcheckRefusesAnAdminAddressOnPort0(t *testing.T) {
+	t.Parallel()
 	r := runAppview(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), "healthcheck")
 	assertRefusal(t, r, "admin.addr", "port 0 is chosen by the instance when it starts")
 	if !strings.Contains(r.stderr, "(from APPVIEW_ADMIN_ADDR)") {
