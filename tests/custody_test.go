@@ -208,8 +208,11 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 // Each handover is timed by the announcement's answers; on a slow host
 // one can fall back to a release and an acquire, so the test asks for
 // at least one of four (four of four here), checking every one.
+//
+// It does not run in parallel with the other scenarios: the standby
+// answers have tens of milliseconds, and beside them it saw 0 and 1 of 4
+// handed over, 3 of 4 alone.
 func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
