@@ -210,8 +210,10 @@ func TestSigtermExpiresTheRowInPlaceAndTheNextGrantIsFencePlusOne(t *testing.T) 
 // at least one of four (four of four here), checking every one.
 //
 // It does not run in parallel with the other scenarios: the standby
-// answers have tens of milliseconds, and beside them it saw 0 and 1 of 4
-// handed over, 3 of 4 alone.
+// answers have 10 ms (actors/lease announceWait), and beside them it saw
+// 0 and 1 of 4 handed over, 3 of 4 alone. On a host loaded from outside
+// (load 8 to 12 on 2 cores) it still sees 0 of 4 in about one run in
+// three: the contenders miss the 10 ms, by design, and fall back.
 func TestAGracefulStopHandsTheLeaseToTheContenderStandingBy(t *testing.T) {
 	c := newCluster(t)
 	db := fileDB(t)
