@@ -123,6 +123,7 @@ func (w *backfillWorld) checkRows(t *testing.T, ctx context.Context, reader *dbR
 // lease, finds the completed run within rerun_after and holds the lease
 // idle instead of backfilling again.
 func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)
@@ -210,6 +211,7 @@ func TestBackfillRunsOnceAcrossTwoInstancesAndAGracefulHandover(t *testing.T) {
 // repository goes on from its cursor) and completes it: every record
 // lands once.
 func TestBackfillKilledMidPageResumesFromTheCheckpointOnTheOtherInstance(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)

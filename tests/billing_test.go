@@ -158,6 +158,7 @@ func wantCalls(t *testing.T, hold *testsupport.Hold, want ...testsupport.CrewTie
 // over, reads what was recorded and pushes only the changes made after
 // (alice to 2, bob to 3). The hold counts one updateCrewTier per change.
 func TestBillingPushesEachTierChangeOnceAcrossAGracefulHandover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)
@@ -233,6 +234,7 @@ const slowHoldAnswer = time.Second
 // the push finish and records it under the custody still held, so the
 // next holder does not push the change again.
 func TestABillingPushInFlightAtSigtermIsRecordedAndNotRepeated(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)

@@ -82,6 +82,7 @@ func waitHolds(ctx context.Context, i *harness.Instance, want map[string]bool) (
 // unhealthy by the round that follows, within one health.check_interval,
 // and the other hold stays healthy.
 func TestEveryInstanceChecksHoldsIntoItsOwnCacheAndSeesAHoldGoDownWithinOneInterval(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)

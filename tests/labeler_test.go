@@ -57,6 +57,7 @@ func metricValue(ctx context.Context, i *harness.Instance, series string) (float
 // connects with cursor=<last seq>. A takedown sent after the handover is
 // applied once, by the new holder, under its fence.
 func TestTheLabelerSubscriberResumesFromTheStoredCursorAfterAGracefulHandover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	db := fileDB(t)
 	reader := newDBReader(t, db)

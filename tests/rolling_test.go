@@ -10,12 +10,13 @@ import (
 )
 
 // rollingCycles is how many instances a rolling restart replaces, one at a
-// time, among three running ones.
-const rollingCycles = 20
+// time, among three running ones; scripts/soak runs rollingSoakCycles
+// (TestSoakTwentyRollingRestartsUnderTrafficLoseNothing).
+const rollingCycles = 5
 
 // rollingTraffic is the stream a rolling restart runs under: at its pace
-// it spans every restart of an optimized build (about 8 s) and the first
-// several of a race-enabled one, whose instances start slower.
+// it spans every restart of an optimized build (about 8 s for twenty) and
+// the first several of a race-enabled one, whose instances start slower.
 var rollingTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 400}
 
 // minRestartsInFlight is how many restarts must find traffic still to
@@ -23,15 +24,23 @@ var rollingTraffic = trafficOptions{events: 3000, users: 8, holds: 3, rate: 400}
 const minRestartsInFlight = 2
 
 // TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook
-// replaces three instances one at a time, twenty times, while synthetic
-// traffic flows: each restart waits until the consumer has reached the
-// next twentieth of the stream, so every handover of the consumer happens
-// with events in flight. Custody must stay exclusive and pass through
-// releases; the final database must equal the generator's expected state,
-// repository_stats the sums over holds, and the receiver must have had
-// each push exactly once per custody (see resendAcrossHandoverAllowed for
-// the one kind of resend still tolerated, and why).
+// replaces three instances one at a time, rollingCycles times, while
+// synthetic traffic flows; see rollingRestart.
 func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testing.T) {
+	t.Parallel()
+	rollingRestart(t, rollingCycles)
+}
+
+// rollingRestart replaces three instances one at a time, cycles times,
+// while synthetic traffic flows: each restart waits until the consumer
+// has reached the next 1/cycles of the stream, so every handover of the
+// consumer happens with events in flight. Custody must stay exclusive and
+// pass through releases; the final database must equal the generator's
+// expected state, repository_stats the sums over holds, and the receiver
+// must have had each push exactly once per custody (see
+// resendAcrossHandoverAllowed for the one kind of resend still tolerated,
+// and why).
+func rollingRestart(t *testing.T, cycles int) {
 	c := newCluster(t)
 	db := fileDB(t)
 	stripe := stripeStub(t)
@@ -53,8 +62,8 @@ func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testin
 	}
 	var handovers []time.Duration
 	inFlight := 0
-	for cycle := range rollingCycles {
-		us, err := tr.waitCursor(ctx, tr.progress(float64(cycle)/rollingCycles))
+	for cycle := range cycles {
+		us, err := tr.waitCursor(ctx, tr.progress(float64(cycle)/float64(cycles)))
 		if err != nil {
 			t.Fatalf("cycle %d: %v", cycle, err)
 		}
@@ -88,7 +97,7 @@ func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testin
 		}
 		running = append(rest, fresh)
 	}
-	t.Logf("%d of %d restarts happened with traffic still to consume", inFlight, rollingCycles)
+	t.Logf("%d of %d restarts happened with traffic still to consume", inFlight, cycles)
 	if inFlight < minRestartsInFlight {
 		t.Errorf("only %d restarts found traffic in flight; want at least %d (the stream ran out too soon)", inFlight, minRestartsInFlight)
 	}
@@ -109,8 +118,8 @@ func TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook(t *testin
 	if err := harness.CheckFences(tl, firstFences); err != nil {
 		t.Error(err)
 	}
-	if len(handovers) < rollingCycles/3 {
-		t.Errorf("only %d handovers in %d cycles; the oldest instance should often hold a lease", len(handovers), rollingCycles)
+	if len(handovers) < cycles/3 {
+		t.Errorf("only %d handovers in %d cycles; the oldest instance should often hold a lease", len(handovers), cycles)
 	}
 	slices.Sort(handovers)
 	if len(handovers) > 0 {

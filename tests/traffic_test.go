@@ -88,9 +88,27 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 	if len(tr.expected.PushEventKeys) == 0 {
 		t.Fatal("the synthetic stream has no pushes: nothing would test the webhooks")
 	}
-	for _, did := range pushingDIDs(tr.expected.PushEventKeys) {
-		runCmd(t, ctx, bin, "webhooks", "add", "--did", did, "--url", tr.receiver.URL, "--allow-private",
+	// One `webhooks add` per pushing user, as an operator would: the
+	// first creates and migrates the database, the others run at once.
+	add := func(did string) error {
+		return runCmdErr(ctx, bin, "webhooks", "add", "--did", did, "--url", tr.receiver.URL, "--allow-private",
 			"--set", "database.url="+db)
+	}
+	dids := pushingDIDs(tr.expected.PushEventKeys)
+	if err := add(dids[0]); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, len(dids)-1)
+	for _, did := range dids[1:] {
+		go func() { errs <- add(did) }()
+	}
+	for range dids[1:] {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	addr, err := harness.FreeLoopbackAddr()
 	if err != nil {
@@ -336,14 +354,23 @@ func pushingDIDs(keys []string) []string {
 	return out
 }
 
-// run runs a command to completion and fails the test on error.
+// runCmd runs a command to completion and fails the test on error.
 func runCmd(t *testing.T, ctx context.Context, name string, args ...string) {
 	t.Helper()
+	if err := runCmdErr(ctx, name, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runCmdErr runs a command to completion; its error names the command
+// and carries its output.
+func runCmdErr(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = harness.CleanEnv()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
+	return nil
 }
 
 // receiver is the local webhook endpoint: it answers 200 and counts each

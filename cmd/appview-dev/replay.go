@@ -19,7 +19,7 @@ import (
 // Long-replay sizes and bounds.
 const (
 	// replayEventsFull and replayEventsQuick are the stream's length.
-	replayEventsFull, replayEventsQuick = 1_000_000, 20_000
+	replayEventsFull, replayEventsQuick = 1_000_000, 5_000
 	// replaySeed selects the synthetic stream.
 	replaySeed = 7
 	// replayPoll is how often progress (jetstream_cursor) and RSS are read.

@@ -35,6 +35,7 @@ func getAuth(url, token string) (int, string) {
 // 11.4): probes stay open, /debug/* and /debug/pprof/ need the token,
 // /metrics carries appview_build_info and the refusal counter.
 func TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const token = "serve-test-token-0123456789"
 	writeTestFile(t, dir+"/token", token+"\n")

@@ -96,6 +96,7 @@ func TestWriteProgressSaysWhatIsKnownOfAnUnfinishedRun(t *testing.T) {
 // TestBackfillStatusReadsTheDatabaseWithoutWriting runs the command on a
 // database holding one unfinished run (a pipe: plain lines).
 func TestBackfillStatusReadsTheDatabaseWithoutWriting(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "appview.db")
 	db := testsupport.OpenUnmigrated(t, path)

@@ -109,6 +109,7 @@ func TestComposeFileParsesWithTheDemoServices(t *testing.T) {
 // runs here): a build stage and a glibc runtime, a non-root USER, a VOLUME
 // for the data, and a HEALTHCHECK that runs a subcommand the binary has.
 func TestDockerfileIsMultiStageNonRootWithVolumeAndSelfHealthcheck(t *testing.T) {
+	t.Parallel()
 	f, err := os.Open(filepath.Join(deployDir, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +170,7 @@ func TestDockerfileIsMultiStageNonRootWithVolumeAndSelfHealthcheck(t *testing.T)
 // Like the browser test, a missing systemd-analyze fails unless the
 // developer opts out outside CI (.ci/run installs Debian's systemd).
 func TestSystemdUnitPassesSystemdAnalyzeVerify(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("CI") != "true" && os.Getenv("APPVIEW_SKIP_SYSTEMD_TESTS") == "1" {
@@ -253,6 +255,7 @@ var dashboardMetric = regexp.MustCompile(`\b((?:appview|process|go)_[a-zA-Z0-9_]
 // looked for. A series that exists only once something happened (a lease
 // renewal, a webhook attempt) is waited for, up to a bound.
 func TestGrafanaDashboardQueriesOnlyMetricsARunningInstanceExports(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile(filepath.Join(deployDir, "grafana-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 var testSupport = []string{"tests", "harness", "fakepeer", "rowcapture", "sqldtest", "leakcheck", "dbdump", "testsupport", "bench", "synth"}
 
 func TestTheShippedBinaryLinksNoTestSupport(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps ./cmd/appview: %v", err)

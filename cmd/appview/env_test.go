@@ -18,6 +18,7 @@ import (
 // variables that are no key, names the closest key, says nothing about
 // the service links, and stops cleanly.
 func TestServeStartsInAKubernetesPodWithDeployScriptVariables(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, t.TempDir(), childEnv(
 		"APPVIEW_ADMIN_ADDR=127.0.0.1:0",
 		"APPVIEW_PORT=tcp://10.0.0.1:80",
@@ -64,6 +65,7 @@ func TestServeStartsInAKubernetesPodWithDeployScriptVariables(t *testing.T) {
 // The commands that do not log JSON print the warning as a plain line and
 // still do their work; --json output stays clean on stdout.
 func TestOtherCommandsWarnOnStderrAndRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
@@ -95,6 +97,7 @@ func TestOtherCommandsWarnOnStderrAndRun(t *testing.T) {
 // applied) was printed alone: the warning naming the typo, the likely
 // cause, was dropped with the JSON log that never started.
 func TestServeRefusingItsConfigurationPrintsTheWarningsFirst(t *testing.T) {
+	t.Parallel()
 	r := runAppview(t, t.TempDir(), childEnv("APPVIEW_LEASES_TLL=5s", "APPVIEW_LEASES_TTL=1ms"), "serve")
 	if r.code != cli.ExitConfig {
 		t.Fatalf("exit %d, want %d; stderr %q", r.code, cli.ExitConfig, r.stderr)

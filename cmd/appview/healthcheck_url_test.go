@@ -13,6 +13,7 @@ import (
 // Found from outside: `healthcheck --url http://127.0.0.1:5190` exited 0
 // while /readyz answered 503.
 func TestHealthcheckURLProbesReadyz(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -25,6 +25,7 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/system"
 )
@@ -98,6 +99,7 @@ func skipIfSIGHUPIgnored(t *testing.T) {
 // as SIGTERM does: it used to kill it (129) with every lease held, left
 // to run out its TTL.
 func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
+	t.Parallel()
 	skipIfSIGHUPIgnored(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
 	p.started()
@@ -117,6 +119,7 @@ func TestSIGHUPStopsServeAndReleasesItsLeases(t *testing.T) {
 // that one's (found by a new-user pass: two consumers, two backfills on
 // one database). Once the holder has released, it starts.
 func TestLeasesOffBesideALiveHolderIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	holder := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=holder"))
 	holder.started()
@@ -149,6 +152,7 @@ var quickLeases = []string{"--set", "leases.ttl=3s", "--set", "leases.renew_inte
 // stop both start. Found by a new-user pass: the unleased instance used
 // to leave nothing to see.
 func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
 	solo.started()
@@ -182,6 +186,7 @@ func TestAnInstanceBesideAnUnleasedOneIsRefused(t *testing.T) {
 // (exit 1, an error line naming it). The leased instance is simulated by
 // its grant written into the lease table.
 func TestAnUnleasedInstanceStopsWhenALeasedOneTurnsUpBesideIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	solo := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_INSTANCE_ID=solo"), append([]string{"--set", "leases.enabled=false"}, quickLeases...)...)
 	solo.started()
@@ -214,17 +219,47 @@ VALUES ('cleanup', 'leased', 1, 0, 0, 9000000000000)`); err != nil {
 // at once, as systemd does 2 s later, starts once the dead record has
 // gone overdue instead of being refused with exit 2, which systemd would
 // never restart after (RestartPreventExitStatus=2).
+//
+// What the restart says depends on two things the test sees to. The
+// record must be written before the kill: "appview started" waits for
+// its first write at most one refresh interval, so the test waits for
+// the row. And the restart must read it while it is still live, before
+// 2 refresh intervals + leasestore.UnleasedGrace have passed since its
+// last refresh: an interval of 2 s leaves the restart at least 3 s to get
+// there (a race-enabled start on a loaded 2-core host took over 1.3 s,
+// which the 300 ms of quickLeases did not leave), and the test waits that
+// long only because the restart waits for the record to go overdue.
 func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	args := append([]string{"--set", "leases.enabled=false"}, quickLeases...)
+	const every = 2 * time.Second
+	args := []string{"--set", "leases.enabled=false", "--set", "leases.ttl=5s", "--set", "leases.renew_interval=" + every.String(), "--set", "leases.renew_deadline=4s"}
 	first := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
 	first.started()
+	db, err := database.Open(context.Background(), database.Options{URL: "file:" + filepath.Join(dir, "data", "appview.db"), BusyTimeout: 5 * time.Second, MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var all []leasestore.UnleasedInstance
+	testsupport.Eventually(t, "the first instance's leases-off record", func() bool {
+		if all, err = leasestore.ListUnleased(context.Background(), db.DB); err != nil {
+			t.Fatal(err)
+		}
+		return len(all) > 0
+	})
+	record := all[0]
+	if len(all) != 1 || !record.Live() || record.Every != every {
+		t.Fatalf("leases-off records %+v; want one, live, refreshed every %v", all, every)
+	}
+	killed := time.Now()
 	first.signal(syscall.SIGKILL)
 	first.wait(runTimeout)
 	again := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), args...)
 	again.started()
 	if _, ok := again.logLine(map[string]string{"msg": "the instance that recorded itself as running with leases off is gone (its record went overdue): starting"}); !ok {
-		t.Error("the restart did not say it waited for the killed instance's record")
+		t.Errorf("the restart did not say it waited for the killed instance's record (it started %v after the kill; the record, seen %v before the read above, was overdue %v after its last refresh)",
+			time.Since(killed).Round(time.Millisecond), record.Age, 2*every+leasestore.UnleasedGrace)
 	}
 	again.signal(syscall.SIGTERM)
 	if code, _ := again.wait(runTimeout); code != 0 {
@@ -233,6 +268,7 @@ func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
 }
 
 func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testing.T) {
+	t.Parallel()
 	url, accepted := silentServer(t)
 	p := startServe(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL="+url))
 	p.waitFor(startTimeout, "the instance to connect to the silent database server", func() bool { return accepted() > 0 })
@@ -253,6 +289,7 @@ func TestSignalWhileTheDatabaseOpenHangsAbortsTheStartAndExits0Promptly(t *testi
 // a slow generator) kept serve deaf to every signal: only SIGKILL ended
 // it, so a service manager's stop waited out its kill timeout.
 func TestASignalWhileTheConfigurationIsReadAbortsTheStartWithExit0(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "config.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -365,6 +402,7 @@ func TestASignalHalfASecondAfterTheFirstExits1(t *testing.T) {
 }
 
 func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_SHUTDOWN_TIMEOUT=300ms"))
 	p.started()
@@ -415,6 +453,7 @@ func TestAStopThatRunsOutOfTimeEndsWithAJSONLogLineAndExit1(t *testing.T) {
 }
 
 func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
 	base := p.started()
@@ -452,6 +491,7 @@ func TestDebugLeasesFailsWhenTheDatabaseFileWasReplaced(t *testing.T) {
 }
 
 func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -490,6 +530,7 @@ func TestWebhooksAddRefusesBadFlagValuesWithExitCode2BeforeOpeningTheDatabase(t 
 }
 
 func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
+	t.Parallel()
 	// webhooks rm writes, but only to a database that exists: a mistyped
 	// path created and migrated one, then said "no webhook with id 5".
 	for _, args := range [][]string{{"leases"}, {"webhooks", "list"}, {"webhooks", "rm", "5"}} {
@@ -508,6 +549,7 @@ func TestReadOnlyCommandsOnAMissingDatabaseExitWith2(t *testing.T) {
 // writable?) … table leases already exists", and `appview leases`
 // printed a raw SQL error with exit 1 (found by a new-user pass).
 func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
+	t.Parallel()
 	for name, schema := range map[string][]string{
 		"tables named as appview's": {`CREATE TABLE leases (id INTEGER PRIMARY KEY, tenant TEXT)`, `CREATE TABLE webhooks (id INTEGER PRIMARY KEY)`},
 		"a table of its own":        {`CREATE TABLE notes (id INTEGER PRIMARY KEY)`},
@@ -534,6 +576,7 @@ func TestAnotherProgramsDatabaseIsRefusedAsSuch(t *testing.T) {
 }
 
 func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeTestFile(t, filepath.Join(dir, "capture.jsonl"), "")
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "capture.jsonl", "--listen", "127.0.0.1:21141x")
@@ -542,6 +585,7 @@ func TestJetstreamReplayRefusesAnUnusableListenAddressWithExitCode2(t *testing.T
 
 // A missing capture is named first, even on an unusable address.
 func TestJetstreamReplayRefusesAMissingCaptureBeforeItsAddress(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "jetstream-replay", "--file", "missing.jsonl", "--listen", "127.0.0.1:21141x")
 	assertFlagRefusal(t, r, "--file", "missing.jsonl")
@@ -593,6 +637,7 @@ func TestWebhooksAddRefusesAnEmptyLineAsTheSecret(t *testing.T) {
 }
 
 func TestWebhooksAddOfADuplicateExitsWith1AndOneLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	add := []string{"webhooks", "add", "--did", "did:plc:alice", "--url", "http://127.0.0.1:9/hook", "--allow-private"}
 	if r := runAppview(t, dir, childEnv(), add...); r.code != 0 {
@@ -687,6 +732,7 @@ func runSignalledAtInit(t *testing.T, dir string, sig syscall.Signal, args ...st
 // command keeps the signals' default action, even for a signal that came
 // while the command line was not yet read.
 func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
+	t.Parallel()
 	// Only serve: a quick command (version, config init) can finish
 	// before a signal sent at this moment arrives, so whether it was
 	// killed says nothing; the default action of a command other than
@@ -724,6 +770,7 @@ func TestAStopSignalAtTheEarliestMomentOfTheStart(t *testing.T) {
 // action: a healthcheck stuck on an instance that does not answer is
 // killed by SIGTERM at once, not after its own timeout.
 func TestACommandOtherThanServeIsKilledBySIGTERM(t *testing.T) {
+	t.Parallel()
 	url, accepted := silentServer(t)
 	p := startAppview(t, t.TempDir(), childEnv(), "healthcheck", "--url", url+"/readyz")
 	p.waitFor(runTimeout, "the healthcheck to connect", func() bool { return accepted() > 0 })
@@ -741,6 +788,7 @@ func TestACommandOtherThanServeIsKilledBySIGTERM(t *testing.T) {
 // while it reads (here: the configuration is a FIFO nobody has written
 // yet) aborts the start.
 func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "appview.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -787,6 +835,7 @@ func TestSIGINTRightAfterAStartWithSIGINTIgnoredStopsTheInstance(t *testing.T) {
 // A --url that is not an http(s) URL is a usage error (exit 2), not a
 // failed probe (exit 1), and its password is not echoed.
 func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
+	t.Parallel()
 	for u, reason := range map[string]string{
 		"notaurl":                             `--url: URL "notaurl": scheme must be one of http, https`,
 		"ftp://u:secret@x/readyz":             "scheme must be one of http, https",
@@ -809,6 +858,7 @@ func TestHealthcheckRefusesAURLItCannotProbe(t *testing.T) {
 // 2) naming the key and where its value came from, not a connection
 // refused on port 0 (exit 1).
 func TestHealthcheckRefusesAnAdminAddressOnPort0(t *testing.T) {
+	t.Parallel()
 	r := runAppview(t, t.TempDir(), childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"), "healthcheck")
 	assertRefusal(t, r, "admin.addr", "port 0 is chosen by the instance when it starts")
 	if !strings.Contains(r.stderr, "(from APPVIEW_ADMIN_ADDR)") {

@@ -57,7 +57,10 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	appviewBin = filepath.Join(dir, "appview")
-	args := []string{"build", "-o", appviewBin}
+	// Stamped as a release build is (deploy/Dockerfile): that one link
+	// serves every test, TestLdflagsOverrideVersionAndCommit included,
+	// which used to link a binary of its own.
+	args := []string{"build", "-o", appviewBin, "-ldflags", "-X main.version=" + ldflagsVersion + " -X main.commit=" + ldflagsCommit}
 	if raceEnabled {
 		args = append(args, "-race")
 	}

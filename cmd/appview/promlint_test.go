@@ -23,6 +23,7 @@ import (
 // Prometheus' own linter: names with base units and _total for counters,
 // help texts, no reserved suffixes on the wrong type.
 func TestMetricsOfAFullyWiredInstancePassPromlint(t *testing.T) {
+	t.Parallel()
 	const nowhere = "127.0.0.1:1" // connection refused at once
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv(
@@ -97,6 +98,7 @@ var retiredMetrics = map[string]string{"appview_jetstream_cursor_time_us": "docs
 // appview_jetstream_cursor_time_us long after it became
 // _cursor_timestamp_seconds) fails here, not an operator's alert.
 func TestEveryMetricTheDocsNameIsRegistered(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.Dir}}{{range .GoFiles}}\t{{.}}{{end}}", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)

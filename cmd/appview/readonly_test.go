@@ -88,6 +88,7 @@ func holdWriteLock(t *testing.T, db *database.DB) (release func()) {
 }
 
 func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		url  func(dir string) string // "" keeps the default
@@ -120,6 +121,7 @@ func TestLeasesOnAMissingDatabaseSaysSoAndCreatesNothing(t *testing.T) {
 // an empty one asks whether serve ran against it; one with another
 // program's tables says it is not an appview database.
 func TestLeasesOnADatabaseWithoutALeasesTableAsksWhetherServeRanAgainstIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	empty := testsupport.OpenUnmigrated(t, filepath.Join(dir, "empty.db"))
 	for _, q := range []string{"CREATE TABLE t (x)", "DROP TABLE t"} { // a file, with no table
@@ -142,6 +144,7 @@ func TestLeasesOnADatabaseWithoutALeasesTableAsksWhetherServeRanAgainstIt(t *tes
 }
 
 func TestLeasesPrintsTheTableWhileAnotherProcessHoldsTheWriteLock(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, held := migratedWithLease(t, filepath.Join(dir, "appview.db"))
 	holdWriteLock(t, db)
@@ -173,6 +176,7 @@ func TestLeasesPrintsTheTableWhileAnotherProcessHoldsTheWriteLock(t *testing.T) 
 }
 
 func TestWebhooksListOnlyReads(t *testing.T) {
+	t.Parallel()
 	t.Run("missing database", func(t *testing.T) {
 		dir := t.TempDir()
 		r := runAppview(t, dir, childEnv("APPVIEW_DATABASE_URL=file:hooks/appview.db"), "webhooks", "list")

@@ -22,6 +22,7 @@ var shortLeases = []string{
 }
 
 func TestReadyzFailsWhileSqldIsDownAndTheInstanceRecoversWhenItIsBack(t *testing.T) {
+	t.Parallel()
 	srv := testsupport.StartSQLD(t)
 	env := childEnv(append([]string{"APPVIEW_ADMIN_ADDR=127.0.0.1:0", "APPVIEW_DATABASE_URL=" + srv.URL}, shortLeases...)...)
 	p := startServe(t, t.TempDir(), env)

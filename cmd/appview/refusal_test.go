@@ -159,6 +159,7 @@ func refusals() []refusal {
 // fails with one line naming database.url and saying it is transient,
 // and exit 1, which deploy/appview.service restarts (exit 2 it does not).
 func TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -219,6 +220,7 @@ func mkdir(t *testing.T, path string) {
 }
 
 func TestServeRefusesBadConfigurationWithExitCode2AndOneLineNamingTheKey(t *testing.T) {
+	t.Parallel()
 	for _, tc := range refusals() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -308,6 +310,7 @@ func assertFlagRefusal(t *testing.T, r result, flag, reason string) {
 // A port in use is refused before the database is opened: the refused
 // start creates no database (README: refused before anything starts).
 func TestABusyAdminPortIsRefusedBeforeTheDatabaseIsCreated(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -322,6 +325,7 @@ func TestABusyAdminPortIsRefusedBeforeTheDatabaseIsCreated(t *testing.T) {
 }
 
 func TestLeasesRefusesBadConfigurationLikeServe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv("APPVIEW_LEASES_TTL=1s"), "leases")
 	assertRefusal(t, r, "leases.renew_interval", "must be less than half of leases.ttl")
@@ -331,6 +335,7 @@ func TestLeasesRefusesBadConfigurationLikeServe(t *testing.T) {
 }
 
 func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "config", "init")
 	if r.code != 0 || r.stderr != "" {
@@ -396,6 +401,7 @@ func TestConfigInitOutputLoadsToTheDefaultsAndServeAcceptsIt(t *testing.T) {
 }
 
 func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := runAppview(t, dir, childEnv(), "config", "init", "nonexistent/appview.yaml")
 	if r.code != cli.ExitFailure {
@@ -410,6 +416,7 @@ func TestConfigInitIntoAMissingDirectorySaysSoWithoutSuggestingForce(t *testing.
 }
 
 func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	longer := filepath.Join(dir, "appview.yaml")
 	writeTestFile(t, longer, strings.Repeat("# an older, longer file\n", 2000))
@@ -435,6 +442,7 @@ func TestConfigInitForceReplacesARegularFileAndRefusesAnyOther(t *testing.T) {
 }
 
 func TestServeTakesTheFileThenTheEnvironmentThenSet(t *testing.T) {
+	t.Parallel()
 	// Each source sets a ttl too short for the default renew_interval
 	// (5s), so the refusal names the ttl that won.
 	dir := t.TempDir()

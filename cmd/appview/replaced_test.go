@@ -17,6 +17,7 @@ import (
 // never log "every lease released" while the real file still shows the
 // leases held.
 func TestAStopAfterTheDatabaseFileWasReplacedDoesNotClaimItReleased(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0"))
 	p.started()
@@ -68,6 +69,7 @@ func TestAStopAfterTheDatabaseFileWasReplacedDoesNotClaimItReleased(t *testing.T
 // replacement is detected, the holder's fenced writes are refused and
 // each lease is given up at its next renewal, well before the deadline.
 func TestAReplacedDatabaseFileEndsCustodyAtTheNextRenewalNotAtTheDeadline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0",
 		"APPVIEW_LEASES_TTL=20s", "APPVIEW_LEASES_RENEW_INTERVAL=200ms", "APPVIEW_LEASES_RENEW_DEADLINE=15s"))

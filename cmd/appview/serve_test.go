@@ -95,6 +95,7 @@ func TestServeWithoutConfigAnswersOnTheDefaultAdminAddressAndStopsCleanlyOnSIGTE
 }
 
 func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// The stop is made slow from outside: the test holds the database's
 	// write lock, so the release of the instance's lease waits on it (a
@@ -197,6 +198,7 @@ func TestSecondSignalDuringASlowStopExitsAtOnceWithStatus1(t *testing.T) {
 // under a supervisor. They are one request to stop: the instance still
 // releases every lease and exits 0.
 func TestTwoSignalsArrivingTogetherStillReleaseEveryLease(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := startServe(t, dir, childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0",
 		"APPVIEW_DATABASE_BUSY_TIMEOUT=60s", "APPVIEW_SHUTDOWN_TIMEOUT=60s"))
@@ -355,6 +357,7 @@ func heldLeases(t *testing.T, db *sql.DB, instance string) []string {
 // the unit restarts. SIGQUIT makes the runtime crash the same way a fatal panic
 // does.
 func TestACrashDiesOfASignalNotExit2(t *testing.T) {
+	t.Parallel()
 	var env []string
 	for _, kv := range childEnv("APPVIEW_ADMIN_ADDR=127.0.0.1:0") {
 		if !strings.HasPrefix(kv, "GOTRACEBACK=") {

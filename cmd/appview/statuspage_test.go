@@ -68,6 +68,7 @@ func headless(t *testing.T, bin, url string, extra ...string) string {
 // screenshot is written to APPVIEW_STATUS_SCREENSHOT when set (that is
 // how docs/status-page.png is made).
 func TestStatusPageInHeadlessChromiumShowsTheFleetAndTheHolder(t *testing.T) {
+	t.Parallel()
 	bin := chromium(t)
 	dir := t.TempDir()
 	env := func(id string) []string {

@@ -8,6 +8,7 @@ import (
 )
 
 func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -89,6 +90,7 @@ func TestEveryUsageErrorExitsTwoWithOneLine(t *testing.T) {
 }
 
 func TestACommandGroupCalledBarePrintsItsHelp(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{nil, {"webhooks"}, {"config"}, {"serve", "--help"}} {
 		r := runAppview(t, t.TempDir(), childEnv(), args...)
 		if r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, "Usage:") {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -10,6 +8,7 @@ import (
 )
 
 func TestVersionFlagAndCommandPrintTheSameBuildIdentity(t *testing.T) {
+	t.Parallel()
 	flag := runAppview(t, t.TempDir(), childEnv(), "--version")
 	cmd := runAppview(t, t.TempDir(), childEnv(), "version")
 	if flag.code != 0 || cmd.code != 0 {
@@ -24,17 +23,17 @@ func TestVersionFlagAndCommandPrintTheSameBuildIdentity(t *testing.T) {
 	}
 }
 
+// ldflagsVersion and ldflagsCommit are what TestMain links into the
+// binary under test with -ldflags -X, as deploy/Dockerfile does.
+const ldflagsVersion, ldflagsCommit = "v1.2.3-test", "0123abcd"
+
 func TestLdflagsOverrideVersionAndCommit(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "appview")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.version=v1.2.3-test -X main.commit=0123abcd", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	t.Parallel()
+	r := runAppview(t, t.TempDir(), childEnv(), "version")
+	if r.code != 0 {
+		t.Fatalf("appview version: exit %d, stderr %q", r.code, r.stderr)
 	}
-	out, err := exec.Command(bin, "version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := string(out), "appview v1.2.3-test (commit 0123abcd, "+runtime.Version()+")\n"; got != want {
+	if got, want := r.stdout, "appview "+ldflagsVersion+" (commit "+ldflagsCommit+", "+runtime.Version()+")\n"; got != want {
 		t.Fatalf("version = %q, want %q", got, want)
 	}
 }

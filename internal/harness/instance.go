@@ -181,16 +181,28 @@ func StartCommand(dir, id string, args ...string) (*Instance, error) {
 // appview refuses an APPVIEW_ variable that names no configuration key
 // (a caller's stray one makes it exit 2), and the configuration under test
 // must come from the harness alone.
+//
+// A race-enabled binary sleeps 1 s at exit before it reports the races
+// it found (GORACE atexit_sleep_ms defaults to 1000): every short command
+// (appview leases, webhooks add, appview-dev synth) and every stop took a
+// second longer than the program does. The sleep is set to 0, keeping
+// any other GORACE option of the caller: a race found before the exit is
+// reported as before (cmd/appview's tests run their children so too).
 func CleanEnv() []string { return cleanEnv() }
 
 func cleanEnv() []string {
 	var env []string
+	gorace := "atexit_sleep_ms=0"
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "APPVIEW_") {
+		switch {
+		case strings.HasPrefix(kv, "APPVIEW_"):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "GORACE="+gorace)
 }
 
 // read consumes stderr to its end, then reaps the process: exec requires

@@ -61,7 +61,7 @@ func applySession(t testing.TB, p *processor.Processor, db *database.DB, events 
 // outcomes, exactly as one ApplyTx of the same events does.
 func TestASessionOfChunksLeavesWhatOneApplyLeaves(t *testing.T) {
 	for _, seed := range []uint64{4, 5} {
-		events, _ := generate(t, synth.Options{Seed: seed, Events: 3000})
+		events, _ := generate(t, synth.Options{Seed: seed, Events: 1500})
 		p := processor.New(processor.Options{Log: zerolog.Nop()})
 		whole := testsupport.OpenDB(t)
 		var want []processor.Result

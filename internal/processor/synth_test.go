@@ -52,7 +52,7 @@ func TestSyntheticTrafficProducesTheExpectedState(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			db := testsupport.OpenDB(t)
-			events, exp := generate(t, synth.Options{Seed: seed, Events: 4000})
+			events, exp := generate(t, synth.Options{Seed: seed, Events: 2000})
 			p := processor.New(processor.Options{Log: zerolog.Nop()})
 			pushes := map[string]bool{}
 			applyInBatches(t, p, db, events, 100, pushes)
@@ -104,7 +104,7 @@ func dump(t testing.TB, db *database.DB) string {
 }
 
 func TestApplyingTheStreamTwiceOrWithRewindsLeavesAnIdenticalDatabase(t *testing.T) {
-	events, exp := generate(t, synth.Options{Seed: 11, Events: 4000})
+	events, exp := generate(t, synth.Options{Seed: 11, Events: 2000})
 	p := processor.New(processor.Options{Log: zerolog.Nop()})
 	pushes := map[string]bool{}
 

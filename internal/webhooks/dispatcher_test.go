@@ -80,6 +80,7 @@ func TestReplayedPushIsDeliveredOnceWithSignedFencedHeaders(t *testing.T) {
 			t.Errorf("signature %q does not verify over the body", sig)
 		}
 	}
+	e.settle(pid)
 	if got := metricValue(m.deliveries.WithLabelValues(OutcomeDelivered)); got != 2 {
 		t.Errorf("delivered counter = %v, want 2", got)
 	}
@@ -114,8 +115,9 @@ func TestFailingReceiverIsRetriedOnScheduleWithSameDeliveryAndBody(t *testing.T)
 
 	const gap = 80 * time.Millisecond
 	m, _ := NewMetrics(nil)
-	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{0, gap, gap, gap}}, m))
+	pid := e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{0, gap, gap, gap}}, m))
 	row := e.waitStatus(hook, p.EventKey, "delivered")
+	e.settle(pid)
 
 	got := rc.requests()
 	if len(got) != 3 || row.Attempts != 3 || row.StatusCode != http.StatusNoContent {
@@ -216,8 +218,9 @@ func TestExhaustedScheduleMarksDeliveryFailed(t *testing.T) {
 	e.enqueue(e.custody, p)
 
 	m, _ := NewMetrics(nil)
-	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{0, 10 * time.Millisecond}}, m))
+	pid := e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true, RetrySchedule: []time.Duration{0, 10 * time.Millisecond}}, m))
 	row := e.waitStatus(hook, p.EventKey, "failed")
+	e.settle(pid)
 	if row.Attempts != 2 || row.StatusCode != 500 || !strings.Contains(row.LastError, "HTTP 500") {
 		t.Fatalf("failed row = %+v, want 2 attempts, last status 500", row)
 	}
@@ -491,13 +494,14 @@ func TestLoopbackTargetsAreRefusedAtDialTime(t *testing.T) {
 	e.enqueue(e.custody, p)
 
 	m, _ := NewMetrics(nil)
-	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: false, RetrySchedule: []time.Duration{0, 0, 0}}, m))
+	pid := e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: false, RetrySchedule: []time.Duration{0, 0, 0}}, m))
 	for _, hook := range []int64{byIP, byName} {
 		row := e.waitStatus(hook, p.EventKey, "failed")
 		if row.Attempts != 1 || !strings.Contains(row.LastError, "loopback") {
 			t.Errorf("webhook %d: row %+v, want refused (final) on the first attempt as loopback", hook, row)
 		}
 	}
+	e.settle(pid)
 	if n := len(rc.requests()); n != 0 {
 		t.Fatalf("receiver saw %d requests through the guard", n)
 	}
@@ -614,8 +618,9 @@ func TestAbandonedFinalAttemptIsMarkedFailedByTheNextHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := NewMetrics(nil)
-	e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true}, m))
+	pid := e.spawn(e.options(e.custody, config.Webhooks{AllowPrivate: true}, m))
 	row := e.waitStatus(hook, p.EventKey, "failed")
+	e.settle(pid)
 	if !strings.Contains(row.LastError, "no outcome recorded") || len(rc.requests()) != 0 {
 		t.Fatalf("row = %+v with %d requests, want failed without sending", row, len(rc.requests()))
 	}

@@ -36,13 +36,15 @@ type env struct {
 	db      *database.DB
 	custody fence.Custody
 	sys     *actor.ActorSystem
+	// stopped holds the dispatchers already stopped (stop is idempotent).
+	stopped map[*actor.PID]bool
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	db := testsupport.OpenDB(t)
-	e := &env{t: t, ctx: ctx, db: db}
+	e := &env{t: t, ctx: ctx, db: db, stopped: map[*actor.PID]bool{}}
 	e.custody = e.acquire("instance-a")
 	e.sys = testsupport.NewActorSystem(t)
 	return e
@@ -100,11 +102,24 @@ func (e *env) spawn(o DispatcherOptions) *actor.PID {
 	return pid
 }
 
+// stop stops a dispatcher and waits until it has stopped; a second stop
+// of the same one does nothing.
 func (e *env) stop(pid *actor.PID) {
+	if e.stopped[pid] {
+		return
+	}
+	e.stopped[pid] = true
 	if err := e.sys.Root.StopFuture(pid).Wait(); err != nil {
 		e.t.Errorf("stop dispatcher: %v", err)
 	}
 }
+
+// settle stops a dispatcher before the test reads its counters. A
+// dispatcher counts an outcome after the transaction that records it has
+// committed (record, claimDue), so a row the test sees as delivered or
+// failed may not be counted yet; the stop waits for every goroutine the
+// dispatcher started (shutdown), and with them for every count.
+func (e *env) settle(pid *actor.PID) { e.stop(pid) }
 
 // deliveryRow is the part of a webhook_deliveries row tests look at.
 type deliveryRow struct {

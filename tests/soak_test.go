@@ -1,3 +1,12 @@
+//go:build soak
+
+// The soaks: scenarios long by nature, run by scripts/soak (go test -tags
+// soak -run '^TestSoak'), which CI runs after scripts/test. Each is a
+// longer run of something scripts/test also runs in a short form, or a
+// smoke run of a tool whose own run is long. They run one at a time: the
+// bench keeps both cores busy, and beside it a rolling restart's handover
+// took 1.9 s, over the bound the scenario asserts.
+
 package tests
 
 import (
@@ -11,12 +20,25 @@ import (
 	"github.com/atcr-io/appview/internal/harness"
 )
 
-// TestBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev bench
-// --quick`: the real scenarios with a few rounds each, each figure with
-// its _min and _max lines. It checks the
-// output's shape, not the figures (performance targets belong to the
+// rollingSoakCycles is how many restarts the soak's rolling restart makes:
+// at the pace of rollingTraffic, the stream ends before the last of them.
+const rollingSoakCycles = 20
+
+// TestSoakTwentyRollingRestartsUnderTrafficLoseNothing is
+// TestRollingRestartUnderTrafficLosesNothingAndDeliversEveryWebhook with
+// twenty restarts instead of five: three instances replaced one at a
+// time, twenty times, each handover of the consumer with events in
+// flight for as long as the stream lasts (see rollingRestart).
+func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
+	rollingRestart(t, rollingSoakCycles)
+}
+
+// TestSoakBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev
+// bench --quick`: the real scenarios with a few rounds each, each figure
+// with its _min and _max lines, about two minutes on 2 cores. It checks
+// the output's shape, not the figures (performance targets belong to the
 // benchmark itself, never to a timed test).
-func TestBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
+func TestSoakBenchQuickPrintsEveryFigureAsNameValueUnit(t *testing.T) {
 	cmd := exec.CommandContext(within(t, 4*time.Minute), devBin, "bench", "--quick", "--appview", bin, "--sqld", sqldBin(t), "--dir", t.TempDir())
 	cmd.Env = harness.CleanEnv()
 	var stdout, stderr bytes.Buffer
