@@ -22,7 +22,7 @@ import (
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
-// Shape of the jump-back scenario (issue 13 item 3).
+// Shape of the jump-back scenario.
 const (
 	// jumpbackEvents is the stream's length, split into jumpbackKills
 	// equal stretches: each stretch ends with a kill at a random point
@@ -51,7 +51,7 @@ const (
 var jumpbackTiming = harness.Timing{TTL: time.Second, RenewInterval: 250 * time.Millisecond,
 	RenewDeadline: 750 * time.Millisecond, RetryInterval: 250 * time.Millisecond}
 
-// TestJumpBackKillsNeverSkipAnUnappliedEvent proves issue 13 item 3: the
+// TestJumpBackKillsNeverSkipAnUnappliedEvent proves that the
 // stored position is the highest contiguous processed one, whatever order
 // time_us comes in. The synthetic stream's time_us jumps back by more
 // than twice jetstream.rewind in every stretch (see jumpbackStream),

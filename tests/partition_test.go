@@ -59,7 +59,7 @@ func TestAHolderCutOffFromTheDatabaseStopsWithinItsRenewDeadlineAndStaysSupersed
 	// one run in ten, and b took over after 5 s instead of within the TTL.
 	// What this test checks is a holder cut off between its writes.
 	specA.Set["cleanup.interval"], specA.Set["billing.interval"] = "1h", "1h"
-	// Admin ports on non-loopback addresses need a token (issue 11); the
+	// Admin ports on non-loopback addresses need a token; the
 	// nudges between the two instances carry it.
 	specA.Wrap, specA.AdminAddr, specA.Set["admin.token"] = wrap(n.a), n.addrA+":0", partitionToken
 	a, err := c.Start(ctx, specA)

@@ -15,7 +15,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// Progress is how far the latest backfill run has got (issue 11.6), read
+// Progress is how far the latest backfill run has got, read
 // from the checkpoint tables alone, so that any instance (and the
 // read-only `appview backfill status`) sees the holder's progress.
 //
@@ -182,7 +182,7 @@ type progressCollector struct {
 }
 
 // NewProgressCollector returns the collector of the backfill progress
-// gauges (issue 11.6): appview_backfill_progress_repos{state="done|failed|known"},
+// gauges: appview_backfill_progress_repos{state="done|failed|known"},
 // appview_backfill_progress_records, appview_backfill_progress_repos_per_second,
 // appview_backfill_progress_records_per_second,
 // appview_backfill_progress_eta_seconds (-1: unknown) and

@@ -17,7 +17,7 @@ import (
 
 // TestProgressFollowsARunFromInterruptedToCompleted reads the progress of
 // a run stopped mid-way and then completed by another holder, as every
-// instance and `appview backfill status` see it (issue 11.6).
+// instance and `appview backfill status` see it.
 func TestProgressFollowsARunFromInterruptedToCompleted(t *testing.T) {
 	e := newEnv(t)
 	p, err := ReadProgress(context.Background(), e.db)

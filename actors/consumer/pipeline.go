@@ -171,8 +171,8 @@ const lockChunk = 25
 // revs, re-reads and position (positionOf the prefix; p.maxSeq only when
 // the prefix is all of p, since it may name frames after the prefix's
 // last event). The position stays contiguous: every event up to it is
-// applied. This bounds how long one transaction holds SQLite's write lock
-// (issue 14.5): a lease renewal queued behind it waits at most about the
+// applied. This bounds how long one transaction holds SQLite's write lock:
+// a lease renewal queued behind it waits at most about the
 // budget (docs/lease.md). Budget 0 applies all of p. On an error nothing
 // is committed.
 func (pl *pipeline) prefix(ctx context.Context, p part) (committed, error) {

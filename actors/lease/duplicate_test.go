@@ -30,7 +30,7 @@ func (s *gatedErrorStore) Acquire(ctx context.Context, name, holder string) (Gra
 	return s.StoreAPI.Acquire(ctx, name, holder)
 }
 
-// Issue 14.4: two processes configured with the same instance_id. While
+// Two processes configured with the same instance_id. While
 // A's acquire is out (and then errs, so A cannot tell whether it
 // committed), B acquires. A's next attempt reads a grant under its own
 // holder string, made since its errored call started: it must not take
@@ -59,7 +59,7 @@ func TestAProcessSharingOurInstanceIDKeepsItsGrant(t *testing.T) {
 	}
 }
 
-// LiveElsewhere (the start-up warning of issue 14.4) finds this
+// LiveElsewhere finds this
 // instance_id's grants and recent contender records made by another
 // process start, and never this process's own.
 func TestLiveElsewhereFindsAnotherProcessWithOurInstanceID(t *testing.T) {

@@ -369,7 +369,7 @@ func (h *holder) wake() time.Duration {
 	return h.out[len(h.out)-1].(WakeCmd).At
 }
 
-// Issue 14.6: a worker that does not stop after a loss of custody no
+// A worker that does not stop after a loss of custody no
 // longer keeps the machine in stopping for good: after WorkerStopTimeout
 // it publishes worker.stuck and contends again; and the same bound holds
 // for a worker that failed too often (it releases) and on shutdown.
@@ -427,7 +427,7 @@ func TestAWorkerThatWillNotStopIsReportedAndLeftBehind(t *testing.T) {
 	})
 }
 
-// Issue 13.6: a yield is taken only while holding and only after the
+// A yield is taken only while holding and only after the
 // minimum holding time; the holder drains its worker, releases with
 // reason yielded and stays out for one TTL so the contender gets there
 // first.

@@ -31,7 +31,7 @@ func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb 
 	return h, ha, hb, pa, pb
 }
 
-// Issue 13.6: a holder whose worker reports unhealthy for the grace, once
+// A holder whose worker reports unhealthy for the grace, once
 // it has held the lease for the minimum time, yields to a contender that
 // reports healthy; the contender takes over and the yielder stays out.
 func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {

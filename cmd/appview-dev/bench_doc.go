@@ -74,7 +74,7 @@
 // p50 <= 10x the acquire round trip);
 // crash - TTL <= 100 ms; renew_cost_ratio (each size) <= 0.3; idle RSS
 // <= 40 MB; ingest_ratio >= 0.8; replay RSS flat (growth <= 1.2) at
-// >= 20k events/s; Jetstream close <= 100 ms (issue 12).
+// >= 20k events/s; Jetstream close <= 100 ms.
 // The benchmark reports; it does not judge.
 
 package main

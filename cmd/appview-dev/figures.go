@@ -9,7 +9,7 @@ import (
 
 // DefaultRepeat is how many times Run runs each selected step when
 // Options.Repeat is 0: one noisy run must not decide a target, so every
-// figure is the median of at least this many runs (issue 12, item 4).
+// figure is the median of at least this many runs.
 const DefaultRepeat = 5
 
 // stepFigures names the figures each step writes (see the package doc).

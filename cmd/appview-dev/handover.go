@@ -141,7 +141,7 @@ func (r *runner) graceful(ctx context.Context, kind string) error {
 		}
 	}
 	r.note("graceful handovers (%s): %d, min %v, max %v", kind, len(samples), percentile(samples, 0.0001), percentile(samples, 100))
-	// The target's own ratio (issue 12, item 3), paired: the acquire round
+	// The target's own ratio, paired: the acquire round
 	// trip is timed in this run, on this database, right after the
 	// handovers (the last holder still running, as a contender would find
 	// it), so each run's ratio compares figures of one moment of the host.

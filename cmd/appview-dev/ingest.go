@@ -79,7 +79,7 @@ type IngestResult struct {
 	// processor writes for them (what each bare run inserts).
 	Events, Batches, Rows int
 	// Ratio is the median over the pairs of bare time / consumer time
-	// (higher is better; target >= 0.8, issue 12).
+	// (higher is better).
 	Ratio float64
 	// EventsPerS is the median consumer rate (events/s); BareRowsPerS the
 	// median bare rate (rows/s).

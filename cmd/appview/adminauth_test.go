@@ -31,8 +31,7 @@ func getAuth(url, token string) (int, string) {
 }
 
 // TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo runs the
-// real binary with admin.token_file and admin.pprof (issue 11.1, 11.3,
-// 11.4): probes stay open, /debug/* and /debug/pprof/ need the token,
+// real binary with admin.token_file and admin.pprof: probes stay open, /debug/* and /debug/pprof/ need the token,
 // /metrics carries appview_build_info and the refusal counter.
 func TestServeWithATokenFileGuardsDebugAndPprofAndExportsBuildInfo(t *testing.T) {
 	t.Parallel()

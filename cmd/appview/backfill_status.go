@@ -18,7 +18,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// newBackfillCommand is `appview backfill status` (issue 11.6): the latest
+// newBackfillCommand is `appview backfill status`: the latest
 // run's progress from the checkpoint tables, and its state from them and
 // the backfill lease (an unfinished run no instance holds is "stopped",
 // not "running": its row outlives the process). Like `appview leases` it only

@@ -19,7 +19,7 @@ import (
 	"github.com/atcr-io/appview/internal/config"
 )
 
-// deployDir is the packaging folder (issue 11.5), from this package.
+// deployDir is the packaging folder, from this package.
 const deployDir = "../../deploy"
 
 // TestComposeFileParsesWithTheDemoServices parses deploy/compose.yaml
@@ -249,7 +249,7 @@ var dashboardMetric = regexp.MustCompile(`\b((?:appview|process|go)_[a-zA-Z0-9_]
 
 // TestGrafanaDashboardQueriesOnlyMetricsARunningInstanceExports loads
 // deploy/grafana-dashboard.json and checks that every metric its panels
-// query appears in /metrics of a running instance (issue 11.8): a renamed
+// query appears in /metrics of a running instance: a renamed
 // metric breaks this test rather than a dashboard in production.
 // Histograms are queried by their _bucket series, which is what is
 // looked for. A series that exists only once something happened (a lease

@@ -24,7 +24,7 @@ const healthcheckTimeout = 3 * time.Second
 // instance the configuration describes, or of the admin endpoint --url
 // names (readyzURL), and exit 0 when it answers 200,
 // 1 otherwise, with one line. It exists for container images without
-// curl or a shell (deploy/Dockerfile HEALTHCHECK, issue 11.5).
+// curl or a shell (deploy/Dockerfile HEALTHCHECK).
 func newHealthcheckCommand(flags *cli.ConfigFlags) *cobra.Command {
 	var url string
 	cmd := &cobra.Command{

@@ -25,7 +25,6 @@ import (
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
 	"github.com/atcr-io/appview/internal/database"
-	"github.com/atcr-io/appview/internal/leasestore"
 	"github.com/atcr-io/appview/internal/testsupport"
 	"github.com/atcr-io/appview/system"
 )
@@ -224,7 +223,7 @@ VALUES ('cleanup', 'leased', 1, 0, 0, 9000000000000)`); err != nil {
 // record must be written before the kill: "appview started" waits for
 // its first write at most one refresh interval, so the test waits for
 // the row. And the restart must read it while it is still live, before
-// 2 refresh intervals + leasestore.UnleasedGrace have passed since its
+// 2 refresh intervals + system.UnleasedGrace have passed since its
 // last refresh: an interval of 2 s leaves the restart at least 3 s to get
 // there (a race-enabled start on a loaded 2-core host took over 1.3 s,
 // which the 300 ms of quickLeases did not leave), and the test waits that
@@ -241,9 +240,9 @@ func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var all []leasestore.UnleasedInstance
+	var all []system.UnleasedInstance
 	testsupport.Eventually(t, "the first instance's leases-off record", func() bool {
-		if all, err = leasestore.ListUnleased(context.Background(), db.DB); err != nil {
+		if all, err = system.ListUnleased(context.Background(), db); err != nil {
 			t.Fatal(err)
 		}
 		return len(all) > 0
@@ -259,7 +258,7 @@ func TestAnUnleasedInstanceRestartedAfterAKillStarts(t *testing.T) {
 	again.started()
 	if _, ok := again.logLine(map[string]string{"msg": "the instance that recorded itself as running with leases off is gone (its record went overdue): starting"}); !ok {
 		t.Errorf("the restart did not say it waited for the killed instance's record (it started %v after the kill; the record, seen %v before the read above, was overdue %v after its last refresh)",
-			time.Since(killed).Round(time.Millisecond), record.Age, 2*every+leasestore.UnleasedGrace)
+			time.Since(killed).Round(time.Millisecond), record.Age, 2*every+system.UnleasedGrace)
 	}
 	again.signal(syscall.SIGTERM)
 	if code, _ := again.wait(runTimeout); code != 0 {

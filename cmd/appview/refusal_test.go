@@ -142,7 +142,7 @@ func refusals() []refusal {
 			},
 		},
 		{
-			// Issue 11: an admin port others can reach needs a token.
+			// An admin port others can reach needs a token.
 			name: "non-loopback admin address without a token", key: "admin.token", reason: "not a loopback address",
 			args: []string{"--set", "admin.addr=0.0.0.0:0"},
 		},

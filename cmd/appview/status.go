@@ -17,7 +17,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 )
 
-// Status page sampling (issue 11.7): the lease table every
+// Status page sampling: the lease table every
 // statusLeaseEvery (to see handovers), the Jetstream lag every
 // statusLagEvery (360 points an hour for the sparkline), but only while
 // someone has viewed the page within statusWatchedFor. An instance whose
@@ -82,7 +82,7 @@ func sampleStatus(ctx context.Context, db *sql.DB, hist *admin.History, log zero
 	}
 }
 
-// statusPage serves GET / (issue 11.7): the fleet, leases, handovers,
+// statusPage serves GET /: the fleet, leases, handovers,
 // Jetstream position and lag, backfill progress and the webhook outbox,
 // as one HTML page. A section whose read fails names the failure and the
 // rest still shows.

@@ -63,7 +63,7 @@ func headless(t *testing.T, bin, url string, extra ...string) string {
 // TestStatusPageInHeadlessChromiumShowsTheFleetAndTheHolder runs two
 // instances on one database, hands every lease over from one to the
 // other, brings the first back as a contender, and loads the status page
-// of the new holder in headless Chromium (issue 11.7): the page must show
+// of the new holder in headless Chromium: the page must show
 // both instances, the current holder of each lease and the handover. The
 // screenshot is written to APPVIEW_STATUS_SCREENSHOT when set (that is
 // how docs/status-page.png is made).

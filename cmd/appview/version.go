@@ -29,7 +29,7 @@ type buildIdentity struct {
 }
 
 // readBuildIdentity takes the module version and VCS revision recorded by
-// the Go toolchain (issue 11.3), overridden by the -ldflags variables. A
+// the Go toolchain, overridden by the -ldflags variables. A
 // build from a work tree has module version "(devel)"; a modified tree
 // marks its revision with "-dirty".
 func readBuildIdentity() buildIdentity {

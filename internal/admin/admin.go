@@ -72,7 +72,7 @@ func Bind(addr string) (net.Listener, error) {
 }
 
 // Listen takes ln (from Bind) and registers /healthz, /readyz and
-// /metrics on it, with the access rules of opts (issue 11; Options{}
+// /metrics on it, with the access rules of opts (Options{}
 // serves everything without a token); Serve then answers. Go runtime and
 // process collectors are added to reg. ln is closed when Listen fails.
 func Listen(ln net.Listener, db *database.DB, reg *prometheus.Registry, opts Options) (*Server, error) {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Options are the access rules of the admin endpoint (issue 11).
+// Options are the access rules of the admin endpoint.
 type Options struct {
 	// Token, when not empty, is required as "Authorization: Bearer <Token>"
 	// on every path but the open ones: /healthz, /readyz and (unless

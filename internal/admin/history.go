@@ -1,5 +1,5 @@
 // This file renders the operator status page served at GET / on
-// the admin port (issue 11.7): a small server-rendered HTML page with no
+// the admin port: a small server-rendered HTML page with no
 // external assets, plus the in-memory history behind its sparkline and
 // handover list.
 

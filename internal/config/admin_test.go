@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestAdminAuthRules covers issue 11.1's start-up rules: a non-loopback
+// TestAdminAuthRules covers the admin endpoint's start-up rules: a non-loopback
 // admin.addr needs a token unless explicitly opted out; the token comes
 // from admin.token or admin.token_file, never both; weak or unusable
 // tokens are refused naming the key.

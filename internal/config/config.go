@@ -242,8 +242,8 @@ type Jetstream struct {
 	// events while it holds the database's write lock: past it, the
 	// consumer commits the events applied so far (and their position) and
 	// goes on with the rest of the batch in a next transaction, so a lease
-	// renewal waits at most about this long behind it (docs/lease.md,
-	// issue 14.5). Checked every 25 events. Positive. The consumer uses at
+	// renewal waits at most about this long behind it (docs/lease.md).
+	// Checked every 25 events. Positive. The consumer uses at
 	// most half of database.busy_timeout and, with leases enabled, half of
 	// leases.renew_deadline - leases.renew_interval
 	// (consumer.EffectiveCommitBudget).

@@ -221,7 +221,7 @@ func readConfigFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// readTokenFile fills Admin.Token from Admin.TokenFile (issue 11: a
+// readTokenFile fills Admin.Token from Admin.TokenFile (a
 // secrets mount). It refuses both set, an unreadable or oversized file,
 // anything but a regular file (a directory, a FIFO, a device) and an
 // empty token.

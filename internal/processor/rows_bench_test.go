@@ -40,7 +40,7 @@ WHERE excluded.version > repository_hold_stats.version`
 // the applier does), every row of the transaction (one JSON parameter
 // through json_each, as the aggregate refresh does), or 100 rows (a
 // multi-row VALUES): the question behind "fewer statements than events"
-// (docs/performance.md, fifteenth pass). Each op is one transaction of
+// (docs/performance.md, tried and dropped). Each op is one transaction of
 // 1,000 upserts, two thirds of them new rows, into a file database
 // holding 20,000; the figure is µs/row.
 //

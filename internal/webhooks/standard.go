@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Standard Webhooks headers (https://www.standardwebhooks.com, issue 11.2),
+// Standard Webhooks headers (https://www.standardwebhooks.com),
 // sent with every delivery beside the X-Appview-* headers of docs/spec.md §9.
 const (
 	// HeaderWebhookID is the message id: the event key, the same on every

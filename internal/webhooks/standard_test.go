@@ -19,7 +19,7 @@ const whsecTest = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // TestDeliveriesVerifyWithTheStandardWebhooksReferenceLibrary sends real
 // deliveries (a failed first attempt, then a retry) and verifies each
 // with the specification's reference Go library, for a whsec_ secret and
-// for a plain secret used as raw key bytes (issue 11.2). The
+// for a plain secret used as raw key bytes. The
 // X-Appview-* headers of docs/spec.md §9 are still sent.
 func TestDeliveriesVerifyWithTheStandardWebhooksReferenceLibrary(t *testing.T) {
 	for _, tc := range []struct {

@@ -910,7 +910,7 @@ func waitTooOld(t *testing.T, j *jetstreamServer, cursor int64, within time.Dura
 // Health-aware custody: two appviews on one database; the holder's
 // Jetstream is unreachable, the contender's fine: the holder yields, the
 // contender takes the lease and consumes with no gap. Needs the lease
-// runtime's yield (issue 13.6; skipped, saying so, without it).
+// runtime's yield (skipped, saying so, without it).
 func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 	root, err := harness.ModuleRoot(context.Background())
 	if err != nil {

@@ -1,4 +1,4 @@
--- The Jetstream position per upstream (issue 13): which host the stored
+-- The Jetstream position per upstream: which host the stored
 -- position came from and, when that host numbers its events (a Jetstream
 -- v2 server, on either wire), its sequence number there. time_us and
 -- updated_at keep their meaning (SPEC §8): the host's own time of the last

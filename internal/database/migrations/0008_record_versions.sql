@@ -1,4 +1,4 @@
--- Record versions (issue 14.1). Every row written from a repo record, and
+-- Record versions. Every row written from a repo record, and
 -- every tombstone, carries the version of the event that wrote it: the
 -- commit's rev (a TID: 13 characters of base32-sortable, strictly
 -- increasing per repo), compared as a string. An event without a rev (a
