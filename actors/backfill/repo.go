@@ -312,8 +312,8 @@ func (r *run) markBroken(pds string, err error) {
 
 // pdsFailed settles a PDS request for did's col that failed with err: a
 // stop or database failure is returned as is; a repository the PDS refuses
-// as inactive is skipped, not failed (docs/interop.md, "Deactivated and
-// taken-down accounts"); anything else fails the repository with its
+// as inactive is skipped, not failed (docs/interop.md, "Account
+// lifecycle"); anything else fails the repository with its
 // class, and a network, server or rate-limit failure marks the PDS broken
 // for the rest of the run.
 func (r *run) pdsFailed(ctx context.Context, pds, col, did string, err error, repos *repoSet) error {

@@ -216,8 +216,8 @@ func (r *run) setFallback(relay string, why error) {
 // serves) and backfills col for each listed repository that is active and
 // whose PDS says (describeRepo) it has records in col. Repositories listed
 // inactive (deactivated, taken down, suspended, deleted) are skipped: their
-// PDS refuses to list their records (docs/interop.md, "Deactivated and
-// taken-down accounts"); they are noted in repo_incomplete, once per run
+// PDS refuses to list their records (docs/interop.md, "Account
+// lifecycle"); they are noted in repo_incomplete, once per run
 // (noteInactive), so their reactivation re-reads them. Its cursor is
 // checkpointed with listReposCursorPrefix.
 func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
