@@ -110,31 +110,23 @@ const (
 const noteIncompleteSQL = `INSERT INTO repo_incomplete (did, reason, noted_at) VALUES (?1, ?2, ` + database.NowMS + `)
 ON CONFLICT (did) DO NOTHING`
 
-// accountState is what a re-read learnt of the account from its PDS: a
-// repository served is an active account; a refusal names the status
-// (RepoDeactivated, RepoTakendown, RepoSuspended). known is false when
-// the answer says nothing of it (RepoNotFound: deleted, or moved away).
-type accountState struct {
-	known, active bool
-	status        string
-}
-
-// refusedState reads the account's status from a PDS refusal (an
-// errRepoInactive).
-func refusedState(err error) accountState {
+// refusedStatus is the account status a PDS refusal (an errRepoInactive)
+// names: RepoDeactivated, RepoTakendown, RepoSuspended; "" when it names
+// none (RepoNotFound: deleted, or moved away).
+func refusedStatus(err error) string {
 	var xe *refusal
 	if !errors.As(err, &xe) {
-		return accountState{}
+		return ""
 	}
 	switch xe.code {
 	case "RepoDeactivated":
-		return accountState{known: true, status: "deactivated"}
+		return "deactivated"
 	case "RepoTakendown":
-		return accountState{known: true, status: "takendown"}
+		return "takendown"
 	case "RepoSuspended":
-		return accountState{known: true, status: "suspended"}
+		return "suspended"
 	}
-	return accountState{}
+	return ""
 }
 
 // refusal is an XRPC error a PDS answered with.
@@ -165,20 +157,24 @@ func (r *Resyncer) readUser(ctx context.Context, did string) (userState, error) 
 	return u, nil
 }
 
-// statusEvents is the account status the PDS gave, as an #account event
-// for the processor, when it differs from the users row read before the
-// PDS was asked (before): stamped one microsecond after that row's
+// statusEvents is the inactive status a PDS refusal named, as an #account
+// event for the processor, when the users row read before the PDS was
+// asked (before) says active: stamped one microsecond after that row's
 // account_us, so it applies only if no #account event was applied since
 // (account_us only grows): an event applied meanwhile is newer than what
-// the PDS said, and wins. A DID without a users row gets none (the
-// records create it, active).
-func statusEvents(did string, before userState, st accountState) []jetstream.Event {
-	if !before.found || !st.known || before.active == st.active {
+// the PDS said, and wins. A DID without a users row gets none.
+//
+// A repository served does not make an inactive row active: the relay
+// takes accounts down by #account events (status takendown) while their
+// PDS may still serve them, so only an #account event makes an account
+// visible again.
+func statusEvents(did string, before userState, status string) []jetstream.Event {
+	if !before.found || !before.active || status == "" {
 		return nil
 	}
-	active := st.active
+	active := false
 	return []jetstream.Event{{DID: did, TimeUS: before.accountUS + 1, Kind: jetstream.KindAccount,
-		Account: &jetstream.Account{DID: did, Active: &active, Status: st.status}}}
+		Account: &jetstream.Account{DID: did, Active: &active, Status: status}}}
 }
 
 // describeCollections asks the PDS which collections did has records in

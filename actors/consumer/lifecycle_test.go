@@ -306,9 +306,11 @@ func (f *pdsFake) count(method string) int {
 // A re-read takes the account's status from its PDS: a refusal as
 // deactivated or taken down makes an active row inactive with that status
 // and notes the repository in repo_incomplete, so the #account event that
-// makes it active again re-reads it; a repository served makes an
-// inactive row active and clears the note. An #account event applied
-// while the PDS was being asked is newer than its answer and wins.
+// makes it active again re-reads it. A repository served clears the note
+// but does not make an inactive row active (a relay takes accounts down
+// by #account events while their PDS may still serve them): the #account
+// event does. An #account event applied while the PDS was being asked is
+// newer than its answer and wins.
 func TestAReReadTakesTheAccountStatusFromThePDS(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	c := acquire(t, db, "me")
@@ -336,7 +338,8 @@ func TestAReReadTakesTheAccountStatusFromThePDS(t *testing.T) {
 	if got := queued(t, db); len(got) != 0 {
 		t.Fatalf("queue %v after the refusal, want empty", got)
 	}
-	// Served again, with a tag: the row is active again and the note gone.
+	// Served again, with a tag: the records and the note follow, the
+	// status waits for the #account event.
 	digest := "sha256:" + strings.Repeat("a", 64)
 	pds.set(func(f *pdsFake) {
 		f.refusal = ""
@@ -348,13 +351,19 @@ func TestAReReadTakesTheAccountStatusFromThePDS(t *testing.T) {
 	if err := r.one(ctx, c, did); err != nil {
 		t.Fatal(err)
 	}
-	if got := userRow(t, db, did); got != "1|" {
-		t.Fatalf("users after a re-read the PDS served: %s, want 1|", got)
+	if got := userRow(t, db, did); got != "0|takendown" {
+		t.Fatalf("users after a re-read the PDS served: %s, want 0|takendown until an #account event says otherwise", got)
 	}
 	var tags int
 	if err := db.QueryRow(`SELECT (SELECT COUNT(*) FROM repo_incomplete), (SELECT COUNT(*) FROM tags WHERE did = ?1)`, did).Scan(&notes, &tags); err != nil ||
 		notes != 0 || tags != 1 {
 		t.Fatalf("%d notes and %d tags (%v), want 0 and 1", notes, tags, err)
+	}
+	if _, err := pl.prefix(ctx, part{host: "h", events: []jetstream.Event{accountEv(did, now+10, true, "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := userRow(t, db, did); got != "1|" {
+		t.Fatalf("users after the #account event: %s, want 1|", got)
 	}
 	// An #account event applied after the re-read read the users row and
 	// before it wrote: the PDS's older answer does not overwrite it.
@@ -362,11 +371,10 @@ func TestAReReadTakesTheAccountStatusFromThePDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pl.prefix(ctx, part{host: "h", events: []jetstream.Event{accountEv(did, now+10, true, "")}}); err != nil {
+	if _, err := pl.prefix(ctx, part{host: "h", events: []jetstream.Event{accountEv(did, now+20, true, "")}}); err != nil {
 		t.Fatal(err)
 	}
-	status := statusEvents(did, before, accountState{known: true, status: "deactivated"})
-	if _, err := p.Apply(ctx, db, c, status); err != nil {
+	if _, err := p.Apply(ctx, db, c, statusEvents(did, before, "deactivated")); err != nil {
 		t.Fatal(err)
 	}
 	if got := userRow(t, db, did); got != "1|" {

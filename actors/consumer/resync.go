@@ -206,7 +206,7 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 	if err != nil {
 		return err
 	}
-	applied, removed, err := r.reread(ctx, c, did, requested, before)
+	applied, removed, err := r.reread(ctx, c, did, requested)
 	if err == nil {
 		var lag time.Duration
 		if requested > 0 {
@@ -262,7 +262,7 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 // the account stay as they are.
 func (r *Resyncer) inactive(c fence.Custody, did string, requested int64, before userState, cause error) error {
 	ctx := context.Background()
-	status := statusEvents(did, before, refusedState(cause))
+	status := statusEvents(did, before, refusedStatus(cause))
 	err := r.write(ctx, c, func(tx *sql.Tx) error {
 		if len(status) > 0 {
 			if _, err := r.Processor.ApplyTx(ctx, tx, c, status); err != nil {
@@ -284,11 +284,9 @@ func (r *Resyncer) inactive(c fence.Custody, did string, requested int64, before
 	return nil
 }
 
-// reread fetches did's records and applies them, with the account's
-// status (a repository served is an active account: statusEvents, after
-// before, the users row read before asking), and dequeues the request
+// reread fetches did's records and applies them, and dequeues the request
 // made at requested; it returns the records applied and removed.
-func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requested int64, before userState) (applied, removed int, err error) {
+func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requested int64) (applied, removed int, err error) {
 	pds, err := r.Resolver.PDSEndpoint(ctx, did)
 	if err != nil {
 		return 0, 0, fmt.Errorf("resolve %s: %w", did, err)
@@ -320,7 +318,6 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requ
 		}
 	}
 	listed := map[string]map[string]bool{}
-	status := statusEvents(did, before, accountState{known: true, active: true})
 	var events []jetstream.Event
 	for _, col := range resyncCollections {
 		listed[col.nsid] = map[string]bool{}
@@ -386,7 +383,7 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requ
 				}
 			}
 		}
-		all := append(append(status, events...), deletes...)
+		all := append(events, deletes...)
 		if _, err := r.Processor.ApplyTx(pctx, tx, c, all); err != nil {
 			return err
 		}
