@@ -259,7 +259,7 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		return nil
 	}
 	r := &run{b: b, custody: c, id: cl.runID, log: log.With().Int64("run", cl.runID).Logger(),
-		brokenPDS: map[string]error{}, fallback: map[string]bool{}, collections: map[string][]string{}}
+		brokenPDS: map[string]error{}, fallback: map[string]bool{}, collections: map[string][]string{}, noted: map[string]bool{}}
 	r.log.Info().Bool("resumed", cl.resumed).Strs("collections", b.o.Collections).Msg("backfill run started")
 
 	var incomplete []error

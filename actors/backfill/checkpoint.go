@@ -3,6 +3,7 @@ package backfill
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -59,6 +60,16 @@ ON CONFLICT (run_id, collection, did) DO UPDATE SET
   error      = excluded.error,
   updated_at = excluded.updated_at`
 
+	// noteIncompleteSQL notes the repositories of a JSON array of [did,
+	// reason] pairs as ones this index may hold incompletely
+	// (repo_incomplete): the consumer re-reads such a repository when an
+	// #account event makes its account active, or an #identity event
+	// comes for it (actors/consumer, lifecycle.go). A note already there
+	// keeps its reason.
+	noteIncompleteSQL = `INSERT INTO repo_incomplete (did, reason, noted_at)
+SELECT j.value ->> 0, j.value ->> 1, ` + database.NowMS + ` FROM json_each(?1) AS j WHERE true
+ON CONFLICT (did) DO NOTHING`
+
 	countRunSQL = `UPDATE backfill_runs SET
   records      = records + ?2,
   repos_done   = repos_done + ?3,
@@ -77,6 +88,31 @@ FROM backfill_collections WHERE run_id = ?1 AND collection = ?2`
 	repoStatesSQL = `SELECT ` + database.Text("did") + `, ` + database.Text("state") + `, ` + database.Text("record_cursor") + `
 FROM backfill_repos WHERE run_id = ?1 AND collection = ?2`
 )
+
+// Why the backfill notes a repository in repo_incomplete.
+const (
+	incompleteInactive = "backfill-inactive"
+	incompleteFailed   = "backfill-failed"
+)
+
+// noteIncomplete notes dids in repo_incomplete with reason, in tx.
+func noteIncomplete(ctx context.Context, tx *sql.Tx, reason string, dids ...string) error {
+	if len(dids) == 0 {
+		return nil
+	}
+	pairs := make([][2]string, len(dids))
+	for i, d := range dids {
+		pairs[i] = [2]string{d, reason}
+	}
+	list, err := json.Marshal(pairs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, noteIncompleteSQL, string(list)); err != nil {
+		return fmt.Errorf("note %d repositories incomplete: %w", len(dids), err)
+	}
+	return nil
+}
 
 // claim is the outcome of the first write of a Run.
 type claim struct {

@@ -52,6 +52,14 @@ func TestARelayWithoutListReposByCollectionIsWalkedWithListRepos(t *testing.T) {
 	if describes != 4 {
 		t.Errorf("%d describeRepo calls, want 4 (once per active repository per run)", describes)
 	}
+	// The repository skipped as inactive is noted: its reactivation makes
+	// the consumer re-read it (docs/interop.md, "Account lifecycle").
+	if n := e.count(`SELECT COUNT(*) FROM repo_incomplete WHERE did = 'did:plc:gone' AND reason = 'backfill-inactive'`); n != 1 {
+		t.Errorf("repo_incomplete notes of the skipped repository: %d, want 1", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM repo_incomplete`); n != 1 {
+		t.Errorf("%d repo_incomplete rows, want only the inactive repository's", n)
+	}
 	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 0 {
 		t.Errorf("%d repositories failed", n)
 	}
@@ -177,5 +185,8 @@ func TestARepositoryThePDSRefusesAsInactiveIsDoneNotFailed(t *testing.T) {
 	}
 	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 1 {
 		t.Errorf("%d records, want did:plc:a's 1", got)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM repo_incomplete WHERE reason = 'backfill-inactive' AND did IN ('did:plc:off', 'did:plc:gone')`); n != 2 {
+		t.Errorf("%d of the 2 inactive repositories noted in repo_incomplete", n)
 	}
 }

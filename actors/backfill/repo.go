@@ -190,10 +190,14 @@ func inactiveRepo(err error) bool {
 }
 
 // skipInactive checkpoints an inactive repository as done with no
-// records, so neither this run nor a resumed one asks for it again, and
-// counts it under appview_backfill_repos_total{outcome="inactive"}.
+// records, so neither this run nor a resumed one asks for it again, notes
+// it in repo_incomplete (its reactivation re-reads it), and counts it
+// under appview_backfill_repos_total{outcome="inactive"}.
 func (r *run) skipInactive(ctx context.Context, col, did string, repos *repoSet) error {
 	err := r.write(ctx, "page", func(tx *sql.Tx) error {
+		if err := noteIncomplete(ctx, tx, incompleteInactive, did); err != nil {
+			return err
+		}
 		return r.checkpoint(ctx, tx, pageCheckpoint{col: col, did: did, state: repoDone, doneRepos: 1})
 	})
 	if err != nil {
@@ -265,8 +269,9 @@ func isObject(v []byte) bool {
 	return len(v) > 0 && v[0] == '{'
 }
 
-// failRepo records a DID as failed (skipped) for col in this run, logs and
-// counts it. Only a failed write is returned.
+// failRepo records a DID as failed (skipped) for col in this run, notes
+// it in repo_incomplete, logs and counts it. Only a failed write is
+// returned.
 func (r *run) failRepo(ctx context.Context, col, did, class string, cause error, repos *repoSet) error {
 	err := r.write(ctx, "repo_failed", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, failRepoSQL, r.id, col, did, cause.Error()); err != nil {
@@ -275,7 +280,7 @@ func (r *run) failRepo(ctx context.Context, col, did, class string, cause error,
 		if _, err := tx.ExecContext(ctx, countRunSQL, r.id, 0, 0, 1); err != nil {
 			return fmt.Errorf("count backfill run %d: %w", r.id, err)
 		}
-		return nil
+		return noteIncomplete(ctx, tx, incompleteFailed, did)
 	})
 	if err != nil {
 		return err
@@ -307,8 +312,8 @@ func (r *run) markBroken(pds string, err error) {
 
 // pdsFailed settles a PDS request for did's col that failed with err: a
 // stop or database failure is returned as is; a repository the PDS refuses
-// as inactive is skipped, not failed (docs/interop.md, "Deactivated and
-// taken-down accounts"); anything else fails the repository with its
+// as inactive is skipped, not failed (docs/interop.md, "Account
+// lifecycle"); anything else fails the repository with its
 // class, and a network, server or rate-limit failure marks the PDS broken
 // for the rest of the run.
 func (r *run) pdsFailed(ctx context.Context, pds, col, did string, err error, repos *repoSet) error {

@@ -75,6 +75,10 @@ func TestAPeerAskingToWaitTooLongOrRefusingTheRepoIsSkippedWithoutRetries(t *tes
 	if n := e.count(`SELECT COUNT(*) FROM backfill_repos WHERE state = 'failed'`); n != 2 {
 		t.Errorf("%d repositories failed, want 2", n)
 	}
+	// Noted, so their next lifecycle event makes the consumer re-read them.
+	if n := e.count(`SELECT COUNT(*) FROM repo_incomplete WHERE reason = 'backfill-failed'`); n != 2 {
+		t.Errorf("%d failed repositories noted in repo_incomplete, want 2", n)
+	}
 	if got := e.count(`SELECT COUNT(*) FROM backfilled`); got != 1 {
 		t.Errorf("%d records, want known's 1", got)
 	}

@@ -35,6 +35,9 @@ type run struct {
 	// collections), so the fallback asks each repository once, not once per
 	// collection; bounded by describeCacheMax.
 	collections map[string][]string
+	// noted are the DIDs listed inactive already noted in repo_incomplete
+	// in this run (noteInactive); bounded by describeCacheMax.
+	noted map[string]bool
 }
 
 // describeCacheMax bounds the describeRepo cache of one run; past it the
@@ -213,9 +216,10 @@ func (r *run) setFallback(relay string, why error) {
 // serves) and backfills col for each listed repository that is active and
 // whose PDS says (describeRepo) it has records in col. Repositories listed
 // inactive (deactivated, taken down, suspended, deleted) are skipped: their
-// PDS refuses to list their records (docs/interop.md, "Deactivated and
-// taken-down accounts"). Its cursor is checkpointed with
-// listReposCursorPrefix.
+// PDS refuses to list their records (docs/interop.md, "Account
+// lifecycle"); they are noted in repo_incomplete, once per run
+// (noteInactive), so their reactivation re-reads them. Its cursor is
+// checkpointed with listReposCursorPrefix.
 func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos *repoSet) error {
 	trail := newCursorTrail(cursor)
 	for {
@@ -231,6 +235,7 @@ func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos
 			return err
 		}
 		refs := make([]repoRef, 0, len(page.Repos))
+		var inactive []string
 		for _, rp := range page.Repos {
 			if rp.Active != nil && !*rp.Active {
 				status := ""
@@ -238,9 +243,15 @@ func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos
 					status = *rp.Status
 				}
 				r.b.skipLog.Debug().Str("did", rp.DID).Str("status", status).Msg("backfill skips an inactive repository")
+				if rp.DID != "" {
+					inactive = append(inactive, rp.DID)
+				}
 				continue
 			}
 			refs = append(refs, repoRef{DID: rp.DID})
+		}
+		if err := r.noteInactive(ctx, inactive); err != nil {
+			return err
 		}
 		if err := r.reposFiltered(ctx, col, refs, repos, true); err != nil {
 			return err
@@ -257,4 +268,28 @@ func (r *run) walkAllRepos(ctx context.Context, col, relay, cursor string, repos
 			return err
 		}
 	}
+}
+
+// noteInactive notes the repositories a listRepos page lists inactive in
+// repo_incomplete, each once per run (the fallback walks listRepos once
+// per collection), in one fenced transaction.
+func (r *run) noteInactive(ctx context.Context, dids []string) error {
+	r.mu.Lock()
+	fresh := dids[:0:0]
+	for _, d := range dids {
+		if !r.noted[d] {
+			if len(r.noted) >= describeCacheMax {
+				clear(r.noted)
+			}
+			r.noted[d] = true
+			fresh = append(fresh, d)
+		}
+	}
+	r.mu.Unlock()
+	if len(fresh) == 0 {
+		return nil
+	}
+	return r.write(ctx, "repo_inactive", func(tx *sql.Tx) error {
+		return noteIncomplete(ctx, tx, incompleteInactive, fresh...)
+	})
 }

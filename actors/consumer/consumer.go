@@ -398,7 +398,12 @@ func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, out com
 		e.Str("host", pos.host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(events)).
 			Int("failures", len(b.Failures)).Int("stale", out.stale).Int("future_rev", out.future).Msg("jetstream batch committed")
 	}
-	if out.syncs > 0 && c.o.Resync != nil {
+	c.o.Metrics.lifecycle(out.rereads, out.shed)
+	if out.shed > 0 {
+		c.sampled.Warn().Int("shed", out.shed).Int("limit", firstEventQueueMax).
+			Msg("re-reads asked for by first events of unknown accounts not queued: the queue holds the most it may of them; a backfill run reads those repositories")
+	}
+	if (out.syncs > 0 || out.rereads > 0) && c.o.Resync != nil {
 		c.o.Resync.Kick()
 	}
 	if len(out.res.HoldStats) > 0 && c.stats != nil {

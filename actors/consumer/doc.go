@@ -18,7 +18,8 @@
 //  2. applies the events (a processor.TxSession, one Apply per
 //     commit-budget chunk): records, per-hold stats and the
 //     repository_stats aggregate recomputed from persisted rows
-//     (TxSession.Finish);
+//     (TxSession.Finish), and queues the re-reads the #account and
+//     #identity events ask for (lifecycle.go);
 //  3. enqueues a webhook delivery per subscriber for every manifest stored
 //     for the first time (webhooks.EnqueueTx; idempotent by event key);
 //  4. writes the position, last (position.go).
@@ -70,7 +71,8 @@
 // consumer.go (the actor, handle, advance), pipeline.go (the step),
 // revs.go and position.go (what the step orders by and writes last),
 // resume.go (where a connection resumes), gaps.go (lost events),
-// resync.go (re-reads), metrics.go.
+// lifecycle.go (re-reads account lifecycle events ask for), resync.go
+// (re-reads), metrics.go.
 // Frames that did not decode (Batch.Failures, already counted by the
 // client) are logged with their class, size and time_us when known, at a
 // sampled rate per class; the next good event moves the cursor past them.

@@ -83,14 +83,16 @@ VALUES (?1, ?2, ?3, `+database.NowMS+`, ?4, ?5, ?6)`,
 }
 
 // requestGapResyncsSQL queues a re-read (reason ?1) of every repository
-// the database holds a record of; one already queued keeps its place. A
+// the database holds a record of (a users row counts only with a profile:
+// the first #identity or #account event of any account on the network
+// makes one); one already queued keeps its place. A
 // backfill run only adds what it lists, with no rev: a record deleted, or
 // deleted and created again, while the events were lost would stay as it
 // was. A re-read lists the repository at its rev and removes what it no
 // longer holds (resync.go).
 const requestGapResyncsSQL = `INSERT INTO repo_resyncs (did, reason, requested_at, next_at)
 SELECT did, ?1, ` + database.NowMS + `, ` + database.NowMS + ` FROM (
-  SELECT did FROM users UNION SELECT did FROM manifests UNION SELECT did FROM tags
+  SELECT did FROM users WHERE profile_created_at IS NOT NULL UNION SELECT did FROM manifests UNION SELECT did FROM tags
   UNION SELECT did FROM stars UNION SELECT did FROM repo_pages UNION SELECT hold_did FROM hold_captains
   UNION SELECT hold_did FROM hold_crew UNION SELECT hold_did FROM repository_hold_stats
 ) WHERE true

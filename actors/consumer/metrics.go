@@ -24,6 +24,9 @@ type Metrics struct {
 	future   prometheus.Counter
 	syncs    prometheus.Counter
 	gaps     prometheus.Counter
+	// lifecycleRereads counts the re-reads #account and #identity events
+	// asked for, by outcome: queued, shed.
+	lifecycleRereads *prometheus.CounterVec
 }
 
 // NewMetrics registers on reg: appview_consumer_batches_total,
@@ -40,8 +43,11 @@ type Metrics struct {
 // repository's rev, skipped), appview_consumer_future_rev_commits_total
 // (commits whose rev lies more than 5 minutes ahead of this host's
 // clock, skipped), appview_consumer_sync_events_total (#sync
-// events queued for a re-read) and appview_jetstream_gaps_total
-// (CursorTooOld refusals that requested a backfill).
+// events queued for a re-read), appview_consumer_lifecycle_resyncs_total
+// (re-reads #account and #identity events asked for: queued, or shed
+// past the bound on first events of unknown accounts) and
+// appview_jetstream_gaps_total (CursorTooOld refusals that requested a
+// backfill).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
@@ -72,11 +78,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appview_jetstream_gaps_total", Help: "Positions a Jetstream host no longer had (CursorTooOld, OutdatedCursor); each requests a backfill run.",
 		}),
+		lifecycleRereads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_consumer_lifecycle_resyncs_total", Help: "Repository re-reads #account and #identity events asked for, by outcome (queued; shed: not queued, the queue holding the most re-reads of first events it may).",
+		}, []string{"outcome"}),
 	}
+	m.lifecycleRereads.WithLabelValues("queued")
+	m.lifecycleRereads.WithLabelValues("shed")
 	m.cursorLag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "appview_jetstream_cursor_lag_seconds", Help: "Wall clock minus the committed Jetstream cursor, in seconds (0 while this instance runs no consumer).",
 	}, m.lag)
-	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps} {
+	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps, m.lifecycleRereads} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register consumer metrics: %w", err)
 		}
@@ -128,5 +139,17 @@ func (m *Metrics) screened(stale, future, syncs int, seq int64) {
 func (m *Metrics) gap() {
 	if m != nil {
 		m.gaps.Inc()
+	}
+}
+
+func (m *Metrics) lifecycle(queued, shed int) {
+	if m == nil {
+		return
+	}
+	if queued > 0 {
+		m.lifecycleRereads.WithLabelValues("queued").Add(float64(queued))
+	}
+	if shed > 0 {
+		m.lifecycleRereads.WithLabelValues("shed").Add(float64(shed))
 	}
 }

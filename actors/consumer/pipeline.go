@@ -26,7 +26,8 @@ import (
 //  2. in ONE transaction fenced by the custody (write), in stream order:
 //     orders (each commit is screened against its repository's newest
 //     rev: revScreen), applies (one processor session: records, per-hold
-//     stats, the aggregates), queues the re-reads #sync events ask for,
+//     stats, the aggregates), queues the re-reads #sync events and
+//     lifecycle events (#account, #identity: processor.Result.Rereads) ask for,
 //     enqueues the webhook deliveries of the manifests stored for the
 //     first time, and writes the position, last (positionOf);
 //  3. once that committed, counts the processor's outcomes;
@@ -49,6 +50,9 @@ type pipeline struct {
 	skipped skipFunc
 	// log is the consumer's sampled logger.
 	log zerolog.Logger
+	// firstEvents bounds the re-reads queued for first events
+	// (processor.RereadFirst) waiting at once; 0: firstEventQueueMax.
+	firstEvents int
 }
 
 // enqueueFunc records webhook deliveries inside the batch transaction
@@ -111,6 +115,10 @@ type committed struct {
 	stale int
 	// syncs counts #sync events queued for a re-read.
 	syncs int
+	// rereads counts the re-reads lifecycle events asked for that were
+	// queued, shed those not queued for the bound on first events
+	// (requestRereads).
+	rereads, shed int
 	// future counts commits dropped for a rev from the future, the last
 	// of them named in lastFuture ("did rev").
 	future     int
@@ -125,6 +133,8 @@ func (out *committed) add(more committed) {
 	out.skipped += more.skipped
 	out.stale += more.stale
 	out.syncs += more.syncs
+	out.rereads += more.rereads
+	out.shed += more.shed
 	out.future += more.future
 	if more.lastFuture != "" {
 		out.lastFuture = more.lastFuture
@@ -225,7 +235,10 @@ func (pl *pipeline) inTx(ctx context.Context, tx *sql.Tx, p part, bare bool) (ou
 	if err := session.Preload(events); err != nil {
 		return out, nil, err
 	}
-	var syncs []string
+	var (
+		syncs   []string
+		rereads []processor.Reread
+	)
 	for out.n < len(events) {
 		chunk := events[out.n:]
 		if pl.budget > 0 {
@@ -237,6 +250,7 @@ func (pl *pipeline) inTx(ctx context.Context, tx *sql.Tx, p part, bare bool) (ou
 			return out, nil, err
 		}
 		syncs = append(syncs, s...)
+		rereads = append(rereads, res.Rereads...)
 		out.stale += stale
 		out.res.HoldStats = append(out.res.HoldStats, res.HoldStats...)
 		out.res.NewManifests = append(out.res.NewManifests, res.NewManifests...)
@@ -256,6 +270,9 @@ func (pl *pipeline) inTx(ctx context.Context, tx *sql.Tx, p part, bare bool) (ou
 		return out, nil, err
 	}
 	out.syncs = len(syncs)
+	if out.rereads, out.shed, err = requestRereads(ctx, tx, rereads, pl.firstEvents); err != nil {
+		return out, nil, err
+	}
 	if out.enqueued, err = pl.deliveries(ctx, tx, out.res.NewManifests); err != nil {
 		return out, nil, err
 	}

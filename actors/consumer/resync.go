@@ -171,14 +171,15 @@ func (r *Resyncer) Run(stop <-chan struct{}, c fence.Custody) {
 	}
 }
 
-// next is the queued repository due first, if any is due; the mass
-// re-read after a Jetstream gap (reasonGap) yields to the others, so a
-// #sync is not held behind every repository held here.
+// next is the queued repository due first, if any is due: a #sync and a
+// lifecycle event of a known account first, then the first events of
+// accounts new to this index, then the mass re-read after a Jetstream gap
+// (resyncRank), so a #sync is not held behind every repository held here.
 func (r *Resyncer) next(ctx context.Context) (string, bool, error) {
 	var did string
 	var queued int64
 	err := r.DB.QueryRowContext(ctx, `SELECT `+database.Text("did")+`, (SELECT COUNT(*) FROM repo_resyncs) FROM repo_resyncs
-WHERE next_at <= `+database.NowMS+` ORDER BY reason = '`+reasonGap+`', next_at LIMIT 1`).Scan(&did, &queued)
+WHERE next_at <= `+database.NowMS+` ORDER BY `+resyncRank("reason")+`, next_at LIMIT 1`).Scan(&did, &queued)
 	if errors.Is(err, sql.ErrNoRows) {
 		r.Metrics.queued(0)
 		return "", false, nil
@@ -194,8 +195,23 @@ WHERE next_at <= `+database.NowMS+` ORDER BY reason = '`+reasonGap+`', next_at L
 func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 	ctx, cancel := context.WithTimeout(ctx, resyncTimeout)
 	defer cancel()
-	applied, removed, lag, err := r.reread(ctx, c, did)
+	// What the queue row and the users row say before the PDS is asked: a
+	// request or an #account event that comes in meanwhile is newer than
+	// this read, and wins.
+	var requested int64
+	if err := r.DB.QueryRowContext(ctx, `SELECT requested_at FROM repo_resyncs WHERE did = ?1`, did).Scan(&requested); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read re-read request: %w", err)
+	}
+	before, err := r.readUser(ctx, did)
+	if err != nil {
+		return err
+	}
+	applied, removed, err := r.reread(ctx, c, did, requested)
 	if err == nil {
+		var lag time.Duration
+		if requested > 0 {
+			lag = time.Since(time.UnixMilli(requested))
+		}
 		r.Metrics.done(resyncOK, lag)
 		r.Log.Info().Str("did", did).Int("records", applied).Int("removed", removed).Msg("repository re-read")
 		return nil
@@ -204,30 +220,24 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 		return err
 	}
 	if errors.Is(err, errRepoInactive) {
-		if ferr := r.write(context.Background(), c, func(tx *sql.Tx) error {
-			_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1`, did)
-			return err
-		}); ferr != nil {
-			r.Log.Warn().Err(ferr).Str("did", did).Msg("re-read of an inactive repository not dequeued")
-			return ferr
-		}
-		r.Metrics.done(resyncInactive, 0)
-		r.Log.Info().Str("did", did).Str("error", bounded(err.Error())).Msg("repository not re-read: its PDS does not serve it (inactive or gone)")
-		return nil
+		return r.inactive(c, did, requested, before, err)
 	}
 	// Bounded, cut at whole characters, and a peer's NUL kept readable.
 	msg := database.Diagnostic(logval.String(err.Error()))
 	var attempts int64
 	ferr := r.write(context.Background(), c, func(tx *sql.Tx) error {
-		if err := tx.QueryRow(`SELECT attempts + 1 FROM repo_resyncs WHERE did = ?1`, did).Scan(&attempts); err != nil {
+		err := tx.QueryRow(`SELECT attempts + 1 FROM repo_resyncs WHERE did = ?1 AND requested_at = ?2`, did, requested).Scan(&attempts)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil // asked for again meanwhile: due now, as asked
+		case err != nil:
 			return err
-		}
-		if attempts >= resyncMaxAttempts {
+		case attempts >= resyncMaxAttempts:
 			_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1`, did)
 			return err
 		}
 		delay := min(resyncRetryMax, resyncRetryMin<<(attempts-1))
-		_, err := tx.Exec(`UPDATE repo_resyncs SET attempts = ?2, last_error = ?3, next_at = `+database.NowMS+` + ?4 WHERE did = ?1`,
+		_, err = tx.Exec(`UPDATE repo_resyncs SET attempts = ?2, last_error = ?3, next_at = `+database.NowMS+` + ?4 WHERE did = ?1`,
 			did, attempts, msg, delay.Milliseconds())
 		return err
 	})
@@ -244,37 +254,80 @@ func (r *Resyncer) one(ctx context.Context, c fence.Custody, did string) error {
 	return nil
 }
 
-// reread fetches did's records and applies them; it returns the records
-// applied and removed and the lag since the re-read was requested.
-func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (applied, removed int, lag time.Duration, err error) {
+// inactive settles a re-read the PDS refused as inactive (err): in one
+// fenced transaction the users row takes the status the refusal names
+// (statusEvents), the repository is noted as one this index may hold
+// incompletely (repo_incomplete: the #account event that makes it active
+// again re-reads it), and the request leaves the queue. The rows held for
+// the account stay as they are.
+func (r *Resyncer) inactive(c fence.Custody, did string, requested int64, before userState, cause error) error {
+	ctx := context.Background()
+	status := statusEvents(did, before, refusedStatus(cause))
+	err := r.write(ctx, c, func(tx *sql.Tx) error {
+		if len(status) > 0 {
+			if _, err := r.Processor.ApplyTx(ctx, tx, c, status); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(noteIncompleteSQL, did, incompleteResync); err != nil {
+			return fmt.Errorf("note %s incomplete: %w", did, err)
+		}
+		_, err := tx.Exec(`DELETE FROM repo_resyncs WHERE did = ?1 AND requested_at = ?2`, did, requested)
+		return err
+	})
+	if err != nil {
+		r.Log.Warn().Err(err).Str("did", did).Msg("re-read of an inactive repository not dequeued")
+		return err
+	}
+	r.Metrics.done(resyncInactive, 0)
+	r.Log.Info().Str("did", did).Str("error", bounded(cause.Error())).Msg("repository not re-read: its PDS does not serve it (inactive or gone)")
+	return nil
+}
+
+// reread fetches did's records and applies them, and dequeues the request
+// made at requested; it returns the records applied and removed.
+func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requested int64) (applied, removed int, err error) {
 	pds, err := r.Resolver.PDSEndpoint(ctx, did)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("resolve %s: %w", did, err)
+		return 0, 0, fmt.Errorf("resolve %s: %w", did, err)
 	}
 	var latest struct {
 		Rev string `json:"rev"`
 	}
 	if err := r.get(ctx, pds, "com.atproto.sync.getLatestCommit", url.Values{"did": {did}}, &latest); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, err
 	}
 	rev, err := syntax.ParseTID(latest.Rev)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q is not a TID", did, bounded(latest.Rev))
+		return 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q is not a TID", did, bounded(latest.Rev))
 	}
 	now := time.Now().UnixMicro()
 	if futureRev(rev, now) {
 		// Recorded (and carried by the records as their rev), it would
 		// make the repository's later commits stale until that time.
-		return 0, 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q lies more than %s in the future", did, latest.Rev, futureRevTolerance)
+		return 0, 0, fmt.Errorf("getLatestCommit of %s: rev %q lies more than %s in the future", did, latest.Rev, futureRevTolerance)
+	}
+	has, err := r.describeCollections(ctx, pds, did)
+	if err != nil {
+		return 0, 0, err
+	}
+	var held map[string]bool
+	if has != nil {
+		if held, err = r.heldCollections(ctx, did); err != nil {
+			return 0, 0, err
+		}
 	}
 	listed := map[string]map[string]bool{}
 	var events []jetstream.Event
 	for _, col := range resyncCollections {
 		listed[col.nsid] = map[string]bool{}
+		if has != nil && !has[col.nsid] && !held[col.nsid] {
+			continue // none on the PDS, none here
+		}
 		cursor := ""
 		for page := 0; ; page++ {
 			if page == resyncMaxPages {
-				return 0, 0, 0, fmt.Errorf("listRecords %s %s: more than %d pages", did, col.nsid, resyncMaxPages)
+				return 0, 0, fmt.Errorf("listRecords %s %s: more than %d pages", did, col.nsid, resyncMaxPages)
 			}
 			var out struct {
 				Cursor  string `json:"cursor"`
@@ -289,7 +342,7 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 				q.Set("cursor", cursor)
 			}
 			if err := r.get(ctx, pds, "com.atproto.repo.listRecords", q, &out); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, err
 			}
 			for _, rec := range out.Records {
 				prefix := "at://" + did + "/" + col.nsid + "/"
@@ -309,15 +362,11 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 			cursor = out.Cursor
 		}
 	}
+	// The handle (and PDS) of a users row the records create, verified
+	// before the write lock is taken, as for the live stream.
+	pctx := r.Processor.PrepareBatch(ctx, r.DB, events)
 	err = r.write(ctx, c, func(tx *sql.Tx) error {
 		applied, removed = 0, 0
-		var requested int64
-		if err := tx.QueryRowContext(ctx, `SELECT requested_at FROM repo_resyncs WHERE did = ?1`, did).Scan(&requested); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read re-read request: %w", err)
-		}
-		if requested > 0 {
-			lag = time.Since(time.UnixMilli(requested))
-		}
 		var deletes []jetstream.Event
 		for _, col := range resyncCollections {
 			if col.rkeys == "" {
@@ -335,11 +384,18 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 			}
 		}
 		all := append(events, deletes...)
-		if _, err := r.Processor.ApplyTx(ctx, tx, c, all); err != nil {
+		if _, err := r.Processor.ApplyTx(pctx, tx, c, all); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, recordRevsSQL, did, latest.Rev); err != nil {
 			return fmt.Errorf("record rev of %s: %w", did, err)
+		}
+		// Read in full from the PDS its DID document names now.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM repo_incomplete WHERE did = ?1`, did); err != nil {
+			return fmt.Errorf("note %s complete: %w", did, err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE users SET pds = ?2 WHERE did = ?1 AND pds <> ?2`, did, pds); err != nil {
+			return fmt.Errorf("record the PDS of %s: %w", did, err)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM repo_resyncs WHERE did = ?1 AND requested_at = ?2`, did, requested); err != nil {
 			return fmt.Errorf("dequeue re-read of %s: %w", did, err)
@@ -347,7 +403,7 @@ func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string) (app
 		applied, removed = len(events), len(deletes)
 		return nil
 	})
-	return applied, removed, lag, err
+	return applied, removed, err
 }
 
 // write runs fn in a transaction that commits only under custody c: the
@@ -374,8 +430,10 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 	}
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("%s: HTTP %d: %s", method, resp.StatusCode, bounded(string(body)))
-		if resp.StatusCode == http.StatusBadRequest && inactiveAnswer(body) {
-			err = fmt.Errorf("%w: %w", errRepoInactive, err)
+		if resp.StatusCode == http.StatusBadRequest {
+			if ref := inactiveAnswer(body); ref != nil {
+				err = fmt.Errorf("%w: %w: %w", errRepoInactive, ref, err)
+			}
 		}
 		return err
 	}
@@ -388,14 +446,18 @@ func (r *Resyncer) get(ctx context.Context, base, method string, q url.Values, o
 	return nil
 }
 
-// inactiveAnswer reports whether an XRPC error body says the repository
-// is not served because of its account's state (see errRepoInactive).
-func inactiveAnswer(body []byte) bool {
+// inactiveAnswer is the refusal of an XRPC error body that says the
+// repository is not served because of its account's state (see
+// errRepoInactive), nil for any other.
+func inactiveAnswer(body []byte) *refusal {
 	var xe struct {
 		Error   string `json:"error"`
 		Message string `json:"message"`
 	}
-	return json.Unmarshal(body, &xe) == nil && atproto.RepoInactive(xe.Error, xe.Message)
+	if json.Unmarshal(body, &xe) != nil || !atproto.RepoInactive(xe.Error, xe.Message) {
+		return nil
+	}
+	return &refusal{code: xe.Error, message: bounded(xe.Message)}
 }
 
 // bounded bounds a value a peer chose (a rev, an HTTP body) before it is

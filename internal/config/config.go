@@ -232,8 +232,9 @@ type Jetstream struct {
 	// this long: none reachable, or every one silent.
 	UnhealthyAfter time.Duration `yaml:"unhealthy_after"`
 	// ResyncInterval spaces the re-reads of repositories from their PDS
-	// (a #sync event queues one): at most one per interval, so a burst of
-	// syncs cannot flood PDSes or hold the database.
+	// (a #sync event queues one, and so may an #account or #identity
+	// event, or a gap): at most one per interval, so a burst of them
+	// cannot flood PDSes or hold the database.
 	ResyncInterval time.Duration `yaml:"resync_interval"`
 	// MaxMessageBytes is the websocket read limit per frame, in bytes,
 	// MinMaxMessageBytes..MaxMaxMessageBytes.

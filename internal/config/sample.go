@@ -46,7 +46,7 @@ jetstream:
   stale_timeout: 30s            # leave a host that sent no event for this long (pings do not count) for the next
   failback_interval: 5m         # while on a later URL, probe the earlier ones this often and switch back to one that answers; 0: never
   unhealthy_after: 1m30s        # report the consumer unhealthy after this long without any event from any host
-  resync_interval: 1s           # at most one repository re-read (#sync) per interval
+  resync_interval: 1s           # at most one repository re-read (#sync, #account/#identity, gap) per interval
   max_message_bytes: 2097152    # websocket read limit per frame, 1024 (1 KiB)..67108864 (64 MiB)
   commit_budget: 250ms          # one transaction applies events at most this long (checked every 25), then commits them and goes on in the next: bounds a renewal's wait for the write lock
 

@@ -15,8 +15,10 @@ type applier struct {
 	ctx   context.Context
 	tx    *sql.Tx
 	fence int64
-	// handles are the handles PrepareBatch verified (nil without it).
-	handles verifiedHandles
+	// handles are the handles PrepareBatch verified (nil without it), and
+	// endpoints the PDS endpoints it read with them.
+	handles   verifiedHandles
+	endpoints endpoints
 	// filled are the DIDs whose missing handle fillHandle has set.
 	filled map[string]bool
 	res    Result
@@ -28,6 +30,8 @@ type applier struct {
 	// event changed: their aggregate is recomputed once per transaction
 	// (TxSession.Finish).
 	pendingTouched []repoKey
+	// pendingRereads are the re-reads the current event asks for.
+	pendingRereads []Reread
 	// touched maps each repository whose stars or hold stats the batch
 	// changed to the time (ms) of the latest event that changed them.
 	touched map[repoKey]int64
@@ -87,6 +91,16 @@ func (a *applier) exec(query string, args ...any) (int64, error) {
 func (a *applier) exists(query string, args ...any) (bool, error) {
 	var x any
 	err := a.tx.QueryRowContext(a.ctx, query, args...).Scan(&x)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// read scans the first row of the read query into dest; found is false
+// when there is none. It writes nothing, so it does not count as a write.
+func (a *applier) read(query string, args []any, dest ...any) (found bool, err error) {
+	err = a.tx.QueryRowContext(a.ctx, query, args...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -216,12 +230,14 @@ func (a *applier) applyInSavepoint(o *op) (bool, error) {
 func (a *applier) applyOne(o *op) (bool, error) {
 	a.wrote = false
 	a.pendingStats, a.pendingManifests, a.pendingTouched = a.pendingStats[:0], a.pendingManifests[:0], a.pendingTouched[:0]
+	a.pendingRereads = a.pendingRereads[:0]
 	changed, err := a.apply(o)
 	if err != nil {
 		return false, err
 	}
 	a.res.HoldStats = append(a.res.HoldStats, a.pendingStats...)
 	a.res.NewManifests = append(a.res.NewManifests, a.pendingManifests...)
+	a.res.Rereads = append(a.res.Rereads, a.pendingRereads...)
 	for _, k := range a.pendingTouched {
 		a.touch(k, o.ev.TimeUS/1000)
 	}

@@ -96,7 +96,17 @@
 // # Users
 //
 // A users row is created by the first user-repo record applied for a DID
-// (manifest, tag, star, profile, repo page); identity and account events
-// only update existing rows, because Jetstream sends them for the whole
-// network regardless of wantedCollections.
+// (manifest, tag, star, profile, repo page), or by the first #identity or
+// #account event of a DID (with the event's status), so that later events
+// have something to update: an account may hold records this index never
+// saw (a backfill that skipped it while inactive, a reactivation, which
+// sends no record events). Jetstream sends those events for the whole
+// network regardless of wantedCollections, so the table holds a row for
+// every account seen; only rows with records or a profile matter to
+// readers. An event that may leave a repository incompletely indexed asks
+// for a re-read of it (Result.Rereads, users.go): the first event of a DID
+// (unless it says the account is inactive), an #account event making an
+// inactive row active, an #identity event naming another PDS than the row
+// had, and either kind for a repository noted in repo_incomplete. The
+// consumer queues them in the batch's transaction.
 package processor

@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,42 +47,67 @@ const (
 	usersInChunk = 500
 )
 
-type handlesKey struct{}
+type (
+	handlesKey   struct{}
+	endpointsKey struct{}
+)
 
 // verifiedHandles is what PrepareBatch found: DID → verified handle ("" =
 // none verifies, which clears users.handle).
 type verifiedHandles map[string]string
+
+// endpoints are the PDS endpoints the DID documents PrepareBatch read
+// name: DID → base URL.
+type endpoints map[string]string
 
 func handlesFrom(ctx context.Context) verifiedHandles {
 	h, _ := ctx.Value(handlesKey{}).(verifiedHandles)
 	return h
 }
 
+func endpointsFrom(ctx context.Context) endpoints {
+	e, _ := ctx.Value(endpointsKey{}).(endpoints)
+	return e
+}
+
+// EndpointResolver is a HandleResolver that also tells which PDS a DID
+// document names (*identity.Resolver: from the document its handle lookup
+// just read, so no request more). PrepareBatch records it with the
+// handles, so an #identity event that moves an account to another PDS is
+// seen (users.pds).
+type EndpointResolver interface {
+	PDSEndpoint(ctx context.Context, did string) (string, error)
+}
+
 // PrepareBatch resolves the handles a batch needs, before its transaction
 // opens (the lookups are network requests and must not hold the
 // database's write lock), and returns ctx carrying them for ApplyTx:
 //
-//   - for an #identity event of a DID that has a users row (or gets one
-//     in this batch), the DID's cached identity is purged and its handle
-//     verified afresh (AT Protocol: an #identity event means the DID
-//     document or handle may have changed; Bluesky's relay sends it
-//     without a handle, so the event's own handle is not relied on).
+//   - for every #identity event, the DID's cached identity is purged and
+//     its handle verified afresh (AT Protocol: an #identity event means
+//     the DID document or handle may have changed; Bluesky's relay sends
+//     it without a handle, so the event's own handle is not relied on).
 //     Jetstream delivers #identity events of every account on the network
 //     whatever the collection filter (jetstream filter.go: DID-level events
-//     bypass wantedCollections), and the identity update only changes an
-//     existing users row: the others are not looked up. Nor is one already
-//     covered by an earlier refresh of the same DID (see refreshCovered):
-//     catching up on history, one lookup answers for every older event;
-//   - for every DID with a record in the batch and no users row yet, or a
-//     row without a handle (an earlier lookup failed), its handle is
-//     verified, so a new user's row starts with its handle and a missing
-//     one is filled in once it verifies.
+//     bypass wantedCollections), and the first event of a DID the index
+//     has no users row of is kept (a row, users.go), so each is looked up,
+//     unless already covered by an earlier refresh of the same DID (see
+//     refreshCovered): catching up on history, one lookup answers for
+//     every older event;
+//   - for every DID with a record or an #account event in the batch and no
+//     users row yet, or with a record and a row without a handle (an
+//     earlier lookup failed), its handle is verified, so a new row starts
+//     with its handle and a missing one is filled in once it verifies.
+//
+// With a resolver that is also an EndpointResolver, the PDS endpoint of
+// every DID looked up is recorded too (a new row's users.pds, and what an
+// #identity event is compared with).
 //
 // A lookup that fails (network, directory down) leaves that DID out: the
 // row keeps what it had (the event's own handle is never used).
 // With no resolver configured it returns ctx unchanged; with db nil (or
 // the users read failing) it looks up no new user's handle and refreshes
-// only the DIDs it knows have a row without asking.
+// only the #identity DIDs.
 func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []jetstream.Event) context.Context {
 	if p.handles == nil {
 		return ctx
@@ -91,8 +115,8 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []
 	// identityUS is each #identity event's DID and the time_us of its
 	// newest #identity event in the batch.
 	identityUS := map[string]int64{}
-	var identityDIDs, commitDIDs []string
-	seen := map[string]bool{}
+	var identityDIDs, commitDIDs, accountDIDs []string
+	seen, accountSeen := map[string]bool{}, map[string]bool{}
 	for i := range events {
 		ev := &events[i]
 		switch {
@@ -101,6 +125,9 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []
 				identityDIDs = append(identityDIDs, ev.DID)
 			}
 			identityUS[ev.DID] = max(identityUS[ev.DID], ev.TimeUS)
+		case ev.Kind == jetstream.KindAccount && ev.DID != "" && !accountSeen[ev.DID] && !preparedInvalid(ev):
+			accountSeen[ev.DID] = true
+			accountDIDs = append(accountDIDs, ev.DID)
 		case ev.Kind == jetstream.KindCommit && ev.Commit != nil && ev.DID != "" && !seen[ev.DID] &&
 			strings.HasPrefix(ev.Commit.Collection, "io.atcr.") && ev.Commit.Operation != jetstream.OpDelete &&
 			!preparedInvalid(ev):
@@ -108,49 +135,61 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []
 			commitDIDs = append(commitDIDs, ev.DID)
 		}
 	}
-	// Which DIDs the database must tell about: commit DIDs not known to
-	// have a handle, and #identity DIDs neither known nor with a record in
-	// this batch (those get a row, so their refresh is needed anyway).
-	commitDIDs = p.notKnown(commitDIDs)
-	ask := slices.Clone(commitDIDs)
-	unknownIdentity := map[string]bool{}
-	for _, d := range p.notKnown(identityDIDs) {
-		unknownIdentity[d] = true
-		if !seen[d] {
-			ask = append(ask, d)
-		}
-	}
-	var rows map[string]bool
-	if db == nil {
-		commitDIDs = nil
-	} else if len(ask) > 0 {
-		var err error
-		if rows, err = knownUsers(ctx, db, ask); err != nil {
-			// Without the answer no new user's handle is looked up, and
-			// only the refreshes known without the database are made.
-			p.lookups.Warn().Err(err).Msg("read users before resolving handles")
-			commitDIDs = nil
-		}
-	}
 	refresh := map[string]bool{}
 	for _, d := range identityDIDs {
-		_, hasRow := rows[d]
-		if (seen[d] || hasRow || !unknownIdentity[d]) && !p.refreshCovered(d, identityUS[d]) {
+		if !p.refreshCovered(d, identityUS[d]) {
 			refresh[d] = true
 		}
 	}
+	// Which DIDs the database must tell about: commit DIDs not known to
+	// have a handle, and #account DIDs not known to have a row, neither
+	// refreshed anyway.
+	var ask []string
+	for _, d := range p.notKnown(commitDIDs) {
+		if !refresh[d] {
+			ask = append(ask, d)
+		}
+	}
+	for _, d := range p.notKnown(accountDIDs) {
+		if !refresh[d] && !seen[d] {
+			ask = append(ask, d)
+		}
+	}
 	var unknown []string
-	for _, d := range commitDIDs {
-		if rows[d] {
-			p.remember(d)
-		} else if !refresh[d] {
-			unknown = append(unknown, d)
+	if db != nil && len(ask) > 0 {
+		rows, err := knownUsers(ctx, db, ask)
+		if err != nil {
+			// Without the answer no new user's handle is looked up, and
+			// only the refreshes are made.
+			p.lookups.Warn().Err(err).Msg("read users before resolving handles")
+			ask = nil
+		}
+		for _, d := range ask {
+			hasHandle, hasRow := rows[d]
+			switch {
+			case hasHandle:
+				p.remember(d)
+			case !hasRow || seen[d]:
+				// No row (a record's or an #account event's DID), or a
+				// record's row without a handle.
+				unknown = append(unknown, d)
+			}
 		}
 	}
 	if len(refresh) == 0 && len(unknown) == 0 {
 		return ctx
 	}
-	out := verifiedHandles{}
+	out, pds := p.lookUp(ctx, refresh, unknown)
+	ctx = context.WithValue(ctx, handlesKey{}, out)
+	return context.WithValue(ctx, endpointsKey{}, pds)
+}
+
+// lookUp refreshes the handles of the DIDs in refresh and looks up those
+// of unknown, at most handleLookups at once and handleBatchBudget in all,
+// and with an EndpointResolver each one's PDS endpoint.
+func (p *Processor) lookUp(ctx context.Context, refresh map[string]bool, unknown []string) (verifiedHandles, endpoints) {
+	out, pds := verifiedHandles{}, endpoints{}
+	er, _ := p.handles.(EndpointResolver)
 	var mu sync.Mutex
 	bctx, cancel := context.WithTimeout(ctx, handleBatchBudget)
 	defer cancel()
@@ -169,8 +208,15 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []
 			p.lookups.Warn().Err(err).Str("did", did).Msg("handle not verified; keeping what the users row has")
 			return
 		}
+		var endpoint string
+		if er != nil {
+			endpoint, _ = er.PDSEndpoint(bctx, did) // the document the lookup just read
+		}
 		mu.Lock()
 		out[did] = h
+		if endpoint != "" {
+			pds[did] = endpoint
+		}
 		mu.Unlock()
 	}
 	for did := range refresh {
@@ -187,7 +233,7 @@ func (p *Processor) PrepareBatch(ctx context.Context, db *database.DB, events []
 		go lookup(did, p.handles.Handle)
 	}
 	wg.Wait()
-	return context.WithValue(ctx, handlesKey{}, out)
+	return out, pds
 }
 
 // notKnown returns the DIDs not yet seen with a users row by this process.

@@ -187,33 +187,43 @@ func TestAHandleWhoseFirstLookupFailedIsFilledInByALaterBatch(t *testing.T) {
 	}
 }
 
-// Jetstream sends every account's #identity events whatever the
-// collection filter, and the consumer looked every one of them up (a DID
-// document and a handle: two directory requests each, the batch waiting
-// on them), though the identity update only changes an existing users
-// row. Only the DIDs with a users row, or getting one in the batch, are
-// refreshed now.
-func TestIdentityEventsOfAccountsWithoutAUsersRowAreNotLookedUp(t *testing.T) {
+// The first #identity event of a DID with no users row is kept (a row,
+// so that later events have something to update): its handle is
+// verified like a new user's, and so is that of a DID whose first event
+// is an #account event. A DID with a row is not looked up again for an
+// #account event.
+func TestTheFirstEventOfAnUnknownAccountKeepsARowWithItsVerifiedHandle(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test", "did:plc:carol": "carol.test"}, failing: map[string]bool{}}
+	res := &fakeHandles{handles: map[string]string{"did:plc:alice": "alice.test", "did:plc:carol": "carol.test",
+		"did:plc:stranger": "stranger.test", "did:plc:dora": "dora.test"}, failing: map[string]bool{}}
 	apply := applyWithHandles(t, db, res)
 	now := time.Now().UnixMicro()
 	digest := "sha256:" + strings.Repeat("c", 64)
 	apply(commit("did:plc:alice", now, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
 	apply(identityEvent("did:plc:stranger", now+1, ""), identityEvent("did:plc:alice", now+2, ""),
-		identityEvent("did:plc:carol", now+3, ""), commit("did:plc:carol", now+4, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)))
+		identityEvent("did:plc:carol", now+3, ""), commit("did:plc:carol", now+4, "create", "io.atcr.tag", "t1", tagRecord("app", "latest", digest)),
+		accountEvent("did:plc:dora", now+5, false, "deactivated"), accountEvent("did:plc:alice", now+6, true, ""))
 	got := res.refreshedDIDs()
 	slices.Sort(got)
-	if want := []string{"did:plc:alice", "did:plc:carol"}; !slices.Equal(got, want) {
-		t.Fatalf("refreshed %v, want %v (a DID with no users row and no record is not looked up)", got, want)
+	if want := []string{"did:plc:alice", "did:plc:carol", "did:plc:stranger"}; !slices.Equal(got, want) {
+		t.Fatalf("refreshed %v, want %v (every #identity DID)", got, want)
 	}
-	var n int
-	if err := db.DB.QueryRow(`SELECT COUNT(*) FROM users WHERE did = 'did:plc:stranger'`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("stranger's users rows = %d (%v), want 0", n, err)
+	for did, want := range map[string]string{"did:plc:stranger": "stranger.test", "did:plc:carol": "carol.test", "did:plc:dora": "dora.test"} {
+		if h := userHandle(t, db, did); h != want {
+			t.Fatalf("%s's handle = %q, want %q", did, h, want)
+		}
 	}
-	if h := userHandle(t, db, "did:plc:carol"); h != "carol.test" {
-		t.Fatalf("carol's handle = %q, want carol.test", h)
+	var active int
+	var status string
+	if err := db.DB.QueryRow(`SELECT active, status FROM users WHERE did = 'did:plc:dora'`).Scan(&active, &status); err != nil ||
+		active != 0 || status != "deactivated" {
+		t.Fatalf("dora's row: active %d status %q (%v), want the status of her first event", active, status, err)
 	}
+}
+
+func accountEvent(did string, us int64, active bool, status string) jetstream.Event {
+	return jetstream.Event{DID: did, TimeUS: us, Kind: jetstream.KindAccount,
+		Account: &jetstream.Account{DID: did, Active: &active, Status: status}}
 }
 
 // Catching up on history (a backfill of the stream, a cursor rewound by

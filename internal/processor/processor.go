@@ -123,7 +123,35 @@ type Result struct {
 	// MaxTimeUS is the largest time_us in the batch (0 for an empty batch):
 	// the cursor once the batch is committed.
 	MaxTimeUS int64
+	// Rereads are the repositories the batch's #account and #identity
+	// events ask to be re-read from their PDS, in event order (users.go):
+	// the consumer queues them in the same transaction.
+	Rereads []Reread
 }
+
+// Reread asks for a re-read of one repository after a lifecycle event.
+type Reread struct {
+	DID string
+	// Why is one of the Reread* reasons.
+	Why string
+}
+
+// Why a lifecycle event asks for a re-read (Reread.Why; the consumer's
+// repo_resyncs.reason).
+const (
+	// RereadAccount: an #account event made the account active where this
+	// index may hold it incompletely (its row was inactive, or a backfill
+	// or re-read could not read it: repo_incomplete).
+	RereadAccount = "account"
+	// RereadIdentity: an #identity event named another PDS than the row
+	// had (the repository moved), or came for a repository this index may
+	// hold incompletely.
+	RereadIdentity = "identity"
+	// RereadFirst: the first event of a DID with no users row (an
+	// #identity event, or an #account event making it active): whatever
+	// the account holds, this index has none of it.
+	RereadFirst = "first-event"
+)
 
 // SkippedTotal is the number of skipped events over all reasons.
 func (r Result) SkippedTotal() int {

@@ -130,7 +130,7 @@ func (s *TxSession) Apply(events []jetstream.Event) (Result, error) {
 		ops[i], outs[i].reason, err = decodeEvent(ev)
 		outs[i].err = err
 	}
-	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx)}
+	a := &applier{ctx: s.ctx, tx: s.tx, fence: s.c.Fence, handles: handlesFrom(s.ctx), endpoints: endpointsFrom(s.ctx)}
 	a.use(s.st)
 	var (
 		res Result

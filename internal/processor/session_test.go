@@ -45,6 +45,7 @@ func applySession(t testing.TB, p *processor.Processor, db *database.DB, events 
 			}
 			out.HoldStats = append(out.HoldStats, res.HoldStats...)
 			out.NewManifests = append(out.NewManifests, res.NewManifests...)
+			out.Rereads = append(out.Rereads, res.Rereads...)
 			out.MaxTimeUS = max(out.MaxTimeUS, res.MaxTimeUS)
 		}
 		return s.Finish()

@@ -159,8 +159,8 @@ func newModel() *model {
 	}
 }
 
-// ensureUser mirrors the processor: the first applied user-repo record
-// creates the row.
+// ensureUser mirrors the processor: the first applied user-repo record,
+// or #identity or #account event, creates the row.
 func (m *model) ensureUser(did string, t int64) *userM {
 	u := m.users[did]
 	if u == nil {

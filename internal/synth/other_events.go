@@ -14,12 +14,11 @@ func (g *Generator) identity() (jetstream.Event, bool) {
 		did = fmt.Sprintf("did:plc:outsider%05d", g.rng.IntN(1000))
 	}
 	handle := fmt.Sprintf("%s-%d.synth.example", strings.TrimPrefix(did, "did:plc:"), g.rng.IntN(10))
-	if u := g.m.users[did]; u != nil {
-		// The event's handle is never stored (only one verified through
-		// the DID document), and the synthetic DIDs resolve nowhere: the
-		// row's handle stays empty.
-		u.updatedAt = g.ms()
-	}
+	// The first event of a DID makes its users row, active until an
+	// #account event says otherwise. The event's handle is never stored
+	// (only one verified through the DID document), and the synthetic
+	// DIDs resolve nowhere: the row's handle stays empty.
+	g.m.ensureUser(did, g.t).updatedAt = g.ms()
 	return jetstream.Event{DID: did, TimeUS: g.t, Kind: jetstream.KindIdentity,
 		Identity: &jetstream.Identity{DID: did, Handle: handle, Seq: g.t, Time: datetime(g.ms())}}, true
 }
@@ -34,7 +33,11 @@ func (g *Generator) account() (jetstream.Event, bool) {
 	if !active {
 		acc.Status = []string{"deactivated", "takendown", "suspended"}[g.rng.IntN(3)]
 	}
-	if u := g.m.users[did]; u != nil {
+	if u := g.m.users[did]; u == nil {
+		// The first event of a DID makes its users row, with its status
+		// (it has no stars yet: a star record would have made the row).
+		g.m.users[did] = &userM{active: active, status: acc.Status, updatedAt: g.ms()}
+	} else {
 		was := u.active
 		u.active, u.status, u.updatedAt = active, acc.Status, g.ms()
 		if was != active {
