@@ -59,11 +59,13 @@
 // replaced about one TTL after its last renewal; a Nudge retries at once
 // (at most one attempt per NudgeSpacing). An attempt that finds a live
 // grant of this very process (its nonce) that no worker uses hands it
-// back at once (reason stale-grant) and tries again: an acquire whose
-// answer was lost after it committed, or was given up on and committed
-// later, custody given up after a blackout, or the grant of a LeaseActor
-// before it was restarted. An acquire that answers after the renew
-// deadline is handed back too.
+// back at once (reason stale-grant) and tries again: an acquire given up
+// on that committed later, custody given up after a blackout, the grant
+// of a LeaseActor before it was restarted, or one whose answer was lost
+// after its nonce was recorded. (An acquire statement whose own answer is
+// lost leaves a grant without the nonce: nobody's own, it idles the lease
+// until its TTL runs out, as a crashed holder's does.) An acquire that
+// answers after the renew deadline is handed back too.
 //
 // Holding: a successful renewal extends trust to attempt start +
 // renew_deadline; a failed one is retried every renew_interval/4 until the

@@ -71,25 +71,13 @@ func (s *Store) note(name string, err error) error {
 }
 
 const (
-	// claimSQL records this process's nonce for the next fence of lease
-	// ?1 while its grant is free (expired, released, or no row): written
-	// before the grant, so no grant is ever visible without its nonce,
-	// and one whose answer is lost is still recognised as this process's.
-	claimSQL = `INSERT INTO lease_holders (name, fence, nonce)
-SELECT ?1, MAX(COALESCE(l.fence, 0), ` + floorOf + `) + 1, ?2
-FROM (SELECT ` + database.NowMS + ` AS n) LEFT JOIN leases l ON l.name = ?1
-WHERE (l.name IS NULL OR l.expires_at <= n) AND ` + floorOf + ` < 9223372036854775807
-ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce`
-
-	// acquireSQL is the grant, one statement: of two contenders the
-	// loser's matches no row, and only the one whose claim (?4, its
-	// nonce) still stands for the next fence gets it. The fence is one
-	// above the highest the name ever had; one at MaxInt64 is never
-	// incremented (SQLite would make it a REAL no reader can scan).
+	// acquireSQL is the grant, one statement (docs/spec.md §4): of two
+	// contenders the loser's matches no row. The fence is one above the
+	// highest the name ever had; one at MaxInt64 is never incremented
+	// (SQLite would make it a REAL no reader can scan).
 	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
 SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
 FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
-  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.nonce = ?4 AND h.fence = ` + floorOf + ` + 1)
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
   fence       = MAX(leases.fence, ` + floorOf + `) + 1,
@@ -98,6 +86,12 @@ ON CONFLICT(name) DO UPDATE SET
   expires_at  = excluded.expires_at
 WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
 RETURNING fence`
+
+	// nonceSQL records the process nonce of the grant at fence ?2, never
+	// over a later grant's (a slow write must not disown its successor).
+	nonceSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce
+WHERE lease_holders.fence < excluded.fence`
 
 	// floorOf is the highest fence lease ?1 ever had, 0 for a name never
 	// granted.
@@ -170,24 +164,27 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	return g, nil
 }
 
-// grant claims the next fence of lease name with this process's nonce,
-// then acquires it under that claim: two statements, so a graceful
-// handover costs a libSQL server two round trips, not a transaction's
-// four. A claim that writes nothing (the grant is live) skips the acquire.
+// grant runs the acquire and, when it grants, records this process's
+// nonce for the new fence: two statements, so a graceful handover costs a
+// libSQL server two round trips, not a transaction's four, and a loser
+// reads the winner's grant, never a free lease that is being taken. A
+// nonce that fails to land leaves the grant this process's all the same
+// (renewals need no nonce); only its release will find it superseded, and
+// the successor waits out the TTL. Failed is told.
 func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
 	release, err := s.db.UrgentTurn(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer release()
-	res, err := s.db.ExecContext(ctx, claimSQL, name, s.nonce)
-	if err != nil {
+	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
+	if err != nil || !granted {
 		return false, err
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return false, err
+	if _, err := s.db.ExecContext(ctx, nonceSQL, name, *fenceOut, s.nonce); err != nil && s.Failed != nil {
+		s.Failed(fmt.Errorf("record the process nonce of lease %q (fence %d): %w", name, *fenceOut, err))
 	}
-	return database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds(), s.nonce}, fenceOut)
+	return true, nil
 }
 
 // Renew extends the grant c to now + TTL (database clock). It returns an

@@ -16,8 +16,9 @@ import (
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
-// lostAnswerStore commits the first acquire in the database but reports an
-// error, as a remote database does when the connection drops after commit.
+// lostAnswerStore commits the first acquire and its nonce in the database
+// but reports an error, as a remote database does when the connection
+// drops after the nonce's commit.
 type lostAnswerStore struct {
 	StoreAPI
 	n atomic.Int32
