@@ -20,11 +20,11 @@ func TestFailoverToASecondJetstreamResumesByTimeWithoutAGap(t *testing.T) {
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
 	p1 := startProbe(t, j1)
-	time.Sleep(2 * time.Second)
 	db := filepath.Join(w.dir, "failover.db")
 	a := appview(t, w.c, "appview", db, []string{j1.v2URL(), j2.v2URL()}, nil)
+	// Killed while consuming live: it committed an event Jetstream served
+	// after this call (newestSeq waits for one).
 	waitSeq(t, j1.addr, newestSeq(t, j1), time.Minute, a)
-	time.Sleep(time.Second)
 	killed := time.Now()
 	j1.proc.Kill()
 	<-p1.done
@@ -40,20 +40,13 @@ func TestFailoverToASecondJetstreamResumesByTimeWithoutAGap(t *testing.T) {
 			seenOn1[p.key] = true
 		}
 	}
-	var first batch
-	deadline := time.Now().Add(time.Minute)
-	for first.host == "" && time.Now().Before(deadline) {
-		for _, b := range batches(a) {
-			if b.host == j2.addr {
-				first = b
-				break
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := a.Wait(ctx, committedOn(j2.addr, 0))
+	if err != nil {
+		t.Fatalf("appview never committed a batch from the second Jetstream: %v", err)
 	}
-	if first.host == "" {
-		t.Fatal("appview never committed a batch from the second Jetstream")
-	}
+	first := batchOf(e, 0)
 	t.Logf("FIGURE failover: first batch from the second Jetstream %v after the first was killed", first.at.Sub(killed).Round(time.Millisecond))
 	target := newestSeq(t, j2)
 	p2 := probe(t, j2, target, 5*time.Second)
@@ -81,7 +74,6 @@ func TestFailoverToASecondJetstreamResumesByTimeWithoutAGap(t *testing.T) {
 func TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout(t *testing.T) {
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
-	time.Sleep(2 * time.Second)
 	db := filepath.Join(w.dir, "silent.db")
 	a := appview(t, w.c, "appview", db, []string{j1.v2URL(), j2.v2URL()}, nil)
 	waitSeq(t, j1.addr, newestSeq(t, j1), time.Minute, a)
@@ -126,7 +118,6 @@ func TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout(t *testing.T) {
 func TestAThawedFirstJetstreamIsSwitchedBackTo(t *testing.T) {
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
-	time.Sleep(2 * time.Second)
 	db := filepath.Join(w.dir, "failback.db")
 	a := appview(t, w.c, "appview", db, []string{j1.v2URL(), j2.v2URL()}, map[string]any{"jetstream.failback_interval": "1s"})
 	waitSeq(t, j1.addr, newestSeq(t, j1), time.Minute, a)
@@ -143,8 +134,13 @@ func TestAThawedFirstJetstreamIsSwitchedBackTo(t *testing.T) {
 		t.Fatalf("appview did not move to the second Jetstream after the first froze: %v\n%s", err, a.Tail(20))
 	}
 	// Frozen, the first one takes connections (the kernel's backlog) and
-	// never answers them: the probes must not switch back yet.
-	time.Sleep(3 * time.Second)
+	// never answers them: a failback probe of it fails (after
+	// stale_timeout), and none may have switched back by then.
+	if _, err := a.Log.WaitFrom(ctx, from, func(e harness.Event) bool {
+		return e.Msg == "jetstream failback probe: the earlier URL does not answer yet" && e.Str("url") == j1.v2URL()
+	}); err != nil {
+		t.Fatalf("appview never probed the frozen first Jetstream: %v\n%s", err, a.Tail(20))
+	}
 	const switchedBack = "jetstream switching back to an earlier URL, which answers again"
 	if early := a.Log.Find(from, harness.Msg(switchedBack)); len(early) > 0 {
 		t.Fatalf("switched back to a frozen Jetstream: %+v", early[0])

@@ -164,6 +164,6 @@ func waitTooOld(t *testing.T, j *jetstreamServer, cursor int64, within time.Dura
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still serves cursor %d after %v", j.addr, cursor, within)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a poll: the refusal has no signal of its own
 	}
 }

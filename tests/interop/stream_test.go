@@ -126,11 +126,8 @@ func TestAHolderKilledBeforeItsFirstCommitHandsOnWhereItBegan(t *testing.T) {
 	if _, err := first.ExitCode(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Let Jetstream see events the dead holder owed, for a few seconds.
-	mark := newestSeq(t, j)
-	waitNewer := time.Now().Add(20 * time.Second)
-	for newestSeq(t, j) < mark+50 && time.Now().Before(waitNewer) {
-	}
+	// Let Jetstream see events the dead holder owed: 50 more.
+	waitServed(t, j, newestSeq(t, j)+50, 20*time.Second)
 	next := appview(t, w.c, "next", db, []string{j.v2URL()}, nil)
 	target := newestSeq(t, j)
 	waitSeq(t, j.addr, target, time.Minute, next)

@@ -160,6 +160,21 @@ func newestSeq(t *testing.T, j *jetstreamServer) int64 {
 	return evs[len(evs)-1].seq
 }
 
+// waitServed waits until j serves seq (for the appview's filter): it
+// reads j's stream from its first event until seq or a later one, failing
+// the test when the stream went quiet for quiet before that.
+func waitServed(t *testing.T, j *jetstreamServer, seq int64, quiet time.Duration) {
+	t.Helper()
+	evs := probe(t, j, seq, quiet)
+	if len(evs) == 0 || evs[len(evs)-1].seq < seq {
+		var last int64
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].seq
+		}
+		t.Fatalf("%s did not reach seq %d (its stream went quiet for %v at seq %d)", j.addr, seq, quiet, last)
+	}
+}
+
 // appview starts `appview serve` with the consumer on urls.
 func appview(t *testing.T, c *harness.Cluster, id, db string, urls []string, set map[string]any) *harness.Instance {
 	t.Helper()
@@ -215,12 +230,26 @@ type batch struct {
 func batches(insts ...*harness.Instance) []batch {
 	var out []batch
 	for k, i := range insts {
-		for _, e := range i.Log.Find(0, harness.Msg("jetstream batch committed")) {
-			out = append(out, batch{at: e.Logged, host: e.Str("host"), first: num(e, "first_seq"), last: num(e, "last_seq"),
-				events: int(num(e, "events")), inst: k})
+		for _, e := range i.Log.Find(0, harness.Msg(committedMsg)) {
+			out = append(out, batchOf(e, k))
 		}
 	}
 	return out
+}
+
+const committedMsg = "jetstream batch committed"
+
+// batchOf reads a committed batch line of the process insts[inst].
+func batchOf(e harness.Event, inst int) batch {
+	return batch{at: e.Logged, host: e.Str("host"), first: num(e, "first_seq"), last: num(e, "last_seq"),
+		events: int(num(e, "events")), inst: inst}
+}
+
+// committedOn matches a committed batch on host reaching seq.
+func committedOn(host string, seq int64) harness.Match {
+	return func(e harness.Event) bool {
+		return e.Msg == committedMsg && e.Str("host") == host && num(e, "last_seq") >= seq
+	}
 }
 
 func num(e harness.Event, key string) int64 {
@@ -229,18 +258,14 @@ func num(e harness.Event, key string) int64 {
 	return n
 }
 
-// waitSeq waits until i (or any of insts) committed a batch on host
-// reaching seq.
+// waitSeq waits until any of insts committed a batch on host reaching seq
+// (an instance that exited is searched too) and returns that batch.
 func waitSeq(t *testing.T, host string, seq int64, within time.Duration, insts ...*harness.Instance) batch {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		for _, b := range batches(insts...) {
-			if b.host == host && b.last >= seq {
-				return b
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if i, e, err := harness.WaitAny(ctx, committedOn(host, seq), insts...); err == nil {
+		return batchOf(e, slices.Index(insts, i))
 	}
 	var last int64
 	for _, b := range batches(insts...) {
