@@ -33,10 +33,17 @@ const (
 	staleTimeout = 3 * time.Second
 	// simRate is the simulator's commits per second.
 	simRate = 150
-	// backlogRate and backlogFor build the backlog the catch-up figures
-	// are measured on (commits per second, for how long).
-	backlogRate = 1500
-	backlogFor  = 15 * time.Second
+	// backlogEvents is the backlog the catch-up figures are measured on,
+	// about what 15 s of the simulator at 1500 commits per second gave on
+	// 2 shared cores (it signs one commit at a time, and Jetstream
+	// verifies each: those 15 s took both cores). Three quarters of it
+	// are backlogAccounts x backlogRecords records at bootstrap, which
+	// Jetstream serves as creates within seconds; the rest is the live
+	// traffic of those seconds at simRate (creates, updates, deletes,
+	// identity events), so that both wires meet every kind of event.
+	backlogEvents   = 4000
+	backlogAccounts = 100
+	backlogRecords  = 30
 	// collections: the simulator's traffic is app.bsky.*; the consumer
 	// asks for it so that every commit moves its position (the processor
 	// skips them as outside io.atcr, counted).

@@ -18,9 +18,9 @@ import (
 // position ends at Jetstream's own sequence number; every event is
 // committed. Prints the catch-up rate of each wire (same run, same server).
 func TestBothWiresConsumeTheStreamAndThePositionTracksJetstreamsSeq(t *testing.T) {
-	w := newWorldAt(t, backlogRate, 1)
+	w := newWorldOf(t, backlogAccounts, backlogRecords, 1)
 	j := w.js[0]
-	time.Sleep(backlogFor) // let a backlog build
+	waitServed(t, j, backlogEvents, 30*time.Second) // the backlog is there
 	// Freeze the simulator so both wires catch up on the same backlog.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -28,7 +28,15 @@ func TestBothWiresConsumeTheStreamAndThePositionTracksJetstreamsSeq(t *testing.T
 		t.Fatal(err)
 	}
 	defer w.sim.Signal(syscall.SIGCONT)
-	target := newestSeq(t, j)
+	// The newest event: what Jetstream read from the simulator before the
+	// freeze reaches its stream within milliseconds, so once the stream
+	// has been quiet for a second it has ended (newestSeq waits for an
+	// event after its call, which never comes now, for 3 s).
+	all := probe(t, j, -1, time.Second)
+	if len(all) == 0 {
+		t.Fatalf("%s served no event", j.addr)
+	}
+	target := all[len(all)-1].seq
 	probed := probe(t, j, target, 5*time.Second)
 	host := j.addr
 	// Each wire twice, in the order v2 v1 v1 v2, so neither gains from
@@ -66,9 +74,11 @@ func TestBothWiresConsumeTheStreamAndThePositionTracksJetstreamsSeq(t *testing.T
 // every start resumes at or past the last committed batch, and every
 // event is committed.
 func TestKillAndRestartAtRandomPointsNeitherRegressesNorSkips(t *testing.T) {
-	w := newWorld(t, 1)
+	// The first start (from seq 1) catches up on a backlog: 1000 events,
+	// which the bootstrap of 100 accounts of 10 records makes.
+	w := newWorldOf(t, 100, 10, 1)
 	j := w.js[0]
-	time.Sleep(3 * time.Second)
+	waitServed(t, j, 1000, 30*time.Second)
 	db := filepath.Join(w.dir, "kill.db")
 	seed(t, db, j.addr, 1)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
@@ -87,7 +97,11 @@ func TestKillAndRestartAtRandomPointsNeitherRegressesNorSkips(t *testing.T) {
 		if got := num(e, "seq"); got < before {
 			t.Fatalf("start %d resumed at seq %d, before the last committed batch's %d: regression", round, got, before)
 		}
-		time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
+		// A random point of the run, by design a stretch of time: within
+		// 1.5 s of the consumer's start it may fall in the catch-up (the
+		// first start's 1000 events take a fraction of a second), in
+		// live consumption, or between two batch commits.
+		time.Sleep(time.Duration(100+rng.IntN(1400)) * time.Millisecond)
 		sig := syscall.SIGKILL
 		if round%2 == 1 {
 			sig = syscall.SIGTERM

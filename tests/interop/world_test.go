@@ -42,14 +42,16 @@ func (j *jetstreamServer) v2URL() string {
 }
 func (j *jetstreamServer) v1URL() string { return "ws://" + j.addr + "/subscribe" }
 
-// newWorld starts a simulator and n Jetstream servers on it (extra flags
-// for every Jetstream in jsFlags), each bootstrapped and serving.
+// newWorld starts a simulator (100 accounts of 2 records) and n Jetstream
+// servers on it (extra flags for every Jetstream in jsFlags), each
+// bootstrapped and serving.
 func newWorld(t *testing.T, n int, jsFlags ...string) *world {
-	return newWorldAt(t, simRate, n, jsFlags...)
+	return newWorldOf(t, 100, 2, n, jsFlags...)
 }
 
-// newWorldAt is newWorld with the simulator at rate commits per second.
-func newWorldAt(t *testing.T, rate, n int, jsFlags ...string) *world {
+// newWorldOf is newWorld with the simulator's accounts and records per
+// account at bootstrap.
+func newWorldOf(t *testing.T, accounts, records, n int, jsFlags ...string) *world {
 	t.Helper()
 	w := &world{t: t, dir: t.TempDir(), simA: freeAddr(t)}
 	w.c = harness.NewCluster(bin, w.dir)
@@ -61,7 +63,7 @@ func newWorldAt(t *testing.T, rate, n int, jsFlags ...string) *world {
 	})
 	sim, err := harness.StartCommand(filepath.Join(w.dir, "sim"), "simulator",
 		filepath.Join(tools, "simulator"), "serve", "--addr", w.simA, "--data-dir", filepath.Join(w.dir, "sim", "world"),
-		"--accounts", "100", "--initial-records-per-account", "2", "--commits-per-sec", fmt.Sprint(rate), "--reset")
+		"--accounts", fmt.Sprint(accounts), "--initial-records-per-account", fmt.Sprint(records), "--commits-per-sec", fmt.Sprint(simRate), "--reset")
 	if err != nil {
 		t.Fatal(err)
 	}
