@@ -18,6 +18,7 @@ import (
 // contender takes the lease and consumes with no gap. Needs the lease
 // runtime's yield (skipped, saying so, without it).
 func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
+	parallel(t)
 	root, err := harness.ModuleRoot(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 // second serves from the first one appview had not committed from the
 // first on is committed. Prints the failover time.
 func TestFailoverToASecondJetstreamResumesByTimeWithoutAGap(t *testing.T) {
+	parallel(t)
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
 	p1 := startProbe(t, j1)
@@ -72,6 +73,7 @@ func TestFailoverToASecondJetstreamResumesByTimeWithoutAGap(t *testing.T) {
 // stale_timeout. Prints the detection time (last event to the dial of
 // the other host).
 func TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout(t *testing.T) {
+	parallel(t)
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
 	db := filepath.Join(w.dir, "silent.db")
@@ -116,6 +118,7 @@ func TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout(t *testing.T) {
 // appview on the second for as long as that one delivered. Prints the time
 // from the thaw to the switch.
 func TestAThawedFirstJetstreamIsSwitchedBackTo(t *testing.T) {
+	parallel(t)
 	w := newWorld(t, 2)
 	j1, j2 := w.js[0], w.js[1]
 	db := filepath.Join(w.dir, "failback.db")

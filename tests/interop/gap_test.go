@@ -21,6 +21,7 @@ import (
 // appview logs the gap with its size, records it, requests a backfill
 // run, resumes from the oldest event and keeps consuming.
 func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
+	parallel(t)
 	// Jetstream's lookback floor moves by sealed segment; a compaction
 	// pass seals the active one, so a short interval seals every second.
 	w := newWorld(t, 1, "--cursor-lookback", "3s", "--compaction-interval", "1s")
@@ -85,6 +86,7 @@ func TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor(t *testing.T) {
 // it with the time cursor and the first event's time and seq, requests a
 // backfill run and keeps consuming.
 func TestOutdatedTimeCursorIsLoggedRecordedAndResumed(t *testing.T) {
+	parallel(t)
 	w := newWorld(t, 1, "--cursor-lookback", "3s", "--compaction-interval", "1s")
 	j := w.js[0]
 	db := filepath.Join(w.dir, "old.db")

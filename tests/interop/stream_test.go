@@ -18,6 +18,7 @@ import (
 // position ends at Jetstream's own sequence number; every event is
 // committed. Prints the catch-up rate of each wire (same run, same server).
 func TestBothWiresConsumeTheStreamAndThePositionTracksJetstreamsSeq(t *testing.T) {
+	parallel(t)
 	w := newWorldOf(t, backlogAccounts, backlogRecords, 1)
 	j := w.js[0]
 	waitServed(t, j, backlogEvents, 30*time.Second) // the backlog is there
@@ -74,6 +75,7 @@ func TestBothWiresConsumeTheStreamAndThePositionTracksJetstreamsSeq(t *testing.T
 // every start resumes at or past the last committed batch, and every
 // event is committed.
 func TestKillAndRestartAtRandomPointsNeitherRegressesNorSkips(t *testing.T) {
+	parallel(t)
 	// The first start (from seq 1) catches up on a backlog: 1000 events,
 	// which the bootstrap of 100 accounts of 10 records makes.
 	w := newWorldOf(t, 100, 10, 1)
@@ -126,6 +128,7 @@ func TestKillAndRestartAtRandomPointsNeitherRegressesNorSkips(t *testing.T) {
 // start on. (Before, it started at its own, later, live tail and the
 // events in between were lost: the real-PDS suite met this in CI.)
 func TestAHolderKilledBeforeItsFirstCommitHandsOnWhereItBegan(t *testing.T) {
+	parallel(t)
 	w := newWorld(t, 1)
 	j := w.js[0]
 	db := filepath.Join(w.dir, "fresh.db")
