@@ -70,12 +70,22 @@ func newWorldOf(t *testing.T, accounts, records, n int, jsFlags ...string) *worl
 	w.c.Adopt(sim)
 	w.sim = sim
 	waitHTTP(t, "http://"+w.simA+"/xrpc/com.atproto.sync.listRepos")
+	// The Jetstreams bootstrap side by side, each on its own.
 	for i := range n {
 		w.js = append(w.js, w.startJetstream(fmt.Sprintf("jetstream%d", i+1), jsFlags...))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, j := range w.js {
+		if _, err := j.proc.Wait(ctx, harness.Msg("steady-state consumer running")); err != nil {
+			t.Fatalf("%s did not reach its steady state: %v\n%s", j.proc.ID, err, j.proc.Tail(20))
+		}
 	}
 	return w
 }
 
+// startJetstream starts a Jetstream on the simulator; it is serving once
+// it logs its steady state.
 func (w *world) startJetstream(name string, flags ...string) *jetstreamServer {
 	t := w.t
 	j := &jetstreamServer{addr: freeAddr(t)}
@@ -88,11 +98,6 @@ func (w *world) startJetstream(name string, flags ...string) *jetstreamServer {
 	}
 	w.c.Adopt(p)
 	j.proc = p
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := p.Wait(ctx, harness.Msg("steady-state consumer running")); err != nil {
-		t.Fatalf("%s did not reach its steady state: %v\n%s", name, err, p.Tail(20))
-	}
 	return j
 }
 
