@@ -30,7 +30,12 @@ func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 	w := newWorld(t, 1)
 	j := w.js[0]
 	db := filepath.Join(w.dir, "custody.db")
-	fast := map[string]any{"leases.yield_grace": "2s", "leases.min_hold": "2s"}
+	// The holder's only URL refuses connections, so it is silent from its
+	// start: unhealthy_after needs no margin over stale_timeout here (the
+	// other scenarios' 2 x stale_timeout), only over the contender's live
+	// stream's gaps between events, of milliseconds.
+	const unhealthyAfter = 2 * time.Second
+	fast := map[string]any{"leases.yield_grace": "2s", "leases.min_hold": "2s", "jetstream.unhealthy_after": unhealthyAfter.String()}
 	holder := appview(t, w.c, "holder", db, []string{"ws://" + freeAddr(t) + "/xrpc/network.bsky.jetstream.subscribeEvents"}, fast)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -48,7 +53,7 @@ func TestAnUnhealthyHolderYieldsToAHealthyContender(t *testing.T) {
 		t.Fatalf("the healthy contender never took the lease: %v\n%s\n%s", err, holder.Tail(10), contender.Tail(10))
 	}
 	t.Logf("FIGURE health-aware custody: the contender consumes %v after it started (unhealthy_after %v, yield_grace 2s, min_hold 2s)",
-		time.Since(started).Round(time.Millisecond), 2*staleTimeout)
+		time.Since(started).Round(time.Millisecond), unhealthyAfter)
 	target := newestSeq(t, j)
 	waitSeq(t, j.addr, target, time.Minute, contender)
 	// The holder never reached Jetstream, so it stored only where it
