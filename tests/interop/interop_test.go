@@ -87,6 +87,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "interop:", err)
 			return 1
 		}
+		fmt.Fprintf(os.Stderr, "interop tier 1: appview built in %s\n", time.Since(start).Round(100*time.Millisecond))
 		return m.Run()
 	}()
 	fmt.Fprintf(os.Stderr, "interop tier 1: %s\n", time.Since(start).Round(time.Second))
