@@ -23,7 +23,7 @@ import (
 // scenarios, and each waits in parallel() for its turn. With a smaller
 // -test.parallel (plain `go test`), Go's own limit applies and the
 // scenarios take their turns in whatever order they reach parallel().
-var interopParallel = flag.Int("interop.parallel", 3, "scenarios run at once, the longest first")
+var interopParallel = flag.Int("interop.parallel", 4, "scenarios run at once, the longest first")
 
 // longestFirst: the scenarios by run time on 2 shared cores, longest
 // first. One not named here takes its turn after them.
@@ -34,8 +34,8 @@ var longestFirst = []string{
 	"TestAnUnhealthyHolderYieldsToAHealthyContender",
 	"TestASilentJetstreamIsLeftWithinTwiceTheStaleTimeout",
 	"TestCursorTooOldIsLoggedRecordedAndResumedFromTheFloor",
-	"TestFailoverToASecondJetstreamResumesByTimeWithoutAGap",
 	"TestAHolderKilledBeforeItsFirstCommitHandsOnWhereItBegan",
+	"TestFailoverToASecondJetstreamResumesByTimeWithoutAGap",
 	"TestOutdatedTimeCursorIsLoggedRecordedAndResumed",
 }
 
