@@ -89,9 +89,11 @@ RETURNING fence`
 
 	// nonceSQL records the process nonce of the grant at fence ?2, never
 	// over a later grant's (a slow write must not disown its successor).
+	// Only this grant's winner writes its fence, so a row already at it is
+	// a claim an older release wrote before acquiring, and it lost.
 	nonceSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce
-WHERE lease_holders.fence < excluded.fence`
+WHERE lease_holders.fence <= excluded.fence`
 
 	// floorOf is the highest fence lease ?1 ever had, 0 for a name never
 	// granted.
