@@ -9,8 +9,7 @@
 // good when sqld restarts or after 10 s idle; every statement is compiled
 // anew on every call. Open therefore wraps the driver's connector so every
 // pooled connection is configured before use, a failed remote connection
-// is retired (remote.go) and a file connection keeps its compiled
-// statements (stmtcache.go), and Migrate splits each migration into
+// is retired (remote.go), and Migrate splits each migration into
 // statements.
 //
 // One fact it cannot hide: reading a TEXT value whose content looks like a

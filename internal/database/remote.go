@@ -2,10 +2,7 @@ package database
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -44,30 +41,26 @@ type libsqlConn interface {
 //
 // database/sql never uses one connection from two goroutines at once, so
 // broken needs no lock.
-//
-// A file connection also keeps its compiled statements (cache, see
-// stmtcache.go); a libSQL server connection never does.
 type remoteConn struct {
 	inner  libsqlConn
 	retire func(error) bool
 	broken bool
-	cache  *stmtCache // nil: every statement goes through go-libsql
 	// closed, when set, is called once the native connection is closed
 	// (connector.live: DB.Close waits for it before closing the native
 	// database).
 	closed func()
 }
 
-func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote, nil) }
+func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote) }
 
-func wrapFile(c driver.Conn) driver.Conn { return guard(c, retireFile, newStmtCache(c)) }
+func wrapFile(c driver.Conn) driver.Conn { return guard(c, retireFile) }
 
-func guard(c driver.Conn, retire func(error) bool, cache *stmtCache) driver.Conn {
+func guard(c driver.Conn, retire func(error) bool) driver.Conn {
 	inner, ok := c.(libsqlConn)
 	if !ok {
 		return c
 	}
-	return &remoteConn{inner: inner, retire: retire, cache: cache}
+	return &remoteConn{inner: inner, retire: retire}
 }
 
 func retireRemote(err error) bool { return true }
@@ -119,9 +112,6 @@ func (c *remoteConn) Begin() (driver.Tx, error) {
 }
 
 func (c *remoteConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	if c.cache != nil {
-		return c.beginKept(opts)
-	}
 	tx, err := c.inner.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, c.note(err)
@@ -133,10 +123,6 @@ func (c *remoteConn) ExecContext(ctx context.Context, query string, args []drive
 	if err := textNUL(args); err != nil {
 		return nil, err
 	}
-	if c.cache != nil {
-		r, err := c.cache.exec(query, args)
-		return r, c.note(err)
-	}
 	r, err := c.inner.ExecContext(ctx, query, args)
 	return r, c.note(err)
 }
@@ -145,18 +131,11 @@ func (c *remoteConn) QueryContext(ctx context.Context, query string, args []driv
 	if err := textNUL(args); err != nil {
 		return nil, err
 	}
-	if c.cache != nil {
-		r, err := c.cache.query(query, args)
-		return r, c.note(err)
-	}
 	r, err := c.inner.QueryContext(ctx, query, args)
 	return r, c.note(err)
 }
 
 func (c *remoteConn) Close() error {
-	if c.cache != nil {
-		c.cache.close()
-	}
 	err := c.inner.Close()
 	if c.closed != nil {
 		c.closed()
@@ -174,34 +153,6 @@ func (c *remoteConn) ResetSession(context.Context) error {
 		return driver.ErrBadConn
 	}
 	return nil
-}
-
-// beginKept is go-libsql's BeginTx (same refusals, a plain BEGIN) with
-// BEGIN, COMMIT and ROLLBACK run as kept statements.
-func (c *remoteConn) beginKept(opts driver.TxOptions) (driver.Tx, error) {
-	if opts.ReadOnly {
-		return nil, errors.New("read only transactions are not supported")
-	}
-	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) {
-		return nil, fmt.Errorf("isolation level %d is not supported", opts.Isolation)
-	}
-	if _, err := c.cache.exec("BEGIN", nil); err != nil {
-		return nil, c.note(err)
-	}
-	return keptTx{c}, nil
-}
-
-// keptTx ends a transaction begun by beginKept.
-type keptTx struct{ c *remoteConn }
-
-func (t keptTx) Commit() error {
-	_, err := t.c.cache.exec("COMMIT", nil)
-	return t.c.note(err)
-}
-
-func (t keptTx) Rollback() error {
-	_, err := t.c.cache.exec("ROLLBACK", nil)
-	return t.c.note(err)
 }
 
 type remoteTx struct {
