@@ -136,14 +136,10 @@ func (s *revScreen) screen(chunk []jetstream.Event) (apply []jetstream.Event, sy
 func (s *revScreen) record(ctx context.Context, tx *sql.Tx) error {
 	for start := 0; start < len(s.order); start += maxRevLookup {
 		chunk := s.order[start:min(start+maxRevLookup, len(s.order))]
-		args := make([]any, 0, 2*database.Bucket(len(chunk)))
+		args := make([]any, 0, 2*len(chunk))
 		for _, did := range chunk {
 			args = append(args, did, s.applied[did])
 		}
-		// A repeated (did, rev) row meets its own first insert and, its rev
-		// not being newer, changes nothing (SQLite applies an upsert to
-		// rows the same statement inserted).
-		args = database.Pad(args, 2)
 		q := `INSERT INTO repo_revs (did, rev, updated_at) VALUES (?, ?, ` + database.NowMS + `)` +
 			strings.Repeat(`, (?, ?, `+database.NowMS+`)`, len(args)/2-1) + recordRevsConflict
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
@@ -164,11 +160,10 @@ func loadRevs(ctx context.Context, tx *sql.Tx, dids []string) (map[string]string
 	out := make(map[string]string, len(dids))
 	for start := 0; start < len(dids); start += maxRevLookup {
 		chunk := dids[start:min(start+maxRevLookup, len(dids))]
-		args := make([]any, len(chunk), database.Bucket(len(chunk)))
+		args := make([]any, len(chunk))
 		for i, d := range chunk {
 			args[i] = d
 		}
-		args = database.Pad(args, 1) // an IN list: a repeated DID changes nothing
 		q := `SELECT ` + database.Text("did") + `, ` + database.Text("rev") + ` FROM repo_revs WHERE did IN (` +
 			database.InList(len(args)) + `)`
 		rows, err := tx.QueryContext(ctx, q, args...)

@@ -40,41 +40,6 @@ func Values(n, w int) string {
 	return strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
 }
 
-// Bucket is how many entries a statement should list for n (n > 0): n
-// rounded up to a power of two, so never more than 2n. A statement whose
-// IN list or VALUES rows follow its input would otherwise have a new text
-// for every length, compiled anew each time; bucketed, it comes in a few
-// shapes that each connection keeps compiled (stmtcache.go). The caller
-// fills the extra entries by repeating the last one, which is only right
-// where a duplicate changes nothing: an IN list, a lookup whose rows land
-// in a map, a SELECT DISTINCT.
-func Bucket(n int) int {
-	b := 1
-	for b < n {
-		b <<= 1
-	}
-	return b
-}
-
-// Pad returns args extended to Bucket(len(args)/width) rows of width
-// values by repeating its last row (see Bucket); args itself when it is
-// already that long or empty.
-func Pad(args []any, width int) []any {
-	rows := len(args) / width
-	if rows == 0 {
-		return args
-	}
-	want := Bucket(rows)
-	if want == rows {
-		return args
-	}
-	last := args[len(args)-width:]
-	for range want - rows {
-		args = append(args, last...)
-	}
-	return args
-}
-
 // InList renders the placeholders of an IN list of n entries: "?, ?, ?".
 func InList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")

@@ -11,11 +11,10 @@ import (
 // row, and the transaction holds the write lock).
 func (a *applier) readUsers(dids []string) error {
 	return database.Chunks(len(dids), 1, 0, func(lo, hi int) error {
-		args := make([]any, hi-lo, database.Bucket(hi-lo))
+		args := make([]any, hi-lo)
 		for i, d := range dids[lo:hi] {
 			args[i] = d
 		}
-		args = database.Pad(args, 1)
 		rows, err := a.tx.QueryContext(a.ctx, `SELECT `+database.Text("did")+` FROM users WHERE did IN (`+
 			database.InList(len(args))+`)`, args...)
 		if err != nil {

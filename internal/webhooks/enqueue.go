@@ -130,11 +130,10 @@ func pushSubscribers(ctx context.Context, tx *sql.Tx, dids []string) (map[string
 }
 
 func pushSubscribersChunk(ctx context.Context, tx *sql.Tx, dids []string, out map[string][]int64) error {
-	args := make([]any, len(dids), database.Bucket(len(dids)))
+	args := make([]any, len(dids))
 	for i, d := range dids {
 		args[i] = d
 	}
-	args = database.Pad(args, 1) // an IN list: a repeated DID changes nothing
 	q := fmt.Sprintf(subscribersSQL, database.InList(len(args)))
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
