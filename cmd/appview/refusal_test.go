@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/cli"
 	"github.com/atcr-io/appview/internal/config"
+	"github.com/atcr-io/appview/internal/testsupport"
 )
 
 // refusal is one configuration `appview serve` must refuse at start (docs/spec.md
@@ -114,6 +116,28 @@ func refusals() []refusal {
 			name: "database cannot be written", key: "database.url", reason: "cannot open file:appview.db",
 			setup: func(t *testing.T, dir string) []string {
 				mkdir(t, filepath.Join(dir, "appview.db-wal"))
+				return []string{"--set", "database.url=file:appview.db"}
+			},
+		},
+		{
+			// A newer appview applied a breaking migration (docs/operations.md,
+			// "Rolling upgrades and rollbacks"): this one must not run on
+			// the schema, nor write to it.
+			name: "database past a breaking migration this binary does not know", key: "database.url",
+			reason: "the database needs a newer appview: its schema is at version 999",
+			setup: func(t *testing.T, dir string) []string {
+				db := testsupport.OpenUnmigrated(t, filepath.Join(dir, "appview.db"))
+				if _, err := db.Migrate(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				for _, q := range []string{
+					`INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'split_everything', 0)`,
+					`INSERT INTO schema_compat (id, min_version, migration, why) VALUES (1, 999, '0999_split_everything', 'tags moved')`,
+				} {
+					if _, err := db.Exec(q); err != nil {
+						t.Fatal(err)
+					}
+				}
 				return []string{"--set", "database.url=file:appview.db"}
 			},
 		},

@@ -37,7 +37,7 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 	if err != nil {
 		db.Close()
 		format := "cannot migrate (is it writable?) %s: %s"
-		if database.Transient(err) || errors.Is(err, database.ErrForeignDatabase) {
+		if database.Transient(err) || errors.Is(err, database.ErrForeignDatabase) || errors.Is(err, database.ErrSchemaTooNew) {
 			format = "cannot migrate %s: %s" // not a matter of permissions
 		}
 		return nil, refuseDatabase(err, format, cfg.Database.URL, database.Plain(noAnswer(err, "migrating", within, cfg.Database.URL)))

@@ -18,11 +18,17 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migration is one versioned schema change, from migrations/NNNN_name.sql.
+// Migration is one versioned schema change, from migrations/NNNN_name.sql
+// (migrations/README.md gives the rules a migration keeps).
 type Migration struct {
 	Version    int
 	Name       string
 	Statements []string
+	// Breaking is the reason given by the file's "-- breaking: WHY" line:
+	// an older binary could not run correctly on the schema after it, so
+	// applying it makes every binary that does not know it refuse to
+	// start (schema_compat, compat.go). "" for an additive migration.
+	Breaking string
 }
 
 // Migrations returns the embedded migrations in version order.
@@ -55,7 +61,7 @@ func Migrations() ([]Migration, error) {
 				clean = append(clean, s)
 			}
 		}
-		out = append(out, Migration{Version: v, Name: rest, Statements: clean})
+		out = append(out, Migration{Version: v, Name: rest, Statements: clean, Breaking: breakingReason(string(body))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
@@ -170,6 +176,11 @@ func (db *DB) migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migratio
 	)`); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
+	// Before anything is applied: a binary too old for the schema
+	// refuses here, and the transaction rolls back with nothing written.
+	if err := checkCompat(ctx, conn, migs); err != nil {
+		return nil, err
+	}
 	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read schema_migrations: %w", err)
@@ -214,6 +225,9 @@ func (db *DB) migrateLocked(ctx context.Context, conn *sql.Conn, migs []Migratio
 			"INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, "+NowMS+")",
 			m.Version, m.Name); err != nil {
 			return nil, fmt.Errorf("migrate: record %d: %w", m.Version, err)
+		}
+		if err := recordBreaking(ctx, conn, m); err != nil {
+			return nil, err
 		}
 		applied = append(applied, m.Version)
 	}
