@@ -268,9 +268,11 @@ type Client struct {
 	dictRetry map[string]time.Time
 	// lastEvent is when any connection last delivered an event (Unix ns).
 	lastEvent atomic.Int64
-	cancel    context.CancelFunc
-	running   bool
-	closed    bool
+	// where is the rest of Upstream.
+	where   where
+	cancel  context.CancelFunc
+	running bool
+	closed  bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -383,20 +385,20 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		hosts[i].bo.Reset()
 	}
-	c.opts.Metrics.state(c.opts.URLs, "", "")
+	c.setState("", "")
 	at := 0
 	for {
 		endpoint := c.opts.URLs[at]
 		if wait := time.Until(hosts[at].notBefore); wait > 0 {
-			c.opts.Metrics.state(c.opts.URLs, endpoint, StateBackoff)
+			c.setState(endpoint, StateBackoff)
 			if !sleepCtx(ctx, wait) {
 				return nil
 			}
 		}
-		c.opts.Metrics.state(c.opts.URLs, endpoint, StateConnecting)
+		c.setState(endpoint, StateConnecting)
 		back := c.sessionWithFailback(ctx, endpoint, hosts[:at])
 		end := back.end
-		c.opts.Metrics.state(c.opts.URLs, endpoint, "")
+		c.setState(endpoint, "")
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -431,6 +433,7 @@ func (c *Client) Run(ctx context.Context) error {
 			at = (at + 1) % len(c.opts.URLs)
 		}
 		next := c.opts.URLs[at]
+		c.setLastError(end.err)
 		c.opts.Metrics.reconnect(end.reason)
 		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", logval.RedactURL(endpoint)).Str("reason", end.reason).
 			Str("next_url", logval.RedactURL(next)).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")

@@ -1106,3 +1106,30 @@ func TestAURLsQueryValuesStayOutOfLogsAndMetrics(t *testing.T) {
 		t.Fatalf("connection_state for the redacted URL = %v, want 1", v)
 	}
 }
+
+// Upstream says where the client is: the URL it reads, that URL's wire and
+// state, when the last event came, and why the last connection before it
+// ended (here the refused URL tried first).
+func TestUpstreamSaysWhereTheClientIsAndWhyTheLastConnectionEnded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	srv := startReplay(t, ReplayOptions{File: capturePath("golden_v1.jsonl")})
+	s := newSink()
+	c := runClient(t, ClientOptions{URLs: []string{dead, srv.URL()}}, s.handle)
+	s.waitEvents(t, len(srv.events))
+	var u Upstream
+	testsupport.Eventually(t, "the client connected to the replay server", func() bool {
+		u = c.Upstream()
+		return u.State == StateConnected && u.URL == srv.URL()
+	})
+	if u.Wire != WireLegacy || u.LastEvent.IsZero() || time.Since(u.LastEvent) > time.Minute {
+		t.Errorf("upstream %+v: want the legacy wire and a recent last event", u)
+	}
+	if !strings.Contains(u.LastError, "connection refused") {
+		t.Errorf("upstream last error %q: want the refused dial's", u.LastError)
+	}
+}

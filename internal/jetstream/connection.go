@@ -88,7 +88,7 @@ func (c *Client) session(ctx context.Context, base string) sessionEnd {
 	cs.conn = conn
 	connected := time.Now()
 	c.opts.Metrics.setConnected(true)
-	c.opts.Metrics.state(c.opts.URLs, base, StateConnected)
+	c.setState(base, StateConnected)
 	c.opts.Log.Info().Str("url", logval.RedactURL(base)).Str("wire", string(WireOf(base))).Int64("cursor", cursor).Strs("collections", sent).
 		Bool("compress", c.opts.Compress && (!cs.v2 || dictID > 0)).Msg("jetstream connected")
 
