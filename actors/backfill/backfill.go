@@ -143,6 +143,8 @@ type Backfiller struct {
 	// requests waited for peers' rate-limit windows and the 429s deferred;
 	// a run logs how much of each was its own.
 	rateWaitNS, deferrals atomic.Int64
+	// failing: this process logged that the latest run fails (failing.go).
+	failing atomic.Bool
 }
 
 // New checks o and builds a Backfiller.
@@ -249,10 +251,13 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 		return err
 	})
 	if err != nil {
-		outcome = interruption(ctx, err, outcome)
+		if outcome = interruption(ctx, err, outcome); outcome != runInterrupted {
+			b.failed(ctx, c, 0, err, log)
+		}
 		return fmt.Errorf("backfill: %w", err)
 	}
 	if cl.skip {
+		b.recovered()
 		outcome = runSkipped
 		log.Info().Int64("completed_ago_ms", cl.lastCompletedAgo.Milliseconds()).Int64("rerun_after_ms", b.o.RerunAfter.Milliseconds()).
 			Msg("backfill skipped: a run completed recently")
@@ -266,32 +271,44 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	for _, col := range b.o.Collections {
 		if err := r.collection(ctx, col); err != nil {
 			if !errors.Is(err, errAllRelaysFailed) {
-				outcome = interruption(ctx, err, outcome)
-				r.log.Warn().Err(logval.Error(err)).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
-				return fmt.Errorf("backfill run %d: %w", r.id, err)
+				err = fmt.Errorf("backfill run %d: %w", r.id, err)
+				if outcome = interruption(ctx, err, outcome); outcome == runInterrupted {
+					r.log.Warn().Err(logval.Error(err)).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
+				} else {
+					b.failed(ctx, c, r.id, err, r.log.With().Str("collection", col).Logger())
+				}
+				return err
 			}
-			r.log.Error().Err(logval.Error(err)).Str("collection", col).Msg("backfill could not list a collection")
+			// Said once for the whole attempt, by failed below.
+			r.log.Debug().Err(logval.Error(err)).Str("collection", col).Msg("backfill could not list a collection")
 			incomplete = append(incomplete, err)
 		}
 	}
 	if len(incomplete) > 0 {
 		outcome = runIncomplete
-		return fmt.Errorf("backfill run %d left unfinished: %w", r.id, errors.Join(incomplete...))
+		err := fmt.Errorf("backfill run %d left unfinished: %d of %d collections could not be listed: %w",
+			r.id, len(incomplete), len(b.o.Collections), errors.Join(incomplete...))
+		b.failed(ctx, c, r.id, err, r.log)
+		return err
 	}
 	err = b.write(ctx, c, "complete", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, completeRunSQL, r.id, c.Fence)
 		return err
 	})
 	if err != nil {
-		outcome = interruption(ctx, err, outcome)
-		return fmt.Errorf("complete backfill run %d: %w", r.id, err)
+		err = fmt.Errorf("complete backfill run %d: %w", r.id, err)
+		if outcome = interruption(ctx, err, outcome); outcome != runInterrupted {
+			b.failed(ctx, c, r.id, err, r.log)
+		}
+		return err
 	}
 	outcome = runCompleted
-	var done, failed, records int64
-	if err := b.o.DB.QueryRowContext(ctx, runTotalsSQL, r.id).Scan(&done, &failed, &records); err != nil {
+	b.recovered()
+	var done, failed, records, attempts int64
+	if err := b.o.DB.QueryRowContext(ctx, runTotalsSQL, r.id).Scan(&done, &failed, &records, &attempts); err != nil {
 		r.log.Warn().Err(logval.Error(err)).Msg("read backfill run totals")
 	}
-	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).
+	r.log.Info().Int64("repos_done", done).Int64("repos_failed", failed).Int64("records", records).Int64("failed_attempts", attempts).
 		Dur("took", time.Since(started)).
 		Int64("rate_limit_wait_ms", time.Duration(b.rateWaitNS.Load()-waitedBefore).Milliseconds()).
 		Int64("rate_limit_deferrals", b.deferrals.Load()-deferralsBefore).

@@ -35,7 +35,7 @@ SELECT n, ?1, ?2, n FROM (SELECT ` + database.NowMS + ` AS n) RETURNING id`
 	completeRunSQL = `UPDATE backfill_runs SET completed_at = ` + database.NowMS + `, fence = ?2, updated_at = ` + database.NowMS + `
 WHERE id = ?1 AND completed_at IS NULL`
 
-	runTotalsSQL = `SELECT repos_done, repos_failed, records FROM backfill_runs WHERE id = ?1`
+	runTotalsSQL = `SELECT repos_done, repos_failed, records, failed_attempts FROM backfill_runs WHERE id = ?1`
 
 	saveCollectionSQL = `INSERT INTO backfill_collections (run_id, collection, relay, relay_cursor, done, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ` + database.NowMS + `)

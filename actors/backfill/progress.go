@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,11 +63,17 @@ type Progress struct {
 	ETASeconds float64 `json:"eta_seconds"`
 	// Fraction is finished / known repositories, 0..1 (1 when completed).
 	Fraction float64 `json:"fraction"`
-	// State is what is known of the run (StateRunning, StateCompleted,
-	// StateStopped or StateUnknown); "" when there is no run. The run's
-	// row outlives the process that worked on it, so an unfinished run is
-	// running only while an instance holds the backfill lease.
+	// State is what is known of the run (StateRunning, StateFailing,
+	// StateCompleted, StateStopped or StateUnknown); "" when there is no
+	// run. The run's row outlives the process that worked on it, so an
+	// unfinished run is running only while an instance holds the
+	// backfill lease.
 	State string `json:"state,omitempty"`
+	// FailedAttempts counts the attempts at the run that ended in an
+	// error; LastError and LastErrorAt are the latest one's (failing.go).
+	FailedAttempts int64      `json:"failed_attempts"`
+	LastError      string     `json:"last_error,omitempty"`
+	LastErrorAt    *time.Time `json:"last_error_at,omitempty"`
 	// Lease is the backfill lease as read with the run, at the same
 	// instant of the database clock (its state and time left included);
 	// nil when the lease was never taken (backfill never ran with leases
@@ -82,6 +89,10 @@ const (
 	// backfill lease: its holder works on the run, or a new holder is
 	// about to resume it.
 	StateRunning = "running"
+	// StateFailing: the run is unfinished, an instance holds the backfill
+	// lease (or leases are disabled), and its latest attempt ended in an
+	// error (LastError) with no attempt begun since: it is retried later.
+	StateFailing = "failing"
 	// StateStopped: the run is unfinished and no instance holds the
 	// backfill lease (it was released, its holder's grant expired, or it
 	// was never taken): nothing works on the run, and the next holder
@@ -96,8 +107,11 @@ const (
 // Finished is ReposDone + ReposFailed.
 func (p Progress) Finished() int64 { return p.ReposDone + p.ReposFailed }
 
+// progressSQL reads the latest run; {errors} is its failure columns
+// (progressErrorColumns, or their defaults on a database not yet migrated
+// to them: `backfill status` of a newer binary does not migrate).
 var progressSQL = `SELECT r.id, ` + database.Text("r.holder") + `, r.fence, r.started_at, r.completed_at, r.updated_at,
-  r.repos_done, r.repos_failed, r.records,
+  r.repos_done, r.repos_failed, r.records, {errors},
   (SELECT COUNT(*) FROM backfill_repos b WHERE b.run_id = r.id),
   (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id),
   (SELECT COUNT(*) FROM backfill_collections c WHERE c.run_id = r.id AND c.done = 1),
@@ -106,18 +120,30 @@ var progressSQL = `SELECT r.id, ` + database.Text("r.holder") + `, r.fence, r.st
 FROM backfill_runs r LEFT JOIN leases l ON l.name = '` + LeaseName + `'
 ORDER BY r.id DESC LIMIT 1`
 
+var (
+	progressErrorColumns = `r.failed_attempts, ` + database.Text("r.last_error") + `, r.last_error_at`
+	progressNoErrors     = `0, '', NULL`
+)
+
 // ReadProgress reads the latest run's Progress. It only reads.
 func ReadProgress(ctx context.Context, db *database.DB) (Progress, error) {
 	var (
 		p                                     Progress
 		started, updated, nowMS               int64
-		completed                             sql.NullInt64
+		completed, lastErrorAt                sql.NullInt64
 		leaseHolder                           sql.NullString
 		leaseFence, acquired, renewed, expiry sql.NullInt64
 	)
-	err := db.QueryRowContext(ctx, progressSQL).Scan(&p.RunID, &p.Holder, &p.Fence, &started, &completed, &updated,
-		&p.ReposDone, &p.ReposFailed, &p.Records, &p.ReposKnown, &p.Collections, &p.CollectionsListed, &nowMS,
-		&leaseHolder, &leaseFence, &acquired, &renewed, &expiry)
+	read := func(cols string) error {
+		return db.QueryRowContext(ctx, strings.Replace(progressSQL, "{errors}", cols, 1)).Scan(&p.RunID, &p.Holder, &p.Fence, &started, &completed, &updated,
+			&p.ReposDone, &p.ReposFailed, &p.Records, &p.FailedAttempts, &p.LastError, &lastErrorAt,
+			&p.ReposKnown, &p.Collections, &p.CollectionsListed, &nowMS,
+			&leaseHolder, &leaseFence, &acquired, &renewed, &expiry)
+	}
+	err := read(progressErrorColumns)
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "no such column") {
+		err = read(progressNoErrors)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Progress{ETASeconds: -1}, nil
 	}
@@ -155,10 +181,19 @@ func ReadProgress(ctx context.Context, db *database.DB) (Progress, error) {
 			AcquiredAt: acquired.Int64, RenewedAt: renewed.Int64, ExpiresAt: expiry.Int64, Now: nowMS}.Listed()
 		p.Lease = &l
 	}
+	if lastErrorAt.Valid {
+		at := time.UnixMilli(lastErrorAt.Int64).UTC()
+		p.LastErrorAt = &at
+	}
+	held := p.Lease != nil && p.Lease.State == fence.StateHeld
 	switch {
 	case completed.Valid:
 		p.State = StateCompleted
-	case p.Lease != nil && p.Lease.State == fence.StateHeld:
+	case (held || p.Fence == 0) && lastErrorAt.Valid && lastErrorAt.Int64 >= updated:
+		// No attempt began since the failure: each begins by stamping
+		// updated_at (resumeRunSQL), and a failure never does.
+		p.State = StateFailing
+	case held:
 		p.State = StateRunning
 	case p.Fence == 0:
 		p.State = StateUnknown
@@ -179,6 +214,7 @@ const progressTimeout = 2 * time.Second
 type progressCollector struct {
 	db                                            *database.DB
 	repos, records, rate, recordRate, eta, active *prometheus.Desc
+	failing                                       *prometheus.Desc
 }
 
 // NewProgressCollector returns the collector of the backfill progress
@@ -187,7 +223,8 @@ type progressCollector struct {
 // appview_backfill_progress_records_per_second,
 // appview_backfill_progress_eta_seconds (-1: unknown) and
 // appview_backfill_progress_running (1 while a run is unfinished and an
-// instance holds the backfill lease, see Progress.State). When
+// instance holds the backfill lease, see Progress.State) and
+// appview_backfill_progress_failing (1 while it is StateFailing). When
 // the database cannot be read the scrape carries none of them.
 func NewProgressCollector(db *database.DB) prometheus.Collector {
 	return &progressCollector{
@@ -204,11 +241,13 @@ func NewProgressCollector(db *database.DB) prometheus.Collector {
 			"Latest backfill run: estimated seconds left at the current rate (-1 unknown, 0 completed; a lower bound while listing).", nil, nil),
 		active: prometheus.NewDesc("appview_backfill_progress_running",
 			"1 while the latest backfill run is unfinished and an instance holds the backfill lease (or, run with leases disabled, while it is unfinished), else 0.", nil, nil),
+		failing: prometheus.NewDesc("appview_backfill_progress_failing",
+			"1 while the latest backfill run's latest attempt ended in an error and no attempt has begun since (it is retried later), else 0.", nil, nil),
 	}
 }
 
 func (c *progressCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.repos, c.records, c.rate, c.recordRate, c.eta, c.active} {
+	for _, d := range []*prometheus.Desc{c.repos, c.records, c.rate, c.recordRate, c.eta, c.active, c.failing} {
 		ch <- d
 	}
 }
@@ -230,11 +269,15 @@ func (c *progressCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.rate, p.ReposPerSecond)
 	g(c.recordRate, p.RecordsPerSecond)
 	g(c.eta, p.ETASeconds)
-	running := 0.0
-	if p.State == StateRunning || p.State == StateUnknown {
+	running, failing := 0.0, 0.0
+	switch p.State {
+	case StateRunning, StateUnknown:
 		running = 1
+	case StateFailing:
+		running, failing = 1, 1
 	}
 	g(c.active, running)
+	g(c.failing, failing)
 }
 
 // ProgressHandler serves GET /debug/backfill: the latest run's Progress

@@ -116,10 +116,13 @@ func TestProgressStateSaysWhetherAnInstanceHoldsTheRun(t *testing.T) {
 	// expires_at relative to the database's now, in ms.
 	type lease struct{ renewed, expires int64 }
 	for _, tc := range []struct {
-		name       string
-		runFence   int64
-		completed  bool
-		lease      *lease
+		name      string
+		runFence  int64
+		completed bool
+		lease     *lease
+		// failedAt, when set, is the latest failed attempt's last_error_at
+		// (the run's updated_at is 2000).
+		failedAt   int64
 		state      string
 		leaseState string
 	}{
@@ -130,6 +133,11 @@ func TestProgressStateSaysWhetherAnInstanceHoldsTheRun(t *testing.T) {
 		{name: "completed, lease expired", runFence: 3, completed: true, lease: &lease{-60000, -45000}, state: StateCompleted, leaseState: fence.StateExpired},
 		{name: "written with leases disabled", runFence: 0, state: StateUnknown},
 		{name: "written with leases disabled, now held", runFence: 0, lease: &lease{-1000, 14000}, state: StateRunning, leaseState: fence.StateHeld},
+		{name: "held, its latest attempt failed", runFence: 3, lease: &lease{-1000, 14000}, failedAt: 2500, state: StateFailing, leaseState: fence.StateHeld},
+		{name: "held, an attempt began after a failure", runFence: 3, lease: &lease{-1000, 14000}, failedAt: 1500, state: StateRunning, leaseState: fence.StateHeld},
+		{name: "failed, then the holder's grant expired", runFence: 3, lease: &lease{-60000, -45000}, failedAt: 2500, state: StateStopped, leaseState: fence.StateExpired},
+		{name: "failed with leases disabled", runFence: 0, failedAt: 2000, state: StateFailing},
+		{name: "failed, then completed", runFence: 3, completed: true, failedAt: 2500, state: StateCompleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openDB(t)
@@ -140,6 +148,11 @@ func TestProgressStateSaysWhetherAnInstanceHoldsTheRun(t *testing.T) {
 			if _, err := db.Exec(`INSERT INTO backfill_runs (id, started_at, completed_at, fence, holder, updated_at, repos_done, repos_failed, records)
 VALUES (1, 1000, ?1, ?2, 'appview-1', 2000, 3, 0, 9)`, completed, tc.runFence); err != nil {
 				t.Fatal(err)
+			}
+			if tc.failedAt > 0 {
+				if _, err := db.Exec(`UPDATE backfill_runs SET failed_attempts = 2, last_error = 'every relay failed', last_error_at = ?1`, tc.failedAt); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if l := tc.lease; l != nil {
 				if _, err := db.Exec(`INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
@@ -159,6 +172,9 @@ VALUES (?1, 'appview-2', 4, `+database.NowMS+` - 120000, `+database.NowMS+` + ?2
 				t.Errorf("lease %+v, want none", p.Lease)
 			case tc.leaseState != "" && (p.Lease == nil || p.Lease.State != tc.leaseState || p.Lease.Holder != "appview-2"):
 				t.Errorf("lease %+v, want %s by appview-2", p.Lease, tc.leaseState)
+			}
+			if tc.failedAt > 0 && (p.FailedAttempts != 2 || p.LastError != "every relay failed" || p.LastErrorAt == nil || p.LastErrorAt.UnixMilli() != tc.failedAt) {
+				t.Errorf("failed attempts %d, last error %q at %v; want 2, the error, at %d", p.FailedAttempts, p.LastError, p.LastErrorAt, tc.failedAt)
 			}
 			if p.State == StateStopped && p.ETASeconds != -1 {
 				t.Errorf("a stopped run has ETA %v, want -1 (unknown)", p.ETASeconds)

@@ -78,7 +78,7 @@ func (r *run) collection(ctx context.Context, col string) error {
 		}
 	}
 	var errs []error
-	for _, relay := range relays {
+	for i, relay := range relays {
 		cursor := ""
 		if relay == st.relay {
 			cursor = st.cursor
@@ -94,7 +94,11 @@ func (r *run) collection(ctx context.Context, col string) error {
 			return err
 		}
 		r.b.o.Metrics.Errors.WithLabelValues(classRelay).Inc()
-		r.log.Warn().Err(logval.Error(err)).Str("collection", col).Str("relay", relay).Msg("relay failed; trying the next")
+		ev := r.log.Warn()
+		if i == len(relays)-1 || r.b.failing.Load() {
+			ev = r.log.Debug() // the attempt's failure says it, once (failing.go)
+		}
+		ev.Err(logval.Error(err)).Str("collection", col).Str("relay", relay).Msg("relay failed; trying the next")
 		errs = append(errs, err)
 	}
 	return fmt.Errorf("list %s: %w: %w", col, errAllRelaysFailed, errors.Join(errs...))

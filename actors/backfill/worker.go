@@ -91,7 +91,8 @@ func (b *Backfiller) Once(ctx context.Context, c fence.Custody) error {
 			return err
 		}
 		wait := bo.NextBackOff()
-		b.log.Warn().Err(logval.Error(err)).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill run unfinished; resuming it later")
+		// Run said at warn that the run fails, once (failing.go).
+		b.log.Debug().Err(logval.Error(err)).Int64("retry_in_ms", wait.Milliseconds()).Msg("backfill run unfinished; resuming it later")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

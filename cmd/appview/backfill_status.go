@@ -84,6 +84,9 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 		case backfill.StateStopped:
 			fmt.Fprintf(w, "backfill run %d (stopped: no instance holds the backfill lease, %s; last holder %s, fence %d)\n",
 				p.RunID, leaseText(p.Lease), p.Holder, p.Fence)
+		case backfill.StateFailing:
+			fmt.Fprintf(w, "backfill run %d (failing: %d failed attempts, the last %s ago; holder %s, fence %d)\n",
+				p.RunID, p.FailedAttempts, lastErrorAgo(p, now), p.Holder, p.Fence)
 		case backfill.StateUnknown:
 			fmt.Fprintf(w, "backfill run %d (unknown: written with leases disabled, last progress %s; holder %s)\n",
 				p.RunID, p.UpdatedAt.Format(time.RFC3339), p.Holder)
@@ -92,6 +95,9 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 		}
 		fmt.Fprintf(w, "%s %5.1f%%  %d/%s repos  %d failed  %d records  %.1f repos/s  ETA %s\n",
 			bar, p.Fraction*100, p.Finished(), known, p.ReposFailed, p.Records, p.ReposPerSecond, eta)
+		if p.LastError != "" && p.State != backfill.StateCompleted {
+			fmt.Fprintf(w, "last error (%s ago): %s\n", lastErrorAgo(p, now), p.LastError)
+		}
 		return
 	}
 	lines := [][2]string{
@@ -110,10 +116,23 @@ func writeProgress(w io.Writer, p backfill.Progress, tty bool, now time.Time) {
 		{"repos_per_second", fmt.Sprintf("%.2f", p.ReposPerSecond)},
 		{"records_per_second", fmt.Sprintf("%.2f", p.RecordsPerSecond)},
 		{"eta", eta},
+		{"failed_attempts", fmt.Sprint(p.FailedAttempts)},
+	}
+	if p.LastErrorAt != nil {
+		lines = append(lines, [2]string{"last_error_at", p.LastErrorAt.Format(time.RFC3339)}, [2]string{"last_error", p.LastError})
 	}
 	for _, l := range lines {
 		fmt.Fprintf(w, "%s: %s\n", l[0], l[1])
 	}
+}
+
+// lastErrorAgo is how long before now the run's last failed attempt was
+// recorded, to the second ("?" when none was).
+func lastErrorAgo(p backfill.Progress, now time.Time) string {
+	if p.LastErrorAt == nil {
+		return "?"
+	}
+	return max(now.Sub(*p.LastErrorAt), 0).Round(time.Second).String()
 }
 
 // leaseText says what the backfill lease row tells of the run's custody,

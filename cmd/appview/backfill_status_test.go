@@ -69,12 +69,19 @@ func TestWriteProgressSaysWhatIsKnownOfAnUnfinishedRun(t *testing.T) {
 			[]string{"state: stopped\n", "lease: released by appview-2 (fence 8) 1m0s ago\n"}, "(stopped: no instance holds the backfill lease, released by appview-2"},
 		{"never taken", backfill.StateStopped, nil,
 			[]string{"state: stopped\n", "lease: never taken\n"}, "(stopped: no instance holds the backfill lease, never taken; last holder appview-1"},
+		{"failing", backfill.StateFailing, grant(fence.StateHeld, -2500, 12500),
+			[]string{"state: failing\n", "failed_attempts: 4\n", "last_error_at: 2026-12-01T11:58:00Z\n", "last_error: backfill run 3 left unfinished: every relay failed\n"},
+			"(failing: 4 failed attempts, the last 2m0s ago; holder appview-1, fence 7)\n" + strings.Repeat("░", barWidth)},
 		{"leases disabled", backfill.StateUnknown, nil,
 			[]string{"state: unknown\n", "updated_at: 2026-12-01T12:05:00Z\n"}, "(unknown: written with leases disabled, last progress 2026-12-01T12:05:00Z; holder appview-1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := backfill.Progress{Run: true, RunID: 3, Holder: "appview-1", Fence: 7, StartedAt: started, UpdatedAt: started.Add(5 * time.Minute),
 				ReposDone: 45, ReposKnown: 100, Fraction: 0.45, ETASeconds: -1, ListingDone: true, State: tc.state, Lease: tc.lease}
+			if tc.state == backfill.StateFailing {
+				at := started.Add(-2 * time.Minute)
+				p.FailedAttempts, p.LastError, p.LastErrorAt, p.Fraction = 4, "backfill run 3 left unfinished: every relay failed", &at, 0
+			}
 			var tty, plain bytes.Buffer
 			writeProgress(&tty, p, true, started)
 			writeProgress(&plain, p, false, started)
@@ -82,6 +89,9 @@ func TestWriteProgressSaysWhatIsKnownOfAnUnfinishedRun(t *testing.T) {
 				if !strings.Contains(plain.String(), want) {
 					t.Errorf("plain output lacks %q:\n%s", want, plain.String())
 				}
+			}
+			if tc.state == backfill.StateFailing && !strings.Contains(tty.String(), "last error (2m0s ago): backfill run 3 left unfinished") {
+				t.Errorf("terminal output lacks the last error:\n%s", tty.String())
 			}
 			if !strings.Contains(tty.String(), tc.tty) {
 				t.Errorf("terminal output lacks %q:\n%s", tc.tty, tty.String())
