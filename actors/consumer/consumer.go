@@ -288,38 +288,6 @@ func (c *consumer) stop() {
 	c.o.Metrics.following(0)
 }
 
-// healthTick is how often the consumer re-evaluates its health report.
-const healthTick = time.Second
-
-// reportHealth keeps Options.Health current until bg closes: unhealthy
-// while no event arrived from any upstream for jetstream.unhealthy_after
-// (counted from the start of this incarnation before the first event).
-func (c *consumer) reportHealth(client *jetstream.Client) {
-	if c.o.Health == nil {
-		return
-	}
-	started := time.Now()
-	bound := c.o.Jetstream.UnhealthyAfter
-	t := time.NewTicker(min(healthTick, max(bound/4, time.Millisecond)))
-	defer t.Stop()
-	for {
-		last := client.LastEvent()
-		if last.IsZero() {
-			last = started
-		}
-		if silent := time.Since(last); bound > 0 && silent > bound {
-			c.o.Health.Set(false, fmt.Sprintf("no Jetstream event from any upstream for %v (unreachable or silent)", silent.Truncate(time.Second)))
-		} else {
-			c.o.Health.Set(true, "")
-		}
-		select {
-		case <-c.bg:
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // handle commits one batch (the jetstream Handler, on the client's Run
 // goroutine; the client reads no further until it returns): it hands the
 // batch to the pipeline, in as many transactions as

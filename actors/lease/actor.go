@@ -71,6 +71,10 @@ type Status struct {
 	Yields         int    `json:"yields,omitempty"`
 	Unleased       bool   `json:"unleased,omitempty"`
 	LastError      string `json:"last_error,omitempty"`
+	// Source is where the running worker reads from (workers.Health's
+	// Source: the consumer's Jetstream host); nil when it reads from no
+	// other host or is not running here.
+	Source *workers.Source `json:"source,omitempty"`
 }
 
 // NewProps returns the props of a LeaseActor. Send it *StopRequested to
@@ -421,6 +425,9 @@ func (a *leaseActor) status() Status {
 	}
 	if err := a.m.LastErr(); err != nil {
 		s.LastError = err.Error()
+	}
+	if src := a.o.Health.Source(); s.WorkerActive && src.URL != "" {
+		s.Source = &src
 	}
 	return s
 }

@@ -231,23 +231,61 @@ type Health struct {
 	unhealthy bool
 	since     time.Time
 	reason    string
+	source    Source
+}
+
+// Source is what a worker that reads from another host says of the one
+// it reads (the consumer: its Jetstream host), beside its health: for
+// /debug/leases and the status page.
+type Source struct {
+	URL  string `json:"url,omitempty"`
+	Wire string `json:"wire,omitempty"`
+	// State is the connection's: connecting, connected, backoff.
+	State string `json:"state,omitempty"`
+	// LastError is why the last connection ended.
+	LastError string `json:"last_error,omitempty"`
+	// LastEvent is when the worker last received something (zero: never).
+	LastEvent time.Time `json:"last_event,omitzero"`
 }
 
 // Set records the worker's current health; reason says why it is
-// unhealthy (ignored when ok). The time of the last change is kept.
-func (h *Health) Set(ok bool, reason string) {
+// unhealthy (ignored when ok). The time of the last change is kept. It
+// reports whether ok differs from the state before: the worker logs each
+// change once, not every time it re-evaluates.
+func (h *Health) Set(ok bool, reason string) (changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ok {
 		if h.unhealthy {
 			h.unhealthy, h.since, h.reason = false, time.Now(), ""
+			return true
 		}
-		return
-	}
-	if !h.unhealthy {
-		h.unhealthy, h.since = true, time.Now()
+		return false
 	}
 	h.reason = reason
+	if !h.unhealthy {
+		h.unhealthy, h.since = true, time.Now()
+		return true
+	}
+	return false
+}
+
+// SetSource records where the worker reads from now.
+func (h *Health) SetSource(s Source) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.source = s
+}
+
+// Source returns what SetSource last recorded (zero for a nil Health or
+// a worker that reads from no other host).
+func (h *Health) Source() Source {
+	if h == nil {
+		return Source{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.source
 }
 
 // Status reports whether the worker is healthy, since when it has been in
