@@ -286,8 +286,10 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 	}
 	if len(incomplete) > 0 {
 		outcome = runIncomplete
-		err := fmt.Errorf("backfill run %d left unfinished: %d of %d collections could not be listed: %w",
-			r.id, len(incomplete), len(b.o.Collections), errors.Join(incomplete...))
+		// The first collection's error stands for the others: with no
+		// relay answering, they differ only in the collection's name.
+		err := fmt.Errorf("backfill run %d left unfinished: %d of %d collections could not be listed, the first: %w",
+			r.id, len(incomplete), len(b.o.Collections), incomplete[0])
 		b.failed(ctx, c, r.id, err, r.log)
 		return err
 	}
