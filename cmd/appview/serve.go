@@ -231,7 +231,7 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 	mux.Handle("GET /debug/leases", debugLeases(db, cfg.InstanceID, sys))
 	mux.Handle("GET /debug/backfill", backfill.ProgressHandler(db))
 	hist := admin.NewHistory()
-	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist))
+	mux.Handle("GET /{$}", statusPage(db, cfg.InstanceID, cfg.Leases.TTL, hist, sys.Statuses))
 	if err := reg.Register(backfill.NewProgressCollector(db)); err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/atcr-io/appview/actors/backfill"
+	"github.com/atcr-io/appview/actors/consumer"
+	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/admin"
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/fence"
@@ -35,6 +37,7 @@ const (
 var (
 	contendersSQL = `SELECT ` + database.Text("instance") + `, MAX(seen_at) FROM lease_contenders GROUP BY instance`
 	cursorSQL     = `SELECT time_us, fence FROM jetstream_cursor WHERE id = 1 AND time_us > 0`
+	positionSQL   = `SELECT time_us, fence, ` + database.Text("host") + ` FROM jetstream_cursor WHERE id = 1 AND time_us > 0`
 	outboxSQL     = `SELECT ` + database.Text("status") + `, COUNT(*) FROM webhook_deliveries GROUP BY status`
 )
 
@@ -82,11 +85,12 @@ func sampleStatus(ctx context.Context, db *sql.DB, hist *admin.History, log zero
 	}
 }
 
-// statusPage serves GET /: the fleet, leases, handovers,
+// statusPage serves GET /: the fleet, leases, handovers, the consumer's
+// health (local: this instance's LeaseActors' own views, nil for none),
 // Jetstream position and lag, backfill progress and the webhook outbox,
 // as one HTML page. A section whose read fails names the failure and the
 // rest still shows.
-func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin.History) http.Handler {
+func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin.History, local func() []lease.Status) http.Handler {
 	version := readBuildIdentity().String()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), statusReadWithin)
@@ -142,11 +146,13 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 		}
 		sort.Slice(p.Instances, func(i, j int) bool { return p.Instances[i].ID < p.Instances[j].ID })
 
+		p.Consumer = consumerHealth(local, rows)
 		var us, fence int64
-		switch err := db.QueryRowContext(ctx, cursorSQL).Scan(&us, &fence); err {
+		var host string
+		switch err := db.QueryRowContext(ctx, positionSQL).Scan(&us, &fence, &host); err {
 		case nil:
 			pos := time.UnixMicro(us).UTC()
-			p.Jetstream = admin.Jetstream{Known: true, Position: pos, Lag: time.Since(pos), Fence: fence}
+			p.Jetstream = admin.Jetstream{Known: true, Position: pos, Host: host, Lag: time.Since(pos), Fence: fence}
 		case sql.ErrNoRows:
 		default:
 			problem("jetstream position", err)
@@ -160,7 +166,11 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 			writeETA(&out, bp)
 			p.Backfill = admin.Backfill{Run: true, RunID: bp.RunID, Holder: bp.Holder, State: bp.State,
 				Finished: bp.Finished(), Known: bp.ReposKnown, Failed: bp.ReposFailed, Records: bp.Records,
-				Listing: !bp.ListingDone && bp.CompletedAt == nil, Fraction: bp.Fraction, ReposPerSecond: bp.ReposPerSecond, ETA: out.String()}
+				Listing: !bp.ListingDone && bp.CompletedAt == nil, Fraction: bp.Fraction, ReposPerSecond: bp.ReposPerSecond, ETA: out.String(),
+				FailedAttempts: bp.FailedAttempts, LastError: bp.LastError}
+			if bp.LastErrorAt != nil {
+				p.Backfill.LastErrorAgo = max(time.Since(*bp.LastErrorAt), 0)
+			}
 		}
 
 		counts := map[string]int64{"pending": 0, "delivered": 0, "failed": 0}
@@ -190,6 +200,35 @@ func statusPage(db *database.DB, instance string, ttl time.Duration, hist *admin
 		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
 		_, _ = w.Write(body.Bytes())
 	})
+}
+
+// consumerHealth is the consumer's row: this instance's own report when
+// its LeaseActor runs the consumer, else who holds the consumer's lease
+// (rows: the lease table).
+func consumerHealth(local func() []lease.Status, rows []fence.Row) admin.Consumer {
+	var statuses []lease.Status
+	if local != nil {
+		statuses = local()
+	}
+	for _, st := range statuses {
+		if st.Lease != consumer.LeaseName || !st.WorkerActive {
+			continue
+		}
+		c := admin.Consumer{Here: true, Healthy: st.WorkerHealthy, Reason: st.HealthReason}
+		if src := st.Source; src != nil {
+			c.URL, c.Wire, c.State, c.LastError = src.URL, src.Wire, src.State, src.LastError
+			if c.Events = !src.LastEvent.IsZero(); c.Events {
+				c.LastEventAgo = max(time.Since(src.LastEvent), 0)
+			}
+		}
+		return c
+	}
+	for _, r := range rows {
+		if r.Name == consumer.LeaseName && r.Listed().State == fence.StateHeld {
+			return admin.Consumer{Holder: r.Holder}
+		}
+	}
+	return admin.Consumer{}
 }
 
 func seenAgo(seen map[string]time.Duration, id string) time.Duration {

@@ -20,6 +20,7 @@ type Page struct {
 	Instances []Instance
 	Leases    []Lease
 	Handovers []Handover
+	Consumer  Consumer
 	Jetstream Jetstream
 	Backfill  Backfill
 	// Outbox counts webhook deliveries by state (pending, delivered, failed).
@@ -46,13 +47,34 @@ type Lease struct {
 	TimeLeft            time.Duration
 }
 
+// Consumer is the Jetstream consumer's own report of its health, from
+// the instance that runs it; another instance's page names that one.
+type Consumer struct {
+	// Here: this instance runs the consumer, and the fields below are its
+	// report. Otherwise Holder runs it ("": no instance holds its lease).
+	Here   bool
+	Holder string
+	// Healthy is false while no event came from any host for
+	// jetstream.unhealthy_after; Reason then says for how long.
+	Healthy bool
+	Reason  string
+	// URL, Wire and State are the host it is on (or dialling, or waiting
+	// to dial); LastError is why the last connection ended.
+	URL, Wire, State, LastError string
+	// Events: an event arrived under this grant, LastEventAgo ago.
+	Events       bool
+	LastEventAgo time.Duration
+}
+
 // Jetstream is the consumer's committed position.
 type Jetstream struct {
 	// Known is false before the first commit.
 	Known    bool
 	Position time.Time
-	Lag      time.Duration
-	Fence    int64
+	// Host is the host the position belongs to.
+	Host  string
+	Lag   time.Duration
+	Fence int64
 	// Points are the lag samples of the last hour (this instance's view).
 	Points []Point
 }
@@ -72,6 +94,11 @@ type Backfill struct {
 	Fraction       float64
 	ReposPerSecond float64
 	ETA            string
+	// FailedAttempts, LastError and LastErrorAgo are the run's failed
+	// attempts (State "failing" while no attempt has begun since).
+	FailedAttempts int64
+	LastError      string
+	LastErrorAgo   time.Duration
 }
 
 // StateCount is a number of rows in one state.
@@ -156,7 +183,7 @@ const pageHTML = `<!DOCTYPE html>
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;max-width:70em}
 h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.05em;margin:1.4em 0 .4em;border-bottom:1px solid #d0d7de}
 table{border-collapse:collapse}td,th{padding:.2em .8em .2em 0;text-align:left;vertical-align:top}th{font-weight:600;color:#57606a}
-.muted{color:#57606a}.held{color:#1a7f37;font-weight:600}.expired{color:#cf222e}.released{color:#9a6700}
+.muted{color:#57606a}.held,.healthy{color:#1a7f37;font-weight:600}.expired,.unhealthy{color:#cf222e;font-weight:600}.released{color:#9a6700}
 .self{font-weight:600}.bar{width:20em;height:.8em;background:#eaeef2;display:inline-block;vertical-align:middle}
 .bar>span{display:block;height:100%;background:#2a6fdb}.problem{color:#cf222e}code{font-size:.95em}
 </style></head><body>
@@ -182,13 +209,19 @@ table{border-collapse:collapse}td,th{padding:.2em .8em .2em 0;text-align:left;ve
 </table>
 
 <h2>Jetstream</h2>
-{{with .Jetstream}}{{if .Known}}<p id="jetstream">position <code>{{utc .Position}}</code> · lag <b>{{dur .Lag}}</b> · fence {{.Fence}}</p>{{else}}<p id="jetstream" class="muted">no position committed yet</p>{{end}}
+{{with .Consumer}}{{if .Here}}<p id="consumer">consumer <span class="{{if .Healthy}}healthy{{else}}unhealthy{{end}}">{{if .Healthy}}healthy{{else}}unhealthy{{end}}</span>{{if not .Healthy}}: <span id="consumer-reason">{{.Reason}}</span>{{end}}
+{{if .URL}}· on <code id="consumer-url">{{.URL}}</code> ({{.Wire}} wire, {{.State}}){{end}} · last event {{if .Events}}{{dur .LastEventAgo}} ago{{else}}none yet{{end}}{{if and (not .Healthy) .LastError}}
+<br><span class="muted">last error: {{.LastError}}</span>{{end}}</p>
+{{else if .Holder}}<p id="consumer" class="muted">consumer run by <code>{{.Holder}}</code>: its own status page shows its health</p>
+{{else}}<p id="consumer" class="unhealthy">no instance runs the consumer: its lease is not held</p>{{end}}{{end}}
+{{with .Jetstream}}{{if .Known}}<p id="jetstream">position <code>{{utc .Position}}</code>{{if .Host}} from <code>{{.Host}}</code>{{end}} · lag <b>{{dur .Lag}}</b> · fence {{.Fence}}</p>{{else}}<p id="jetstream" class="muted">no position committed yet</p>{{end}}
 <div>{{sparkline .Points}} <span class="muted">lag, last hour</span></div>{{end}}
 
 <h2>Backfill</h2>
 {{with .Backfill}}{{if .Run}}<p id="backfill">run {{.RunID}} ({{.State}}, <code>{{.Holder}}</code>)
 <span class="bar"><span style="width:{{width .Fraction}}%"></span></span> {{pct .Fraction}} ·
-{{.Finished}}/{{.Known}}{{if .Listing}}+{{end}} repos ({{.Failed}} failed) · {{.Records}} records · {{printf "%.2f" .ReposPerSecond}} repos/s · ETA {{.ETA}}</p>
+{{.Finished}}/{{.Known}}{{if .Listing}}+{{end}} repos ({{.Failed}} failed) · {{.Records}} records · {{printf "%.2f" .ReposPerSecond}} repos/s · ETA {{.ETA}}{{if and .LastError (ne .State "completed")}}
+<br><span id="backfill-error" class="{{if eq .State "failing"}}problem{{else}}muted{{end}}">{{.FailedAttempts}} failed attempt{{if ne .FailedAttempts 1}}s{{end}}, the last {{dur .LastErrorAgo}} ago: {{.LastError}}</span>{{end}}</p>
 {{else}}<p id="backfill" class="muted">no backfill run recorded</p>{{end}}{{end}}
 
 <h2>Webhook outbox</h2>

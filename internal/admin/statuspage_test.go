@@ -54,8 +54,11 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 		Handovers: []Handover{{Lease: "backfill", From: "appview-2", To: "appview-1", FromFence: 3, ToFence: 4, Gap: 300 * time.Millisecond}},
 		Jetstream: Jetstream{Known: true, Position: time.Now(), Lag: 2 * time.Second,
 			Points: []Point{{At: time.Now().Add(-time.Minute), Lag: time.Second}, {At: time.Now(), Lag: 3 * time.Second}}},
-		Backfill: Backfill{Run: true, RunID: 1, State: "stopped", Finished: 5, Known: 10, Fraction: 0.5, ETA: "10s"},
-		Outbox:   []StateCount{{"pending", 2}, {"delivered", 7}, {"failed", 1}},
+		Consumer: Consumer{Here: true, Healthy: true, URL: "wss://jetstream.example/xrpc/network.bsky.jetstream.subscribeEvents", Wire: "v2",
+			State: "connected", Events: true, LastEventAgo: 2 * time.Second},
+		Backfill: Backfill{Run: true, RunID: 1, State: "stopped", Finished: 5, Known: 10, Fraction: 0.5, ETA: "10s",
+			FailedAttempts: 2, LastError: "every relay failed", LastErrorAgo: time.Minute},
+		Outbox: []StateCount{{"pending", 2}, {"delivered", 7}, {"failed", 1}},
 	}
 	var b bytes.Buffer
 	if err := RenderStatus(&b, p); err != nil {
@@ -65,7 +68,9 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 	if strings.Contains(out, "<script>") {
 		t.Fatal("an instance id was not escaped")
 	}
-	for _, want := range []string{"appview-1</code> (this page)", "appview-2", "<polyline", "300ms", "5/10 repos", "<td>delivered</td><td>7</td>", "width:50.0%", "run 1 (stopped,"} {
+	for _, want := range []string{"appview-1</code> (this page)", "appview-2", "<polyline", "300ms", "5/10 repos", "<td>delivered</td><td>7</td>", "width:50.0%", "run 1 (stopped,",
+		`consumer <span class="healthy">healthy</span>`, "(v2 wire, connected) · last event 2s ago",
+		`<span id="backfill-error" class="muted">2 failed attempts, the last 1m0s ago: every relay failed`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -73,6 +78,23 @@ func TestRenderEscapesAndShowsEverySection(t *testing.T) {
 	for _, banned := range []string{"http://", "https://", "<link", "<img", "@import"} {
 		if strings.Contains(out, banned) {
 			t.Errorf("page refers to an external asset (%q)", banned)
+		}
+	}
+}
+
+// The consumer's row says who runs it when this instance does not, and
+// says so loudly when nobody does.
+func TestTheConsumerRowNamesItsHolderElsewhere(t *testing.T) {
+	for c, want := range map[Consumer]string{
+		{Holder: "appview-2"}: `<p id="consumer" class="muted">consumer run by <code>appview-2</code>: its own status page shows its health</p>`,
+		{}:                    `<p id="consumer" class="unhealthy">no instance runs the consumer: its lease is not held</p>`,
+	} {
+		var b bytes.Buffer
+		if err := RenderStatus(&b, Page{Consumer: c}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("consumer %+v: page lacks %q", c, want)
 		}
 	}
 }
