@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -70,32 +71,9 @@ func rollingRestart(t *testing.T, cycles int) {
 		if us < tr.expected.MaxTimeUS {
 			inFlight++
 		}
-		old, rest := running[0], running[1:]
-		held := harness.Holding(old.Log.Events())
-		if code, err := old.Stop(ctx); err != nil || code != 0 {
-			t.Fatalf("cycle %d: %s: SIGTERM exit code %d, %v; want 0", cycle, old.ID, code, err)
-		}
-		for l, fence := range held {
-			released, err := old.Wait(ctx, harness.And(harness.Is(harness.LeaseReleased, l), harness.Fence(fence)))
-			if err != nil {
-				t.Fatalf("cycle %d: %s held %s (fence %d) and exited without releasing it: %v", cycle, old.ID, l, fence, err)
-			}
-			_, acq, err := harness.WaitAny(ctx, harness.And(harness.Is(harness.LeaseAcquired, l), harness.Fence(fence+1)), rest...)
-			if err != nil {
-				t.Fatalf("cycle %d: nobody took %s over from %s: %v", cycle, l, old.ID, err)
-			}
-			handovers = append(handovers, acq.Time.Sub(released.Time))
-		}
-		fresh, err := c.Start(ctx, spec())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range leasedWorkers {
-			if _, err := fresh.Wait(ctx, harness.Or(harness.Is(harness.LeaseContended, l), harness.Is(harness.LeaseAcquired, l))); err != nil {
-				t.Fatalf("cycle %d: %s never contended for %s: %v", cycle, fresh.ID, l, err)
-			}
-		}
-		running = append(rest, fresh)
+		var took []time.Duration
+		running, took = replaceOldest(t, ctx, c, running, spec())
+		handovers = append(handovers, took...)
 	}
 	t.Logf("%d of %d restarts happened with traffic still to consume", inFlight, cycles)
 	if inFlight < minRestartsInFlight {
@@ -128,6 +106,50 @@ func rollingRestart(t *testing.T, cycles int) {
 			t.Errorf("a rolling-restart handover took %v; want every one driven by the release (< %v), not the TTL", worst, gracefulHandoverBound)
 		}
 	}
+	checkReleasedByLastGrant(t, ctx, db, tl)
+}
+
+// replaceOldest stops running[0] (SIGTERM, exit 0), checks that it
+// released every lease it held and that another of running took each
+// over at the next fence, then starts next and waits until it contends
+// for every lease. It returns the instances now running, oldest first,
+// and each handover's time from the release to the next grant.
+func replaceOldest(t *testing.T, ctx context.Context, c *harness.Cluster, running []*harness.Instance, next harness.Spec) ([]*harness.Instance, []time.Duration) {
+	t.Helper()
+	old, rest := running[0], running[1:]
+	held := harness.Holding(old.Log.Events())
+	if code, err := old.Stop(ctx); err != nil || code != 0 {
+		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", old.ID, code, err)
+	}
+	var took []time.Duration
+	for l, fence := range held {
+		released, err := old.Wait(ctx, harness.And(harness.Is(harness.LeaseReleased, l), harness.Fence(fence)))
+		if err != nil {
+			t.Fatalf("%s held %s (fence %d) and exited without releasing it: %v", old.ID, l, fence, err)
+		}
+		_, acq, err := harness.WaitAny(ctx, harness.And(harness.Is(harness.LeaseAcquired, l), harness.Fence(fence+1)), rest...)
+		if err != nil {
+			t.Fatalf("nobody took %s over from %s: %v", l, old.ID, err)
+		}
+		took = append(took, acq.Time.Sub(released.Time))
+	}
+	fresh, err := c.Start(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, err := fresh.Wait(ctx, harness.Or(harness.Is(harness.LeaseContended, l), harness.Is(harness.LeaseAcquired, l))); err != nil {
+			t.Fatalf("%s never contended for %s: %v", fresh.ID, l, err)
+		}
+	}
+	return append(rest, fresh), took
+}
+
+// checkReleasedByLastGrant reads the lease table as an operator does and
+// checks that each leased worker's row is released by its last grant in
+// the timeline tl: the last holder stopped cleanly.
+func checkReleasedByLastGrant(t *testing.T, ctx context.Context, db string, tl []harness.Event) {
+	t.Helper()
 	rows, err := harness.Leases(ctx, bin, db)
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,14 @@ func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
 	rollingRestart(t, rollingSoakCycles)
 }
 
+// TestSoakRollingUpgradeFromThePreviousReleaseOnSqld is
+// TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain on a
+// libSQL server: the previous release and the build under test share its
+// lease table over Hrana, where every statement is a round trip.
+func TestSoakRollingUpgradeFromThePreviousReleaseOnSqld(t *testing.T) {
+	rollingUpgrade(t, startSqld(t).URL)
+}
+
 // TestSoakBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev
 // bench --quick`: the real scenarios with a few rounds each, each figure
 // with its _min and _max lines, about two minutes on 2 cores. It checks

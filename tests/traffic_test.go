@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -57,6 +58,13 @@ type trafficOptions struct {
 	events, users, holds int
 	// rate is events per second per consumer connection (0: unpaced).
 	rate float64
+	// seq numbers the stream's events (a "cursor" on every line, from 1),
+	// so the replay server serves it as a Jetstream v2 server's legacy
+	// wire does: a consumer stores sequence positions and resumes by them.
+	seq bool
+	// creator is the appview binary that creates and migrates the
+	// database (its `webhooks add`); "" is the binary under test.
+	creator string
 }
 
 // startTraffic writes the stream, registers the webhooks in db (before
@@ -72,6 +80,13 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 	stream, expPath := filepath.Join(dir, "stream.jsonl"), filepath.Join(dir, "expected.json")
 	runCmd(t, ctx, devBin, "synth", "--seed", "7", "--events", fmt.Sprint(o.events), "--users", fmt.Sprint(o.users),
 		"--holds", fmt.Sprint(o.holds), "--out", stream, "--expected", expPath)
+	if o.seq {
+		numberLines(t, stream)
+	}
+	creator := bin
+	if o.creator != "" {
+		creator = o.creator
+	}
 	data, err := os.ReadFile(expPath)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +106,7 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 	// One `webhooks add` per pushing user, as an operator would: the
 	// first creates and migrates the database, the others run at once.
 	add := func(did string) error {
-		return runCmdErr(ctx, bin, "webhooks", "add", "--did", did, "--url", tr.receiver.URL, "--allow-private",
+		return runCmdErr(ctx, creator, "webhooks", "add", "--did", did, "--url", tr.receiver.URL, "--allow-private",
 			"--set", "database.url="+db)
 	}
 	dids := pushingDIDs(tr.expected.PushEventKeys)
@@ -309,6 +324,28 @@ func (tr *traffic) rowsUnderFence(ctx context.Context, fence int64) map[string]m
 // progress returns the cursor that marks fraction f (0..1) of the stream.
 func (tr *traffic) progress(f float64) int64 {
 	return tr.firstUS + int64(f*float64(tr.expected.MaxTimeUS-tr.firstUS))
+}
+
+// numberLines gives every event of the JSONL stream at path its sequence
+// number, line i+1 in a "cursor" member put first, as a Jetstream v2
+// server's legacy /subscribe wire sends it; the rest of each line stays
+// byte for byte.
+func numberLines(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for i, line := range bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n")) {
+		if len(line) < 2 || line[0] != '{' || bytes.Contains(line, []byte(`"cursor"`)) {
+			t.Fatalf("%s line %d is no event without a cursor: %.80s", path, i+1, line)
+		}
+		fmt.Fprintf(&out, "{\"cursor\":%d,%s\n", i+1, line[1:])
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // firstTimeUS reads the time_us of a JSONL stream's first event.

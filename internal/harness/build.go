@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -40,6 +42,72 @@ func Build(ctx context.Context, root, pkg, out string, race bool) error {
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("harness: go %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// BuildCommit returns an appview binary (./cmd/appview, without the race
+// detector) built from commit of the git repository at root, compiling it
+// only when cacheDir has none for that commit and toolchain yet: the tree
+// is taken with `git archive` into a scratch directory and built there
+// (the module cache serves its dependencies), and the binary is renamed
+// into cacheDir, so that a build cut short leaves nothing a later call
+// would take for one. The error says when the commit is not in the
+// repository (a shallow clone).
+func BuildCommit(ctx context.Context, root, commit, cacheDir string) (string, error) {
+	out := filepath.Join(cacheDir, fmt.Sprintf("appview-%s-%s-%s-%s", commit, runtime.GOOS, runtime.GOARCH, runtime.Version()))
+	if st, err := os.Stat(out); err == nil && st.Mode().IsRegular() {
+		return out, nil
+	}
+	if b, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("harness: commit %s is not in the repository at %s (a shallow clone? git fetch --unshallow): %v %s", commit, root, err, b)
+	}
+	src, err := os.MkdirTemp("", "appview-"+commit[:min(len(commit), 12)]+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	if err := extract(ctx, root, commit, src); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(cacheDir, ".building-*")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if err := Build(ctx, src, "./cmd/appview", tmp.Name(), false); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// extract writes commit's tree into dir: git archive | tar -x.
+func extract(ctx context.Context, root, commit, dir string) error {
+	archive := exec.CommandContext(ctx, "git", "-C", root, "archive", commit)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	var errs strings.Builder
+	archive.Stderr, untar.Stderr = &errs, &errs
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	untar.Stdin = pipe
+	if err := archive.Start(); err != nil {
+		return fmt.Errorf("harness: git archive %s: %w", commit, err)
+	}
+	if err := untar.Run(); err != nil {
+		_ = archive.Wait()
+		return fmt.Errorf("harness: tar -x of git archive %s: %w\n%s", commit, err, errs.String())
+	}
+	if err := archive.Wait(); err != nil {
+		return fmt.Errorf("harness: git archive %s: %w\n%s", commit, err, errs.String())
 	}
 	return nil
 }

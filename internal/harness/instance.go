@@ -53,6 +53,10 @@ type Spec struct {
 	// Wrap prefixes the command, e.g. ip netns exec NAME. The wrapper must
 	// exec the binary, so signals reach appview itself.
 	Wrap []string
+	// Bin, when set, is the appview binary to run instead of the one
+	// StartInstance is given (the cluster's): another build, such as a
+	// previous release in a rolling upgrade.
+	Bin string
 }
 
 // config renders the YAML configuration of s: docs/spec.md §3 keys with every
@@ -143,6 +147,9 @@ func StartInstance(bin, dir string, s Spec) (*Instance, error) {
 	cfgPath := filepath.Join(idir, "config.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, err
+	}
+	if s.Bin != "" {
+		bin = s.Bin
 	}
 	args := append(append([]string(nil), s.Wrap...), bin, "serve", "--config", cfgPath)
 	return StartCommand(idir, s.ID, args...)

@@ -1,0 +1,272 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/jetstream"
+)
+
+// previousRelease is the commit the rolling-upgrade test runs beside the
+// build under test: the last commit of main before the lease rewrite
+// (918887c "lease: one home, no handover machinery…" and 4e55ce4 "lease:
+// claim the next fence with the nonce…"). It hands a lease over to a
+// contender standing by (/lease/standby, a transfer in one transaction)
+// and writes a grant and its nonce in one transaction; the build under
+// test releases and nudges, and claims the next fence's nonce before it
+// acquires. Both must share one lease table during an upgrade. Its schema
+// ends at migration previousSchema. It must be an ancestor of main, so
+// that every clean clone has it. Move it to the last release before the
+// next change of the lease protocol or of the schema.
+const previousRelease = "1fa90b150ba8293e8dae3163de815fc8dc960070"
+
+// previousSchema is the newest migration previousRelease knows.
+const previousSchema = 15
+
+// newerSchemaWarning is what an appview logs, once, at start on a
+// database a newer appview migrated (cmd/appview/serve.go, the same in
+// previousRelease).
+const newerSchemaWarning = "the database carries migrations this version does not know: a newer appview migrated it; running on it, but upgrade this instance"
+
+// upgradeTraffic is the stream an upgrade runs under, every event
+// numbered as a Jetstream v2 server's legacy wire numbers it: at its pace
+// it spans the nine replacements of a race-enabled build.
+var upgradeTraffic = trafficOptions{events: 4000, users: 8, holds: 3, rate: 250, seq: true}
+
+// previous is previousRelease's binary, built once per test process
+// (harness.BuildCommit keeps it across runs).
+var previous struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// previousBinary returns previousRelease's appview binary, building it on
+// the first call of the first run (about a minute on 2 cores; later runs
+// find it in the user's cache directory).
+func previousBinary(t *testing.T) string {
+	t.Helper()
+	previous.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		root, err := harness.ModuleRoot(ctx)
+		if err != nil {
+			previous.err = err
+			return
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		previous.bin, previous.err = harness.BuildCommit(ctx, root, previousRelease, filepath.Join(cache, "appview-tests"))
+	})
+	if previous.err != nil {
+		t.Fatalf("build the previous release %s: %v", previousRelease, previous.err)
+	}
+	return previous.bin
+}
+
+// TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain: see
+// rollingUpgrade; on a file database (scripts/soak runs it on sqld too).
+func TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.T) {
+	t.Parallel()
+	rollingUpgrade(t, fileDB(t))
+}
+
+// rollingUpgrade runs three instances of previousRelease on db, which it
+// created and migrated, under traffic with sequence positions, and
+// replaces them one at a time with the build under test (the upgrade),
+// then with previousRelease again (the rollback), then with the build
+// under test again, each replacement with events in flight. It checks
+// what an operator relies on: no leased worker ran on two instances at
+// once and every grant's fence is one above the last, whichever binary
+// granted it; every instance exits 0 and no worker restarted, failed or
+// lost its lease; the final database equals the stream's expected state
+// and every push reached the receiver once; an older instance started on
+// the migrated schema warns once and runs on; and each consumer handover
+// between the two binaries resumed by sequence number from the position
+// the other binary stored.
+func rollingUpgrade(t *testing.T, db string) {
+	old := previousBinary(t)
+	c := newCluster(t)
+	stripe := stripeStub(t)
+	o := upgradeTraffic
+	o.creator = old
+	tr := startTraffic(t, c, db, o)
+	ctx := within(t, 4*time.Minute)
+	next := 0
+	release := map[string]string{} // instance → "previous" or "current"
+	spec := func(b string) harness.Spec {
+		next++
+		s := tr.spec(leasedSpec(fmt.Sprintf("u%02d", next), db, stripe))
+		s.Bin, release[s.ID] = b, "current"
+		if b == old {
+			release[s.ID] = "previous"
+		}
+		return s
+	}
+	running, err := c.StartAll(ctx, spec(old), spec(old), spec(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leasedWorkers {
+		if _, _, err := harness.WaitAny(ctx, harness.Is(harness.WorkerStarted, l), running...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	phases := []struct{ name, bin string }{{"upgrade", bin}, {"rollback", old}, {"upgrade again", bin}}
+	steps := 3 * len(phases)
+	var handovers []time.Duration
+	step := 0
+	for _, ph := range phases {
+		for range 3 {
+			step++
+			us, err := tr.waitCursor(ctx, tr.progress(float64(step)/float64(steps+1)))
+			if err != nil {
+				t.Fatalf("%s, step %d: %v", ph.name, step, err)
+			}
+			if us >= tr.expected.MaxTimeUS {
+				t.Fatalf("%s, step %d: the stream ran out before it; it says nothing about handing over a busy consumer", ph.name, step)
+			}
+			var took []time.Duration
+			running, took = replaceOldest(t, ctx, c, running, spec(ph.bin))
+			handovers = append(handovers, took...)
+		}
+	}
+	if err := tr.waitDrained(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range running {
+		checkStopped(t, ctx, i)
+	}
+	tr.check(ctx, false)
+	tl := c.Timeline()
+	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
+		t.Error(err)
+	}
+	if err := harness.CheckFences(tl, firstFences); err != nil {
+		t.Error(err)
+	}
+	checkReleasedByLastGrant(t, ctx, db, tl)
+	checkNothingFailed(t, c)
+	checkSchemaWarnings(t, c, release)
+	checkResumedBySeq(t, c, release)
+	slices.Sort(handovers)
+	t.Logf("%d handovers between and across releases: median %v, max %v", len(handovers), handovers[len(handovers)/2], handovers[len(handovers)-1])
+	if worst := handovers[len(handovers)-1]; worst > gracefulHandoverBound {
+		t.Errorf("a handover took %v; want every one driven by the release (< %v), not the TTL", worst, gracefulHandoverBound)
+	}
+}
+
+// checkNothingFailed fails the test for any worker restart or failure,
+// lost lease or newer-schema refusal in any instance's log: an upgrade
+// must not make anything crash-loop.
+func checkNothingFailed(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	for _, i := range c.Instances() {
+		for _, e := range i.Log.Events() {
+			switch {
+			case e.Event == harness.WorkerRestarted, e.Event == harness.WorkerFailed, e.Event == harness.LeaseLost:
+				t.Errorf("%s: %s", i.ID, e)
+			case e.Level == "error" && i.ID != "replay":
+				t.Errorf("%s logged an error: %s", i.ID, e.Line)
+			}
+		}
+	}
+}
+
+// checkSchemaWarnings: the previous release's instances started after the
+// build under test migrated the database warn once that it carries a
+// migration they do not know, and run on; those started before say
+// nothing; the build under test migrated it once.
+func checkSchemaWarnings(t *testing.T, c *harness.Cluster, release map[string]string) {
+	t.Helper()
+	migrated, sawCurrent := 0, false
+	for _, i := range c.Instances() {
+		r, ok := release[i.ID]
+		if !ok {
+			continue
+		}
+		warned := i.Log.Find(0, harness.Msg(newerSchemaWarning))
+		want := 0
+		if r == "previous" && sawCurrent {
+			want = 1
+		}
+		if len(warned) != want {
+			t.Errorf("%s (%s release) warned %d times of a newer schema; want %d", i.ID, r, len(warned), want)
+		}
+		for _, e := range warned {
+			if v := string(e.Fields["versions"]); v != fmt.Sprintf("[%d]", previousSchema+1) {
+				t.Errorf("%s: newer migrations %s; want [%d]", i.ID, v, previousSchema+1)
+			}
+		}
+		migrated += len(i.Log.Find(0, harness.Msg("database migrated")))
+		sawCurrent = sawCurrent || r == "current"
+	}
+	if migrated != 1 {
+		t.Errorf("%d instances migrated the database; want the first of the build under test alone", migrated)
+	}
+}
+
+// checkResumedBySeq: every grant of the consumer's lease to an instance of
+// one release after a grant to the other started the consumer from a
+// stored sequence position on the replay server's host and connected with
+// that sequence number as its cursor (not a time), and this happened at
+// least once in each direction.
+func checkResumedBySeq(t *testing.T, c *harness.Cluster, release map[string]string) {
+	t.Helper()
+	byID := map[string]*harness.Instance{}
+	for _, i := range c.Instances() {
+		byID[i.ID] = i
+	}
+	gs := harness.Grants(c.Timeline())[leaseConsumer]
+	crossed := map[string]int{}
+	for k := 1; k < len(gs); k++ {
+		from, to := release[gs[k-1].Instance], release[gs[k].Instance]
+		if from == to {
+			continue
+		}
+		// Custody events are logged apart from the worker's own lines, so
+		// the log's order is not theirs: the consumer's start names its
+		// custody, and its first connection is the first after the grant.
+		i, g := byID[gs[k].Instance], gs[k]
+		custody := fmt.Sprintf("%s:%d", leaseConsumer, g.Fence)
+		started := i.Log.Find(0, func(e harness.Event) bool { return e.Msg == "consumer started" && e.Str("custody") == custody })
+		connected := i.Log.Find(0, func(e harness.Event) bool {
+			return e.Msg == "jetstream connected" && !e.Logged.Before(g.Event.Time.Truncate(time.Millisecond))
+		})
+		if len(started) == 0 || len(connected) == 0 {
+			t.Errorf("%s (%s, fence %d after %s) never started its consumer and connected", i.ID, to, g.Fence, from)
+			continue
+		}
+		seq, cursor := intField(started[0], "seq"), intField(connected[0], "cursor")
+		if seq <= 0 || started[0].Str("host") == "" || cursor <= 0 || cursor >= jetstream.CursorSeqMax {
+			t.Errorf("%s (%s, fence %d after %s) resumed from host %q seq %d with cursor %d; want the stored seq position",
+				i.ID, to, g.Fence, from, started[0].Str("host"), seq, cursor)
+			continue
+		}
+		crossed[from+" to "+to]++
+	}
+	t.Logf("consumer handovers between releases, each resumed by seq: %v", crossed)
+	for _, dir := range []string{"previous to current", "current to previous"} {
+		if crossed[dir] == 0 {
+			t.Errorf("no consumer handover from the %s release was seen resuming by seq", strings.ReplaceAll(dir, " to ", " release to the "))
+		}
+	}
+}
+
+// intField reads the integer field key of e (0 when absent).
+func intField(e harness.Event, key string) int64 {
+	var n int64
+	_ = json.Unmarshal(e.Fields[key], &n)
+	return n
+}
