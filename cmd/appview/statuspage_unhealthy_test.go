@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,15 +64,17 @@ func TestStatusPageInHeadlessChromiumShowsAnUnhealthyConsumerAndAFailingBackfill
 	}
 	// Each is said once, however many retries there were meanwhile.
 	p.waitFor(startTimeout, "a few more retries", func() bool {
-		n := 0
-		for _, m := range p.logLines() {
-			if m["msg"] == "jetstream connection lost" {
-				n++
+		_, metrics := get(base + "/metrics")
+		for _, line := range strings.Split(metrics, "\n") {
+			if v, ok := strings.CutPrefix(line, `appview_jetstream_reconnects_total{reason="dial"} `); ok {
+				n, err := strconv.Atoi(v)
+				return err == nil && n >= 4
 			}
 		}
-		return n >= 4
+		return false
 	})
 	for msg, want := range map[string]string{
+		"jetstream connection lost": "warn", // the first; the retries after it at debug
 		"Jetstream consumer unhealthy: every host unreachable or silent (says so again only when events arrive)": "warn",
 		"backfill run failing; it is attempted again later, and this is said again only when a run completes":    "warn",
 	} {

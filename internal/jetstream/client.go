@@ -387,6 +387,11 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	c.setState("", "")
 	at := 0
+	// failing: the last connection delivered nothing. A run of such
+	// failures (every host unreachable) is logged at warn once, then at
+	// debug until a connection delivers again: the consumer says it is
+	// unhealthy, once, and a line every retry would say nothing more.
+	failing := false
 	for {
 		endpoint := c.opts.URLs[at]
 		if wait := time.Until(hosts[at].notBefore); wait > 0 {
@@ -435,7 +440,12 @@ func (c *Client) Run(ctx context.Context) error {
 		next := c.opts.URLs[at]
 		c.setLastError(end.err)
 		c.opts.Metrics.reconnect(end.reason)
-		c.opts.Log.Warn().Err(logval.Error(end.err)).Str("url", logval.RedactURL(endpoint)).Str("reason", end.reason).
+		ev := c.opts.Log.Warn()
+		if failing && !end.healthy {
+			ev = c.opts.Log.Debug()
+		}
+		failing = !end.healthy
+		ev.Err(logval.Error(end.err)).Str("url", logval.RedactURL(endpoint)).Str("reason", end.reason).
 			Str("next_url", logval.RedactURL(next)).Int64("retry_in_ms", max(0, hosts[at].notBefore.Sub(now).Milliseconds())).Msg("jetstream connection lost")
 	}
 }

@@ -1133,3 +1133,19 @@ func TestUpstreamSaysWhereTheClientIsAndWhyTheLastConnectionEnded(t *testing.T) 
 		t.Errorf("upstream last error %q: want the refused dial's", u.LastError)
 	}
 }
+
+// A run of failed connections (every host unreachable) is said at warn
+// once; the retries after it, until a connection delivers, at debug.
+func TestARunOfFailedConnectionsIsLoggedAtWarnOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "ws://" + ln.Addr().String() + "/subscribe"
+	ln.Close() // nothing listens there now
+	lines := connectionLostLines(t, ClientOptions{URLs: []string{dead}, MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	levels := []any{nextLine(t, lines)["level"], nextLine(t, lines)["level"], nextLine(t, lines)["level"]}
+	if levels[0] != "warn" || levels[1] != "debug" || levels[2] != "debug" {
+		t.Fatalf("levels of the first three connection lost lines %v; want warn, then debug", levels)
+	}
+}
