@@ -76,7 +76,8 @@ type ReplayOptions struct {
 // connection open, as a live tail with nothing new to say, unless looping.
 //
 // A capture whose every line carries a "cursor" (sequence number) is
-// served like a Jetstream v2 server's legacy wire: a cursor below
+// served as a Jetstream v2 server serves it: on /subscribe with those
+// numbers, and on the v2 wire (PathV2, replay_v2.go); a cursor below
 // CursorSeqMax replays from that sequence number, inclusively.
 //
 // Unlike a real Jetstream it serves the file's order as is, including the
@@ -176,6 +177,8 @@ func NewReplayServer(opts ReplayOptions, log zerolog.Logger) (*ReplayServer, err
 	s.span = s.maxT - s.minT + 1
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/subscribe", s.handleSubscribe)
+	s.mux.HandleFunc(PathV2, s.handleSubscribeV2)
+	s.mux.HandleFunc(PathZstdDictionary, handleDictionary)
 	return s, nil
 }
 

@@ -29,6 +29,9 @@ type replayEvent struct {
 	// prefix and suffix surround the digits of the top-level time_us in
 	// raw, so a looped copy is the same bytes with another number.
 	prefix, suffix []byte
+	// v2 is the event as a v2 wire frame, built when first sent
+	// (replay_v2.go).
+	v2 v2Copy
 }
 
 // maxSkipLogs bounds the per-line warnings of skipped capture lines.

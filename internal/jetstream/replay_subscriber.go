@@ -50,6 +50,24 @@ func (s *ReplayServer) untrack(c *replayConn) {
 
 func (s *ReplayServer) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	compress := q.Get("compress") == "true" || strings.Contains(r.Header.Get("Socket-Encoding"), "zstd")
+	s.subscribe(w, r, subscription{wire: WireLegacy, collections: q["wantedCollections"], compress: compress})
+}
+
+// subscription is what a subscriber asked for, beyond what both wires
+// read alike from the query (cursor, wantedDids, maxMessageSizeBytes).
+type subscription struct {
+	wire        Wire
+	collections []string
+	// compress: zstd binary frames with the dictionary (the v1 one, which
+	// is also the one the v2 path serves).
+	compress bool
+	cursor   int64
+}
+
+// subscribe upgrades r and streams the capture to it on sub's wire.
+func (s *ReplayServer) subscribe(w http.ResponseWriter, r *http.Request, sub subscription) {
+	q := r.URL.Query()
 	maxBytes := 0
 	if v := q.Get("maxMessageSizeBytes"); v != "" {
 		// Jetstream reads a bad or negative value as "no limit".
@@ -57,19 +75,17 @@ func (s *ReplayServer) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 			maxBytes = n
 		}
 	}
-	var cursor int64
 	if v := q.Get("cursor"); v != "" {
 		var err error
-		if cursor, err = strconv.ParseInt(v, 10, 64); err != nil {
+		if sub.cursor, err = strconv.ParseInt(v, 10, 64); err != nil {
 			http.Error(w, fmt.Sprintf("invalid cursor: %s", v), http.StatusBadRequest)
 			return
 		}
 	}
-	compress := q.Get("compress") == "true" || strings.Contains(r.Header.Get("Socket-Encoding"), "zstd")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &replayConn{ctx: ctx, cancel: cancel}
-	if err := c.setOptions(optionsUpdate{WantedCollections: q["wantedCollections"], WantedDIDs: q["wantedDids"], MaxMessageSizeBytes: maxBytes}); err != nil {
+	if err := c.setOptions(optionsUpdate{WantedCollections: sub.collections, WantedDIDs: q["wantedDids"], MaxMessageSizeBytes: maxBytes}); err != nil {
 		http.Error(w, "invalid subscriber options: "+err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -88,7 +104,7 @@ func (s *ReplayServer) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	n := s.accepted.Add(1)
 	log := s.log.With().Int64("conn", n).Str("remote", r.RemoteAddr).Logger()
-	log.Info().Int64("cursor", cursor).Bool("compress", compress).Strs("collections", q["wantedCollections"]).
+	log.Info().Str("wire", string(sub.wire)).Int64("cursor", sub.cursor).Bool("compress", sub.compress).Strs("collections", sub.collections).
 		Msg("jetstream replay: subscriber connected")
 
 	var wg sync.WaitGroup
@@ -103,7 +119,7 @@ func (s *ReplayServer) handleSubscribe(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		s.readSubscriber(c, ws, log)
 	}()
-	sent, err := s.stream(c, ws, cursor, compress)
+	sent, err := s.stream(c, ws, sub)
 	cancel()
 	wg.Wait()
 	log.Info().Int("sent", sent).AnErr("error", err).Msg("jetstream replay: subscriber gone")
@@ -202,17 +218,20 @@ func truncate(s string, n int) string {
 
 // stream sends the capture to one subscriber, then holds the connection
 // open until it ends. It returns how many events it sent.
-func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, compress bool) (int, error) {
+func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, sub subscription) (int, error) {
+	cursor, compress, v2 := sub.cursor, sub.compress, sub.wire == WireV2
 	msgType := websocket.TextMessage
 	if compress {
 		msgType = websocket.BinaryMessage
 	}
 	// A capture whose every line is numbered is served like a Jetstream
-	// v2 server's legacy wire: a cursor below CursorSeqMax is a sequence
-	// number, replayed from inclusively in file order (not looped).
+	// v2 server: a cursor below CursorSeqMax is a sequence number,
+	// replayed from inclusively in file order (not looped). The v2 wire
+	// serves only such a capture, and never loops it: its sequence
+	// numbers would repeat.
 	bySeq := s.numbered && cursor > 0 && cursor < CursorSeqMax
 	var loop int64
-	if s.opts.Loop && !bySeq && cursor > s.maxT {
+	if s.opts.Loop && !bySeq && !v2 && cursor > s.maxT {
 		// The first loop whose last event reaches the cursor.
 		loop = (cursor - s.maxT + s.span - 1) / s.span
 	}
@@ -227,6 +246,9 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 				continue
 			}
 			frame := e.frame(shift, compress)
+			if v2 {
+				frame = e.v2Frame(compress)
+			}
 			if !c.fits(len(frame)) {
 				continue
 			}
@@ -244,7 +266,7 @@ func (s *ReplayServer) stream(c *replayConn, ws *websocket.Conn, cursor int64, c
 				return sent, nil
 			}
 		}
-		if !s.opts.Loop || bySeq {
+		if !s.opts.Loop || bySeq || v2 {
 			break
 		}
 		if sent == sentBefore {
