@@ -401,3 +401,27 @@ func TestHealthyForgetsAWorkersFailureWhenItsCustodyEnds(t *testing.T) {
 		t.Fatalf("a failure under the next custody: %v, want it counted", err)
 	}
 }
+
+// An appview of the previous protocol claims the next fence with its
+// nonce while the lease is free, then acquires under that claim. When
+// this one acquires that fence first, its grant's nonce replaces the
+// claim, so its release is its own and the next holder takes over at
+// once (a rolling upgrade mixes both).
+func TestAGrantOverAnOlderAppviewsLosingClaimIsReleasedCleanly(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	s := NewStore(db, longTTL)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO lease_holders (name, fence, nonce) VALUES ('cleanup', 1, 'older-appview')`); err != nil {
+		t.Fatal(err)
+	}
+	held := mustAcquire(t, s, "cleanup", "instance-a")
+	if held.Fence != 1 {
+		t.Fatalf("granted fence %d over the claim of fence 1", held.Fence)
+	}
+	if err := s.Release(ctx, held); err != nil {
+		t.Fatalf("release of a grant whose fence an older appview had claimed: %v", err)
+	}
+	if st := readRow(t, db, "cleanup").State(); st != fence.StateReleased {
+		t.Fatalf("state after the release: %s", st)
+	}
+}
