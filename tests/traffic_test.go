@@ -19,6 +19,7 @@ import (
 
 	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/harness"
+	"github.com/atcr-io/appview/internal/jetstream"
 	"github.com/atcr-io/appview/internal/synth"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
@@ -58,10 +59,11 @@ type trafficOptions struct {
 	events, users, holds int
 	// rate is events per second per consumer connection (0: unpaced).
 	rate float64
-	// seq numbers the stream's events (a "cursor" on every line, from 1),
-	// so the replay server serves it as a Jetstream v2 server's legacy
-	// wire does: a consumer stores sequence positions and resumes by them.
-	seq bool
+	// v2 numbers the stream's events (a "cursor" on every line, from 1)
+	// and points the consumer at the replay server's v2 wire, which
+	// serves them as proposal-0015 frames with those sequence numbers: a
+	// consumer stores sequence positions and resumes by them.
+	v2 bool
 	// creator is the appview binary that creates and migrates the
 	// database (its `webhooks add`); "" is the binary under test.
 	creator string
@@ -80,7 +82,7 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 	stream, expPath := filepath.Join(dir, "stream.jsonl"), filepath.Join(dir, "expected.json")
 	runCmd(t, ctx, devBin, "synth", "--seed", "7", "--events", fmt.Sprint(o.events), "--users", fmt.Sprint(o.users),
 		"--holds", fmt.Sprint(o.holds), "--out", stream, "--expected", expPath)
-	if o.seq {
+	if o.v2 {
 		numberLines(t, stream)
 	}
 	creator := bin
@@ -139,6 +141,9 @@ func startTraffic(t *testing.T, c *harness.Cluster, db string, o trafficOptions)
 		t.Fatal(err)
 	}
 	tr.url = "ws://" + addr + "/subscribe"
+	if o.v2 {
+		tr.url = "ws://" + addr + jetstream.PathV2
+	}
 	tr.reader, err = database.Open(ctx, database.Options{URL: db, BusyTimeout: 5 * time.Second, MaxOpenConns: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -328,8 +333,9 @@ func (tr *traffic) progress(f float64) int64 {
 
 // numberLines gives every event of the JSONL stream at path its sequence
 // number, line i+1 in a "cursor" member put first, as a Jetstream v2
-// server's legacy /subscribe wire sends it; the rest of each line stays
-// byte for byte.
+// server's legacy /subscribe wire sends it (the replay server serves such
+// a capture on the v2 wire too); the rest of each line stays byte for
+// byte.
 func numberLines(t *testing.T, path string) {
 	t.Helper()
 	data, err := os.ReadFile(path)

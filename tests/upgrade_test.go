@@ -12,47 +12,49 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/harness"
 	"github.com/atcr-io/appview/internal/jetstream"
 )
 
 // previousRelease is the commit the rolling-upgrade test runs beside the
-// build under test: the last commit of main before the lease rewrite
-// (918887c "lease: one home, no handover machinery…" and 4e55ce4 "lease:
-// claim the next fence with the nonce…"). It hands a lease over to a
-// contender standing by (/lease/standby, a transfer in one transaction)
-// and writes a grant and its nonce in one transaction; the build under
-// test releases and nudges, and claims the next fence's nonce before it
-// acquires. Both must share one lease table during an upgrade. Its schema
-// ends at migration previousSchema. It must be an ancestor of main, so
-// that every clean clone has it. Move it to the last release before the
-// next change of the lease protocol or of the schema.
-const previousRelease = "1fa90b150ba8293e8dae3163de815fc8dc960070"
+// build under test: main before the change that made a grant record its
+// nonce after the acquire (61a42df "lease: acquire in one statement, then
+// record the nonce") and before migration 17. It claims the next fence
+// with its nonce and then acquires under that claim; the build under test
+// acquires, then records its nonce: both share one lease table during an
+// upgrade. It indexes the stream as the build under test does (the end
+// state is compared with this build's rules) and its schema ends at
+// migration previousSchema. It must be an ancestor of main, so that every
+// full clone has it. Move it to the last commit before the next change of
+// the lease protocol or of the schema, and never to one before a change
+// of how records are indexed.
+const previousRelease = "ab31ada4ce28cec363d59cbc26fe75f480130277"
 
 // previousSchema is the newest migration previousRelease knows.
-const previousSchema = 15
+const previousSchema = 16
 
 // newerSchemaWarning is what an appview logs, once, at start on a
 // database a newer appview migrated (cmd/appview/serve.go, the same in
 // previousRelease).
 const newerSchemaWarning = "the database carries migrations this version does not know: a newer appview migrated it; running on it, but upgrade this instance"
 
-// upgradeTraffic is the stream an upgrade runs under, every event
-// numbered as a Jetstream v2 server's legacy wire numbers it: at its pace
-// it spans the nine replacements of a race-enabled build.
-var upgradeTraffic = trafficOptions{events: 4000, users: 8, holds: 3, rate: 250, seq: true}
+// upgradeTraffic is the stream an upgrade runs under, on the v2 wire with
+// sequence numbers: at its pace it spans the nine replacements of a
+// race-enabled build.
+var upgradeTraffic = trafficOptions{events: 4000, users: 8, holds: 3, rate: 250, v2: true}
 
-// previous is previousRelease's binary, built once per test process
-// (harness.BuildCommit keeps it across runs).
+// previous is previousRelease's binary, built once per test process.
 var previous struct {
 	once sync.Once
 	bin  string
 	err  error
 }
 
-// previousBinary returns previousRelease's appview binary, building it on
-// the first call of the first run (about a minute on 2 cores; later runs
-// find it in the user's cache directory).
+// previousBinary returns previousRelease's appview binary, built beside
+// the build under test, as it is (with the race detector when the tests
+// run with it): the first build on a machine compiles the commit's own
+// packages (about 20 s on 2 cores), later ones only link (harness.BuildCommit).
 func previousBinary(t *testing.T) string {
 	t.Helper()
 	previous.once.Do(func() {
@@ -63,11 +65,10 @@ func previousBinary(t *testing.T) string {
 			previous.err = err
 			return
 		}
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
+		out := filepath.Join(filepath.Dir(bin), "appview-previous")
+		if previous.err = harness.BuildCommit(ctx, root, previousRelease, os.TempDir(), out, raceEnabled); previous.err == nil {
+			previous.bin = out
 		}
-		previous.bin, previous.err = harness.BuildCommit(ctx, root, previousRelease, filepath.Join(cache, "appview-tests"))
 	})
 	if previous.err != nil {
 		t.Fatalf("build the previous release %s: %v", previousRelease, previous.err)
@@ -83,7 +84,7 @@ func TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.
 }
 
 // rollingUpgrade runs three instances of previousRelease on db, which it
-// created and migrated, under traffic with sequence positions, and
+// created and migrated, under traffic on the v2 wire, and
 // replaces them one at a time with the build under test (the upgrade),
 // then with previousRelease again (the rollback), then with the build
 // under test again, each replacement with events in flight. It checks
@@ -93,8 +94,9 @@ func TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.
 // lost its lease; the final database equals the stream's expected state
 // and every push reached the receiver once; an older instance started on
 // the migrated schema warns once and runs on; and each consumer handover
-// between the two binaries resumed by sequence number from the position
-// the other binary stored.
+// between the two binaries (the upgrade again among them: the consumer
+// moves from an instance of the rollback to one of the build under test)
+// resumed by sequence number from the position the other binary stored.
 func rollingUpgrade(t *testing.T, db string) {
 	old := previousBinary(t)
 	c := newCluster(t)
@@ -190,6 +192,7 @@ func checkNothingFailed(t *testing.T, c *harness.Cluster) {
 // nothing; the build under test migrated it once.
 func checkSchemaWarnings(t *testing.T, c *harness.Cluster, release map[string]string) {
 	t.Helper()
+	newer := newerThanPrevious(t)
 	migrated, sawCurrent := 0, false
 	for _, i := range c.Instances() {
 		r, ok := release[i.ID]
@@ -205,8 +208,8 @@ func checkSchemaWarnings(t *testing.T, c *harness.Cluster, release map[string]st
 			t.Errorf("%s (%s release) warned %d times of a newer schema; want %d", i.ID, r, len(warned), want)
 		}
 		for _, e := range warned {
-			if v := string(e.Fields["versions"]); v != fmt.Sprintf("[%d]", previousSchema+1) {
-				t.Errorf("%s: newer migrations %s; want [%d]", i.ID, v, previousSchema+1)
+			if v := string(e.Fields["versions"]); v != newer {
+				t.Errorf("%s: newer migrations %s; want %s", i.ID, v, newer)
 			}
 		}
 		migrated += len(i.Log.Find(0, harness.Msg("database migrated")))
@@ -215,6 +218,23 @@ func checkSchemaWarnings(t *testing.T, c *harness.Cluster, release map[string]st
 	if migrated != 1 {
 		t.Errorf("%d instances migrated the database; want the first of the build under test alone", migrated)
 	}
+}
+
+// newerThanPrevious is the versions the build under test knows and
+// previousRelease does not, as the warning's "versions" field lists them.
+func newerThanPrevious(t *testing.T) string {
+	t.Helper()
+	migs, err := database.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v []string
+	for _, m := range migs {
+		if m.Version > previousSchema {
+			v = append(v, fmt.Sprint(m.Version))
+		}
+	}
+	return "[" + strings.Join(v, ",") + "]"
 }
 
 // checkResumedBySeq: every grant of the consumer's lease to an instance of
@@ -253,6 +273,9 @@ func checkResumedBySeq(t *testing.T, c *harness.Cluster, release map[string]stri
 			t.Errorf("%s (%s, fence %d after %s) resumed from host %q seq %d with cursor %d; want the stored seq position",
 				i.ID, to, g.Fence, from, started[0].Str("host"), seq, cursor)
 			continue
+		}
+		if w := connected[0].Str("wire"); w != string(jetstream.WireV2) {
+			t.Errorf("%s (%s) connected on the %q wire; want v2", i.ID, to, w)
 		}
 		crossed[from+" to "+to]++
 	}

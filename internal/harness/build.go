@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -46,46 +45,40 @@ func Build(ctx context.Context, root, pkg, out string, race bool) error {
 	return nil
 }
 
-// BuildCommit returns an appview binary (./cmd/appview, without the race
-// detector) built from commit of the git repository at root, compiling it
-// only when cacheDir has none for that commit and toolchain yet: the tree
-// is taken with `git archive` into a scratch directory and built there
-// (the module cache serves its dependencies), and the binary is renamed
-// into cacheDir, so that a build cut short leaves nothing a later call
-// would take for one. The error says when the commit is not in the
-// repository (a shallow clone).
-func BuildCommit(ctx context.Context, root, commit, cacheDir string) (string, error) {
-	out := filepath.Join(cacheDir, fmt.Sprintf("appview-%s-%s-%s-%s", commit, runtime.GOOS, runtime.GOARCH, runtime.Version()))
-	if st, err := os.Stat(out); err == nil && st.Mode().IsRegular() {
-		return out, nil
+// BuildCommit builds ./cmd/appview of commit, from the git repository at
+// root, into out, with the race detector when race (as Build). The tree
+// is taken with `git archive` once per commit into
+// srcRoot/appview-src-COMMIT and built there: from a directory that does
+// not change, the build cache (GOCACHE) serves every package of the
+// commit after its first build, and the dependencies, shared with the
+// build under test, from the start. The tree is extracted into a scratch
+// directory and renamed into place whole, so a concurrent or interrupted
+// run never builds from half a tree. The error says when the commit is
+// not in the repository (a shallow clone).
+func BuildCommit(ctx context.Context, root, commit, srcRoot, out string, race bool) error {
+	src := filepath.Join(srcRoot, "appview-src-"+commit)
+	if _, err := os.Stat(filepath.Join(src, "go.mod")); err != nil {
+		if b, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+			return fmt.Errorf("harness: commit %s is not in the git repository at %s (a shallow clone? git fetch --unshallow): %v %s",
+				commit, root, err, strings.TrimSpace(string(b)))
+		}
+		tmp, err := os.MkdirTemp(srcRoot, ".appview-src-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if err := extract(ctx, root, commit, tmp); err != nil {
+			return err
+		}
+		// Another run may have put it in place meanwhile: theirs is the
+		// same tree.
+		if err := os.Rename(tmp, src); err != nil {
+			if _, serr := os.Stat(filepath.Join(src, "go.mod")); serr != nil {
+				return fmt.Errorf("harness: put the tree of %s in place: %w", commit, err)
+			}
+		}
 	}
-	if b, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("harness: commit %s is not in the repository at %s (a shallow clone? git fetch --unshallow): %v %s", commit, root, err, b)
-	}
-	src, err := os.MkdirTemp("", "appview-"+commit[:min(len(commit), 12)]+"-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(src)
-	if err := extract(ctx, root, commit, src); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(cacheDir, ".building-*")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	if err := Build(ctx, src, "./cmd/appview", tmp.Name(), false); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return "", err
-	}
-	return out, nil
+	return Build(ctx, src, "./cmd/appview", out, race)
 }
 
 // extract writes commit's tree into dir: git archive | tar -x.
