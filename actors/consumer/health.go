@@ -58,7 +58,7 @@ func (c *consumer) checkHealth(up jetstream.Upstream, from time.Time, bound time
 		}
 		return
 	}
-	reason := fmt.Sprintf("no event from any Jetstream host for %v", silent.Truncate(time.Second))
+	reason := fmt.Sprintf("no event from any host for %v", silent.Truncate(time.Second))
 	if h.Set(false, reason) {
 		ev := c.log.Warn().Str("reason", reason).Str("url", up.URL).Str("wire", string(up.Wire)).Str("state", up.State)
 		if up.LastError != "" {

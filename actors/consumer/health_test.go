@@ -28,7 +28,7 @@ func TestTheConsumerLogsEachChangeOfHealthOnceWithTheReasonAndTheHost(t *testing
 	for range 5 { // five retries, every host down for 12 s, unhealthy after 3 s
 		c.checkHealth(down, start, 3*time.Second)
 	}
-	if ok, _, reason := h.Status(); ok || !strings.HasPrefix(reason, "no event from any Jetstream host for 12s") {
+	if ok, _, reason := h.Status(); ok || !strings.HasPrefix(reason, "no event from any host for 12s") {
 		t.Fatalf("health ok=%v reason %q; want unhealthy, no event for 12s", ok, reason)
 	}
 	if src := h.Source(); src.URL != url || src.Wire != "legacy" || src.State != "backoff" || src.LastError == "" {
@@ -49,7 +49,7 @@ func TestTheConsumerLogsEachChangeOfHealthOnceWithTheReasonAndTheHost(t *testing
 	if len(lines) != 2 {
 		t.Fatalf("%d log lines, want one per change (2):\n%s", len(lines), buf.String())
 	}
-	if w := lines[0]; w["level"] != "warn" || !strings.HasPrefix(w["reason"].(string), "no event from any Jetstream host for 12s") ||
+	if w := lines[0]; w["level"] != "warn" || !strings.HasPrefix(w["reason"].(string), "no event from any host for 12s") ||
 		w["url"] != url || w["wire"] != "legacy" || !strings.Contains(w["last_error"].(string), "connection refused") {
 		t.Errorf("first line %v; want a warn with the reason, url, wire and last error", w)
 	}

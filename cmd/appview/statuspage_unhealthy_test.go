@@ -39,7 +39,7 @@ func TestStatusPageInHeadlessChromiumShowsAnUnhealthyConsumerAndAFailingBackfill
 	})
 	dom := headless(t, bin, base+"/", "--dump-dom")
 	for _, want := range []string{
-		`consumer <span class="unhealthy">unhealthy</span>: <span id="consumer-reason">no event from any Jetstream host for `,
+		`consumer <span class="unhealthy">unhealthy</span>: <span id="consumer-reason">no event from any host for `,
 		`<code id="consumer-url">ws://127.0.0.1:1/subscribe</code> (legacy wire, `,
 		"last event none yet",
 		"last error: dial ", "connection refused",
