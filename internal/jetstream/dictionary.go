@@ -36,9 +36,16 @@ func (c *Client) v2Decoder(ctx context.Context, base string) (dec *Decoder, id u
 	case errors.As(err, &te):
 		// The host (or the way to it) is failing now, as it may at the
 		// moment a failover dials it: read it uncompressed for now and
-		// ask again later.
+		// ask again later. Said at warn for the first failure only: with
+		// the host unreachable every minute would say it again, and the
+		// consumer already says once that it is unhealthy.
+		_, again := c.dictRetry[host]
 		c.dictRetry[host] = time.Now().Add(dictRetryAfter)
-		c.opts.Log.Warn().Err(err).Str("url", logval.RedactURL(base)).Int64("retry_in_ms", dictRetryAfter.Milliseconds()).
+		ev := c.opts.Log.Warn()
+		if again {
+			ev = c.opts.Log.Debug()
+		}
+		ev.Err(err).Str("url", logval.RedactURL(base)).Int64("retry_in_ms", dictRetryAfter.Milliseconds()).
 			Msg("jetstream: zstd dictionary not fetched; reading this host uncompressed for now")
 		return c.dec, 0, false
 	case err != nil:

@@ -657,3 +657,51 @@ func TestV2ServerTextIsBoundedWithoutLosingItsEndOrSplittingACharacter(t *testin
 		t.Errorf("error frame = %+v, %v: want its name, and its message bounded with its end", d.err, err)
 	}
 }
+
+// With a host's dictionary endpoint failing for now at every retry (the
+// host unreachable), the first failure is said at warn and the next ones
+// at debug, until a fetch succeeds.
+func TestV2DictionaryFetchFailingAgainWarnsOnlyTheFirstTime(t *testing.T) {
+	id, err := DictionaryIDOf(dictionary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startV2(t, &v2Server{dict: dictionary, dictID: id, dictStatus: http.StatusServiceUnavailable, dictFailures: 3})
+	var mu sync.Mutex
+	var levels []string
+	log := zerolog.New(writerFunc(func(p []byte) (int, error) {
+		var line struct{ Level, Message string }
+		if err := json.Unmarshal(p, &line); err == nil && strings.Contains(line.Message, "dictionary not fetched") {
+			mu.Lock()
+			levels = append(levels, line.Level)
+			mu.Unlock()
+		}
+		return len(p), nil
+	})).Level(zerolog.DebugLevel)
+	c, err := NewClient(ClientOptions{URLs: []string{s.url()}, Compress: true, Log: log}, func(context.Context, Batch) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host := HostOf(s.url())
+	fetch := func() uint32 {
+		if _, ok := c.dictRetry[host]; ok {
+			c.dictRetry[host] = time.Now().Add(-time.Second) // the retry time has come
+		}
+		_, got, _ := c.v2Decoder(context.Background(), s.url())
+		return got
+	}
+	for range 3 {
+		if got := fetch(); got != 0 {
+			t.Fatalf("dictionary %d while the endpoint fails", got)
+		}
+	}
+	if got := fetch(); got != id {
+		t.Fatalf("dictionary %d once the endpoint answers, want %d", got, id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"warn", "debug", "debug"}; !slices.Equal(levels, want) {
+		t.Fatalf("levels %v, want %v", levels, want)
+	}
+}
