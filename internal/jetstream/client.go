@@ -215,6 +215,11 @@ type Batch struct {
 	MaxSeq int64
 	// Events are the frames that decoded, in stream order.
 	Events []Event
+	// Received[i] is when the frame of Events[i] began to be read off the
+	// socket, on this host's clock: where a frame's time to its commit
+	// starts (appview_jetstream_event_commit_seconds). Nil in a batch not
+	// read from a connection.
+	Received []time.Time
 	// Failures are the frames in this run that did not decode, in stream
 	// order; they have been counted (decode_errors_total) and are skipped.
 	// Their position among Events is not kept: a failure has no cursor.

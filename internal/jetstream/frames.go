@@ -109,7 +109,8 @@ func (c *Client) read(cs *connState) error {
 		if err != nil {
 			return err
 		}
-		conn.SetReadDeadline(time.Now().Add(stale))
+		arrived := time.Now() // the frame's first bytes are here
+		conn.SetReadDeadline(arrived.Add(stale))
 		buf.Reset()
 		n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
 		if err != nil {
@@ -237,6 +238,7 @@ func (c *Client) read(cs *connState) error {
 		}
 		if it.fail == nil {
 			it.size = n // a failure keeps none of its frame
+			it.at = arrived
 		}
 		if !cs.ahead.wait(it.size, cs.stop) {
 			return nil
@@ -293,6 +295,8 @@ type item struct {
 	// size is the frame's length in bytes, counted against the read-ahead
 	// bound (readAhead) until the batch holding it has been handled.
 	size int64
+	// at is when an event's frame was read off the socket (Batch.Received).
+	at time.Time
 }
 
 // readAhead bounds the bytes of frames read and not yet handled: the
@@ -385,6 +389,7 @@ func (c *Client) deliver(ctx context.Context, cs *connState) error {
 				b.Failures = append(b.Failures, it.fail)
 			} else {
 				b.Events = append(b.Events, it.ev)
+				b.Received = append(b.Received, it.at)
 			}
 			size += it.size
 			if b.Len() >= c.opts.BatchSize || size >= c.opts.BatchBytes {
