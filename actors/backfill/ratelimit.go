@@ -32,6 +32,14 @@ const (
 	maxRateLimitWaitDefault   = 15 * time.Minute
 )
 
+// windowMargin is how long after a window's end, as worked out from the
+// answer that opened it (hostLimiter.opened), the next request is sent.
+// The reference PDS's in-memory limiter (rate-limiter-flexible) ends a
+// window with a timer: a request that lands after the window's time but
+// before the timer has fired still counts in the spent window, and is
+// refused. Its event loop may run that timer late while it is busy.
+const windowMargin = 50 * time.Millisecond
+
 // minRateLimitHold is the least a 429 holds its host, whatever reset it
 // named: a reset already past on this host's clock (the peer's clock is
 // behind ours, or Retry-After: 0) would otherwise send the request again
@@ -60,19 +68,44 @@ type rateLimitHeaders struct {
 	// reset is when the window resets (Retry-After, else RateLimit-Reset);
 	// zero when neither was sent.
 	reset time.Time
+	// limit is RateLimit-Limit and window the window of RateLimit-Policy
+	// ("3000;w=300"); 0 when not stated.
+	limit  int
+	window time.Duration
 }
 
-// parseRateLimit reads RateLimit-Remaining, and the reset from
-// Retry-After, else RateLimit-Reset (outbound.Reset).
+// parseRateLimit reads RateLimit-Remaining, RateLimit-Limit, the window
+// of RateLimit-Policy, and the reset from Retry-After, else
+// RateLimit-Reset (outbound.Reset).
 func parseRateLimit(h http.Header, now time.Time) rateLimitHeaders {
-	out := rateLimitHeaders{remaining: -1}
+	out := rateLimitHeaders{remaining: -1, window: policyWindow(h.Get("RateLimit-Policy"))}
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("RateLimit-Remaining"))); err == nil && v >= 0 {
 		out.remaining = v
+	}
+	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("RateLimit-Limit"))); err == nil && v > 0 {
+		out.limit = v
 	}
 	if at, ok := outbound.RateLimitReset(h, now); ok {
 		out.reset = at
 	}
 	return out
+}
+
+// policyWindow is the window of the first policy of a RateLimit-Policy
+// value ("25;w=5": 5 s), 0 when it states none.
+func policyWindow(v string) time.Duration {
+	first, _, _ := strings.Cut(v, ",")
+	_, params, _ := strings.Cut(first, ";")
+	for _, p := range strings.Split(params, ";") {
+		k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if k != "w" {
+			continue
+		}
+		if secs, err := strconv.Atoi(strings.TrimSpace(val)); err == nil && secs > 0 && secs <= 86400 {
+			return time.Duration(secs) * time.Second
+		}
+	}
+	return 0
 }
 
 // hostLimiter paces the requests to one host: at most perHost in flight,
@@ -84,6 +117,11 @@ type hostLimiter struct {
 
 	mu        sync.Mutex
 	notBefore time.Time
+	// opened is when the window open now ends at the latest: the answer
+	// that opened it (RateLimit-Remaining one below RateLimit-Limit)
+	// came back then less the policy's window, and the peer counted the
+	// request before it answered. Zero until such an answer came.
+	opened time.Time
 }
 
 // rateLimits holds the hostLimiter of every host contacted.
@@ -154,10 +192,20 @@ func (l *rateLimits) acquire(ctx context.Context, host string) (time.Duration, f
 // Remaining 0) holds the host until its reset; a nearly spent one spaces
 // the next requests evenly over what is left of the window, so a backfill
 // runs at the peer's pace instead of into its limit.
+//
+// The reset is the window's end as this host saw it open (windowEnd) when
+// an answer said so: the reference floors RateLimit-Reset to the second
+// (outbound.RateLimitReset adds one), which with a 5 s window left up to
+// a fifth of the allowance unused, and a reset that fell just after the
+// real end sent the next request into the spent window. A 429 keeps the
+// peer's own word (Retry-After).
 func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	now := l.now()
+	hl := l.host(host)
 	if status == http.StatusTooManyRequests && !rl.reset.IsZero() {
 		rl.reset = latest(rl.reset, now.Add(minRateLimitHold))
+	} else if end, ok := hl.windowEnd(now, rl); ok && !rl.reset.IsZero() {
+		rl.reset = end
 	}
 	if rl.reset.IsZero() || !rl.reset.After(now) {
 		return
@@ -175,7 +223,6 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	if l.maxHold > 0 && asked > l.maxHold {
 		next = now.Add(l.maxHold)
 	}
-	hl := l.host(host)
 	hl.mu.Lock()
 	wasHeld := hl.notBefore.After(now)
 	if next.After(hl.notBefore) {
@@ -185,6 +232,24 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	if !wasHeld && l.onHold != nil && (status == http.StatusTooManyRequests || rl.remaining == 0) {
 		l.onHold(host, asked, next.Sub(now))
 	}
+}
+
+// windowEnd notes a window opened by the answer rl (received at now) and
+// returns when the window rl was counted in ends, plus windowMargin, when
+// known: the window opened last, while its end is still ahead (a window
+// cannot end before it; a later one opening shows as its own opening
+// answer). ok is false when no opening answer was seen for it (another
+// client of the same limit opened it, or the peer states no policy).
+func (hl *hostLimiter) windowEnd(now time.Time, rl rateLimitHeaders) (time.Time, bool) {
+	hl.mu.Lock()
+	defer hl.mu.Unlock()
+	if rl.limit > 0 && rl.window > 0 && rl.remaining == rl.limit-1 {
+		hl.opened = now.Add(rl.window)
+	}
+	if !hl.opened.After(now) {
+		return time.Time{}, false
+	}
+	return hl.opened.Add(windowMargin), true
 }
 
 // latest is the later of a and b.
