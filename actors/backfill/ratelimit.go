@@ -110,13 +110,23 @@ func policyWindow(v string) time.Duration {
 
 // hostLimiter paces the requests to one host: at most perHost in flight,
 // none before notBefore (set when the host said its window is spent), and,
-// while few requests remain in the window, the rest spread over what is
-// left of it.
+// while few requests remain in the window, one at a time, the rest spread
+// over what is left of it.
 type hostLimiter struct {
 	slots chan struct{}
+	// turn (capacity 1) is held by the one request in flight while the
+	// host is paced, so that each sees the answer to the one before: two
+	// requests released together by one notBefore took two of the last
+	// point, and one was refused.
+	turn chan struct{}
 
 	mu        sync.Mutex
 	notBefore time.Time
+	// paced: the last answer left few requests in the window, or none.
+	paced bool
+	// inflight counts the requests sent and not yet released: an answer's
+	// RateLimit-Remaining is shared with those still on their way.
+	inflight int
 	// opened is when the window open now ends at the latest: the answer
 	// that opened it (RateLimit-Remaining one below RateLimit-Limit)
 	// came back then less the policy's window, and the peer counted the
@@ -151,15 +161,16 @@ func (l *rateLimits) host(h string) *hostLimiter {
 	defer l.mu.Unlock()
 	hl, ok := l.hosts[h]
 	if !ok {
-		hl = &hostLimiter{slots: make(chan struct{}, l.perHost)}
+		hl = &hostLimiter{slots: make(chan struct{}, l.perHost), turn: make(chan struct{}, 1)}
 		l.hosts[h] = hl
 	}
 	return hl
 }
 
 // acquire takes one of the host's slots and waits until the host may be
-// asked again. It returns how long it waited for the rate limit (not for a
-// slot) and a release function, or ctx's error.
+// asked again (and, while it is paced, for its turn). It returns how long
+// it waited for the rate limit (not for a slot) and a release function,
+// to be called once the answer was observed, or ctx's error.
 func (l *rateLimits) acquire(ctx context.Context, host string) (time.Duration, func(), error) {
 	hl := l.host(host)
 	select {
@@ -167,20 +178,45 @@ func (l *rateLimits) acquire(ctx context.Context, host string) (time.Duration, f
 	case <-ctx.Done():
 		return 0, nil, ctx.Err()
 	}
-	release := func() { <-hl.slots }
+	turn := false
+	free := func() {
+		if turn {
+			<-hl.turn
+		}
+		<-hl.slots
+	}
 	var waited time.Duration
 	for {
 		hl.mu.Lock()
 		d := hl.notBefore.Sub(l.now())
+		if d <= 0 && (turn || !hl.paced) {
+			hl.inflight++
+			hl.mu.Unlock()
+			return waited, func() {
+				hl.mu.Lock()
+				hl.inflight--
+				hl.mu.Unlock()
+				free()
+			}, nil
+		}
 		hl.mu.Unlock()
-		if d <= 0 {
-			return waited, release, nil
+		if d <= 0 { // paced: one request at a time; then look again
+			began := time.Now()
+			select {
+			case hl.turn <- struct{}{}:
+				turn = true
+				waited += time.Since(began)
+				continue
+			case <-ctx.Done():
+				free()
+				return waited, nil, ctx.Err()
+			}
 		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			release()
+			free()
 			return waited, nil, ctx.Err()
 		case <-t.C:
 			waited += d
@@ -210,13 +246,21 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 	if rl.reset.IsZero() || !rl.reset.After(now) {
 		return
 	}
+	// What is left for the requests not yet sent: the others in flight
+	// (this one is counted until it is released) take theirs first.
+	hl.mu.Lock()
+	left := rl.remaining - max(hl.inflight-1, 0)
+	hl.mu.Unlock()
 	var next time.Time
 	switch {
-	case status == http.StatusTooManyRequests || rl.remaining == 0:
+	case status == http.StatusTooManyRequests || (rl.remaining >= 0 && left <= 0):
 		next = rl.reset
-	case rl.remaining > 0 && rl.remaining <= 2*l.perHost:
-		next = now.Add(rl.reset.Sub(now) / time.Duration(rl.remaining+1))
+	case rl.remaining > 0 && left <= 2*l.perHost:
+		next = now.Add(rl.reset.Sub(now) / time.Duration(left+1))
 	default:
+		hl.mu.Lock()
+		hl.paced = false
+		hl.mu.Unlock()
 		return
 	}
 	asked := next.Sub(now)
@@ -224,12 +268,13 @@ func (l *rateLimits) observe(host string, status int, rl rateLimitHeaders) {
 		next = now.Add(l.maxHold)
 	}
 	hl.mu.Lock()
+	hl.paced = true
 	wasHeld := hl.notBefore.After(now)
 	if next.After(hl.notBefore) {
 		hl.notBefore = next
 	}
 	hl.mu.Unlock()
-	if !wasHeld && l.onHold != nil && (status == http.StatusTooManyRequests || rl.remaining == 0) {
+	if !wasHeld && l.onHold != nil && (status == http.StatusTooManyRequests || left <= 0) {
 		l.onHold(host, asked, next.Sub(now))
 	}
 }

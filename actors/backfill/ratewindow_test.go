@@ -159,3 +159,65 @@ func TestBackfillSpendsEachWindowOfAPDSWithoutA429(t *testing.T) {
 		t.Errorf("the limit bound in %d windows: the test did not exercise the pacing", lim.windows)
 	}
 }
+
+// RateLimit-Remaining is shared with the requests still in flight: an
+// answer that left one request while another was on its way left none
+// for the next, which was sent (spaced) and refused. The host is now held
+// until the reset.
+func TestRequestsInFlightTakeTheirShareOfWhatRemains(t *testing.T) {
+	t0 := time.Unix(1_767_000_000, 300_000_000)
+	l := newRateLimits(2, func() time.Time { return t0 })
+	const host = "pds.example"
+	ctx := context.Background()
+	_, release1, err := l.acquire(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, release2, err := l.acquire(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := t0.Add(3 * time.Second)
+	l.observe(host, http.StatusOK, parseRateLimit(answer(25, 1, 5*time.Second, end), t0))
+	release1()
+	defer release2()
+	if got, want := l.host(host).notBefore, time.Unix(end.Unix()+1, 0); !got.Equal(want) {
+		t.Fatalf("held until %v with one request left and another in flight, want the reset %v", got.Sub(t0), want.Sub(t0))
+	}
+}
+
+// While few requests remain, they go one at a time: two requests waiting
+// for the same spaced time went together, for the same last points.
+func TestAPacedHostTakesOneRequestAtATime(t *testing.T) {
+	l := newRateLimits(2, time.Now)
+	const host = "pds.example"
+	ctx := context.Background()
+	now := time.Now()
+	l.observe(host, http.StatusOK, rateLimitHeaders{remaining: 3, reset: now.Add(200 * time.Millisecond)})
+	type acquired struct{ release func() }
+	got := make(chan acquired, 2)
+	for range 2 {
+		go func() {
+			_, release, err := l.acquire(ctx, host)
+			if err != nil {
+				t.Error(err)
+				release = func() {}
+			}
+			got <- acquired{release}
+		}()
+	}
+	first := <-got
+	select {
+	case <-got:
+		t.Fatal("a second request went while the first was in flight on a paced host")
+	case <-time.After(150 * time.Millisecond): // past the spaced time: it must still be waiting
+	}
+	l.observe(host, http.StatusOK, rateLimitHeaders{remaining: 2, reset: time.Now().Add(100 * time.Millisecond)})
+	first.release()
+	select {
+	case second := <-got:
+		second.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second request did not go once the first was answered")
+	}
+}
