@@ -3,14 +3,17 @@
 package interop2
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -208,15 +211,21 @@ func commitsOf(in *harness.Instance) []commitMark {
 	return out
 }
 
-// committedAt is when the event numbered seq committed: the first commit
+// committedIn is the commit of the event numbered seq: the first commit
 // whose position reached it.
-func committedAt(marks []commitMark, seq int64) (time.Time, bool) {
+func committedIn(marks []commitMark, seq int64) (commitMark, bool) {
 	for _, m := range marks {
 		if m.lastSeq >= seq {
-			return m.committed, true
+			return m, true
 		}
 	}
-	return time.Time{}, false
+	return commitMark{}, false
+}
+
+// committedAt is when the event numbered seq committed.
+func committedAt(marks []commitMark, seq int64) (time.Time, bool) {
+	m, ok := committedIn(marks, seq)
+	return m.committed, ok
 }
 
 // appviewSpec is an instance consuming the chain's Jetstream on the
@@ -235,4 +244,33 @@ func clusterIn(t *testing.T, e *figEnv, name string) *harness.Cluster {
 	c := harness.NewCluster(e.bin, filepath.Join(e.work, name))
 	t.Cleanup(c.Close)
 	return c
+}
+
+// eventCommitHistogram is an instance's appview_jetstream_event_commit_seconds
+// as "≤1ms 120, ≤2ms 180, ..." (cumulative counts up to 64 ms, and the
+// total): the appview's own view of frame arrival to commit.
+func eventCommitHistogram(admin string) string {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		const prefix = `appview_jetstream_event_commit_seconds_bucket{le="`
+		if !strings.HasPrefix(l, prefix) {
+			if n, ok := strings.CutPrefix(l, "appview_jetstream_event_commit_seconds_count "); ok {
+				out = append(out, "count "+n)
+			}
+			continue
+		}
+		le, count, _ := strings.Cut(strings.TrimPrefix(l, prefix), `"} `)
+		if v, err := strconv.ParseFloat(le, 64); err == nil && v <= 0.064 {
+			out = append(out, fmt.Sprintf("≤%gms %s", v*1000, count))
+		}
+	}
+	return strings.Join(out, ", ")
 }
