@@ -42,9 +42,9 @@ type timedWrite struct {
 	answered       time.Time
 }
 
-// sample is one write's three intervals, in ms, and what it was: the
+// writeTimes is one write's three intervals, in ms, and what it was: the
 // write, and how many events its commit carried.
-type sample struct {
+type writeTimes struct {
 	total, jetstream, added float64
 	what                    string
 	batch                   int
@@ -61,6 +61,14 @@ type freshUser struct {
 }
 
 type freshManifest struct{ repo, digest, rkey string }
+
+// phase is where one phase's user actions go: the PDS, the timed writes
+// (w), and the hold the manifests name.
+type phase struct {
+	pds  *pdsClient
+	w    *writes
+	hold string
+}
 
 // writes gathers the timed writes of a phase.
 type writes struct {
@@ -95,43 +103,43 @@ func (w *writes) snapshot() ([]timedWrite, error) {
 // timed makes one write (createRecord, putRecord or deleteRecord) and
 // notes when the PDS answered it; it returns the record's URI (empty for
 // a delete).
-func (c *pdsClient) timed(ctx context.Context, w *writes, a *account, nsid, what string, in map[string]any) (string, error) {
+func (p *phase) timed(ctx context.Context, a *account, nsid, what string, in map[string]any) (string, error) {
 	var out struct {
 		URI    string `json:"uri"`
 		Commit struct {
 			Rev string `json:"rev"`
 		} `json:"commit"`
 	}
-	err := c.call(ctx, http.MethodPost, nsid, a.JWT, in, "", &out)
+	err := p.pds.call(ctx, http.MethodPost, nsid, a.JWT, in, "", &out)
 	at := time.Now()
 	if err == nil && out.Commit.Rev == "" {
 		err = fmt.Errorf("%s: the answer names no commit rev", nsid)
 	}
-	return out.URI, w.add(timedWrite{did: a.DID, rev: out.Commit.Rev, what: what, answered: at}, err)
+	return out.URI, p.w.add(timedWrite{did: a.DID, rev: out.Commit.Rev, what: what, answered: at}, err)
 }
 
-func (c *pdsClient) createT(ctx context.Context, w *writes, a *account, col, rkey string, rec map[string]any) (string, error) {
+func (p *phase) create(ctx context.Context, a *account, col, rkey string, rec map[string]any) (string, error) {
 	rec["$type"] = col
 	in := map[string]any{"repo": a.DID, "collection": col, "record": rec, "validate": false}
 	if rkey != "" {
 		in["rkey"] = rkey
 	}
-	return c.timed(ctx, w, a, "com.atproto.repo.createRecord", "create "+col, in)
+	return p.timed(ctx, a, "com.atproto.repo.createRecord", "create "+col, in)
 }
 
-func (c *pdsClient) putT(ctx context.Context, w *writes, a *account, col, rkey string, rec map[string]any, update bool) error {
+func (p *phase) put(ctx context.Context, a *account, col, rkey string, rec map[string]any, update bool) error {
 	rec["$type"] = col
 	op := "create "
 	if update {
 		op = "update "
 	}
-	_, err := c.timed(ctx, w, a, "com.atproto.repo.putRecord", op+col,
+	_, err := p.timed(ctx, a, "com.atproto.repo.putRecord", op+col,
 		map[string]any{"repo": a.DID, "collection": col, "rkey": rkey, "record": rec, "validate": false})
 	return err
 }
 
-func (c *pdsClient) deleteT(ctx context.Context, w *writes, a *account, col, rkey string) error {
-	_, err := c.timed(ctx, w, a, "com.atproto.repo.deleteRecord", "delete "+col,
+func (p *phase) delete(ctx context.Context, a *account, col, rkey string) error {
+	_, err := p.timed(ctx, a, "com.atproto.repo.deleteRecord", "delete "+col,
 		map[string]any{"repo": a.DID, "collection": col, "rkey": rkey})
 	return err
 }
@@ -145,48 +153,50 @@ func (u *freshUser) mint() string {
 
 // push is what a docker push writes: the manifest, then its tag (moved
 // when it exists), and now and then a version tag.
-func (u *freshUser) push(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, hold string) error {
+func (u *freshUser) push(ctx context.Context, p *phase, r *rand.Rand) error {
 	repo := freshRepos[r.IntN(len(freshRepos))]
 	dig := u.mint()
-	uri, err := pds.createT(ctx, w, u.acct, colManifest, "", manifestRecord(repo, dig, hold, u.blob, false))
+	uri, err := p.create(ctx, u.acct, colManifest, "", manifestRecord(repo, dig, p.hold, u.blob, false))
 	if err != nil {
 		return err
 	}
 	u.manifests = append(u.manifests, freshManifest{repo, dig, rkeyOf(uri)})
-	if err := u.tag(ctx, pds, w, repo+"_latest", repo, "latest", dig); err != nil {
+	if err := u.tag(ctx, p, repo, "latest", dig); err != nil {
 		return err
 	}
 	if r.IntN(10) < 3 {
 		v := fmt.Sprintf("v%d", u.minted)
-		return u.tag(ctx, pds, w, repo+"_"+v, repo, v, dig)
+		return u.tag(ctx, p, repo, v, dig)
 	}
 	return nil
 }
 
 // pushIndex is a multi-platform push: two platform manifests, the index
 // that lists them, and its tag.
-func (u *freshUser) pushIndex(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, hold string) error {
+func (u *freshUser) pushIndex(ctx context.Context, p *phase, r *rand.Rand) error {
 	repo := freshRepos[r.IntN(len(freshRepos))]
 	for range 2 {
 		dig := u.mint()
-		uri, err := pds.createT(ctx, w, u.acct, colManifest, "", manifestRecord(repo, dig, hold, u.blob, false))
+		uri, err := p.create(ctx, u.acct, colManifest, "", manifestRecord(repo, dig, p.hold, u.blob, false))
 		if err != nil {
 			return err
 		}
 		u.manifests = append(u.manifests, freshManifest{repo, dig, rkeyOf(uri)})
 	}
 	dig := u.mint()
-	uri, err := pds.createT(ctx, w, u.acct, colManifest, "", manifestRecord(repo, dig, hold, u.blob, true))
+	uri, err := p.create(ctx, u.acct, colManifest, "", manifestRecord(repo, dig, p.hold, u.blob, true))
 	if err != nil {
 		return err
 	}
 	u.manifests = append(u.manifests, freshManifest{repo, dig, rkeyOf(uri)})
-	return u.tag(ctx, pds, w, repo+"_latest", repo, "latest", dig)
+	return u.tag(ctx, p, repo, "latest", dig)
 }
 
-func (u *freshUser) tag(ctx context.Context, pds *pdsClient, w *writes, rkey, repo, tag, dig string) error {
+// tag points repo:tag at dig (record key repo_tag), a create or an update.
+func (u *freshUser) tag(ctx context.Context, p *phase, repo, tag, dig string) error {
+	rkey := repo + "_" + tag
 	_, exists := u.tags[rkey]
-	err := pds.putT(ctx, w, u.acct, colTag, rkey, map[string]any{"repository": repo, "tag": tag, "manifestDigest": dig, "createdAt": now()}, exists)
+	err := p.put(ctx, u.acct, colTag, rkey, map[string]any{"repository": repo, "tag": tag, "manifestDigest": dig, "createdAt": now()}, exists)
 	if err == nil {
 		u.tags[rkey] = dig
 	}
@@ -194,14 +204,14 @@ func (u *freshUser) tag(ctx context.Context, pds *pdsClient, w *writes, rkey, re
 }
 
 // star stars other's repository, or takes the star back.
-func (u *freshUser) star(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, other *freshUser) error {
+func (u *freshUser) star(ctx context.Context, p *phase, r *rand.Rand, other *freshUser) error {
 	repo := freshRepos[r.IntN(len(freshRepos))]
 	key := other.acct.DID + "/" + repo
 	if rkey, ok := u.stars[key]; ok {
 		delete(u.stars, key)
-		return pds.deleteT(ctx, w, u.acct, colStar, rkey)
+		return p.delete(ctx, u.acct, colStar, rkey)
 	}
-	uri, err := pds.createT(ctx, w, u.acct, colStar, "", map[string]any{"subject": map[string]any{"did": other.acct.DID, "repository": repo}, "createdAt": now()})
+	uri, err := p.create(ctx, u.acct, colStar, "", map[string]any{"subject": map[string]any{"did": other.acct.DID, "repository": repo}, "createdAt": now()})
 	if err == nil {
 		u.stars[key] = rkeyOf(uri)
 	}
@@ -209,7 +219,7 @@ func (u *freshUser) star(ctx context.Context, pds *pdsClient, w *writes, r *rand
 }
 
 // untag deletes a version tag (a push when there is none).
-func (u *freshUser) untag(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, hold string) error {
+func (u *freshUser) untag(ctx context.Context, p *phase, r *rand.Rand) error {
 	var keys []string
 	for k := range u.tags {
 		if !strings.HasSuffix(k, "_latest") {
@@ -217,16 +227,16 @@ func (u *freshUser) untag(ctx context.Context, pds *pdsClient, w *writes, r *ran
 		}
 	}
 	if len(keys) == 0 {
-		return u.push(ctx, pds, w, r, hold)
+		return u.push(ctx, p, r)
 	}
 	sort.Strings(keys)
 	k := keys[r.IntN(len(keys))]
 	delete(u.tags, k)
-	return pds.deleteT(ctx, w, u.acct, colTag, k)
+	return p.delete(ctx, u.acct, colTag, k)
 }
 
 // prune deletes the oldest manifest no tag names (a push when none).
-func (u *freshUser) prune(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, hold string) error {
+func (u *freshUser) prune(ctx context.Context, p *phase, r *rand.Rand) error {
 	tagged := map[string]bool{}
 	for _, d := range u.tags {
 		tagged[d] = true
@@ -234,32 +244,33 @@ func (u *freshUser) prune(ctx context.Context, pds *pdsClient, w *writes, r *ran
 	for i, m := range u.manifests {
 		if !tagged[m.digest] {
 			u.manifests = append(u.manifests[:i], u.manifests[i+1:]...)
-			return pds.deleteT(ctx, w, u.acct, colManifest, m.rkey)
+			return p.delete(ctx, u.acct, colManifest, m.rkey)
 		}
 	}
-	return u.push(ctx, pds, w, r, hold)
+	return u.push(ctx, p, r)
 }
 
 // act is one user action of the scenario, chosen by x in [0, 1).
-func (u *freshUser) act(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, x float64, others []*freshUser, hold string) error {
+func (u *freshUser) act(ctx context.Context, p *phase, r *rand.Rand, x float64, others []*freshUser) error {
 	switch {
 	case x < 0.45:
-		return u.push(ctx, pds, w, r, hold)
+		return u.push(ctx, p, r)
 	case x < 0.55:
-		return u.pushIndex(ctx, pds, w, r, hold)
+		return u.pushIndex(ctx, p, r)
 	case x < 0.78:
-		return u.star(ctx, pds, w, r, others[r.IntN(len(others))])
+		return u.star(ctx, p, r, others[r.IntN(len(others))])
 	case x < 0.89:
-		return u.untag(ctx, pds, w, r, hold)
+		return u.untag(ctx, p, r)
 	default:
-		return u.prune(ctx, pds, w, r, hold)
+		return u.prune(ctx, p, r)
 	}
 }
 
-// scenario writes until stop says so, paced like people using a
-// registry: one action at a time with pauses of 20 ms to a few hundred,
-// and now and then a burst, three users acting at the same moment.
-func scenario(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, users []*freshUser, hold string, pause time.Duration, stop func() bool) error {
+// use writes until stop says so, paced like people using a registry:
+// one action at a time with pauses around pause (a quarter of it, plus an
+// exponential wait of mean pause, at most 8 × pause), and now and then a
+// burst, three users acting at the same moment.
+func (p *phase) use(ctx context.Context, r *rand.Rand, users []*freshUser, pause time.Duration, stop func() bool) error {
 	for !stop() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -281,15 +292,15 @@ func scenario(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, user
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_ = u.act(ctx, pds, w, rand.New(rand.NewPCG(seed, 1)), x, others(i), hold)
+					_ = u.act(ctx, p, rand.New(rand.NewPCG(seed, 1)), x, others(i))
 				}()
 			}
 			wg.Wait()
 		} else {
 			i := perm[0]
-			_ = users[i].act(ctx, pds, w, r, r.Float64(), others(i), hold)
+			_ = users[i].act(ctx, p, r, r.Float64(), others(i))
 		}
-		if _, err := w.snapshot(); err != nil {
+		if _, err := p.w.snapshot(); err != nil {
 			return err
 		}
 		gap := pause/4 + time.Duration(r.ExpFloat64()*float64(pause))
@@ -302,12 +313,13 @@ func scenario(ctx context.Context, pds *pdsClient, w *writes, r *rand.Rand, user
 }
 
 // measure waits until every write's frame reached the tap and its event
-// committed on in, then returns the samples.
-func measure(ctx context.Context, tp *tap, in *harness.Instance, ws []timedWrite, timeout time.Duration) ([]sample, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+// committed on in, then returns the samples. How often it looks does not
+// matter: the times are the tap's and the appview's own.
+func measure(tp *tap, in *harness.Instance, ws []timedWrite, timeout time.Duration) ([]writeTimes, error) {
+	var out []writeTimes
+	err := poll(timeout, func() error {
 		marks := commitsOf(in)
-		var out []sample
+		out = out[:0]
 		var missing []string
 		for _, w := range ws {
 			f, ok := tp.frame(w.did, w.rev)
@@ -321,22 +333,20 @@ func measure(ctx context.Context, tp *tap, in *harness.Instance, ws []timedWrite
 				continue
 			}
 			c := m.committed
-			out = append(out, sample{total: ms(c.Sub(w.answered)), jetstream: ms(f.at.Sub(w.answered)), added: ms(c.Sub(f.at)),
+			out = append(out, writeTimes{total: ms(c.Sub(w.answered)), jetstream: ms(f.at.Sub(w.answered)), added: ms(c.Sub(f.at)),
 				what: w.what, batch: m.events})
 		}
-		if len(missing) == 0 {
-			return out, nil
+		if len(missing) > 0 {
+			return fmt.Errorf("%d of %d writes not seen through, first: %s", len(missing), len(ws), missing[0])
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("%d of %d writes not seen through, first: %s", len(missing), len(ws), missing[0])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return out, err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func addedOf(ss []sample) []float64 {
+func addedOf(ss []writeTimes) []float64 {
 	var out []float64
 	for _, s := range ss {
 		out = append(out, s.added)
@@ -345,7 +355,7 @@ func addedOf(ss []sample) []float64 {
 }
 
 // report prints a phase's figures: prefix_total_p50_ms and so on.
-func report(t *testing.T, prefix string, ss []sample) {
+func report(t *testing.T, prefix string, ss []writeTimes) {
 	var total, js, added []float64
 	for _, s := range ss {
 		total, js, added = append(total, s.total), append(js, s.jetstream), append(added, s.added)
@@ -358,7 +368,7 @@ func report(t *testing.T, prefix string, ss []sample) {
 	figure(prefix+"_appview_added_p50_ms", quantile(added, 0.5), "ms")
 	figure(prefix+"_appview_added_p99_ms", quantile(added, 0.99), "ms")
 	t.Logf("%s: %d writes; appview added max %.2f ms, total max %.2f ms", prefix, len(ss), quantile(added, 1), quantile(total, 1))
-	slow := append([]sample(nil), ss...)
+	slow := append([]writeTimes(nil), ss...)
 	sort.Slice(slow, func(i, j int) bool { return slow[i].added > slow[j].added })
 	var top []string
 	for _, s := range slow[:min(5, len(slow))] {
@@ -438,12 +448,12 @@ func freshness(t *testing.T, ctx context.Context, e *figEnv) []*account {
 	}
 	warm := &writes{}
 	for _, u := range users {
-		if _, err := pds.createT(ctx, warm, u.acct, colProfile, "self", map[string]any{"defaultHold": hold, "createdAt": now()}); err != nil {
+		if _, err := (&phase{pds: pds, w: warm}).create(ctx, u.acct, colProfile, "self", map[string]any{"defaultHold": hold, "createdAt": now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ws, _ := warm.snapshot()
-	if ss, err := measure(ctx, tp, in, ws, time.Minute); err != nil {
+	if ss, err := measure(tp, in, ws, time.Minute); err != nil {
 		t.Fatalf("warm-up: %v\n%s", err, in.Tail(30))
 	} else {
 		var first []string
@@ -455,12 +465,12 @@ func freshness(t *testing.T, ctx context.Context, e *figEnv) []*account {
 	r := rand.New(rand.NewPCG(20261201, 7))
 	live := &writes{}
 	began := time.Now()
-	if err := scenario(ctx, pds, live, r, users, hold, 50*time.Millisecond, func() bool { return live.len() >= freshWrites }); err != nil {
+	if err := (&phase{pds: pds, w: live, hold: hold}).use(ctx, r, users, 50*time.Millisecond, func() bool { return live.len() >= freshWrites }); err != nil {
 		t.Fatalf("live writes: %v", err)
 	}
 	ws, _ = live.snapshot()
 	t.Logf("live phase: %d writes in %s (load average %s)", len(ws), time.Since(began).Round(time.Millisecond), loadAverage())
-	ss, err := measure(ctx, tp, in, ws, time.Minute)
+	ss, err := measure(tp, in, ws, time.Minute)
 	if err != nil {
 		t.Fatalf("live: %v\n%s", err, in.Tail(30))
 	}
@@ -513,7 +523,7 @@ func freshness(t *testing.T, ctx context.Context, e *figEnv) []*account {
 	}
 	caughtUp := func() (time.Time, bool) { return committedAt(commitsOf(in), lastSeq) }
 	during := &writes{}
-	if err := scenario(ctx, pds, during, r, users, hold, 20*time.Millisecond, func() bool { _, ok := caughtUp(); return ok }); err != nil {
+	if err := (&phase{pds: pds, w: during, hold: hold}).use(ctx, r, users, 20*time.Millisecond, func() bool { _, ok := caughtUp(); return ok }); err != nil {
 		t.Fatalf("writes during the catch-up: %v", err)
 	}
 	end, _ := caughtUp()
@@ -535,7 +545,7 @@ func freshness(t *testing.T, ctx context.Context, e *figEnv) []*account {
 			inCatchUp = append(inCatchUp, w)
 		}
 	}
-	ss, err = measure(ctx, tp, in, inCatchUp, time.Minute)
+	ss, err = measure(tp, in, inCatchUp, time.Minute)
 	if err != nil {
 		t.Fatalf("catch-up: %v\n%s", err, in.Tail(30))
 	}

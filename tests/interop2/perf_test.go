@@ -30,9 +30,9 @@ import (
 // catches up a 10,000-event backlog), and how close the backfill runs to
 // the PDS's rate limit. It prints `name value unit` lines.
 //
-// It runs after TestTier2 (go test runs the files in name order): its
-// accounts and their 10,000 records would otherwise reach TestTier2's
-// backfill pass, which compares whole tables.
+// It runs last (go test runs the files in name order): its accounts and
+// their 10,000 records would otherwise reach the backfill passes of
+// TestTier2 and TestLifecycle, which compare whole tables.
 func TestFigures(t *testing.T) {
 	started := time.Now()
 	defer func() { t.Logf("figures ran in %s", time.Since(started).Round(time.Millisecond)) }()
