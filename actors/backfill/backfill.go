@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -211,6 +212,13 @@ func New(o Options) (*Backfiller, error) {
 		onWait: func(host string, waited time.Duration) {
 			b.rateWaitNS.Add(int64(waited))
 			o.Metrics.RateLimitWait.WithLabelValues(host).Add(waited.Seconds())
+		},
+		onAnswer: func(host string, status int) {
+			code := "error"
+			if status > 0 {
+				code = strconv.Itoa(status)
+			}
+			o.Metrics.Requests.WithLabelValues(host, code).Inc()
 		}}
 	return b, nil
 }

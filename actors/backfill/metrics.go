@@ -36,6 +36,10 @@ type Metrics struct {
 	// peer's rate-limit window (after a 429, when RateLimit-Remaining was
 	// 0, or paced while it was low).
 	RateLimitWait *prometheus.CounterVec
+	// Requests counts the requests that got an answer, by host and
+	// status code ("200", "429", ...), and those that got none
+	// (code "error"): the rate a peer sees, and its 429s.
+	Requests *prometheus.CounterVec
 }
 
 // Run outcomes, the `outcome` label of the run metrics.
@@ -80,6 +84,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_backfill_rate_limit_wait_seconds_total",
 			Help: "Seconds backfill requests waited for a peer's rate-limit window, by host.",
 		}, []string{"host"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appview_backfill_requests_total",
+			Help: "Backfill requests by host and HTTP status code (\"error\": no answer), retries included.",
+		}, []string{"host", "code"}),
 	}
 	for _, c := range errorClasses {
 		m.Errors.WithLabelValues(c)
@@ -87,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.Runs, m.RunDuration, m.Repos, m.Records, m.Errors, m.Deferred, m.RateLimitWait} {
+	for _, c := range []prometheus.Collector{m.Runs, m.RunDuration, m.Repos, m.Records, m.Errors, m.Deferred, m.RateLimitWait, m.Requests} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register backfill metrics: %w", err)
 		}

@@ -115,6 +115,12 @@ func TestA429WithRateLimitResetIsWaitedOutNotCountedAsAFailure(t *testing.T) {
 	if got := testutil.ToFloat64(e.metrics.RateLimitWait.WithLabelValues(host)); got <= 0 {
 		t.Errorf("rate-limit wait = %v s, want > 0", got)
 	}
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues(host, "429")); got != float64(lim.refusals()) {
+		t.Errorf("requests answered 429 = %v, want the %d refusals", got, lim.refusals())
+	}
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues(host, "200")); got < float64(len(dids)) {
+		t.Errorf("requests answered 200 = %v, want at least one per repository (%d)", got, len(dids))
+	}
 }
 
 // A PDS answering every request with its RateLimit-* headers, as the

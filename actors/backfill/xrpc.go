@@ -150,6 +150,9 @@ type xrpcClient struct {
 	// each time a request waited for a host's window.
 	onDefer func(host string, wait time.Duration)
 	onWait  func(host string, waited time.Duration)
+	// onAnswer is told of every attempt's outcome: the status code, 0
+	// when no answer came.
+	onAnswer func(host string, status int)
 }
 
 // get calls base/xrpc/method?params and decodes the JSON answer into out.
@@ -227,6 +230,9 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 		if ctx.Err() != nil {
 			return backoff.Permanent(ctx.Err())
 		}
+		if c.onAnswer != nil {
+			c.onAnswer(host, 0)
+		}
 		xe := &xrpcError{method: method, host: host, message: err.Error(), class: classNetwork}
 		if errors.Is(err, outbound.ErrRefused) {
 			// The outbound guard refused the address: asking again
@@ -237,6 +243,9 @@ func (c *xrpcClient) once(ctx context.Context, target, method string, out any) e
 	}
 	defer resp.Body.Close()
 	now := time.Now()
+	if c.onAnswer != nil {
+		c.onAnswer(host, resp.StatusCode)
+	}
 	rl := parseRateLimit(resp.Header, now)
 	if c.limits != nil {
 		c.limits.observe(host, resp.StatusCode, rl)

@@ -299,7 +299,10 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 	if len(b.Events) == 0 && (b.MaxSeq == 0 || (host == c.pos.Host && b.MaxSeq <= c.pos.Seq)) {
 		return nil // only undecodable frames without a position: the next event moves it past them
 	}
-	rest := b.Events
+	rest, received := b.Events, b.Received
+	if len(received) != len(rest) {
+		received = nil // a batch built by hand: no arrival times
+	}
 	for {
 		start := time.Now()
 		// high: the newest time_us this incarnation committed on host's
@@ -315,7 +318,11 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 			}
 			return fmt.Errorf("commit batch of %d events: %w", len(rest), err)
 		}
-		c.advance(&b, rest[:out.n], out, time.Since(start))
+		var arrived []time.Time
+		if received != nil {
+			arrived, received = received[:out.n], received[out.n:]
+		}
+		c.advance(&b, rest[:out.n], arrived, out, out.at.Sub(start))
 		rest = rest[out.n:]
 		if len(rest) == 0 {
 			return nil
@@ -324,9 +331,9 @@ func (c *consumer) handle(ctx context.Context, b jetstream.Batch) error {
 }
 
 // advance moves the in-memory position, the metrics and the StatsCache,
-// dispatcher and re-reader on by what one commit of batch b did: events,
-// in took.
-func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, out committed, took time.Duration) {
+// dispatcher and re-reader on by what one commit of batch b did: events
+// (whose frames arrived at arrived, nil when unknown), in took.
+func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, arrived []time.Time, out committed, took time.Duration) {
 	pos := out.pos
 	if pos.host != c.pos.Host || (pos.seq > 0 && pos.seq > c.pos.Seq) || (pos.seq == 0 && pos.last > 0 && pos.reached >= c.pos.TimeUS) {
 		if acceptShared(c.pos, pos.host, pos.shared) {
@@ -353,6 +360,7 @@ func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, out com
 		c.highUS = max(c.highUS, newest)
 	}
 	c.o.Metrics.committed(len(events), took, c.cursor.Load())
+	c.o.Metrics.eventsCommitted(arrived, out.at)
 	c.o.Metrics.screened(out.stale, out.future, out.syncs, pos.seq)
 	if out.future > 0 {
 		c.sampled.Warn().Int("commits", out.future).Str("last", logval.String(out.lastFuture)).
@@ -364,7 +372,8 @@ func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, out com
 			first = events[0].Seq
 		}
 		e.Str("host", pos.host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(events)).
-			Int("failures", len(b.Failures)).Int("stale", out.stale).Int("future_rev", out.future).Msg("jetstream batch committed")
+			Int("failures", len(b.Failures)).Int("stale", out.stale).Int("future_rev", out.future).
+			Int64("committed_us", out.at.UnixMicro()).Msg("jetstream batch committed")
 	}
 	c.o.Metrics.lifecycle(out.rereads, out.shed)
 	if out.shed > 0 {

@@ -10,10 +10,13 @@ import (
 
 // Metrics are the consumer's Prometheus collectors.
 type Metrics struct {
-	batches   prometheus.Counter
-	events    prometheus.Counter
-	commit    prometheus.Histogram
-	cursorLag prometheus.GaugeFunc
+	batches prometheus.Counter
+	events  prometheus.Counter
+	commit  prometheus.Histogram
+	// eventCommit is each event's time from its frame's arrival to the
+	// commit of the transaction that applied it.
+	eventCommit prometheus.Histogram
+	cursorLag   prometheus.GaugeFunc
 	// cursorUS is the committed cursor (Unix µs) of the consumer running
 	// in this process, 0 while none runs (another instance holds the lease): what cursorLag is
 	// computed from when scraped.
@@ -31,7 +34,10 @@ type Metrics struct {
 
 // NewMetrics registers on reg: appview_consumer_batches_total,
 // appview_consumer_events_total (committed), appview_consumer_commit_seconds
-// (one batch: apply, enqueue, cursor, commit), appview_jetstream_cursor_lag_seconds
+// (one batch: apply, enqueue, cursor, commit),
+// appview_jetstream_event_commit_seconds (each event, from its frame's
+// arrival at the socket to the commit that applied it: what the
+// consumer adds to what Jetstream delivers), appview_jetstream_cursor_lag_seconds
 // (wall clock minus the committed cursor, computed when scraped, so it
 // grows while nothing commits: a stalled host, a stuck stream, a full
 // disk; 0 on an instance whose consumer is not running),
@@ -60,6 +66,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "appview_consumer_commit_seconds", Help: "Time to apply and commit one batch, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		eventCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "appview_jetstream_event_commit_seconds",
+			Help: "Time from a Jetstream frame's arrival at the socket to the commit of the transaction that applied its event, in seconds.",
+			// 0.5 ms .. 65 s: a lone live frame takes a few ms, a
+			// catch-up's frames wait behind the batches before them.
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
 		cursorTS: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appview_jetstream_cursor_timestamp_seconds", Help: "The committed Jetstream cursor (time_us) as a Unix time in seconds.",
 		}),
@@ -87,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.cursorLag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "appview_jetstream_cursor_lag_seconds", Help: "Wall clock minus the committed Jetstream cursor, in seconds (0 while this instance runs no consumer).",
 	}, m.lag)
-	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps, m.lifecycleRereads} {
+	for _, col := range []prometheus.Collector{m.batches, m.events, m.commit, m.eventCommit, m.cursorLag, m.cursorTS, m.seq, m.stale, m.future, m.syncs, m.gaps, m.lifecycleRereads} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register consumer metrics: %w", err)
 		}
@@ -104,6 +117,19 @@ func (m *Metrics) committed(events int, took time.Duration, cursorUS int64) {
 	m.commit.Observe(took.Seconds())
 	m.cursorTS.Set(float64(cursorUS) / 1e6)
 	m.cursorUS.Store(cursorUS)
+}
+
+// eventsCommitted observes, for each event committed at at, the time
+// since its frame arrived (Batch.Received; nil: unknown).
+func (m *Metrics) eventsCommitted(arrived []time.Time, at time.Time) {
+	if m == nil {
+		return
+	}
+	for _, t := range arrived {
+		if !t.IsZero() {
+			m.eventCommit.Observe(at.Sub(t).Seconds())
+		}
+	}
 }
 
 // following sets the cursor the lag is computed from: the stored one when

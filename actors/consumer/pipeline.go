@@ -101,6 +101,8 @@ type committed struct {
 	// n is how many of the part's events committed (events[:n]): at least
 	// one when there were any.
 	n int
+	// at is when the last transaction of the commit returned.
+	at time.Time
 	// pos is the position the commit saved.
 	pos batchPosition
 	// res carries the HoldStats and NewManifests of what committed (the
@@ -150,12 +152,14 @@ func (out *committed) add(more committed) {
 func (pl *pipeline) commit(ctx context.Context, p part) (committed, error) {
 	out, err := pl.prefix(ctx, p)
 	if err == nil || !isolable(ctx, err) {
+		out.at = time.Now()
 		return out, err
 	}
 	pl.log.Warn().Err(logval.Error(err)).Int("events", len(p.events)).Msg("batch did not commit; retrying it event by event")
 	out, err = pl.each(ctx, p)
 	out.n = len(p.events)
 	out.pos = positionOf(p.host, p.events, p.maxSeq, p.high)
+	out.at = time.Now()
 	return out, err
 }
 

@@ -26,17 +26,16 @@ const (
 	// transactions write each hot page to the WAL once per commit, not
 	// once per thousand events. A replay through serve ran 12-14k
 	// events/s with 1,000, 16-19k with 3,000 or 5,000 (docs/performance.md,
-	// sixth pass), and 1,000 had been 1.5x as fast as 100. Live, batches
-	// stay small: a partial batch waits only DefaultBatchLinger.
+	// sixth pass), and 1,000 had been 1.5x as fast as 100. A batch never
+	// waits to fill: it is what had arrived when the handler was free
+	// (see deliver), so live a lone frame is a batch of its own and a
+	// catch-up's batches fill while the one before commits.
 	DefaultBatchSize = 5000
 	// DefaultBatchBytes is the most frame bytes (as decoded, before
 	// parsing) in one Batch; the client also holds at most twice this in
 	// frames read and not yet handled (plus one frame), so memory stays
 	// bounded when frames are large.
 	DefaultBatchBytes = 8 << 20
-	// DefaultBatchLinger is how long a partial batch waits for more frames
-	// before it is delivered anyway.
-	DefaultBatchLinger = 20 * time.Millisecond
 	// DefaultStaleTimeout: a connection with no frame, ping or pong for
 	// this long is dead (matches config jetstream.stale_timeout).
 	DefaultStaleTimeout = 60 * time.Second
@@ -140,13 +139,14 @@ type ClientOptions struct {
 	// StaleTimeout: no event for this long (pings and pongs do not count)
 	// leaves the URL for the next one.
 	StaleTimeout time.Duration
-	// BatchSize, BatchBytes and BatchLinger shape deliveries: a Batch is
-	// delivered when it holds BatchSize entries or frames of BatchBytes
-	// bytes in all, or BatchLinger after its first entry. The client reads
-	// ahead at most BatchSize entries and 2 x BatchBytes bytes (one frame
-	// more when a single frame is larger) beyond what its handler has
-	// returned from. 0 means DefaultBatchSize, DefaultBatchBytes,
-	// DefaultBatchLinger.
+	// BatchSize, BatchBytes and BatchLinger shape deliveries: a Batch
+	// holds what has arrived, delivered as soon as the handler is free,
+	// and at most BatchSize entries or frames of BatchBytes bytes in all;
+	// a BatchLinger above 0 makes a partial batch wait that long after
+	// its first entry for more. The client reads ahead at most BatchSize
+	// entries and 2 x BatchBytes bytes (one frame more when a single
+	// frame is larger) beyond what its handler has returned from. 0 means
+	// DefaultBatchSize, DefaultBatchBytes, and no linger.
 	BatchSize   int
 	BatchBytes  int64
 	BatchLinger time.Duration
@@ -215,6 +215,11 @@ type Batch struct {
 	MaxSeq int64
 	// Events are the frames that decoded, in stream order.
 	Events []Event
+	// Received[i] is when the frame of Events[i] began to be read off the
+	// socket, on this host's clock: where a frame's time to its commit
+	// starts (appview_jetstream_event_commit_seconds). Nil in a batch not
+	// read from a connection.
+	Received []time.Time
 	// Failures are the frames in this run that did not decode, in stream
 	// order; they have been counted (decode_errors_total) and are skipped.
 	// Their position among Events is not kept: a failure has no cursor.
@@ -321,9 +326,6 @@ func NewClient(opts ClientOptions, h Handler) (*Client, error) {
 	}
 	if opts.BatchBytes == 0 {
 		opts.BatchBytes = DefaultBatchBytes
-	}
-	if opts.BatchLinger == 0 {
-		opts.BatchLinger = DefaultBatchLinger
 	}
 	if opts.MinBackoff == 0 {
 		opts.MinBackoff = DefaultMinBackoff

@@ -52,9 +52,9 @@
 //
 // A Client holds one connection at a time and runs three goroutines per
 // connection: a reader (reads and decodes frames, in order, into a buffer
-// of BatchSize), a pinger, and the Run goroutine, which gathers frames into
-// a Batch (BatchSize entries, or BatchLinger after the first) and calls the
-// Handler. The Handler blocks the Run goroutine; the reader stops once the
+// of BatchSize), a pinger, and the Run goroutine, which gathers the frames
+// that have arrived into a Batch (at most BatchSize entries, without
+// waiting for more unless BatchLinger is set) and calls the Handler. The Handler blocks the Run goroutine; the reader stops once the
 // buffer is full, so a consumer that has not acknowledged a batch holds the
 // stream back rather than queueing it in memory. Frames that fail to decode
 // travel in the batch as Failures, counted by class, and the stream goes

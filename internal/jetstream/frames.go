@@ -109,7 +109,8 @@ func (c *Client) read(cs *connState) error {
 		if err != nil {
 			return err
 		}
-		conn.SetReadDeadline(time.Now().Add(stale))
+		arrived := time.Now() // the frame's first bytes are here
+		conn.SetReadDeadline(arrived.Add(stale))
 		buf.Reset()
 		n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
 		if err != nil {
@@ -237,6 +238,7 @@ func (c *Client) read(cs *connState) error {
 		}
 		if it.fail == nil {
 			it.size = n // a failure keeps none of its frame
+			it.at = arrived
 		}
 		if !cs.ahead.wait(it.size, cs.stop) {
 			return nil
@@ -293,6 +295,8 @@ type item struct {
 	// size is the frame's length in bytes, counted against the read-ahead
 	// bound (readAhead) until the batch holding it has been handled.
 	size int64
+	// at is when an event's frame was read off the socket (Batch.Received).
+	at time.Time
 }
 
 // readAhead bounds the bytes of frames read and not yet handled: the
@@ -341,6 +345,13 @@ func (r *readAhead) done(n int64) {
 // deliver batches items and calls the handler until items closes (the
 // connection ended: what was read is still delivered), ctx ends (a partial
 // batch is dropped; the cursor replays it) or the handler fails.
+//
+// A batch is what has arrived: every item already queued when the first
+// is taken (up to BatchSize and BatchBytes), delivered at once, so a lone
+// frame on an idle stream goes to the handler the moment it is read, and
+// under load a batch holds what came while the handler was busy with the
+// one before (the reader decodes ahead meanwhile). Only a BatchLinger set
+// above 0 makes a partial batch wait for more.
 func (c *Client) deliver(ctx context.Context, cs *connState) error {
 	var b Batch
 	var size int64 // of b's frames
@@ -378,16 +389,29 @@ func (c *Client) deliver(ctx context.Context, cs *connState) error {
 		case <-ctx.Done():
 			return nil
 		case it, ok := <-cs.items:
+			for ok {
+				if it.fail != nil {
+					b.Failures = append(b.Failures, it.fail)
+				} else {
+					b.Events = append(b.Events, it.ev)
+					b.Received = append(b.Received, it.at)
+				}
+				size += it.size
+				if b.Len() >= c.opts.BatchSize || size >= c.opts.BatchBytes {
+					break
+				}
+				// Take what else has arrived, without waiting for more.
+				select {
+				case it, ok = <-cs.items:
+					continue
+				default:
+				}
+				break
+			}
 			if !ok {
 				return flush()
 			}
-			if it.fail != nil {
-				b.Failures = append(b.Failures, it.fail)
-			} else {
-				b.Events = append(b.Events, it.ev)
-			}
-			size += it.size
-			if b.Len() >= c.opts.BatchSize || size >= c.opts.BatchBytes {
+			if b.Len() >= c.opts.BatchSize || size >= c.opts.BatchBytes || c.opts.BatchLinger <= 0 {
 				if err := flush(); err != nil {
 					return err
 				}

@@ -178,11 +178,13 @@ func (c *pdsClient) list(t *testing.T, did, col string) []record {
 // poll calls f until it returns nil or timeout passes, returning its last error.
 func poll(timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		err := f()
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(250 * time.Millisecond)
+		<-tick.C
 	}
 }
