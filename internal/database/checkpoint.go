@@ -29,10 +29,8 @@ import (
 // tick, it makes a PASSIVE checkpoint, which takes no lock a writer needs
 // and waits for none, and, when that copied the whole log and nothing was
 // written since, a write that changes nothing (startOver) and starts the
-// log over, paying the header's fsync. A live writer of this process then
-// waits for the disk only when its transaction would begin during that
-// write (which is urgent: it waits for the write's end). A writer
-// catching up (the log growing by
+// log over, paying the header's fsync. A live writer then meets the disk only when
+// it collides with that write. A writer catching up (the log growing by
 // restartFrames or more a tick) is left alone: its commits checkpoint at
 // wal_autocheckpoint, as SQLite's do by default, so the log stays bounded
 // either way. A short log is left alone too: an idle database, or one
@@ -49,9 +47,6 @@ const (
 
 // checkpointer runs the background checkpoints of one DB.
 type checkpointer struct {
-	db *DB
-	// pool is the checkpointer's own: one connection, on which its write
-	// never waits for the lock.
 	pool    *sql.DB
 	shm     string // the wal-index, PATH-shm
 	stop    chan struct{}
@@ -59,16 +54,13 @@ type checkpointer struct {
 	stopped sync.Once
 }
 
-// startCheckpointer checkpoints the log of db, the file at path, looking
-// every interval, until close.
-func startCheckpointer(db *DB, path string, interval time.Duration) *checkpointer {
+// startCheckpointer checkpoints the log of the database at path, through
+// pool, looking every interval, until close.
+func startCheckpointer(pool *sql.DB, path string, interval time.Duration) *checkpointer {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	pool := sql.OpenDB(db.connector)
-	pool.SetMaxOpenConns(1)
-	pool.SetMaxIdleConns(1)
-	c := &checkpointer{db: db, pool: pool, shm: path + "-shm", stop: make(chan struct{}), done: make(chan struct{})}
+	c := &checkpointer{pool: pool, shm: path + "-shm", stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run(interval)
 	return c
 }
@@ -136,22 +128,10 @@ func (c *checkpointer) round() {
 // nothing changes, but the page that holds it is written (SQLite writes
 // the header page whenever the value is set, where an UPDATE that leaves
 // a row as it was writes nothing), so this is the first commit after the
-// checkpoint and starts the log over.
-//
-// It holds the write lock through the log header's fsync, so it goes as
-// an urgent write (DB.Urgent): this process's transactions that have not
-// begun wait for it to end rather than meet its lock and sleep in the
-// busy handler (1, 2, 5, 10 ms). And it never waits for the lock itself
-// (busy_timeout 0 on its own connection): a writer that holds it will
-// start the log over itself, or has already, and a transaction waiting
-// for an urgent write must not wait behind one. Either way the write
-// fails and is left at that.
+// checkpoint and starts the log over. Another writer's commit in between
+// (it started the log over itself) makes the write fail, which is left
+// at that.
 func (c *checkpointer) startOver(ctx context.Context) {
-	var ms int
-	if err := c.pool.QueryRowContext(ctx, "PRAGMA busy_timeout = 0").Scan(&ms); err != nil {
-		return
-	}
-	defer c.db.Urgent()()
 	tx, err := c.pool.BeginTx(ctx, nil)
 	if err != nil {
 		return
@@ -192,16 +172,15 @@ func walIndexHeader(shm string) (frames uint32, ok bool) {
 	return binary.NativeEndian.Uint32(h[16:20]), true
 }
 
-// close stops the checkpoints and closes their connection once none
-// runs; after wait it gives up on one stuck in the driver, whose
-// connection DB.Close then reports still busy.
+// close stops the checkpoints and returns once none runs, or after wait
+// when one is stuck in the driver (Close then reports the connection
+// still busy).
 func (c *checkpointer) close(wait time.Duration) {
 	c.stopped.Do(func() { close(c.stop) })
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-c.done:
-		_ = c.pool.Close()
 	case <-t.C:
 	}
 }

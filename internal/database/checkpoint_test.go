@@ -21,7 +21,7 @@ func TestALongLogIsCopiedAndStartedOverInTheBackground(t *testing.T) {
 	}
 	// A checkpointer that looks every 2 ms instead of checkpointEvery.
 	db.ckpt.close(closeWait)
-	db.ckpt = startCheckpointer(db, path, 2*time.Millisecond)
+	db.ckpt = startCheckpointer(db.DB, path, 2*time.Millisecond)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE rows (v BLOB)`); err != nil {
 		t.Fatal(err)
 	}

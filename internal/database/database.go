@@ -169,7 +169,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		}
 		if !o.ReadOnly {
 			db.wal = newWALWatch(path)
-			db.ckpt = startCheckpointer(db, path, checkpointEvery)
+			db.ckpt = startCheckpointer(db.DB, path, checkpointEvery)
 		}
 	}
 	return db, nil

@@ -19,8 +19,7 @@ import (
 // within microseconds of releasing it. A lease renewal queued behind such
 // a worker could miss its renew deadline although every transaction is
 // short. So, within one process, urgent writes (the lease store's
-// acquire, renewal and release; the checkpointer's write that starts the
-// log over, checkpoint.go) go first: an ordinary transaction that has
+// acquire, renewal and release) go first: an ordinary transaction that has
 // not begun waits while one is pending (WaitUrgent), up to urgentBound
 // after that write began, and urgent writes take turns (UrgentTurn), so
 // two of them never meet at the lock as SQLITE_BUSY. Across processes
