@@ -80,9 +80,6 @@ type DB struct {
 	// its write-ahead log the same way (nil when remote or read-only).
 	file os.FileInfo
 	wal  *walWatch
-	// ckpt checkpoints the log in the background (checkpoint.go; nil
-	// when remote or read-only).
-	ckpt *checkpointer
 	// applied and newer: see AppliedMigrations and NewerMigrations.
 	applied, newer []int
 	// migrated is set once Migrate succeeded: a missing table is then
@@ -169,7 +166,6 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		}
 		if !o.ReadOnly {
 			db.wal = newWALWatch(path)
-			db.ckpt = startCheckpointer(db.DB, path, checkpointEvery)
 		}
 	}
 	return db, nil
@@ -310,9 +306,6 @@ var ErrCloseAbandoned = errors.New("database: connections still busy in the driv
 // (a driver call stuck on a server that never answers), the handle is
 // left open and ErrCloseAbandoned returned.
 func (db *DB) Close() error {
-	if db.ckpt != nil {
-		db.ckpt.close(closeWait)
-	}
 	db.connector.live.closing()
 	err := db.DB.Close()
 	if !db.connector.live.wait(closeWait) {
