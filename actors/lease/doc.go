@@ -61,11 +61,9 @@
 // grant of this very process (its nonce) that no worker uses hands it
 // back at once (reason stale-grant) and tries again: an acquire given up
 // on that committed later, custody given up after a blackout, the grant
-// of a LeaseActor before it was restarted, or one whose answer was lost
-// after its nonce was recorded. (An acquire statement whose own answer is
-// lost leaves a grant without the nonce: nobody's own, it idles the lease
-// until its TTL runs out, as a crashed holder's does.) An acquire that
-// answers after the renew deadline is handed back too.
+// of a LeaseActor before it was restarted, or an answer lost after the
+// nonce landed (lost before it, the grant is nobody's and idles for its
+// TTL). An acquire answering after the renew deadline is handed back too.
 //
 // Holding: a successful renewal extends trust to attempt start +
 // renew_deadline; a failed one is retried every renew_interval/4 until the

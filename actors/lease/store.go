@@ -88,9 +88,8 @@ WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854
 RETURNING fence`
 
 	// nonceSQL records the process nonce of the grant at fence ?2, never
-	// over a later grant's (a slow write must not disown its successor).
-	// Only this grant's winner writes its fence, so a row already at it is
-	// a claim an older release wrote before acquiring, and it lost.
+	// over a later grant's. A row already at ?2 is a losing claim of an
+	// older release (which claimed before acquiring).
 	nonceSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce
 WHERE lease_holders.fence <= excluded.fence`
@@ -166,13 +165,10 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	return g, nil
 }
 
-// grant runs the acquire and, when it grants, records this process's
-// nonce for the new fence: two statements, so a graceful handover costs a
-// libSQL server two round trips, not a transaction's four, and a loser
-// reads the winner's grant, never a free lease that is being taken. A
-// nonce that fails to land leaves the grant this process's all the same
-// (renewals need no nonce); only its release will find it superseded, and
-// the successor waits out the TTL. Failed is told.
+// grant runs the acquire and, when granted, records this process's nonce
+// for the new fence (two statements, not a transaction's four round
+// trips). A nonce that fails to land (Failed is told) leaves the grant
+// this process's, but its release will find it superseded.
 func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
 	release, err := s.db.UrgentTurn(ctx)
 	if err != nil {
