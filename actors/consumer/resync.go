@@ -289,7 +289,7 @@ func (r *Resyncer) inactive(c fence.Custody, did string, requested int64, before
 func (r *Resyncer) reread(ctx context.Context, c fence.Custody, did string, requested int64) (applied, removed int, err error) {
 	pds, err := r.Resolver.PDSEndpoint(ctx, did)
 	if err != nil {
-		return 0, 0, fmt.Errorf("resolve %s: %w", did, err)
+		return 0, 0, err // the log line names the DID; Resolve says it too
 	}
 	var latest struct {
 		Rev string `json:"rev"`
