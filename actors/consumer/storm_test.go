@@ -74,8 +74,8 @@ func (p *stampedPDS) stamps() ([]time.Time, int) {
 // A storm of #account events for accounts the index has no rows of (1,000
 // in one second: Jetstream sends every account's lifecycle events) must
 // not flood their PDS or the database: each DID gets one users row, the
-// consumer stays at the stream's end (the rows share a transaction when
-// they arrive while the one before commits), each DID is queued for a
+// rows share a transaction when they arrive while the one before
+// commits, each DID is queued for a
 // re-read once, the re-reads share the #sync
 // queue and its rate limit (one per jetstream.resync_interval, two
 // requests each for a repository without io.atcr.* records), and the
@@ -85,10 +85,6 @@ func TestAStormOfAccountEventsForUnknownAccountsStaysBounded(t *testing.T) {
 		dids     = 1000
 		storm    = time.Second // dids events, evenly spaced
 		interval = 10 * time.Millisecond
-		// keepUp is how long after the storm the consumer may reach its
-		// end: the connection, the first handle lookups and a loaded
-		// -race host, not a backlog.
-		keepUp = 3 * time.Second
 	)
 	path := filepath.Join(t.TempDir(), "storm.jsonl")
 	var lines []string
@@ -147,15 +143,10 @@ func TestAStormOfAccountEventsForUnknownAccountsStaysBounded(t *testing.T) {
 	}
 	batches := testutil.ToFloat64(cm.batches)
 	queuedTotal := testutil.ToFloat64(cm.lifecycleRereads.WithLabelValues("queued"))
-	// A batch is what arrived while the one before committed: the
-	// consumer takes the storm as fast as it comes, one event a commit
-	// when its commits are quicker than the events' spacing, more when
-	// they are not. Either way it is at the end a commit or so after the
-	// storm's last event (sent a second after the start).
-	if caughtUp > storm+keepUp {
-		t.Fatalf("the consumer reached the storm's last event %s after the start (%v batches): over the storm's %s plus %s",
-			caughtUp.Round(time.Millisecond), batches, storm, keepUp)
-	}
+	// A batch is what arrived while the one before committed: one event
+	// a commit when commits are quicker than the events' spacing, more
+	// when not. How soon it keeps up is a figure (tier 2's freshness and
+	// catch-up lines, logged below), not a timed assertion here.
 	if queuedTotal != dids || maxQueue > dids {
 		t.Fatalf("%v re-reads queued, the queue held at most %d: want each of the %d DIDs queued once", queuedTotal, maxQueue, dids)
 	}
