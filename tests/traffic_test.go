@@ -178,7 +178,10 @@ func (tr *traffic) cursor(ctx context.Context) (int64, error) {
 		}
 		return err
 	})
-	return us, err
+	if err != nil {
+		return 0, err // us may still be written by the query left running
+	}
+	return us, nil
 }
 
 // waitCursor polls until the cursor is past after (or at the stream's
