@@ -72,7 +72,10 @@ func rollingRestart(t *testing.T, cycles int) {
 			inFlight++
 		}
 		var took []time.Duration
-		running, took = replaceOldest(t, ctx, c, running, spec())
+		running, took, err = replaceOldest(ctx, c, running, spec())
+		if err != nil {
+			t.Fatal(err)
+		}
 		handovers = append(handovers, took...)
 	}
 	t.Logf("%d of %d restarts happened with traffic still to consume", inFlight, cycles)
@@ -113,36 +116,36 @@ func rollingRestart(t *testing.T, cycles int) {
 // released every lease it held and that another of running took each
 // over at the next fence, then starts next and waits until it contends
 // for every lease. It returns the instances now running, oldest first,
-// and each handover's time from the release to the next grant.
-func replaceOldest(t *testing.T, ctx context.Context, c *harness.Cluster, running []*harness.Instance, next harness.Spec) ([]*harness.Instance, []time.Duration) {
-	t.Helper()
+// and each handover's time from the release to the next grant, or the
+// first check that failed.
+func replaceOldest(ctx context.Context, c *harness.Cluster, running []*harness.Instance, next harness.Spec) ([]*harness.Instance, []time.Duration, error) {
 	old, rest := running[0], running[1:]
 	held := harness.Holding(old.Log.Events())
 	if code, err := old.Stop(ctx); err != nil || code != 0 {
-		t.Fatalf("%s: SIGTERM exit code %d, %v; want 0", old.ID, code, err)
+		return nil, nil, fmt.Errorf("%s: SIGTERM exit code %d, %v; want 0", old.ID, code, err)
 	}
 	var took []time.Duration
 	for l, fence := range held {
 		released, err := old.Wait(ctx, harness.And(harness.Is(harness.LeaseReleased, l), harness.Fence(fence)))
 		if err != nil {
-			t.Fatalf("%s held %s (fence %d) and exited without releasing it: %v", old.ID, l, fence, err)
+			return nil, nil, fmt.Errorf("%s held %s (fence %d) and exited without releasing it: %w", old.ID, l, fence, err)
 		}
 		_, acq, err := harness.WaitAny(ctx, harness.And(harness.Is(harness.LeaseAcquired, l), harness.Fence(fence+1)), rest...)
 		if err != nil {
-			t.Fatalf("nobody took %s over from %s: %v", l, old.ID, err)
+			return nil, nil, fmt.Errorf("nobody took %s over from %s: %w", l, old.ID, err)
 		}
 		took = append(took, acq.Time.Sub(released.Time))
 	}
 	fresh, err := c.Start(ctx, next)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	for _, l := range leasedWorkers {
 		if _, err := fresh.Wait(ctx, harness.Or(harness.Is(harness.LeaseContended, l), harness.Is(harness.LeaseAcquired, l))); err != nil {
-			t.Fatalf("%s never contended for %s: %v", fresh.ID, l, err)
+			return nil, nil, fmt.Errorf("%s never contended for %s: %w", fresh.ID, l, err)
 		}
 	}
-	return append(rest, fresh), took
+	return append(rest, fresh), took, nil
 }
 
 // checkReleasedByLastGrant reads the lease table as an operator does and

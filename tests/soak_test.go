@@ -11,6 +11,8 @@ package tests
 
 import (
 	"bytes"
+	"context"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -37,9 +39,58 @@ func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
 // TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain on a
 // libSQL server: the previous release and the build under test share its
 // lease table over Hrana, where every statement is a round trip.
+//
+// The instances run with sqldTiming, as docs/operations.md says to on a
+// libSQL server. With the file database's 1.5 s renew deadline, at a load
+// of 6 on 2 cores (nine race-enabled instances over the roll, sqld and
+// the stream), renewals queued behind other instances' transactions past
+// the deadline: leases were lost (fail closed, as designed), and pushes
+// in flight at a loss were sent again by the next holder.
+//
+// sqld 0.24 itself at times stops answering writes for good under such
+// load (docs/operations.md): a roll that fails then is judged by
+// skipIfSqldWedged.
 func TestSoakRollingUpgradeFromThePreviousReleaseOnSqld(t *testing.T) {
-	rollingUpgrade(t, startSqld(t).URL)
+	q := startSqld(t)
+	rollingUpgrade(t, q.URL, sqldTiming, func(c *harness.Cluster, err error) { skipIfSqldWedged(t, c, q.URL, err) })
 }
+
+// skipIfSqldWedged skips the test, naming failure, when the sqld server at
+// url has stopped answering writes by itself: with every process of c
+// killed, a write on a new connection still has no answer after 45 s
+// (sqld expires a gone client's stream, rolling back its transaction,
+// within 10 s). Seen once in a few rolls at a load of 6 to 14 on 2 cores:
+// a commit never answered, then no write at all, the appviews gone or
+// not. A fault of the server, on which the build under test cannot be
+// judged; any other failure fails the test.
+func skipIfSqldWedged(t *testing.T, c *harness.Cluster, url string, failure error) {
+	t.Helper()
+	for _, i := range c.Running() {
+		i.Kill()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	probe := `{"statements":["UPDATE leases SET fence = fence WHERE 0"]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(probe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		return
+	}
+	if ctx.Err() != nil {
+		t.Skipf("sqld stopped answering writes (no answer to a write 45 s after every appview was killed), a fault of the server: %v", failure)
+	}
+}
+
+// sqldTiming is the lease timing docs/operations.md gives for a libSQL
+// server: a renew deadline of 6 s, past sqld's rollback of a stalled
+// writer's transaction (about 5 s). A graceful handover does not wait
+// for the TTL, so the roll takes no longer with it.
+var sqldTiming = harness.Timing{TTL: 8 * time.Second, RenewInterval: 2 * time.Second,
+	RenewDeadline: 6 * time.Second, RetryInterval: 500 * time.Millisecond}
 
 // TestSoakBenchQuickPrintsEveryFigureAsNameValueUnit runs `appview-dev
 // bench --quick`: the real scenarios with a few rounds each, each figure
