@@ -133,3 +133,69 @@ func Leases(ctx context.Context, bin, dbURL string, wrap ...string) (map[string]
 	}
 	return m, nil
 }
+
+// The version and commit a test run links into the appview binary under
+// test (-ldflags -X, as deploy/Dockerfile stamps a release): cmd/appview's
+// version test checks them, and the same stamped binary serves tests/.
+const TestVersion, TestCommit = "v1.2.3-test", "0123abcd"
+
+// TestBinaryEnv names an appview binary scripts/test built once for the
+// whole run (BuildTestBinary: with -race, stamped): cmd/appview's and
+// tests/' TestMain run it instead of linking one each. Not an APPVIEW_
+// name: the tests hand their environment to appview, which refuses
+// unknown APPVIEW_* variables.
+const TestBinaryEnv = "ATCR_TEST_APPVIEW_BIN"
+
+// BuildTestBinary builds ./cmd/appview of the module at root into out as a
+// test run needs it: with the race detector when race, stamped with
+// TestVersion and TestCommit. The stamps are a command-line -ldflags,
+// which replaces an -ldflags of GOFLAGS (scripts/lib/gotest.sh's choice of
+// linker): that one is kept in it.
+func BuildTestBinary(ctx context.Context, root, out string, race bool) error {
+	args := []string{"build", "-o", out, "-ldflags", testLdflags()}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/appview")...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("harness: go %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// testLdflags is the stamps, after the -ldflags of GOFLAGS if any.
+func testLdflags() string {
+	stamps := "-X main.version=" + TestVersion + " -X main.commit=" + TestCommit
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(f, "-"), "ldflags="); ok && v != "" {
+			return v + " " + stamps
+		}
+	}
+	return stamps
+}
+
+// TestBinary returns the appview binary for a test process: the one
+// $ATCR_TEST_APPVIEW_BIN names (scripts/test), after checking that it was
+// built as BuildTestBinary would build it here (the race detector as
+// race, the stamps), or else one BuildTestBinary builds into out, when
+// the variable is unset (a package tested alone).
+func TestBinary(ctx context.Context, root, out string, race bool) (string, error) {
+	bin := os.Getenv(TestBinaryEnv)
+	if bin == "" {
+		return out, BuildTestBinary(ctx, root, out, race)
+	}
+	b, err := exec.CommandContext(ctx, "go", "version", "-m", bin).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("harness: %s=%s: go version -m: %w\n%s", TestBinaryEnv, bin, err, b)
+	}
+	info := string(b)
+	if !strings.Contains(info, "\tpath\tgithub.com/atcr-io/appview/cmd/appview\n") ||
+		!strings.Contains(info, "-X main.version="+TestVersion+" -X main.commit="+TestCommit) {
+		return "", fmt.Errorf("harness: %s=%s is not ./cmd/appview stamped with %s and %s:\n%s", TestBinaryEnv, bin, TestVersion, TestCommit, info)
+	}
+	if got := strings.Contains(info, "\tbuild\t-race=true\n"); got != race {
+		return "", fmt.Errorf("harness: %s=%s: race detector %t, this test process %t", TestBinaryEnv, bin, got, race)
+	}
+	return bin, nil
+}
