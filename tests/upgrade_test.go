@@ -54,7 +54,8 @@ var previous struct {
 // previousBinary returns previousRelease's appview binary, built beside
 // the build under test, as it is (with the race detector when the tests
 // run with it): the first build on a machine compiles the commit's own
-// packages (about 20 s on 2 cores), later ones only link (harness.BuildCommit).
+// packages (about 20 s on 2 cores), later ones reuse the binary it kept
+// (harness.BuildCommit).
 func previousBinary(t *testing.T) string {
 	t.Helper()
 	previous.once.Do(func() {
