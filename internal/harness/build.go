@@ -5,12 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/atcr-io/appview/internal/fence"
@@ -204,11 +207,12 @@ func Leases(ctx context.Context, bin, dbURL string, wrap ...string) (map[string]
 // version test checks them, and the same stamped binary serves tests/.
 const TestVersion, TestCommit = "v1.2.3-test", "0123abcd"
 
-// TestBinaryEnv names an appview binary scripts/test built once for the
-// whole run (BuildTestBinary: with -race, stamped): cmd/appview's and
-// tests/' TestMain run it instead of linking one each. Not an APPVIEW_
-// name: the tests hand their environment to appview, which refuses
-// unknown APPVIEW_* variables.
+// TestBinaryEnv names where the appview binary of a whole test run is
+// (scripts/test sets it to a path in a directory of its own): the first
+// of cmd/appview's and tests/' TestMain to get there links it
+// (BuildTestBinary: with -race, stamped), the other runs it, rather than
+// each linking one. Not an APPVIEW_ name: the tests hand their
+// environment to appview, which refuses unknown APPVIEW_* variables.
 const TestBinaryEnv = "ATCR_TEST_APPVIEW_BIN"
 
 // BuildTestBinary builds ./cmd/appview of the module at root into out as a
@@ -240,15 +244,35 @@ func testLdflags() string {
 	return stamps
 }
 
-// TestBinary returns the appview binary for a test process: the one
-// $ATCR_TEST_APPVIEW_BIN names (scripts/test), after checking that it was
-// built as BuildTestBinary would build it here (the race detector as
-// race, the stamps), or else one BuildTestBinary builds into out, when
-// the variable is unset (a package tested alone).
+// TestBinary returns the appview binary for a test process. When
+// $ATCR_TEST_APPVIEW_BIN is set it is that path: under an exclusive lock
+// on the path + ".lock", the first caller builds it (BuildTestBinary) and
+// later ones, of this or another package's test process, wait for the
+// lock and find it there, checked with go version -m to be what
+// BuildTestBinary would build here (./cmd/appview, the stamps, the race
+// detector as race). When the variable is unset (a package tested alone)
+// it builds one into out.
 func TestBinary(ctx context.Context, root, out string, race bool) (string, error) {
 	bin := os.Getenv(TestBinaryEnv)
 	if bin == "" {
 		return out, BuildTestBinary(ctx, root, out, race)
+	}
+	lock, err := os.OpenFile(bin+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("harness: %s: %w", TestBinaryEnv, err)
+	}
+	defer lock.Close() // and with it the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("harness: lock %s: %w", lock.Name(), err)
+	}
+	if _, err := os.Stat(bin); errors.Is(err, fs.ErrNotExist) {
+		// Into a scratch name first: a failed build leaves nothing the
+		// next caller would take for the binary.
+		tmp := bin + ".tmp"
+		if err := BuildTestBinary(ctx, root, tmp, race); err != nil {
+			return "", err
+		}
+		return bin, os.Rename(tmp, bin)
 	}
 	b, err := exec.CommandContext(ctx, "go", "version", "-m", bin).CombinedOutput()
 	if err != nil {

@@ -10,16 +10,12 @@ export GORACE="${GORACE:+$GORACE }atexit_sleep_ms=0"
 # (Debian package mold; .ci/run installs it) takes 40% less, gold 25%;
 # without either, or with a gcc that cannot use them, the default stays.
 # GOFLAGS (added to the value in force, from the environment or go env)
-# carries it to the builds the tests run themselves; extldflags is the
-# same for a build that passes an -ldflags of its own (which replaces the
-# one of GOFLAGS).
-extldflags=
+# carries it to the builds the tests run themselves.
 for ld in mold gold; do
   if command -v "ld.$ld" >/dev/null && command -v gcc >/dev/null &&
      echo 'int main(void){return 0;}' | gcc -fuse-ld="$ld" -x c - -o /dev/null 2>/dev/null; then
     GOFLAGS="$(go env GOFLAGS)"
-    extldflags="-extldflags=-fuse-ld=$ld"
-    export GOFLAGS="${GOFLAGS:+$GOFLAGS }-ldflags=$extldflags"
+    export GOFLAGS="${GOFLAGS:+$GOFLAGS }-ldflags=-extldflags=-fuse-ld=$ld"
     break
   fi
 done
