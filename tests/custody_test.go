@@ -223,6 +223,7 @@ func TestAGracefulStopNudgesTheContenderIntoTakingTheLease(t *testing.T) {
 	if _, err := holder.Wait(ctx, harness.Is(harness.WorkerStarted, leaseCleanup)); err != nil {
 		t.Fatal(err)
 	}
+	reader := newDBReader(t, db) // h0 migrated it
 	const rounds = 4
 	for round := 1; round <= rounds; round++ {
 		next, err := c.Start(ctx, spec(fmt.Sprintf("h%d", round)))
@@ -231,6 +232,15 @@ func TestAGracefulStopNudgesTheContenderIntoTakingTheLease(t *testing.T) {
 		}
 		if _, err := next.Wait(ctx, harness.Is(harness.LeaseContended, leaseCleanup)); err != nil {
 			t.Fatal(err)
+		}
+		// A release nudges the contenders lease_contenders names, and a
+		// contender records itself there in the background once it has
+		// contended: on a loaded host after the line just seen. Stopped
+		// before that row lands, the holder has no one to nudge, and
+		// the round would test only that race (it did, twice in five
+		// runs of scripts/test).
+		if err := reader.pollInt(ctx, 1, `SELECT COUNT(*) FROM lease_contenders WHERE name = ? AND instance = ?`, leaseCleanup, next.ID); err != nil {
+			t.Fatalf("round %d: %s never recorded itself as a contender: %v", round, next.ID, err)
 		}
 		mark := next.Log.Len()
 		stopCleanly(t, ctx, holder)

@@ -37,15 +37,19 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin, devBin = filepath.Join(dir, "appview"), filepath.Join(dir, "appview-dev")
-	// Both at once: each is mostly its link, one process each.
-	builds := map[string]string{"./cmd/appview": bin, "./cmd/appview-dev": devBin}
-	errs := make(chan error, len(builds))
-	for pkg, out := range builds {
-		go func() { errs <- harness.Build(ctx, root, pkg, out, raceEnabled) }()
-	}
+	devBin = filepath.Join(dir, "appview-dev")
+	// Both at once: each is mostly its link, one process each. Under
+	// scripts/test the appview binary is linked already, for cmd/appview's
+	// tests too (harness.TestBinary).
+	errs := make(chan error, 2)
+	go func() {
+		var err error
+		bin, err = harness.TestBinary(ctx, root, filepath.Join(dir, "appview"), raceEnabled)
+		errs <- err
+	}()
+	go func() { errs <- harness.Build(ctx, root, "./cmd/appview-dev", devBin, raceEnabled) }()
 	failed := false
-	for range builds {
+	for range 2 {
 		if err := <-errs; err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			failed = true

@@ -35,8 +35,14 @@ func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
 	rollingRestart(t, rollingSoakCycles)
 }
 
+// TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain:
+// see rollingUpgrade (upgrade_test.go); on a file database.
+func TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.T) {
+	rollingUpgrade(t, fileDB(t), harness.ShortTiming, nil)
+}
+
 // TestSoakRollingUpgradeFromThePreviousReleaseOnSqld is
-// TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain on a
+// TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain on a
 // libSQL server: the previous release and the build under test share its
 // lease table over Hrana, where every statement is a round trip.
 //

@@ -1,3 +1,10 @@
+//go:build soak
+
+// The rolling upgrade from the previous release: a soak (soak_test.go),
+// on a file database and on sqld. Nine replacements under traffic, it
+// was the longest test of scripts/test (about a minute of a race-enabled
+// cluster's CPU, its build of the previous release aside).
+
 package tests
 
 import (
@@ -54,7 +61,8 @@ var previous struct {
 // previousBinary returns previousRelease's appview binary, built beside
 // the build under test, as it is (with the race detector when the tests
 // run with it): the first build on a machine compiles the commit's own
-// packages (about 20 s on 2 cores), later ones only link (harness.BuildCommit).
+// packages (about 20 s on 2 cores), later ones reuse the binary it kept
+// (harness.BuildCommit).
 func previousBinary(t *testing.T) string {
 	t.Helper()
 	previous.once.Do(func() {
@@ -74,13 +82,6 @@ func previousBinary(t *testing.T) string {
 		t.Fatalf("build the previous release %s: %v", previousRelease, previous.err)
 	}
 	return previous.bin
-}
-
-// TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain: see
-// rollingUpgrade; on a file database (scripts/soak runs it on sqld too).
-func TestRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.T) {
-	t.Parallel()
-	rollingUpgrade(t, fileDB(t), harness.ShortTiming, nil)
 }
 
 // rollingUpgrade runs three instances of previousRelease on db, which it

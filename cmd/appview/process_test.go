@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/atcr-io/appview/internal/harness"
 	"github.com/atcr-io/appview/internal/stopsignal"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
@@ -56,18 +57,19 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	appviewBin = filepath.Join(dir, "appview")
 	// Stamped as a release build is (deploy/Dockerfile): that one link
 	// serves every test, TestLdflagsOverrideVersionAndCommit included,
-	// which used to link a binary of its own.
-	args := []string{"build", "-o", appviewBin, "-ldflags", "-X main.version=" + ldflagsVersion + " -X main.commit=" + ldflagsCommit}
-	if raceEnabled {
-		args = append(args, "-race")
+	// which used to link a binary of its own; under scripts/test it is
+	// the one linked for tests/ too (harness.TestBinary).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := harness.ModuleRoot(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "go build ./cmd/appview:", err)
+	if appviewBin, err = harness.TestBinary(ctx, root, filepath.Join(dir, "appview"), raceEnabled); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/atcr-io/appview/internal/harness"
 )
 
 func TestVersionFlagAndCommandPrintTheSameBuildIdentity(t *testing.T) {
@@ -25,7 +27,7 @@ func TestVersionFlagAndCommandPrintTheSameBuildIdentity(t *testing.T) {
 
 // ldflagsVersion and ldflagsCommit are what TestMain links into the
 // binary under test with -ldflags -X, as deploy/Dockerfile does.
-const ldflagsVersion, ldflagsCommit = "v1.2.3-test", "0123abcd"
+const ldflagsVersion, ldflagsCommit = harness.TestVersion, harness.TestCommit
 
 func TestLdflagsOverrideVersionAndCommit(t *testing.T) {
 	t.Parallel()

@@ -3,7 +3,7 @@ package processor_test
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,35 +17,45 @@ import (
 
 // manifestFrame is a Jetstream frame carrying an io.atcr.manifest whose
 // list field (layers, manifests or annotations) holds n copies of item
-// (the annotations' items are "kI":"" pairs, item unused).
+// (the annotations' items are "kI":"" pairs, item unused). It is built
+// in one allocation of its final size: at the element limit the frames
+// are megabytes, and under the race detector every buffer regrown and
+// copied on the way costs shadow memory faulted in, a good part of what
+// the tests of the limit spent.
 func manifestFrame(field, item string, n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"did":"did:plc:big","time_us":1750000000000000,"kind":"commit","commit":{"rev":"3lrnqkdzhdq22",` +
+	head := `{"did":"did:plc:big","time_us":1750000000000000,"kind":"commit","commit":{"rev":"3lrnqkdzhdq22",` +
 		`"operation":"create","collection":"io.atcr.manifest","rkey":"3lrnqkdzhdq22","cid":"bafyreibig",` +
 		`"record":{"$type":"io.atcr.manifest","repository":"app","digest":"sha256:big","schemaVersion":2,` +
-		`"mediaType":"application/vnd.oci.image.manifest.v1+json","createdAt":"2026-01-01T00:00:00Z",`)
-	fmt.Fprintf(&b, "%q:", field)
+		`"mediaType":"application/vnd.oci.image.manifest.v1+json","createdAt":"2026-01-01T00:00:00Z",` +
+		strconv.Quote(field) + ":"
+	per := len(item) + 1
 	if field == "annotations" {
-		b.WriteByte('{')
-		for i := range n {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `"k%d":""`, i)
-		}
-		b.WriteByte('}')
-	} else {
-		b.WriteByte('[')
-		for i := range n {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(item)
-		}
-		b.WriteByte(']')
+		per = len(`"k":"",`) + len(strconv.Itoa(n))
 	}
-	b.WriteString(`}}}`)
-	return b.Bytes()
+	b := make([]byte, 0, len(head)+2+n*per+len(`}}}`))
+	b = append(b, head...)
+	if field == "annotations" {
+		b = append(b, '{')
+		for i := range n {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `"k`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `":""`...)
+		}
+		b = append(b, '}')
+	} else {
+		b = append(b, '[')
+		for i := range n {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, item...)
+		}
+		b = append(b, ']')
+	}
+	return append(b, `}}}`...)
 }
 
 // storeFrame decodes frame as the consumer does (its default frame limit)
