@@ -38,7 +38,7 @@ func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
 // TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain:
 // see rollingUpgrade (upgrade_test.go); on a file database.
 func TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.T) {
-	rollingUpgrade(t, fileDB(t), harness.ShortTiming, nil)
+	rollingUpgrade(t, fileDB(t), handoverTiming, nil)
 }
 
 // TestSoakRollingUpgradeFromThePreviousReleaseOnSqld is
