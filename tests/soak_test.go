@@ -38,7 +38,7 @@ func TestSoakTwentyRollingRestartsUnderTrafficLoseNothing(t *testing.T) {
 // TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain:
 // see rollingUpgrade (upgrade_test.go); on a file database.
 func TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *testing.T) {
-	rollingUpgrade(t, fileDB(t), handoverTiming, nil)
+	rollingUpgrade(t, upgradeOn{db: fileDB(t), timing: handoverTiming})
 }
 
 // TestSoakRollingUpgradeFromThePreviousReleaseOnSqld is
@@ -51,14 +51,17 @@ func TestSoakRollingUpgradeFromThePreviousReleaseRollbackAndUpgradeAgain(t *test
 // of 6 on 2 cores (nine race-enabled instances over the roll, sqld and
 // the stream), renewals queued behind other instances' transactions past
 // the deadline: leases were lost (fail closed, as designed), and pushes
-// in flight at a loss were sent again by the next holder.
+// in flight at a loss were sent again by the next holder. Even with it,
+// sqld stalled past 6 s at a load of 5 in a CI run: the roll allows
+// such losses (stalls), and checks what must hold through them.
 //
 // sqld 0.24 itself at times stops answering writes for good under such
 // load (docs/operations.md): a roll that fails then is judged by
 // skipIfSqldWedged.
 func TestSoakRollingUpgradeFromThePreviousReleaseOnSqld(t *testing.T) {
 	q := startSqld(t)
-	rollingUpgrade(t, q.URL, sqldTiming, func(c *harness.Cluster, err error) { skipIfSqldWedged(t, c, q.URL, err) })
+	rollingUpgrade(t, upgradeOn{db: q.URL, timing: sqldTiming, stalls: true,
+		judge: func(c *harness.Cluster, err error) { skipIfSqldWedged(t, c, q.URL, err) }})
 }
 
 // skipIfSqldWedged skips the test, naming failure, when the sqld server at

@@ -98,11 +98,8 @@ func previousBinary(t *testing.T) string {
 // between the two binaries (the upgrade again among them: the consumer
 // moves from an instance of the rollback to one of the build under test)
 // resumed by sequence number from the position the other binary stored.
-//
-// tm is every instance's lease timing. Before the roll fails the test,
-// judge (when not nil) is given the cluster and the failure: it may skip
-// the test instead, when the database server, not the build, is at fault.
-func rollingUpgrade(t *testing.T, db string, tm harness.Timing, judge func(*harness.Cluster, error)) {
+func rollingUpgrade(t *testing.T, on upgradeOn) {
+	db, judge := on.db, on.judge
 	old := previousBinary(t)
 	c := newCluster(t)
 	stripe := stripeStub(t)
@@ -117,7 +114,7 @@ func rollingUpgrade(t *testing.T, db string, tm harness.Timing, judge func(*harn
 	spec := func(b string) harness.Spec {
 		next++
 		s := tr.spec(leasedSpec(fmt.Sprintf("u%02d", next), db, stripe))
-		s.Timing = tm
+		s.Timing = on.timing
 		s.Bin, release[s.ID] = b, "current"
 		if b == old {
 			release[s.ID] = "previous"
@@ -167,7 +164,7 @@ func rollingUpgrade(t *testing.T, db string, tm harness.Timing, judge func(*harn
 	for _, i := range running {
 		checkStopped(t, ctx, i)
 	}
-	tr.check(ctx, false)
+	tr.check(ctx, on.stalls)
 	tl := c.Timeline()
 	if err := harness.CheckExclusive(tl, leasedWorkers...); err != nil {
 		t.Error(err)
@@ -176,24 +173,49 @@ func rollingUpgrade(t *testing.T, db string, tm harness.Timing, judge func(*harn
 		t.Error(err)
 	}
 	checkReleasedByLastGrant(t, ctx, db, tl)
-	checkNothingFailed(t, c)
+	checkNothingFailed(t, c, on.stalls)
 	checkSchemaWarnings(t, c, release)
 	checkResumedBySeq(t, c, release)
 	slices.Sort(handovers)
 	t.Logf("%d handovers between and across releases: median %v, max %v", len(handovers), handovers[len(handovers)/2], handovers[len(handovers)-1])
-	if worst := handovers[len(handovers)-1]; worst > gracefulHandoverBound {
-		t.Errorf("a handover took %v; want every one driven by the release (< %v), not the TTL", worst, gracefulHandoverBound)
+	// On a server that stalls, a handover driven by the release may wait
+	// out a stall, but never the TTL.
+	bound := gracefulHandoverBound
+	if on.stalls {
+		bound = on.timing.TTL
+	}
+	if worst := handovers[len(handovers)-1]; worst > bound {
+		t.Errorf("a handover took %v; want every one driven by the release (< %v), not the TTL", worst, bound)
 	}
 }
 
+// upgradeOn is the database a rolling upgrade runs on and what it may
+// meet there.
+type upgradeOn struct {
+	db     string
+	timing harness.Timing // every instance's leases.*
+	// stalls: the server may not answer for longer than the renew
+	// deadline (sqld 0.24 at times does, docs/operations.md). A lease lost
+	// in a blackout (failing closed) and a push resent by the next custody
+	// are then allowed; exclusive custody, fences, the end state, at most
+	// one delivery per custody and every resume by seq are checked as ever.
+	stalls bool
+	// judge, when not nil, is given the cluster and the failure before the
+	// roll fails the test: it may skip it instead, when the server, not
+	// the build, is at fault.
+	judge func(*harness.Cluster, error)
+}
+
 // checkNothingFailed fails the test for any worker restart or failure,
-// lost lease or newer-schema refusal in any instance's log: an upgrade
-// must not make anything crash-loop.
-func checkNothingFailed(t *testing.T, c *harness.Cluster) {
+// lost lease (but one lost in a blackout, with stalls) or newer-schema
+// refusal in any instance's log: an upgrade must not make anything
+// crash-loop.
+func checkNothingFailed(t *testing.T, c *harness.Cluster, stalls bool) {
 	t.Helper()
 	for _, i := range c.Instances() {
 		for _, e := range i.Log.Events() {
 			switch {
+			case stalls && e.Event == harness.LeaseLost && e.Reason == "blackout":
 			case e.Event == harness.WorkerRestarted, e.Event == harness.WorkerFailed, e.Event == harness.LeaseLost:
 				t.Errorf("%s: %s", i.ID, e)
 			case e.Level == "error" && i.ID != "replay":
