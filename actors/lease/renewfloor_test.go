@@ -14,7 +14,7 @@ import (
 // BenchmarkRenewFloor prices, on one file connection, the parts a
 // renewal statement is made of, to show where the batched renewal's cost
 // floor lies at a few leases (renew_cost_ratio_5 in appview bench;
-// docs/performance.md, eleventh pass):
+// docs/performance.md):
 //
 //   - bare: one autocommit single-row UPDATE, as appview bench's baseline;
 //   - bare-nomatch: the same statement matching no row, so writing and

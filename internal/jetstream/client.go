@@ -25,8 +25,8 @@ const (
 	// holds the write lock) and by DefaultBatchBytes: fewer, larger
 	// transactions write each hot page to the WAL once per commit, not
 	// once per thousand events. A replay through serve ran 12-14k
-	// events/s with 1,000, 16-19k with 3,000 or 5,000 (docs/performance.md,
-	// sixth pass), and 1,000 had been 1.5x as fast as 100. A batch never
+	// events/s with 1,000, 16-19k with 3,000 or 5,000 (appview-dev bench
+	// --only replay-serve), and 1,000 had been 1.5x as fast as 100. A batch never
 	// waits to fill: it is what had arrived when the handler was free
 	// (see deliver), so live a lone frame is a batch of its own and a
 	// catch-up's batches fill while the one before commits.

@@ -131,7 +131,7 @@ const (
 	// sub-journal: SQLite copies every page a savepoint's statements first
 	// touch into it and walks it at the end of each statement that needs
 	// one, which cost a quarter of the processor's time
-	// (docs/performance.md, sixth pass).
+	// (measured with appview-dev bench --only ingest).
 	runBare runMode = iota
 	// runBatch puts the batch under SAVEPOINT batch and stops at the first
 	// failing event, returning its error with the savepoint still open,

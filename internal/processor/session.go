@@ -44,7 +44,7 @@ func (p *Processor) BeginTx(ctx context.Context, tx *sql.Tx, c fence.Custody) *T
 
 // BeginBareTx starts a session in tx that takes no savepoint, so SQLite
 // keeps no statement sub-journal (about a third less work per event:
-// docs/performance.md, sixth pass). An event that fails before it changed
+// measured with appview-dev bench --only ingest). An event that fails before it changed
 // anything (an invalid record found while writing, a first write the
 // database refuses) is skipped as under BeginTx. When an event fails after
 // changing a row, Apply returns an error wrapping ErrRedo and the caller
