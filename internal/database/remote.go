@@ -44,6 +44,7 @@ type libsqlConn interface {
 type remoteConn struct {
 	inner  libsqlConn
 	retire func(error) bool
+	remote bool // a libSQL server's: writes with arguments are inlined
 	broken bool
 	// closed, when set, is called once the native connection is closed
 	// (connector.live: DB.Close waits for it before closing the native
@@ -51,16 +52,16 @@ type remoteConn struct {
 	closed func()
 }
 
-func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote) }
+func wrapRemote(c driver.Conn) driver.Conn { return guard(c, retireRemote, true) }
 
-func wrapFile(c driver.Conn) driver.Conn { return guard(c, retireFile) }
+func wrapFile(c driver.Conn) driver.Conn { return guard(c, retireFile, false) }
 
-func guard(c driver.Conn, retire func(error) bool) driver.Conn {
+func guard(c driver.Conn, retire func(error) bool, remote bool) driver.Conn {
 	inner, ok := c.(libsqlConn)
 	if !ok {
 		return c
 	}
-	return &remoteConn{inner: inner, retire: retire}
+	return &remoteConn{inner: inner, retire: retire, remote: remote}
 }
 
 func retireRemote(err error) bool { return true }
@@ -122,6 +123,11 @@ func (c *remoteConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 func (c *remoteConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if err := textNUL(args); err != nil {
 		return nil, err
+	}
+	if c.remote {
+		if q, ok := inline(query, args); ok {
+			query, args = q, nil // one request, not a describe and then the write
+		}
 	}
 	r, err := c.inner.ExecContext(ctx, query, args)
 	return r, c.note(err)

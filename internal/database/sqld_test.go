@@ -87,3 +87,31 @@ func TestTextReadsEveryDateLikeValueBackUnchangedOverSqld(t *testing.T) {
 	srv := testsupport.StartSQLD(t)
 	database.AssertTextRoundTrips(t, database.OpenRemote(t, srv.URL))
 }
+
+// A write with arguments goes to sqld with them written as literals (one
+// request, not a describe first): each value comes back with the type
+// and bytes a bound argument stores.
+func TestAWriteWithArgumentsStoresTheirTypesOverSqld(t *testing.T) {
+	t.Parallel()
+	srv := testsupport.StartSQLD(t)
+	db := database.OpenRemote(t, srv.URL)
+	if _, err := db.Exec(`CREATE TABLE t (k INTEGER PRIMARY KEY, a, b, c, d, e, f)`); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 6, 1, 2, 3, 4, time.UTC)
+	if _, err := db.Exec(`INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`,
+		1, "O'Brien -- not a comment ?2", -42, []byte{0, 1, 0xff}, nil, true, at); err != nil {
+		t.Fatal(err)
+	}
+	var types, a, f string
+	var b int64
+	var c []byte
+	if err := db.QueryRow(`SELECT typeof(a)||typeof(b)||typeof(c)||typeof(d)||typeof(e)||typeof(f), `+
+		database.Text("a")+`, b, c, `+database.Text("f")+` FROM t WHERE k = 1 AND e = 1`).Scan(&types, &a, &b, &c, &f); err != nil {
+		t.Fatal(err)
+	}
+	if types != "textintegerblobnullintegertext" || a != "O'Brien -- not a comment ?2" || b != -42 ||
+		string(c) != "\x00\x01\xff" || f != at.Format(time.RFC3339Nano) {
+		t.Fatalf("stored %s: %q %d %x %q", types, a, b, c, f)
+	}
+}
