@@ -127,6 +127,7 @@ func New(o Options) (*System, error) {
 		s.contenders = &lease.Contenders{DB: o.DB, Instance: cfg.InstanceID, URL: o.NudgeURL,
 			TTL: cfg.Leases.TTL, Nonce: store.Nonce(), Header: admin.BearerHeader(o.AdminToken), Log: log}
 	}
+	store.Released = s.contenders.Nudge
 	timing := cfg.Leases.Timing()
 	var specs []childSpec
 	for _, w := range o.Registry.Workers() {
@@ -237,6 +238,11 @@ func (s *System) leasedPID(name string) (*actor.PID, bool) {
 // nudge written all the same.
 const nudgeDrainGrace = 200 * time.Millisecond
 
+// forgetBound bounds how long a stopping instance waits for the delete of
+// its contender records before its workers stop; the delete may land
+// later (Stop waits for it before returning).
+const forgetBound = time.Second
+
 // HeldLeases returns the names of the leases this instance holds now (by
 // its own custody events), sorted: what a forced exit leaves to run out
 // its TTL.
@@ -312,9 +318,9 @@ func (s *System) Stop(ctx context.Context) error {
 	}))
 	s.stopping.Store(true)
 	// This instance contends no more: releasing holders need not nudge
-	// it. Forgotten now, while the workers drain, so the delete is done
-	// before the releases (unless every worker stops within it) and does
-	// not meet a successor's acquire at the write lock.
+	// it. Forgotten before any worker stops (at most forgetBound), so the
+	// delete does not queue at the database with this instance's releases
+	// and its successors' acquires.
 	forgot := make(chan struct{})
 	go func() {
 		defer close(forgot)
@@ -322,6 +328,11 @@ func (s *System) Stop(ctx context.Context) error {
 			s.log.Debug().Err(ferr).Msg("could not delete this instance's contender records")
 		}
 	}()
+	select {
+	case <-forgot:
+	case <-time.After(forgetBound):
+	case <-ctx.Done():
+	}
 	s.releases.beginStop()
 	s.actors.Root.Send(root, &shutdown{})
 	var err error

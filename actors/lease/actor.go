@@ -385,12 +385,9 @@ func (o *Options) publish(e Event) {
 	if o.Publish != nil {
 		o.Publish(e)
 	}
-	switch e.Kind {
-	case LeaseContended:
+	if e.Kind == LeaseContended {
 		ok, _, _ := o.Health.Status()
 		o.Contenders.Register(o.Name, ok)
-	case LeaseAcquired, LeaseRenewed:
-		o.Contenders.Refresh()
 	}
 }
 

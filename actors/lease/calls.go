@@ -128,10 +128,10 @@ func (a *leaseActor) goRenew(c RenewCmd) {
 }
 
 // goRelease releases on a context of its own (a release must land when
-// every caller's context is cancelled) and nudges the contenders from the
-// commit on.
+// every caller's context is cancelled); the store nudges the contenders
+// from the commit on (Store.Released).
 func (a *leaseActor) goRelease(c ReleaseCmd) {
-	store, contenders, bound := a.o.Store, a.o.Contenders, a.o.Timing.RenewDeadline
+	store, bound := a.o.Store, a.o.Timing.RenewDeadline
 	calls := a.calls
 	calls.running.Add(1)
 	go func() {
@@ -140,9 +140,6 @@ func (a *leaseActor) goRelease(c ReleaseCmd) {
 		defer cancel()
 		begun := time.Now() // before the commit: lease.released precedes any successor's grant
 		err := store.Release(ctx, c.Custody)
-		if err == nil {
-			contenders.NudgeOthers(c.Custody.Lease)
-		}
 		calls.deliver(c.Seq, fence.Custody{}, a.send(ReleaseResult{Seq: c.Seq, Err: err, At: begun}))
 	}()
 }
@@ -161,8 +158,6 @@ func handBack(o Options, log zerolog.Logger, g fence.Custody) {
 	e.Kind = LeaseReleased
 	if err != nil {
 		e.Kind, e.Reason, e.Err = LeaseLost, ReasonSuperseded, err
-	} else {
-		o.Contenders.NudgeOthers(g.Lease)
 	}
 	o.publish(e)
 }
@@ -194,8 +189,6 @@ func (a *leaseActor) stopped() {
 		e := Event{Kind: LeaseReleased, Lease: c.Lease, Instance: c.Holder, Fence: c.Fence, Reason: ReasonShutdown, At: begun}
 		if err != nil {
 			e.Kind, e.Reason, e.Err, e.At = LeaseLost, ReasonError, err, time.Time{}
-		} else {
-			a.o.Contenders.NudgeOthers(c.Lease)
 		}
 		a.publish(e)
 	}

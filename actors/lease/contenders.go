@@ -28,8 +28,9 @@ const NudgeTimeout = time.Second
 
 // Contenders makes a graceful handover quick without LISTEN/NOTIFY, which
 // libSQL lacks: a contender records its nudge URL and its worker's health
-// in lease_contenders; a holder that has just released POSTs to each
-// recent contender, which tries to acquire at once. A lost nudge costs a
+// in lease_contenders; a holder's release statement reads the recent
+// contenders' URLs (Store.Released) and the holder POSTs to each, which
+// tries to acquire at once. A lost nudge costs a
 // retry interval; a nudge can only cause an attempt. The same records
 // tell an unhealthy holder whether a healthy contender waits. A nil
 // *Contenders does nothing.
@@ -41,7 +42,8 @@ type Contenders struct {
 	// process's records from another's under the same instance_id.
 	Nonce string
 	URL   string // this instance's nudge endpoint, e.g. http://127.0.0.1:5001/lease/nudge
-	// TTL is leases.ttl; a contender not seen for 3×TTL is not nudged.
+	// TTL is leases.ttl: a record is written at most once per TTL/2 (a
+	// contender not seen for 3×TTL is not nudged: Store.Release).
 	TTL time.Duration
 	// Header goes with every nudge (the admin token: admin.BearerHeader).
 	Header http.Header
@@ -50,12 +52,9 @@ type Contenders struct {
 	mu        sync.Mutex
 	seen      map[string]registered // the last record written, by lease
 	forgotten bool                  // Forget ran: Register writes nothing
-	known     map[string][]string   // other processes' nudge URLs by lease, read at knownAt
-	knownAt   time.Time
-	reading   bool
-	refused   map[string]time.Time // when a refusal by each URL was last said at warn
-	writes    sync.WaitGroup       // Register's writes in flight
-	wg        sync.WaitGroup       // everything in flight
+	refused   map[string]time.Time  // when a refusal by each URL was last said at warn
+	writes    sync.WaitGroup        // Register's writes in flight
+	wg        sync.WaitGroup        // everything in flight
 	client    *http.Client
 	abandon   context.CancelFunc // ends the nudges still unanswered (Drain)
 	base      context.Context
@@ -69,8 +68,6 @@ type registered struct {
 // refusalQuiet spaces the warnings about one contender refusing the
 // admin token.
 const refusalQuiet = time.Minute
-
-func (c *Contenders) recent() time.Duration { return 3 * c.TTL }
 
 // lockInit locks c, making its maps on first use.
 func (c *Contenders) lockInit() {
@@ -121,89 +118,15 @@ ON CONFLICT (name, instance) DO UPDATE SET nudge_url = excluded.nudge_url, seen_
 	}()
 }
 
-// Refresh reads, in the background, the nudge URLs of the other
-// processes' recent contenders of every lease, when the last read is
-// older than TTL/2: a holder calls it at every renewal, so its release
-// nudges at once.
-func (c *Contenders) Refresh() {
+// Nudge tells each of urls, without blocking, that lease has just been
+// released (Store.Released: the release statement read them).
+func (c *Contenders) Nudge(lease string, urls []string) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.reading || time.Since(c.knownAt) < c.TTL/2 {
-		return
-	}
-	c.reading = true
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		began := time.Now()
-		known, err := c.readURLs("")
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.reading = false
-		if err != nil {
-			c.Log.Debug().Err(err).Msg("could not read the contenders to nudge")
-			return
-		}
-		c.known, c.knownAt = known, began
-	}()
-}
-
-// readURLs reads the other processes' recent contenders' nudge URLs, by
-// lease, of lease ("": every lease).
-func (c *Contenders) readURLs(lease string) (map[string][]string, error) {
-	rows, err := c.DB.Query(`SELECT `+database.Text("name")+`, `+database.Text("nudge_url")+` FROM lease_contenders
-WHERE (?1 = '' OR name = ?1) AND `+otherProcess(2, 4)+` AND seen_at > `+database.NowMS+` - ?3`,
-		lease, c.Instance, c.recent().Milliseconds(), c.Nonce)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	all := map[string][]string{}
-	for rows.Next() {
-		var name, u string
-		if err := rows.Scan(&name, &u); err != nil {
-			return nil, err
-		}
-		all[name] = append(all[name], u)
-	}
-	return all, rows.Err()
-}
-
-// NudgeOthers tells every recent contender of lease but this process
-// that it has just been released, without blocking: those the last
-// Refresh found at once, then any the table shows since.
-func (c *Contenders) NudgeOthers(lease string) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	var urls []string
-	if time.Since(c.knownAt) < c.TTL {
-		urls = c.known[lease]
-	}
-	c.mu.Unlock()
-	nudged := map[string]bool{}
 	for _, u := range urls {
-		nudged[u] = true
 		c.nudge(lease, u)
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		fresh, err := c.readURLs(lease)
-		if err != nil {
-			c.Log.Debug().Err(err).Str("lease", lease).Msg("could not read contenders to nudge")
-			return
-		}
-		for _, u := range fresh[lease] {
-			if !nudged[u] {
-				c.nudge(lease, u)
-			}
-		}
-	}()
 }
 
 // nudge POSTs one nudge for lease to u, in the background. No redirect is

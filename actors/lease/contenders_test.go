@@ -11,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/atcr-io/appview/internal/config"
-	"github.com/atcr-io/appview/internal/database"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -51,11 +50,13 @@ func newNudgeEndpoint(t *testing.T, sys *actor.ActorSystem, lease string) *nudge
 
 func (e *nudgeEndpoint) url() string { return e.srv.URL + "/lease/nudge" }
 
-// newContenders returns an instance's contenders; it is waited for once
-// h's LeaseActors have stopped (a release at the test's end still nudges)
+// newContenders returns an instance's contenders, nudged by store's
+// releases as system.New wires them; it is waited for once h's
+// LeaseActors have stopped (a release at the test's end still nudges)
 // and before the database closes (opened before h).
-func (h *harness) newContenders(db *database.DB, instance, url string, ttl time.Duration) *Contenders {
-	c := &Contenders{DB: db, Instance: instance, URL: url, TTL: ttl}
+func (h *harness) newContenders(store *Store, instance, url string) *Contenders {
+	c := &Contenders{DB: store.db, Instance: instance, URL: url, TTL: store.ttl, Nonce: store.Nonce()}
+	store.Released = c.Nudge
 	h.mu.Lock()
 	h.afterStop = append(h.afterStop, c.Wait)
 	h.mu.Unlock()
@@ -69,12 +70,13 @@ func TestAReleaseNudgesTheContenderIntoAcquiringAtOnce(t *testing.T) {
 	const name = "jetstream-consumer"
 	epA, epB := newNudgeEndpoint(t, h.sys, name), newNudgeEndpoint(t, h.sys, name)
 	pa, pb := &probe{}, &probe{}
-	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: NewStore(dbA, slowRetry.TTL),
-		Worker: pa.props, Contenders: h.newContenders(dbA, "instance-a", epA.url(), slowRetry.TTL)})
+	sa, sb := NewStore(dbA, slowRetry.TTL), NewStore(dbB, slowRetry.TTL)
+	ra := h.start(Options{Name: name, Instance: "instance-a", Timing: slowRetry, Store: sa,
+		Worker: pa.props, Contenders: h.newContenders(sa, "instance-a", epA.url())})
 	epA.pid.Store(ra.pid)
 	h.events.wait(t, 0, "worker.started by a", is(WorkerStarted, "instance-a"))
-	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: NewStore(dbB, slowRetry.TTL),
-		Worker: pb.props, Contenders: h.newContenders(dbB, "instance-b", epB.url(), slowRetry.TTL)})
+	rb := h.start(Options{Name: name, Instance: "instance-b", Timing: slowRetry, Store: sb,
+		Worker: pb.props, Contenders: h.newContenders(sb, "instance-b", epB.url())})
 	epB.pid.Store(rb.pid)
 	h.events.wait(t, 0, "lease.contended by b", is(LeaseContended, "instance-b"))
 	testsupport.Eventually(t, "b recorded as a contender", func() bool {

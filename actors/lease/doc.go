@@ -107,9 +107,9 @@
 // lease_contenders within two TTLs; never when none did.
 //
 // Handover: libSQL has no LISTEN/NOTIFY. A contender records the URL of
-// its nudge endpoint in lease_contenders (contenders.go); a holder that
-// has just released POSTs to each recent contender, which makes an
-// acquire attempt at once. Correctness never depends on the nudge: it can
+// its nudge endpoint in lease_contenders (contenders.go); the release
+// statement returns the recent contenders' URLs and the holder POSTs to
+// each, which makes an acquire attempt at once. Correctness never depends on the nudge: it can
 // only cause an acquire attempt, and a lost one costs a retry interval.
 //
 // # Not guaranteed

@@ -71,6 +71,7 @@ func TestLiveElsewhereFindsAnotherProcessWithOurInstanceID(t *testing.T) {
 	if err != nil || !g.Granted {
 		t.Fatalf("acquire: %+v, %v", g, err)
 	}
+	HoldTurn(t, a)() // the grant's nonce is written after Acquire returns, within its turn
 	c := &Contenders{DB: db, Instance: "same", URL: "http://127.0.0.1:1/lease/nudge", TTL: ttl, Nonce: a.Nonce()}
 	c.Register("billing-tier-refresh", true)
 	c.Wait()

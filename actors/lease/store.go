@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/atcr-io/appview/internal/database"
@@ -40,6 +42,13 @@ type Store struct {
 	// Failed, when set, is told the error of every write that failed
 	// (e.g. to say once that the database lost its schema).
 	Failed func(error)
+	// Released, when set, is told of every release that landed, with the
+	// nudge URLs of the other processes' recent contenders of its lease
+	// (Contenders.Nudge), read by the release statement itself.
+	Released func(lease string, nudgeURLs []string)
+
+	mu      sync.Mutex
+	highest map[string]int64 // by lease: the highest fence last seen
 }
 
 // NewStore returns a store granting leases of the given TTL on db, with a
@@ -48,7 +57,7 @@ type Store struct {
 func NewStore(db *database.DB, ttl time.Duration) *Store {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &Store{db: db, ttl: ttl, nonce: hex.EncodeToString(b[:]), check: db.CheckFile}
+	return &Store{db: db, ttl: ttl, nonce: hex.EncodeToString(b[:]), check: db.CheckFile, highest: map[string]int64{}}
 }
 
 // Nonce is the process nonce this store writes with every grant and
@@ -71,21 +80,28 @@ func (s *Store) note(name string, err error) error {
 }
 
 const (
-	// acquireSQL is the grant, one statement (docs/spec.md §4): of two
-	// contenders the loser's matches no row. The fence is one above the
-	// highest the name ever had; one at MaxInt64 is never incremented
-	// (SQLite would make it a REAL no reader can scan).
-	acquireSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
-SELECT ?1, ?2, ` + floorOf + ` + 1, n, n, n + ?3
-FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + floorOf + ` < 9223372036854775807
+	// grantSQL grants lease ?1 to holder ?2 for ?3 ms at fence ?4, in one
+	// statement (docs/spec.md §4): only when ?4 is one above the highest
+	// fence the name ever had and the name has no grant or its grant
+	// expired, so of two contenders the loser's matches no row. One row
+	// changed is the grant. It returns nothing: with RETURNING it would be
+	// a query, which go-libsql sends to a libSQL server as two requests (a
+	// describe first).
+	grantSQL = `INSERT INTO leases (name, holder, fence, acquired_at, renewed_at, expires_at)
+SELECT ?1, ?2, ?4, n, n, n + ?3
+FROM (SELECT ` + database.NowMS + ` AS n) WHERE ` + highestOf + ` + 1 = ?4
 ON CONFLICT(name) DO UPDATE SET
   holder      = excluded.holder,
-  fence       = MAX(leases.fence, ` + floorOf + `) + 1,
+  fence       = excluded.fence,
   acquired_at = excluded.acquired_at,
   renewed_at  = excluded.renewed_at,
   expires_at  = excluded.expires_at
-WHERE leases.expires_at <= excluded.acquired_at AND leases.fence < 9223372036854775807
-RETURNING fence`
+WHERE leases.expires_at <= excluded.acquired_at`
+
+	// highestOf is the highest fence lease ?1 ever had (its row's or
+	// lease_fence_floor's), 0 for a name never granted.
+	highestOf = `MAX(COALESCE((SELECT fence FROM leases WHERE name = ?1), 0),
+  COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0))`
 
 	// nonceSQL records the process nonce of the grant at fence ?2, never
 	// over a later grant's. A row already at ?2 is a losing claim of an
@@ -93,10 +109,6 @@ RETURNING fence`
 	nonceSQL = `INSERT INTO lease_holders (name, fence, nonce) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, nonce = excluded.nonce
 WHERE lease_holders.fence <= excluded.fence`
-
-	// floorOf is the highest fence lease ?1 ever had, 0 for a name never
-	// granted.
-	floorOf = `COALESCE((SELECT fence FROM lease_fence_floor WHERE name = ?1), 0)`
 
 	// renewSQL keeps the fence (renewal is no change of custody) and never
 	// extends a released grant (renewed_at = expires_at): a renewal landing
@@ -109,19 +121,24 @@ WHERE name = ?1 AND holder = ?2 AND fence = ?3 AND renewed_at <> expires_at`
 	// releaseSQL expires the row in place (renewed_at = expires_at marks a
 	// clean release), keeping holder and fence, and only this process's
 	// grant (nonce ?4): never one of another process under the same
-	// instance_id.
+	// instance_id. It returns, as a JSON array, the nudge URLs of the other
+	// processes' contenders of the lease seen within the last ?5 ms.
 	releaseSQL = `UPDATE leases SET
   renewed_at = MIN(expires_at, ` + database.NowMS + `),
   expires_at = MIN(expires_at, ` + database.NowMS + `)
 WHERE name = ?1 AND holder = ?2 AND fence = ?3
-  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)`
+  AND EXISTS (SELECT 1 FROM lease_holders h WHERE h.name = ?1 AND h.fence = ?3 AND h.nonce = ?4)
+RETURNING (SELECT json_group_array(nudge_url) FROM lease_contenders
+  WHERE name = ?1 AND (instance <> ?2 OR nonce <> ?4) AND seen_at > ` + database.NowMS + ` - ?5)`
 )
 
-// contendedSQL reads the grant an acquire did not get (holder through
-// database.Text: an instance_id may look like a date).
-var contendedSQL = `SELECT ` + database.Text("holder") + `, fence, expires_at - n,
-  COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = leases.name AND h.fence = leases.fence), '')
-FROM leases, (SELECT ` + database.NowMS + ` AS n) WHERE name = ?1`
+// stateSQL reads lease ?1 as a contender sees it: holder (through
+// database.Text: an instance_id may look like a date), fence, time left
+// on the database's clock (<= 0: expired; 0 for no row), the grant's
+// process nonce and the highest fence the name ever had.
+var stateSQL = `SELECT COALESCE(` + database.Text("l.holder") + `, ''), COALESCE(l.fence, 0), COALESCE(l.expires_at - n, 0),
+  COALESCE((SELECT nonce FROM lease_holders h WHERE h.name = ?1 AND h.fence = l.fence), ''), ` + highestOf + `
+FROM (SELECT ` + database.NowMS + ` AS n) LEFT JOIN leases l ON l.name = ?1`
 
 // maxFence is the last fence a lease can be granted under.
 const maxFence = 1<<63 - 1
@@ -133,6 +150,11 @@ var errFenceExhausted = errors.New("fence token at its maximum; the lease can no
 // or its grant expired on the database's clock, at the next fence. A
 // fence at MaxInt64 is never granted again (an error), and a database
 // file replaced under the process fails it (database.ErrFileReplaced).
+//
+// It first tries the grant at one above the highest fence it last saw
+// for name (one statement: what a nudged contender does at a handover),
+// and reads the lease only when that grant is refused or no fence was
+// seen yet; a grant refused for a fence that moved is tried once more.
 func (s *Store) Acquire(ctx context.Context, name, holder string) (Grant, error) {
 	defer s.db.Urgent()()
 	g, err := s.acquire(ctx, name, holder)
@@ -146,42 +168,69 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 	if err := s.check(); err != nil {
 		return Grant{}, err
 	}
-	var g Grant
-	granted, err := s.grant(ctx, name, holder, &g.Fence)
-	if err != nil || granted {
-		g.Granted = granted
-		return g, err
+	s.mu.Lock()
+	highest, seen := s.highest[name]
+	s.mu.Unlock()
+	for try := 0; ; try++ {
+		if seen && highest < maxFence {
+			granted, err := s.grant(ctx, name, holder, highest+1)
+			if err != nil || granted {
+				return Grant{Granted: granted, Fence: highest + 1}, err
+			}
+		}
+		var g Grant
+		var leftMS, was int64
+		var nonce string
+		err := s.db.QueryRowContext(ctx, stateSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &nonce, &was)
+		if err != nil {
+			return Grant{}, fmt.Errorf("read the holder: %w", err)
+		}
+		s.mu.Lock()
+		s.highest[name] = was
+		s.mu.Unlock()
+		g.Own = g.Holder == holder && nonce == s.nonce
+		g.TimeLeft = time.Duration(leftMS) * time.Millisecond
+		switch {
+		case leftMS > 0 || try > 0 || (seen && was == highest):
+			return g, nil
+		case was == maxFence:
+			return Grant{}, errFenceExhausted
+		}
+		highest, seen = was, true
 	}
-	var leftMS int64
-	var nonce string
-	if err := s.db.QueryRowContext(ctx, contendedSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &nonce); err != nil {
-		return Grant{}, fmt.Errorf("read the holder: %w", err)
-	}
-	g.Own = g.Holder == holder && nonce == s.nonce
-	g.TimeLeft = time.Duration(leftMS) * time.Millisecond
-	if g.Fence == maxFence && leftMS <= 0 {
-		return Grant{}, errFenceExhausted
-	}
-	return g, nil
 }
 
-// grant runs the acquire and, when granted, records this process's nonce
-// for the new fence (two statements, not a transaction's four round
-// trips). A nonce that fails to land (Failed is told) leaves the grant
-// this process's, but its release will find it superseded.
-func (s *Store) grant(ctx context.Context, name, holder string, fenceOut *int64) (bool, error) {
-	release, err := s.db.UrgentTurn(ctx)
+// grant runs grantSQL at fence f and, when granted, records this
+// process's nonce for it, in the background but within the same urgent
+// turn: the grant is answered one statement sooner, and this process's
+// next lease write (its release among them) waits for the nonce. A
+// nonce that fails to land (Failed is told) leaves the grant this
+// process's, but its release will find it superseded.
+func (s *Store) grant(ctx context.Context, name, holder string, f int64) (bool, error) {
+	turn, err := s.db.UrgentTurn(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer release()
-	granted, err := database.QueryReturning(ctx, s.db, acquireSQL, []any{name, holder, s.ttl.Milliseconds()}, fenceOut)
-	if err != nil || !granted {
+	res, err := s.db.ExecContext(ctx, grantSQL, name, holder, s.ttl.Milliseconds(), f)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil || n == 0 {
+		turn()
 		return false, err
 	}
-	if _, err := s.db.ExecContext(ctx, nonceSQL, name, *fenceOut, s.nonce); err != nil && s.Failed != nil {
-		s.Failed(fmt.Errorf("record the process nonce of lease %q (fence %d): %w", name, *fenceOut, err))
-	}
+	s.mu.Lock()
+	s.highest[name] = f
+	s.mu.Unlock()
+	urgent := s.db.Urgent()
+	go func() {
+		defer turn()
+		defer urgent()
+		if _, err := s.db.ExecContext(context.WithoutCancel(ctx), nonceSQL, name, f, s.nonce); err != nil && s.Failed != nil {
+			s.Failed(fmt.Errorf("record the process nonce of lease %q (fence %d): %w", name, f, err))
+		}
+	}()
 	return true, nil
 }
 
@@ -199,16 +248,35 @@ func (s *Store) Renew(ctx context.Context, c fence.Custody) error {
 }
 
 // Release expires the grant c in place (expires_at = now), keeping holder
-// and fence. It returns an error wrapping fence.ErrSuperseded when the row
-// no longer carries this holder, fence and process nonce. Like Acquire and
-// Renew it checks the database file first: a release written to a file
-// that was deleted or replaced lands nowhere anyone reads.
+// and fence, and tells Released. It returns an error wrapping
+// fence.ErrSuperseded when the row no longer carries this holder, fence
+// and process nonce. Like Acquire and Renew it checks the database file
+// first: a release written to a file that was deleted or replaced lands
+// nowhere anyone reads.
 func (s *Store) Release(ctx context.Context, c fence.Custody) error {
 	defer s.db.Urgent()()
-	if err := s.check(); err != nil {
-		return s.note(c.Lease, fmt.Errorf("release lease %q: %w", c.Lease, err))
+	err := s.check()
+	var found bool
+	var urls string
+	if err == nil {
+		var turn func()
+		if turn, err = s.db.UrgentTurn(ctx); err == nil {
+			found, err = database.QueryReturning(ctx, s.db, releaseSQL,
+				[]any{c.Lease, c.Holder, c.Fence, s.nonce, (3 * s.ttl).Milliseconds()}, &urls)
+			turn()
+		}
 	}
-	return s.note(c.Lease, s.matchOne(ctx, "release", releaseSQL, c, s.nonce))
+	switch {
+	case err != nil:
+		err = fmt.Errorf("release lease %q: %w", c.Lease, err)
+	case !found:
+		err = fmt.Errorf("release lease %q (fence %d): %w", c.Lease, c.Fence, fence.ErrSuperseded)
+	case s.Released != nil:
+		var nudge []string
+		_ = json.Unmarshal([]byte(urls), &nudge) // SQLite's own JSON: a list of strings
+		s.Released(c.Lease, nudge)
+	}
+	return s.note(c.Lease, err)
 }
 
 func (s *Store) matchOne(ctx context.Context, op, query string, c fence.Custody, extra any) error {

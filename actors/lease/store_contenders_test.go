@@ -15,6 +15,7 @@ import (
 
 	"github.com/atcr-io/appview/actors/lease"
 	"github.com/atcr-io/appview/internal/database"
+	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/testsupport"
 )
 
@@ -63,24 +64,45 @@ func register(t *testing.T, db *database.DB, name, instance, nonce, u string) {
 	})
 }
 
-func holderContenders(db *database.DB) *lease.Contenders {
-	return &lease.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+// holder is a process that holds leases: its store's releases nudge
+// through its Contenders, as system.New wires them.
+type holder struct {
+	store *lease.Store
+	c     *lease.Contenders
 }
 
-// A release nudges every recent contender, once, naming the lease and
-// carrying Header (the admin token), including a contender recorded just
-// before the release.
+func newHolder(db *database.DB) *holder {
+	s := lease.NewStore(db, time.Minute)
+	c := &lease.Contenders{DB: db, Instance: "holder", Nonce: s.Nonce(), URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
+	s.Released = c.Nudge
+	return &holder{store: s, c: c}
+}
+
+// release acquires lease name and releases it, then waits for the nudges.
+func (h *holder) release(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	g, err := h.store.Acquire(ctx, name, "holder")
+	if err != nil || !g.Granted {
+		t.Fatalf("acquire %s: %+v, %v", name, g, err)
+	}
+	if err := h.store.Release(ctx, fence.Custody{Lease: name, Holder: "holder", Fence: g.Fence}); err != nil {
+		t.Fatal(err)
+	}
+	h.c.Wait()
+}
+
+// A release nudges every recent contender of its lease, once, naming the
+// lease and carrying Header (the admin token); the release statement
+// reads them, so a contender recorded just before it is nudged too.
 func TestNudgesNameTheLeaseAndCarryTheHeader(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	early, late := newNudgeTarget(t), newNudgeTarget(t)
 	register(t, db, "billing", "early", "n-early", early.url())
-	h := holderContenders(db)
-	h.Header = http.Header{"Authorization": {"Bearer s3cret"}}
-	h.Refresh()
-	h.Wait()
 	register(t, db, "billing", "late", "n-late", late.url())
-	h.NudgeOthers("billing")
-	h.Wait()
+	h := newHolder(db)
+	h.c.Header = http.Header{"Authorization": {"Bearer s3cret"}}
+	h.release(t, "billing")
 	for name, target := range map[string]*nudgeTarget{"early": early, "late": late} {
 		if n := target.nudges.Load(); n != 1 {
 			t.Fatalf("%s: %d nudges, want 1", name, n)
@@ -91,57 +113,47 @@ func TestNudgesNameTheLeaseAndCarryTheHeader(t *testing.T) {
 	}
 }
 
+// A contender not seen for three TTLs is not nudged.
+func TestAStaleContenderIsNotNudged(t *testing.T) {
+	db := testsupport.OpenDB(t)
+	stale := newNudgeTarget(t)
+	register(t, db, "cleanup", "stale", "n-stale", stale.url())
+	if _, err := db.Exec(`UPDATE lease_contenders SET seen_at = seen_at - 3 * 60000 - 1000`); err != nil {
+		t.Fatal(err)
+	}
+	newHolder(db).release(t, "cleanup")
+	if n := stale.nudges.Load(); n != 0 {
+		t.Fatalf("a contender last seen over 3 TTLs ago got %d nudges, want none", n)
+	}
+}
+
 // A contender that refuses the admin token is named at warn level
 // (handovers to it silently waited for its poll), once: a shutdown
 // releasing two leases says it one time.
 func TestARefusedNudgeIsLoggedAtWarnOnce(t *testing.T) {
-	for _, refreshed := range []bool{false, true} {
-		db := testsupport.OpenDB(t)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "wrong admin token", http.StatusUnauthorized)
-		}))
-		for _, name := range []string{"cleanup", "backfill"} {
-			register(t, db, name, "c", "n-c", srv.URL+"/lease/nudge")
-		}
-		var log testsupport.LockedBuffer
-		h := holderContenders(db)
-		h.Log = zerolog.New(&log).Level(zerolog.DebugLevel)
-		for _, name := range []string{"cleanup", "backfill"} {
-			if refreshed {
-				h.Refresh()
-				h.Wait()
-			}
-			h.NudgeOthers(name)
-			h.Wait()
-		}
-		srv.Close()
-		out := log.String()
-		if !strings.Contains(out, "admin.token differs") || !strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
-			t.Errorf("refreshed=%v: log %q, want a warning naming admin.token, the status and the answer", refreshed, out)
-		}
-		if n := strings.Count(out, `"level":"warn"`); n != 1 {
-			t.Errorf("refreshed=%v: %d warnings for one contender refusing two nudges, want 1 (the second at debug):\n%s", refreshed, n, out)
-		}
-		if n := strings.Count(out, "admin.token differs"); n != 2 {
-			t.Errorf("refreshed=%v: %d refusals logged in all, want 2", refreshed, n)
-		}
-	}
-}
-
-// Without a Refresh a release still nudges every recent contender, once.
-func TestNudgeWithoutARefresh(t *testing.T) {
 	db := testsupport.OpenDB(t)
-	targets := []*nudgeTarget{newNudgeTarget(t), newNudgeTarget(t)}
-	for i, tg := range targets {
-		register(t, db, "cleanup", string(rune('a'+i)), "n", tg.url())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "wrong admin token", http.StatusUnauthorized)
+	}))
+	for _, name := range []string{"cleanup", "backfill"} {
+		register(t, db, name, "c", "n-c", srv.URL+"/lease/nudge")
 	}
-	h := holderContenders(db)
-	h.NudgeOthers("cleanup")
-	h.Wait()
-	for i, tg := range targets {
-		if n := tg.nudges.Load(); n != 1 {
-			t.Errorf("contender %d got %d nudges, want 1", i, n)
-		}
+	var log testsupport.LockedBuffer
+	h := newHolder(db)
+	h.c.Log = zerolog.New(&log).Level(zerolog.DebugLevel)
+	for _, name := range []string{"cleanup", "backfill"} {
+		h.release(t, name)
+	}
+	srv.Close()
+	out := log.String()
+	if !strings.Contains(out, "admin.token differs") || !strings.Contains(out, `"status":401`) || !strings.Contains(out, "wrong admin token") {
+		t.Errorf("log %q, want a warning naming admin.token, the status and the answer", out)
+	}
+	if n := strings.Count(out, `"level":"warn"`); n != 1 {
+		t.Errorf("%d warnings for one contender refusing two nudges, want 1 (the second at debug):\n%s", n, out)
+	}
+	if n := strings.Count(out, "admin.token differs"); n != 2 {
+		t.Errorf("%d refusals logged in all, want 2", n)
 	}
 }
 
@@ -199,21 +211,13 @@ func TestAfterForgetRegisterWritesNothing(t *testing.T) {
 	}
 }
 
-// Refresh keeps every lease's contenders at hand (one read), so a release
-// nudges them without reading first; the read after the nudges does not
-// nudge them twice.
-func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
+// A release nudges its own lease's contenders only.
+func TestAReleaseNudgesOnlyItsLeasesContenders(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	a, b := newNudgeTarget(t), newNudgeTarget(t)
 	register(t, db, "cleanup", "a", "n-a", a.url())
 	register(t, db, "backfill", "b", "n-b", b.url())
-	h := holderContenders(db)
-	h.Refresh()
-	testsupport.Eventually(t, "the contenders read", func() bool {
-		return len(h.KnownURLs("cleanup")) == 1 && len(h.KnownURLs("backfill")) == 1
-	})
-	h.NudgeOthers("cleanup")
-	h.Wait()
+	newHolder(db).release(t, "cleanup")
 	if n, m := a.nudges.Load(), b.nudges.Load(); n != 1 || m != 0 {
 		t.Fatalf("cleanup's contender got %d nudges (want 1), backfill's %d (want 0)", n, m)
 	}
@@ -227,19 +231,18 @@ func TestRefreshedContendersAreNudgedOnce(t *testing.T) {
 func TestAContenderUnderTheHoldersInstanceIDFromAnotherProcessIsNudged(t *testing.T) {
 	db := testsupport.OpenDB(t)
 	twin, self := newNudgeTarget(t), newNudgeTarget(t)
+	h := newHolder(db)
 	register(t, db, "cleanup", "holder", "n-twin", twin.url())
-	register(t, db, "backfill", "holder", "n-holder", self.url())
-	h := holderContenders(db)
-	h.NudgeOthers("cleanup")
-	h.NudgeOthers("backfill")
-	h.Wait()
+	register(t, db, "backfill", "holder", h.store.Nonce(), self.url())
+	h.release(t, "cleanup")
+	h.release(t, "backfill")
 	if n, m := twin.nudges.Load(), self.nudges.Load(); n != 1 || m != 0 {
 		t.Fatalf("the twin got %d nudges (want 1), the holder's own record %d (want 0)", n, m)
 	}
-	if ok, err := h.HealthyContender(context.Background(), "cleanup"); err != nil || !ok {
+	if ok, err := h.c.HealthyContender(context.Background(), "cleanup"); err != nil || !ok {
 		t.Fatalf("HealthyContender(cleanup) = %v, %v; want the twin to count", ok, err)
 	}
-	if ok, err := h.HealthyContender(context.Background(), "backfill"); err != nil || ok {
+	if ok, err := h.c.HealthyContender(context.Background(), "backfill"); err != nil || ok {
 		t.Fatalf("HealthyContender(backfill) = %v, %v; want the holder's own record not to count", ok, err)
 	}
 }
@@ -255,9 +258,7 @@ func TestANudgeDoesNotFollowARedirect(t *testing.T) {
 	}))
 	t.Cleanup(redirecting.Close)
 	register(t, db, "cleanup", "c", "n-c", redirecting.URL+"/lease/nudge")
-	h := &lease.Contenders{DB: db, Instance: "holder", Nonce: "n-holder", URL: "http://127.0.0.1:1/lease/nudge", TTL: time.Minute}
-	h.NudgeOthers("cleanup")
-	h.Wait()
+	newHolder(db).release(t, "cleanup")
 	if n := elsewhere.nudges.Load(); n != 0 {
 		t.Fatalf("the redirect's target got %d nudges, want none", n)
 	}

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"testing"
-	"time"
 )
 
 // HoldTurn takes s's lease-write turn and returns the function that gives
@@ -26,16 +25,6 @@ func (r *Renewer) Queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.queue)
-}
-
-// KnownURLs is what a release of lease would nudge at once.
-func (c *Contenders) KnownURLs(lease string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.knownAt) >= c.TTL {
-		return nil
-	}
-	return c.known[lease]
 }
 
 // SetCheck replaces the check s runs before every write (nil: the

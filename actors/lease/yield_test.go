@@ -19,8 +19,9 @@ func healthPair(t *testing.T, grace, minHold time.Duration) (h *harness, ha, hb 
 	const name = "jetstream-consumer"
 	start := func(instance string, health *workers.Health, p *probe) {
 		e := newNudgeEndpoint(t, h.sys, name)
-		r := h.start(Options{Name: name, Instance: instance, Timing: fastTiming, Store: NewStore(db, fastTiming.TTL),
-			Worker: p.props, Contenders: h.newContenders(db, instance, e.url(), fastTiming.TTL),
+		store := NewStore(db, fastTiming.TTL)
+		r := h.start(Options{Name: name, Instance: instance, Timing: fastTiming, Store: store,
+			Worker: p.props, Contenders: h.newContenders(store, instance, e.url()),
 			Health: health, YieldGrace: grace, MinHold: minHold})
 		e.pid.Store(r.pid)
 	}
