@@ -117,7 +117,7 @@ func New(o Options) (*System, error) {
 			})
 		case database.SchemaLost(err):
 			schemaLost.Do(func() {
-				log.Error().Err(logval.Error(err)).Msg(database.ErrSchemaLost.Error() + ": lease writes fail, so this process holds no lease and its workers stop; it cannot recover")
+				log.Error().Err(logval.Error(err)).Msg(database.ErrSchemaLost.Error() + ": until then lease writes fail, so this process holds no lease and its workers stop; then it recovers by itself")
 			})
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/atcr-io/appview/internal/fence"
 	"github.com/atcr-io/appview/internal/logval"
 	"github.com/atcr-io/appview/internal/outbound"
+	"github.com/atcr-io/appview/internal/workers"
 
 	"github.com/rs/zerolog"
 
@@ -281,7 +282,11 @@ func (b *Backfiller) Run(ctx context.Context, c fence.Custody) (err error) {
 			if !errors.Is(err, errAllRelaysFailed) {
 				err = fmt.Errorf("backfill run %d: %w", r.id, err)
 				if outcome = interruption(ctx, err, outcome); outcome == runInterrupted {
-					r.log.Warn().Err(logval.Error(err)).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
+					level := zerolog.WarnLevel // custody lost
+					if errors.Is(context.Cause(ctx), workers.ErrDrain) {
+						level = zerolog.InfoLevel // this instance stopping gracefully
+					}
+					r.log.WithLevel(level).Err(logval.Error(err)).Str("collection", col).Msg("backfill run stopped; the next holder resumes it")
 				} else {
 					b.failed(ctx, c, r.id, err, r.log.With().Str("collection", col).Logger())
 				}

@@ -239,7 +239,7 @@ func (a *leaseActor) onAnswer(ctx actor.Context, in Input) {
 	case AcquireResult:
 		a.calls.taken(r.Seq)
 		if r.Err != nil {
-			a.storeErrs.Warn().Err(r.Err).Msg("lease acquire failed; retrying")
+			a.storeErrs.Warn().Err(logval.Error(r.Err)).Msg("lease acquire failed; retrying")
 		}
 		if g := r.Grant; r.Err == nil && !g.Granted && g.Holder == a.o.Instance && !g.Own && g.TimeLeft > 0 {
 			// Custody stays correct (grants carry the process nonce), but
@@ -249,7 +249,7 @@ func (a *leaseActor) onAnswer(ctx actor.Context, in Input) {
 	case RenewResult:
 		// An error that ends custody is reported by lease.lost.
 		if r.Err != nil && !RenewalEndsCustody(r.Err) {
-			a.storeErrs.Warn().Err(r.Err).Msg("lease renewal failed; retrying until the renew deadline")
+			a.storeErrs.Warn().Err(logval.Error(r.Err)).Msg("lease renewal failed; retrying until the renew deadline")
 		}
 	}
 	a.step(ctx, in)

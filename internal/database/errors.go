@@ -62,7 +62,7 @@ var failureMessages = []string{
 // was wiped or replaced under it (a sqld restarted on an empty data
 // directory). Nothing here recreates it while the process runs (the
 // fence floors went with it); a restart migrates the new database.
-var ErrSchemaLost = errors.New("the database has lost its schema (wiped or replaced under this process); restart this instance: its start migrates the database")
+var ErrSchemaLost = errors.New("the database has lost its schema (wiped or replaced under this process); the start of any instance migrates it again")
 
 // SchemaLost reports whether err is the database saying a table does not
 // exist ("no such table"): on a database this process migrated, that is
