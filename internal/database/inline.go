@@ -36,7 +36,7 @@ func inline(query string, args []driver.NamedValue) (string, bool) {
 	used := make([]bool, len(args)+1)
 	var b strings.Builder
 	b.Grow(len(query) + 16*len(args))
-	last, max := 0, 0
+	last, high := 0, 0
 	for i := 0; i < len(query); {
 		switch c := query[i]; {
 		case c == '\'' || c == '"' || c == '`':
@@ -54,7 +54,7 @@ func inline(query string, args []driver.NamedValue) (string, bool) {
 			for j < len(query) && query[j] >= '0' && query[j] <= '9' {
 				j++
 			}
-			n := max + 1
+			n := high + 1
 			if j > i+1 {
 				var err error
 				if n, err = strconv.Atoi(query[i+1 : j]); err != nil {
@@ -68,7 +68,7 @@ func inline(query string, args []driver.NamedValue) (string, bool) {
 			if !ok {
 				return "", false
 			}
-			max, used[n] = maxInt(max, n), true
+			high, used[n] = max(high, n), true
 			b.WriteString(query[last:i])
 			b.WriteString(lit)
 			last, i = j, j
@@ -83,13 +83,6 @@ func inline(query string, args []driver.NamedValue) (string, bool) {
 	}
 	b.WriteString(query[last:])
 	return b.String(), true
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // skipQuoted returns the index after the literal or identifier quoted by
