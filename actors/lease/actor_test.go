@@ -320,12 +320,18 @@ func TestRepeatedLossAndReacquireLeakNoGoroutines(t *testing.T) {
 	baseline := goleak.IgnoreCurrent()
 	h := newHarness(t)
 	p := &probe{}
-	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming, Store: NewStore(db, quickTiming.TTL), Worker: p.props})
+	store := NewStore(db, quickTiming.TTL)
+	r := h.start(Options{Name: "cleanup", Instance: "instance-a", Timing: quickTiming, Store: store, Worker: p.props})
 	_, at := h.events.wait(t, 0, "lease.acquired", is(LeaseAcquired, "instance-a"))
 	for cycle := range 20 {
-		// Another instance takes the lease over and hands it straight back.
+		// Another instance takes the lease over and hands it straight
+		// back. The holder's lease writes wait meanwhile: a renewal
+		// landing between the expiry and the theft would extend the
+		// grant that merely ran out (it is still the holder's).
+		turn := HoldTurn(t, store)
 		expireNow(t, thiefDB, "cleanup")
 		c := mustAcquire(t, thief, "cleanup", "instance-b")
+		turn()
 		if err := thief.Release(t.Context(), c); err != nil {
 			t.Fatal(err)
 		}
