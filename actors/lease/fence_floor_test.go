@@ -63,6 +63,11 @@ func TestAFenceAtMaxInt64IsRefusedNotTurnedIntoAReal(t *testing.T) {
 	if err == nil {
 		t.Fatalf("acquire at fence MaxInt64 answered %+v with no error", g)
 	}
+	// Asked again, by a store that has now seen that fence: refused again,
+	// not answered as a grant expired a moment ago (retried at once).
+	if g, err := s.Acquire(context.Background(), "x", "b"); err == nil {
+		t.Fatalf("second acquire at fence MaxInt64 answered %+v with no error", g)
+	}
 }
 
 func readRowHolder(t *testing.T, s *Store) string {

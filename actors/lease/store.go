@@ -185,19 +185,24 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		if err != nil {
 			return Grant{}, fmt.Errorf("read the holder: %w", err)
 		}
-		s.mu.Lock()
-		s.highest[name] = was
-		s.mu.Unlock()
+		s.saw(name, was)
 		g.Own = g.Holder == holder && nonce == s.nonce
 		g.TimeLeft = time.Duration(leftMS) * time.Millisecond
 		switch {
+		case leftMS <= 0 && was == maxFence:
+			return Grant{}, errFenceExhausted
 		case leftMS > 0 || try > 0 || (seen && was == highest):
 			return g, nil
-		case was == maxFence:
-			return Grant{}, errFenceExhausted
 		}
 		highest, seen = was, true
 	}
+}
+
+// saw records f as the highest fence of lease name this store knows of.
+func (s *Store) saw(name string, f int64) {
+	s.mu.Lock()
+	s.highest[name] = f
+	s.mu.Unlock()
 }
 
 // grant runs grantSQL at fence f and, when granted, records this
@@ -220,9 +225,7 @@ func (s *Store) grant(ctx context.Context, name, holder string, f int64) (bool, 
 		turn()
 		return false, err
 	}
-	s.mu.Lock()
-	s.highest[name] = f
-	s.mu.Unlock()
+	s.saw(name, f)
 	urgent := s.db.Urgent()
 	go func() {
 		defer turn()
