@@ -87,6 +87,9 @@ type DB struct {
 	migrated atomic.Bool
 	// writes is this process's bookkeeping of its writes here (writes.go).
 	writes *writes
+	// stopCheckpoints ends the background checkpoints of a writable file
+	// database (checkpoint.go) and waits for them; nil otherwise.
+	stopCheckpoints func()
 }
 
 // Open opens the database and checks that it answers. The URL takes the
@@ -166,6 +169,9 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		}
 		if !o.ReadOnly {
 			db.wal = newWALWatch(path)
+			stop, done := make(chan struct{}), make(chan struct{})
+			go db.checkpoints(stop, done)
+			db.stopCheckpoints = sync.OnceFunc(func() { close(stop); <-done })
 		}
 	}
 	return db, nil
@@ -306,6 +312,9 @@ var ErrCloseAbandoned = errors.New("database: connections still busy in the driv
 // (a driver call stuck on a server that never answers), the handle is
 // left open and ErrCloseAbandoned returned.
 func (db *DB) Close() error {
+	if db.stopCheckpoints != nil {
+		db.stopCheckpoints()
+	}
 	db.connector.live.closing()
 	err := db.DB.Close()
 	if !db.connector.live.wait(closeWait) {
@@ -466,27 +475,42 @@ func (c *connector) connect(ctx context.Context) (driver.Conn, error) {
 	}
 	if c.readOnly {
 		pragmas[1] = "PRAGMA query_only = ON"
-	}
-	q, ok := conn.(driver.QueryerContext)
-	if !ok {
-		_ = conn.Close()
-		return nil, errors.New("libsql connection cannot run queries")
+	} else {
+		pragmas = append(pragmas, autoCheckpointOff)
 	}
 	for _, p := range pragmas {
-		rows, err := q.QueryContext(ctx, p, nil) // PRAGMAs return rows: Query, not Exec
-		if err != nil {
+		if _, err := firstRow(ctx, conn, p); err != nil {
 			_ = conn.Close()
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return nil, err
 		}
-		dest := make([]driver.Value, len(rows.Columns()))
-		for rows.Next(dest) == nil {
-		}
-		_ = rows.Close()
 	}
 	return wrapFile(conn), nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
+
+// firstRow runs query on a native connection and returns its first row
+// (nil: none), reading the rest: PRAGMAs return rows, so Query, not Exec.
+// The error names the query.
+func firstRow(ctx context.Context, conn driver.Conn, query string) ([]driver.Value, error) {
+	q, ok := conn.(driver.QueryerContext)
+	if !ok {
+		return nil, errors.New("libsql connection cannot run queries")
+	}
+	rows, err := q.QueryContext(ctx, query, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", query, err)
+	}
+	defer rows.Close()
+	var first []driver.Value
+	dest := make([]driver.Value, len(rows.Columns()))
+	for rows.Next(dest) == nil {
+		if first == nil {
+			first = append([]driver.Value{}, dest...)
+		}
+	}
+	return first, nil
+}
 
 // NowMS is the SQL expression for the database's clock in Unix milliseconds.
 // Every expiry comparison uses it, so all instances share one clock.
