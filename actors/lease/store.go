@@ -181,7 +181,14 @@ func (s *Store) acquire(ctx context.Context, name, holder string) (Grant, error)
 		var g Grant
 		var leftMS, was int64
 		var nonce string
-		err := s.db.QueryRowContext(ctx, stateSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &nonce, &was)
+		// In this process's turn of lease writes, so that a grant of its
+		// own whose nonce is still being written (grant) reads as Own.
+		turn, err := s.db.UrgentTurn(ctx)
+		if err != nil {
+			return Grant{}, err
+		}
+		err = s.db.QueryRowContext(ctx, stateSQL, name).Scan(&g.Holder, &g.Fence, &leftMS, &nonce, &was)
+		turn()
 		if err != nil {
 			return Grant{}, fmt.Errorf("read the holder: %w", err)
 		}

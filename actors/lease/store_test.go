@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -423,5 +424,41 @@ func TestAGrantOverAnOlderAppviewsLosingClaimIsReleasedCleanly(t *testing.T) {
 	}
 	if st := readRow(t, db, "cleanup").State(); st != fence.StateReleased {
 		t.Fatalf("state after the release: %s", st)
+	}
+}
+
+// The process's nonce of a grant is written after Acquire returns; an
+// acquire by the same process beside it must still read the grant as its
+// own (a grant of an attempt given up on is found this way and handed
+// back), not as another process's under the same instance_id.
+func TestAnAcquireBesideAGrantReadsItAsItsOwn(t *testing.T) {
+	s := NewStore(testsupport.OpenDB(t), longTTL)
+	ctx := context.Background()
+	for i := range 30 {
+		name := fmt.Sprintf("lease-%d", i)
+		var gs [2]Grant
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j := range gs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				gs[j], errs[j] = s.Acquire(ctx, name, "instance-a")
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatal(err)
+		}
+		if gs[0].Granted == gs[1].Granted {
+			t.Fatalf("%s: %+v; want one grant", name, gs)
+		}
+		other := gs[0]
+		if other.Granted {
+			other = gs[1]
+		}
+		if !other.Own || other.Fence != 1 {
+			t.Fatalf("%s: the acquire beside the grant read %+v, want fence 1 as this process's own", name, other)
+		}
 	}
 }
