@@ -237,7 +237,9 @@ func (a *leaseActor) start(ctx actor.Context) {
 func (a *leaseActor) onAnswer(ctx actor.Context, in Input) {
 	switch r := in.(type) {
 	case AcquireResult:
-		a.calls.taken(r.Seq)
+		if !a.m.Stray(r) {
+			a.calls.taken(r.Seq)
+		} // else left to stopped, which hands back what was never taken
 		if r.Err != nil {
 			a.storeErrs.Warn().Err(logval.Error(r.Err)).Msg("lease acquire failed; retrying")
 		}

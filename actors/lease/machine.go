@@ -202,6 +202,14 @@ func (m *Machine) HoldsCustody() bool {
 	return m.phase == PhaseHolding || (m.phase == PhaseStopping && m.cause != causeLost)
 }
 
+// Stray reports whether r (not yet stepped) grants a fence the machine
+// never learned of, to an attempt given up on, once it stops or finished:
+// no later attempt finds it as its own and hands it back; the shell must.
+func (m *Machine) Stray(r AcquireResult) bool {
+	awaited := m.phase != PhaseDone && m.call == callAcquire && r.Seq == m.callSeq
+	return r.Err == nil && r.Grant.Granted && !awaited && (m.stopping || m.phase == PhaseDone) && r.Grant.Fence > m.heldFence
+}
+
 // Step feeds one input at time now and returns the commands to carry out,
 // in order, the last always a WakeCmd.
 func (m *Machine) Step(now time.Duration, in Input) []Command {

@@ -486,3 +486,29 @@ func TestARenewalRefusedForAReplacedFileEndsCustodyAtOnce(t *testing.T) {
 		t.Fatalf("custody kept after the file was replaced: phase %s", h.m.Phase())
 	}
 }
+
+// The grant of an attempt given up on is left to a later attempt, which
+// finds it as this process's own, until the machine stops: then no
+// attempt may come, and Stray tells the shell to hand it back.
+func TestAGrantOfAnAbandonedAttemptIsStrayOnceTheMachineStops(t *testing.T) {
+	h := &holder{t: t, m: NewMachine("jetstream-consumer", "instance-a", fastTiming, rand.New(rand.NewPCG(5, 6)), 0)}
+	h.step(Start{})
+	first := h.only(AcquireCmd{}).(AcquireCmd)
+	h.at(10*fastTiming.RenewDeadline, Tick{}) // given up on; the next attempt goes out
+	final := h.commands(AcquireCmd{})
+	late := AcquireResult{Seq: first.Seq, Grant: Grant{Granted: true, Fence: 1}}
+	if len(final) != 1 || h.m.Stray(late) {
+		t.Fatalf("want a next attempt and the late grant left to it, got %+v", h.out)
+	}
+	h.step(StopRequested{}) // the attempt in flight decides
+	if !h.m.Stray(late) {
+		t.Fatal("not stray once stopping: nothing releases the grant")
+	}
+	if h.m.Stray(AcquireResult{Seq: final[0].(AcquireCmd).Seq, Grant: Grant{Granted: true, Fence: 1}}) {
+		t.Fatal("the awaited attempt's grant is stray: the machine releases it itself")
+	}
+	h.step(AcquireResult{Seq: final[0].(AcquireCmd).Seq, Grant: Grant{Holder: "instance-a", Fence: 1, Own: true, TimeLeft: time.Second}})
+	if h.m.Stray(late) {
+		t.Fatal("stray although the final attempt found it as its own and releases it")
+	}
+}
