@@ -476,7 +476,7 @@ func (c *connector) connect(ctx context.Context) (driver.Conn, error) {
 	if c.readOnly {
 		pragmas[1] = "PRAGMA query_only = ON"
 	} else {
-		pragmas = append(pragmas, autoCheckpointOff)
+		pragmas = append(pragmas, commitCheckpoint)
 	}
 	for _, p := range pragmas {
 		if _, err := firstRow(ctx, conn, p); err != nil {
