@@ -203,8 +203,8 @@ func (m *Machine) HoldsCustody() bool {
 }
 
 // Stray reports whether r (not yet stepped) grants a fence the machine
-// never learned of, to an attempt given up on, once it stops or finished:
-// no later attempt finds it as its own and hands it back; the shell must.
+// never learned of, to an attempt given up on, once it is stopping or has
+// finished: no later attempt finds it as its own to hand it back; the shell must.
 func (m *Machine) Stray(r AcquireResult) bool {
 	awaited := m.phase != PhaseDone && m.call == callAcquire && r.Seq == m.callSeq
 	return r.Err == nil && r.Grant.Granted && !awaited && (m.stopping || m.phase == PhaseDone) && r.Grant.Fence > m.heldFence

@@ -100,7 +100,13 @@ func checkpoint(conn driver.Conn) error {
 		return err
 	}
 	// busy, frames in the log, frames copied into the database.
-	if len(row) != 3 || row[0] != int64(0) || row[1].(int64) < restartFrames || row[2] != row[1] {
+	var busy, frames, copied int64 = 1, 0, -1
+	if len(row) == 3 {
+		busy, _ = row[0].(int64)
+		frames, _ = row[1].(int64)
+		copied, _ = row[2].(int64)
+	}
+	if busy != 0 || frames < restartFrames || copied != frames {
 		return nil
 	}
 	// A second PASSIVE one copies, without a lock, what was committed
