@@ -222,7 +222,7 @@ func (a *leaseActor) start(ctx actor.Context) {
 	a.calls = &calls{obtained: map[uint64]fence.Custody{}}
 	a.log = a.o.Log.With().Str("lease", a.o.Name).Logger()
 	a.storeErrs = logval.Sampled(a.log, 1, storeErrorLogPeriod, "lease store call failed")
-	a.twins = logval.Sampled(a.log, 1, storeErrorLogPeriod, "another process holds this lease under this instance_id")
+	a.twins = logval.Sampled(a.log, 1, storeErrorLogPeriod, "another process start holds this lease under this instance_id")
 	seed := a.o.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
@@ -244,9 +244,9 @@ func (a *leaseActor) onAnswer(ctx actor.Context, in Input) {
 			a.storeErrs.Warn().Err(logval.Error(r.Err)).Msg("lease acquire failed; retrying")
 		}
 		if g := r.Grant; r.Err == nil && !g.Granted && g.Holder == a.o.Instance && !g.Own && g.TimeLeft > 0 {
-			// Custody stays correct (grants carry the process nonce), but
-			// the operator has two processes answering to one name.
-			a.twins.Warn().Int64("fence", g.Fence).Msg("another process holds this lease under this instance's instance_id: two running processes share one instance_id; give each its own")
+			// Custody stays correct: grants carry the process nonce.
+			a.twins.Warn().Int64("fence", g.Fence).Int64("time_left_ms", g.TimeLeft.Milliseconds()).
+				Msg("another process start holds this lease under this instance's instance_id: a previous run that ended without releasing (its grant runs out in time_left_ms), or two running processes sharing one instance_id; give each its own")
 		}
 	case RenewResult:
 		// An error that ends custody is reported by lease.lost.
