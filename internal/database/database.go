@@ -88,7 +88,8 @@ type DB struct {
 	// writes is this process's bookkeeping of its writes here (writes.go).
 	writes *writes
 	// stopCheckpoints ends the background checkpoints of a writable file
-	// database (checkpoint.go) and waits for them; nil otherwise.
+	// database (checkpoint.go) and waits for them, at most closeWait; nil
+	// otherwise.
 	stopCheckpoints func()
 }
 
@@ -171,7 +172,13 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 			db.wal = newWALWatch(path)
 			stop, done := make(chan struct{}), make(chan struct{})
 			go db.checkpoints(stop, done)
-			db.stopCheckpoints = sync.OnceFunc(func() { close(stop); <-done })
+			db.stopCheckpoints = sync.OnceFunc(func() {
+				close(stop)
+				select { // a checkpoint stuck in the driver: Close says so below
+				case <-done:
+				case <-time.After(closeWait):
+				}
+			})
 		}
 	}
 	return db, nil
