@@ -373,7 +373,11 @@ func (c *consumer) advance(b *jetstream.Batch, events []jetstream.Event, arrived
 		}
 		e.Str("host", pos.host).Int64("first_seq", first).Int64("last_seq", pos.seq).Int("events", len(events)).
 			Int("failures", len(b.Failures)).Int("stale", out.stale).Int("future_rev", out.future).
-			Int64("committed_us", out.at.UnixMicro()).Msg("jetstream batch committed")
+			Int64("committed_us", out.at.UnixMicro())
+		if len(arrived) > 0 {
+			e.Int64("arrived_us", arrived[0].UnixMicro()) // the first frame's, at the socket
+		}
+		e.Msg("jetstream batch committed")
 	}
 	c.o.Metrics.lifecycle(out.rereads, out.shed)
 	if out.shed > 0 {

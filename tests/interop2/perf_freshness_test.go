@@ -48,6 +48,13 @@ type writeTimes struct {
 	total, jetstream, added float64
 	what                    string
 	batch                   int
+	// For a commit of one event only (batch 1, 0 otherwise): added split
+	// at the frame's arrival at the appview's socket, into delivery (the
+	// tap's arrival to the appview's: Jetstream sending to a second
+	// subscriber, the host scheduling the appview) and own (the appview's
+	// read, decode and commit). split says they are set.
+	delivery, own float64
+	split         bool
 }
 
 // freshUser is an account of the live phase and what it holds on the PDS.
@@ -333,8 +340,12 @@ func measure(tp *tap, in *harness.Instance, ws []timedWrite, timeout time.Durati
 				continue
 			}
 			c := m.committed
-			out = append(out, writeTimes{total: ms(c.Sub(w.answered)), jetstream: ms(f.at.Sub(w.answered)), added: ms(c.Sub(f.at)),
-				what: w.what, batch: m.events})
+			s := writeTimes{total: ms(c.Sub(w.answered)), jetstream: ms(f.at.Sub(w.answered)), added: ms(c.Sub(f.at)),
+				what: w.what, batch: m.events}
+			if m.events == 1 && !m.arrived.IsZero() {
+				s.delivery, s.own, s.split = ms(m.arrived.Sub(f.at)), ms(c.Sub(m.arrived)), true
+			}
+			out = append(out, s)
 		}
 		if len(missing) > 0 {
 			return fmt.Errorf("%d of %d writes not seen through, first: %s", len(missing), len(ws), missing[0])
@@ -375,6 +386,18 @@ func report(t *testing.T, prefix string, ss []writeTimes) {
 		top = append(top, fmt.Sprintf("%.1f ms (%s, a commit of %d)", s.added, s.what, s.batch))
 	}
 	t.Logf("%s: the appview's slowest: %s", prefix, strings.Join(top, "; "))
+	var delivery, own []float64
+	for _, s := range ss {
+		if s.split {
+			delivery, own = append(delivery, s.delivery), append(own, s.own)
+		}
+	}
+	if len(own) == 0 && len(ss) >= freshWrites {
+		t.Errorf("%s: no commit of one event logged arrived_us: the split cannot be made", prefix)
+	} else if len(own) > 0 {
+		t.Logf("%s: appview added, split at the frame's arrival at its socket (%d commits of one event): before it p50 %.2f, p99 %.2f ms (Jetstream sending to a second subscriber, the host scheduling the appview); after it p50 %.2f, p99 %.2f ms (the appview's read, decode and commit)",
+			prefix, len(own), quantile(delivery, 0.5), quantile(delivery, 0.99), quantile(own, 0.5), quantile(own, 0.99))
+	}
 }
 
 // freshness runs the two freshness phases and returns the accounts of

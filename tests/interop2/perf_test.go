@@ -189,6 +189,9 @@ type commitMark struct {
 	firstSeq, lastSeq int64
 	events            int
 	committed         time.Time
+	// arrived is when the commit's first frame reached the appview's
+	// socket (zero when the line has no arrived_us).
+	arrived time.Time
 }
 
 // commitsOf reads the commits an instance has logged so far, in order.
@@ -206,7 +209,11 @@ func commitsOf(in *harness.Instance) []commitMark {
 		if json.Unmarshal(ev.Fields["committed_us"], &us) != nil || us == 0 {
 			continue
 		}
-		out = append(out, commitMark{firstSeq: first, lastSeq: last, events: n, committed: time.UnixMicro(us)})
+		m := commitMark{firstSeq: first, lastSeq: last, events: n, committed: time.UnixMicro(us)}
+		if json.Unmarshal(ev.Fields["arrived_us"], &us) == nil && us > 0 {
+			m.arrived = time.UnixMicro(us)
+		}
+		out = append(out, m)
 	}
 	return out
 }
