@@ -70,6 +70,8 @@ var badConfigs = []struct {
 	{name: "duration too long in parts", yaml: "leases:\n  ttl: 2562047h60m\n", key: "leases.ttl", reason: "out of range"},
 	{name: "two points in a duration", yaml: "leases:\n  ttl: 1.5.3h\n", key: "leases.ttl", reason: `unparsable duration "1.5.3h"`},
 	{name: "scalar where a list belongs", yaml: "jetstream:\n  urls: wss://a.example/subscribe\n", key: "jetstream.urls", reason: `expected a list such as [a, b], got "wss://a.example/subscribe" (line 2)`},
+	{name: "hexadecimal whole number", env: []string{"APPVIEW_HEALTH_CONCURRENCY=0x10"}, key: "health.concurrency", reason: `expected a whole number in decimal digits, got "0x10"`},
+	{name: "whole number with an underscore", yaml: "health:\n  concurrency: 1_000\n", key: "health.concurrency", reason: `expected a whole number in decimal digits, got "1_000" (line 2)`},
 	{name: "whole number too large", yaml: "health:\n  concurrency: 99999999999999999999\n", key: "health.concurrency", reason: `99999999999999999999 out of range for this key (line 2)`},
 	{name: "quoted boolean", yaml: "leases:\n  enabled: \"true\"\n", key: "leases.enabled", reason: `expected true or false, got the quoted string "true" (line 2): write it without quotes`},
 	{name: "quoted whole number", yaml: "backfill:\n  concurrency: '4'\n", key: "backfill.concurrency", reason: `expected a whole number, got the quoted string "4" (line 2): write it without quotes`},
@@ -472,6 +474,23 @@ func TestValidateRefusesAnEmptyListElementOfAConfigBuiltInCode(t *testing.T) {
 	var ce *Error
 	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Key != "jetstream.urls" || ce.Reason != "element 4 is empty" {
 		t.Fatalf("Validate = %v, want jetstream.urls: element 4 is empty", err)
+	}
+}
+
+// A leading zero is a decimal digit like any other: yaml.v3 alone read
+// 010 as octal 8, and 08 as a float it then called out of range.
+func TestWholeNumbersAreDecimalWithLeadingZeros(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"010", 10}, {"08", 8}, {"+5", 5}, {"007", 7}} {
+		fromFile := mustLoad(t, "health:\n  concurrency: "+c.in+"\n", nil, nil)
+		fromEnv := mustLoad(t, "", []string{"APPVIEW_HEALTH_CONCURRENCY=" + c.in}, nil)
+		fromSet := mustLoad(t, "", nil, []string{"health.concurrency=" + c.in})
+		if fromFile.Health.Concurrency != c.want || fromEnv.Health.Concurrency != c.want || fromSet.Health.Concurrency != c.want {
+			t.Errorf("%q: file %d, env %d, --set %d; want %d", c.in,
+				fromFile.Health.Concurrency, fromEnv.Health.Concurrency, fromSet.Health.Concurrency, c.want)
+		}
 	}
 }
 

@@ -171,14 +171,29 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		default:
 			return keyErr(key, "expected true or false, got %q%s", n.Value, at(n))
 		}
-	case (v.CanInt() || v.CanUint()) && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float":
-		// yaml.v3 would truncate 1.5 to 1 (and accept 1048576.7): an
-		// integer key takes an integer. (It also reads a whole number
-		// too large for int64 as a float.)
-		if wholeNumber(n.Value) {
-			return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
+	case (v.CanInt() || v.CanUint()) && n.Kind == yaml.ScalarNode && !quoted(n) && (n.ShortTag() == "!!int" || n.ShortTag() == "!!float"):
+		// An integer key takes a whole number in decimal. yaml.v3 reads
+		// 010 as 8, 0x10 as 16 and 1_000 as 1000, truncates 1.5 to 1,
+		// and reads 08 and a whole number too large for int64 as floats.
+		if !wholeNumber(n.Value) && n.ShortTag() == "!!int" {
+			return keyErr(key, "expected a whole number in decimal digits, got %q%s", n.Value, at(n))
+		} else if !wholeNumber(n.Value) {
+			return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
 		}
-		return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
+		bits := v.Type().Bits()
+		if v.CanInt() {
+			i, err := strconv.ParseInt(n.Value, 10, bits)
+			if err != nil {
+				return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
+			}
+			v.SetInt(i)
+		} else {
+			u, err := strconv.ParseUint(strings.TrimPrefix(n.Value, "+"), 10, bits)
+			if err != nil {
+				return keyErr(key, "%s out of range for this key%s", n.Value, at(n))
+			}
+			v.SetUint(u)
+		}
 	default:
 		fresh := reflect.New(v.Type())
 		if err := n.Decode(fresh.Interface()); err != nil {
