@@ -111,7 +111,10 @@ func Check(src Sources) (Config, Problems) {
 		p.add(setFlag(kv, leaves, origins))
 	}
 	if cfg.InstanceID == "" {
+		// An empty instance_id (the file config init writes has one) is
+		// not the value in effect: config show says "generated".
 		cfg.InstanceID = NewInstanceID()
+		delete(origins, "instance_id")
 	}
 	p.add(PointAt(cfg.readTokenFile(), origins))
 	if fileRead {

@@ -56,6 +56,22 @@ func TestShowGivesEachValuesSourceAndNoSecret(t *testing.T) {
 	}
 }
 
+// An empty instance_id in the file (as config init writes it) is
+// replaced by a generated one, which is what config show names.
+func TestShowNamesAGeneratedInstanceIDEvenWhenTheFileLeftItEmpty(t *testing.T) {
+	file := writeFile(t, "instance_id: \"\"\n")
+	origins := map[string]string{}
+	cfg, err := Load(Sources{File: file, Origins: origins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := Show(cfg, origins, file)
+	line := regexp.MustCompile(`(?m)^instance_id: .*$`).FindString(out)
+	if !strings.HasPrefix(line, `instance_id: "`+cfg.InstanceID+`"`) || !strings.HasSuffix(line, "# generated") {
+		t.Errorf("config show says %q, want the generated %q # generated", line, cfg.InstanceID)
+	}
+}
+
 // A key that holds a secret is tagged so: a new token or key is not
 // shown by accident.
 func TestEverySecretLookingKeyIsTaggedSecret(t *testing.T) {
