@@ -225,7 +225,18 @@ func normalizeTriggers(in []string) ([]string, error) {
 // `webhooks add` and `webhooks list --did` refuse a DID in the same words.
 func CheckDID(did string) error {
 	if _, err := syntax.ParseDID(did); err != nil {
-		return invalid("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", did)
+		shown := did
+		if len(shown) > 64 { // its start only: the refusal is one readable line
+			shown = strings.ToValidUTF8(did[:48], "") + "..."
+		}
+		if len(did) > maxDIDBytes {
+			return invalid("webhook did %q is %d bytes: a DID has at most %d", shown, len(did), maxDIDBytes)
+		}
+		return invalid("webhook did %q: want did:<method>:<id>, e.g. did:plc:abc123", shown)
 	}
 	return nil
 }
+
+// maxDIDBytes is the longest DID the AT Protocol allows (2 KiB,
+// atproto.com/specs/did), as syntax.ParseDID checks it.
+const maxDIDBytes = 2 * 1024
