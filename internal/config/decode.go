@@ -175,9 +175,10 @@ func decodeLeaf(n *yaml.Node, v reflect.Value, key string) error {
 		// An integer key takes a whole number in decimal. yaml.v3 reads
 		// 010 as 8, 0x10 as 16 and 1_000 as 1000, truncates 1.5 to 1,
 		// and reads 08 and a whole number too large for int64 as floats.
-		if !wholeNumber(n.Value) && n.ShortTag() == "!!int" {
-			return keyErr(key, "expected a whole number in decimal digits, got %q%s", n.Value, at(n))
-		} else if !wholeNumber(n.Value) {
+		if !wholeNumber(n.Value) {
+			if n.ShortTag() == "!!int" { // 0x10, 0o10, 0b11, 1_000
+				return keyErr(key, "expected a whole number in decimal digits, got %q%s", n.Value, at(n))
+			}
 			return keyErr(key, "expected a whole number, got %q%s", n.Value, at(n))
 		}
 		bits := v.Type().Bits()

@@ -48,11 +48,11 @@ type writeTimes struct {
 	total, jetstream, added float64
 	what                    string
 	batch                   int
-	// For a commit of one event only (batch 1, 0 otherwise): added split
-	// at the frame's arrival at the appview's socket, into delivery (the
-	// tap's arrival to the appview's: Jetstream sending to a second
-	// subscriber, the host scheduling the appview) and own (the appview's
-	// read, decode and commit). split says they are set.
+	// split: a commit of this one event whose line carries arrived_us,
+	// and added split at that arrival at the appview's socket into
+	// delivery (the tap's arrival to the appview's: Jetstream sending to
+	// a second subscriber, the host scheduling the appview) and own (the
+	// appview's read, decode and commit).
 	delivery, own float64
 	split         bool
 }
