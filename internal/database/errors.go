@@ -7,11 +7,12 @@ import (
 )
 
 // go-libsql reports every failure as text with the same error code (2), so
-// the classification below reads the text. Two shapes mean that SQLite
+// the classification below reads the text. Three shapes mean that SQLite
 // itself answered the statement:
 //
 //   - a file database: "... SQLite failure: `MESSAGE`"
-//   - a libSQL server (Hrana): `... Error { message: "SQLite error: MESSAGE", code: "SQLITE_..." }`
+//   - a libSQL server (Hrana), a statement run: `... Error { message: "SQLite error: MESSAGE", code: "SQLITE_..." }`
+//   - a libSQL server, a row fetched (a query, INSERT ... RETURNING): "... cursor error: ... (error code: SQLITE_...) `SQLite error: MESSAGE` ..."
 //
 // Anything else — "error trying to connect ... Connection refused", an
 // HTTP status such as 503, a Hrana stream or transaction error
@@ -20,20 +21,22 @@ import (
 const (
 	localAnswer  = "SQLite failure: `"
 	remoteAnswer = `message: "SQLite error: `
+	cursorAnswer = "`SQLite error: "
 	// hrana marks every error of a libSQL server connection: an SQL answer
-	// (remoteAnswer) or a transport one ("Hrana: `http error: ...",
-	// "Hrana: `api error: `status=503 ...", a stream error with code
-	// STREAM_EXPIRED or TRANSACTION_TIMEOUT).
+	// (remoteAnswer, cursorAnswer) or a transport one ("Hrana: `http
+	// error: ...", "Hrana: `api error: `status=503 ...", a stream error
+	// with code STREAM_EXPIRED or TRANSACTION_TIMEOUT).
 	hrana = "Hrana: `"
 )
 
 // unavailableMessages are SQLite answers that say the database could not
-// serve the statement now (another writer held it past busy_timeout), not
-// that the statement was wrong.
+// serve the statement now (another writer held it past busy_timeout, or a
+// libSQL server interrupted it), not that the statement was wrong.
 var unavailableMessages = []string{
 	"database is locked",
 	"database table is locked",
 	"database is busy",
+	"interrupted",
 }
 
 // failureMessages are SQLite answers about the database itself: its file,
@@ -54,7 +57,6 @@ var failureMessages = []string{
 	"cannot start a transaction",
 	"cannot commit",
 	"cannot rollback",
-	"interrupted",
 }
 
 // ErrSchemaLost means a table the migrations create is missing from a
@@ -71,13 +73,40 @@ func SchemaLost(err error) bool {
 	return err != nil && (errors.Is(err, ErrSchemaLost) || strings.Contains(strings.ToLower(driverText(err)), "no such table"))
 }
 
-// remoteFailureCodes are Hrana/SQLite result codes of a libSQL server that
-// mean the same as failureMessages or unavailableMessages.
-var remoteFailureCodes = []string{
-	`code: "SQLITE_BUSY`, `code: "SQLITE_LOCKED`, `code: "SQLITE_IOERR`,
-	`code: "SQLITE_FULL`, `code: "SQLITE_READONLY`, `code: "SQLITE_NOMEM`,
-	`code: "SQLITE_CORRUPT`, `code: "SQLITE_CANTOPEN`, `code: "SQLITE_NOTADB`,
-	`code: "SQLITE_INTERRUPT`, `code: "SQLITE_PERM`, `code: "SQLITE_AUTH`,
+// remoteFailureCodes and remoteUnavailableCodes are the SQLite result
+// codes of a libSQL server's answer that mean the same as failureMessages
+// and unavailableMessages. A code matches its extended codes too
+// (SQLITE_BUSY_SNAPSHOT).
+var (
+	remoteFailureCodes = []string{
+		"SQLITE_IOERR", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_NOMEM", "SQLITE_CORRUPT",
+		"SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_PERM", "SQLITE_AUTH",
+	}
+	remoteUnavailableCodes = []string{"SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_INTERRUPT"}
+)
+
+// remoteCode is the SQLite result code of a libSQL server's answer in s
+// (a driverText), in either of its shapes, or "".
+func remoteCode(s string) string {
+	if i := strings.LastIndex(s, `code: "`); i >= 0 {
+		code, _, _ := strings.Cut(s[i+len(`code: "`):], `"`)
+		return code
+	}
+	if i := strings.LastIndex(s, "(error code: "); i >= 0 {
+		code, _, _ := strings.Cut(s[i+len("(error code: "):], ")")
+		return code
+	}
+	return ""
+}
+
+// hasCode reports whether code is one of codes or an extended code of one.
+func hasCode(code string, codes []string) bool {
+	for _, c := range codes {
+		if code == c || strings.HasPrefix(code, c+"_") {
+			return true
+		}
+	}
+	return false
 }
 
 // driverMark starts the part of a go-libsql error that is the driver's
@@ -141,13 +170,17 @@ func answerText(err error) string {
 		m, _, _ := strings.Cut(s[i+len(remoteAnswer):], `"`)
 		return m
 	}
+	if i := strings.Index(s, cursorAnswer); i >= 0 {
+		m, _, _ := strings.Cut(s[i+len(cursorAnswer):], "`")
+		return m
+	}
 	return ""
 }
 
 // answered reports whether SQLite itself answered the statement that
 // failed (see the shapes above); s is its driverText.
 func answered(s string) bool {
-	return strings.Contains(s, localAnswer) || strings.Contains(s, remoteAnswer)
+	return strings.Contains(s, localAnswer) || strings.Contains(s, remoteAnswer) || strings.Contains(s, cursorAnswer)
 }
 
 // Refused reports whether err is the database refusing a statement for
@@ -175,10 +208,8 @@ func Refused(err error) bool {
 	if !answered(s) {
 		return false
 	}
-	for _, c := range remoteFailureCodes {
-		if strings.Contains(s, c) {
-			return false
-		}
+	if code := remoteCode(s); hasCode(code, remoteFailureCodes) || hasCode(code, remoteUnavailableCodes) {
+		return false
 	}
 	msg := strings.ToLower(s)
 	for _, list := range [][]string{unavailableMessages, failureMessages} {
@@ -194,10 +225,11 @@ func Refused(err error) bool {
 // Unavailable reports whether err says the database could not be reached
 // or could not serve the statement in time: a libSQL server that did not
 // answer with SQL (connection refused, an HTTP 5xx, a Hrana stream or
-// transaction timeout), busy or locked past busy_timeout, or a deadline
-// that ran out. A lease holder that sees only such errors until its renew
-// deadline is in a blackout; any other error is the database (or this
-// process) answering that something is wrong.
+// transaction timeout), busy or locked past busy_timeout, a statement the
+// server interrupted (SQLITE_INTERRUPT, seen from sqld 0.24 under load),
+// or a deadline that ran out. A lease holder that sees only such errors
+// until its renew deadline is in a blackout; any other error is the
+// database (or this process) answering that something is wrong.
 func Unavailable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
@@ -206,10 +238,7 @@ func Unavailable(err error) bool {
 		return true
 	}
 	s := driverText(err)
-	if strings.Contains(s, hrana) && !strings.Contains(s, remoteAnswer) {
-		return true
-	}
-	if strings.Contains(s, `code: "SQLITE_BUSY`) || strings.Contains(s, `code: "SQLITE_LOCKED`) {
+	if strings.Contains(s, hrana) && !answered(s) || hasCode(remoteCode(s), remoteUnavailableCodes) {
 		return true
 	}
 	msg := strings.ToLower(s)

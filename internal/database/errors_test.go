@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,10 @@ func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
 	}
 	remote := func(msg, code string) error {
 		return errors.New("failed to execute query INSERT INTO t\nerror code = 2: Error executing statement: Hrana: `stream error: `Error { message: \"SQLite error: " + msg + "\", code: \"" + code + "\" }``")
+	}
+	// A row fetched (a query, INSERT ... RETURNING) fails in another shape.
+	cursor := func(msg, code string) error {
+		return errors.New("failed to get next row\nerror code = 1: Error fetching next row: Hrana: `cursor error: `error at step 0: (error code: " + code + ") `SQLite error: " + msg + "```")
 	}
 	transport := func(detail string) error {
 		return errors.New("failed to execute query UPDATE leases\nerror code = 1: Error executing statement: Hrana: `" + detail + "`")
@@ -38,6 +43,15 @@ func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
 		{"remote malformed json", remote("malformed JSON", "SQLITE_UNKNOWN"), true, false},
 		{"remote busy", remote("database is locked", "SQLITE_BUSY"), false, true},
 		{"remote missing table", remote("no such table: nosuch", "SQLITE_UNKNOWN"), false, false},
+		{"remote interrupted", remote("interrupted", "SQLITE_INTERRUPT"), false, true},
+		{"remote busy snapshot", remote("database is locked", "SQLITE_BUSY_SNAPSHOT"), false, true},
+		{"remote io", remote("disk I/O error", "SQLITE_IOERR_WRITE"), false, false},
+		{"cursor constraint", cursor("UNIQUE constraint failed: t.b", "SQLITE_CONSTRAINT"), true, false},
+		{"cursor malformed json", cursor("malformed JSON", "SQLITE_UNKNOWN"), true, false},
+		{"cursor interrupted", cursor("interrupted", "SQLITE_INTERRUPT"), false, true},
+		{"cursor busy", cursor("database is locked", "SQLITE_BUSY"), false, true},
+		{"cursor readonly", cursor("attempt to write a readonly database", "SQLITE_READONLY"), false, false},
+		{"cursor missing table", cursor("no such table: nosuch", "SQLITE_UNKNOWN"), false, false},
 		{"connection refused", transport("http error: `error trying to connect: tcp connect error: Connection refused (os error 111)`"), false, true},
 		{"http 503", transport("api error: `status=503 Service Unavailable, body=`"), false, true},
 		{"stream expired", transport("stream error: `Error { message: \"The stream has expired due to inactivity\", code: \"STREAM_EXPIRED\" }`"), false, true},
@@ -167,6 +181,47 @@ func TestAFaultErrorQuotesSQLiteAndWrapsTheDriversError(t *testing.T) {
 		}
 		if !errors.Is(err, tc.err) || Transient(err) != Transient(tc.err) {
 			t.Errorf("%v: the driver's error is not kept (Is %v, Transient %v against %v)", tc.err, errors.Is(err, tc.err), Transient(err), Transient(tc.err))
+		}
+	}
+}
+
+// TestARefusalIsRefusedInEveryStatementShape: the database refusing a
+// value is Refused, not a failure, whether the statement ran (Exec) or its
+// rows were fetched (a query, INSERT ... RETURNING). Over a libSQL server
+// the second shape is another text; read as "no answer", a refused event
+// written by a RETURNING statement was retried for ever instead of
+// skipped (see TestARefusalIsRefusedInEveryStatementShapeOverSqld).
+func TestARefusalIsRefusedInEveryStatementShape(t *testing.T) {
+	assertRefusalsRefused(t, openTemp(t, filepath.Join(t.TempDir(), "a.db")))
+}
+
+func assertRefusalsRefused(t *testing.T, db *DB) {
+	t.Helper()
+	if _, err := db.Exec("CREATE TABLE r (k INTEGER PRIMARY KEY, v TEXT NOT NULL UNIQUE)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO r (v) VALUES ('taken')"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var k int64
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"exec not null", func() error { _, err := db.Exec("INSERT INTO r (v) VALUES (NULL)"); return err }()},
+		{"returning not null", func() error {
+			_, err := QueryReturning(ctx, db, "INSERT INTO r (v) VALUES (NULL) RETURNING k", nil, &k)
+			return err
+		}()},
+		{"returning unique", func() error {
+			_, err := QueryReturning(ctx, db, "INSERT INTO r (v) VALUES (?) RETURNING k", []any{"taken"}, &k)
+			return err
+		}()},
+		{"query malformed json", db.QueryRow("SELECT json_extract(?, '$.a')", "{").Scan(&k)},
+	} {
+		if tc.err == nil || !Refused(tc.err) || Unavailable(tc.err) {
+			t.Errorf("%s: err = %v; want refused, not unavailable", tc.name, tc.err)
 		}
 	}
 }

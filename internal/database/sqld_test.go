@@ -115,3 +115,9 @@ func TestAWriteWithArgumentsStoresTheirTypesOverSqld(t *testing.T) {
 		t.Fatalf("stored %s: %q %d %x %q", types, a, b, c, f)
 	}
 }
+
+func TestARefusalIsRefusedInEveryStatementShapeOverSqld(t *testing.T) {
+	t.Parallel()
+	srv := testsupport.StartSQLD(t)
+	database.AssertRefusalsRefused(t, database.OpenRemote(t, srv.URL))
+}
