@@ -67,7 +67,7 @@ func (r *dbReader) exec(t *testing.T, ctx context.Context, query string, args ..
 // pollInt polls query until it returns want.
 func (r *dbReader) pollInt(ctx context.Context, want int64, query string, args ...any) error {
 	var got int64
-	err := poll(ctx, fmt.Sprintf("want %d from %s", want, query), func() (bool, error) {
+	err := poll(ctx, feedsPoll, fmt.Sprintf("want %d from %s", want, query), func() (bool, error) {
 		err := database.Bounded(ctx, func() error { return r.QueryRow(query, args...).Scan(&got) })
 		return got == want, err
 	})
@@ -77,21 +77,28 @@ func (r *dbReader) pollInt(ctx context.Context, want int64, query string, args .
 	return nil
 }
 
-// poll calls cond every feedsPoll until it reports true or fails, or ctx
-// ends; what names the condition in the error.
-func poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	tick := time.NewTicker(feedsPoll)
+// poll calls cond every interval until it reports true or fails, or ctx
+// ends; what names the condition in the error. An error the database may
+// stop giving by itself (database.Unavailable: busy, no answer, a libSQL
+// server's stream interrupted or expired, as sqld 0.24 does under load)
+// is one more try, as it is for the appview; the last one is named if ctx
+// ends first.
+func poll(ctx context.Context, interval time.Duration, what string, cond func() (bool, error)) error {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		ok, err := cond()
-		if err != nil {
+		switch {
+		case err != nil && !database.Unavailable(err):
 			return fmt.Errorf("%s: %w", what, err)
-		}
-		if ok {
+		case err == nil && ok:
 			return nil
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil && ctx.Err() != err {
+				return fmt.Errorf("%s: %w (the last read: %v)", what, ctx.Err(), err)
+			}
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-tick.C:
 		}

@@ -56,7 +56,7 @@ func holds(ctx context.Context, i *harness.Instance) (debugHolds, map[string]hol
 // for every hold named, and returns the statuses.
 func waitHolds(ctx context.Context, i *harness.Instance, want map[string]bool) (map[string]holdStatus, error) {
 	var last map[string]holdStatus
-	err := poll(ctx, fmt.Sprintf("%s's /debug/holds to show %v", i.ID, want), func() (bool, error) {
+	err := poll(ctx, feedsPoll, fmt.Sprintf("%s's /debug/holds to show %v", i.ID, want), func() (bool, error) {
 		_, by, err := holds(ctx, i)
 		if err != nil {
 			return false, err

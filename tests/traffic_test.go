@@ -187,50 +187,46 @@ func (tr *traffic) cursor(ctx context.Context) (int64, error) {
 // waitCursor polls until the cursor is past after (or at the stream's
 // end) and returns it.
 func (tr *traffic) waitCursor(ctx context.Context, after int64) (int64, error) {
-	tick := time.NewTicker(trafficPoll)
-	defer tick.Stop()
-	for {
-		us, err := tr.cursor(ctx)
+	var us int64
+	err := poll(ctx, trafficPoll, fmt.Sprintf("the cursor past %d (the stream ends at %d)", after, tr.expected.MaxTimeUS), func() (bool, error) {
+		got, err := tr.cursor(ctx)
 		if err != nil {
-			return 0, err
+			return false, err
 		}
-		if us > after || us >= tr.expected.MaxTimeUS {
-			return us, nil
-		}
-		select {
-		case <-ctx.Done():
-			return us, fmt.Errorf("cursor stuck at %d (want past %d; stream ends at %d): %w", us, after, tr.expected.MaxTimeUS, ctx.Err())
-		case <-tick.C:
-		}
+		us = got
+		return us > after || us >= tr.expected.MaxTimeUS, nil
+	})
+	if err != nil {
+		return us, fmt.Errorf("%w (the cursor: %d)", err, us)
 	}
+	return us, nil
 }
 
 // waitDrained polls until the cursor has reached the stream's last event
 // and no webhook delivery is pending.
 func (tr *traffic) waitDrained(ctx context.Context) error {
-	tick := time.NewTicker(trafficPoll)
-	defer tick.Stop()
-	for {
-		us, err := tr.cursor(ctx)
+	var us int64
+	pending := -1
+	err := poll(ctx, trafficPoll, fmt.Sprintf("the cursor at %d and no delivery pending", tr.expected.MaxTimeUS), func() (bool, error) {
+		got, err := tr.cursor(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
-		var pending int
+		us = got
+		var n int // written by a query Bounded may leave running
 		err = database.Bounded(ctx, func() error {
-			return tr.reader.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&pending)
+			return tr.reader.QueryRow(`SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n)
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
-		if us >= tr.expected.MaxTimeUS && pending == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not drained: cursor %d of %d, %d deliveries pending: %w", us, tr.expected.MaxTimeUS, pending, ctx.Err())
-		case <-tick.C:
-		}
+		pending = n
+		return us >= tr.expected.MaxTimeUS && pending == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not drained: %w (the cursor: %d, deliveries pending: %d)", err, us, pending)
 	}
+	return nil
 }
 
 // check compares the final database with the generator's expected state,
