@@ -96,8 +96,16 @@ func (c Config) checkProcess(p *problemList) {
 			}
 		}
 	}
-	if _, err := database.ParseURL(c.Database.URL); err != nil {
+	loc, err := database.ParseURL(c.Database.URL)
+	if err != nil {
 		p.fail("database.url", "%v", err)
+	}
+	switch t := c.Database.AuthToken; {
+	case t == "":
+	case strings.ContainsAny(t, " \t\r\n"):
+		p.fail("database.auth_token", "must not contain whitespace (it is sent in an Authorization header)")
+	case err == nil && loc.Server == nil:
+		p.fail("database.auth_token", "is for a libSQL server; database.url names a file (%s)", loc.Path)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/atcr-io/appview/internal/logval"
+	"github.com/atcr-io/appview/internal/outbound"
 )
 
 // URLSchemes are the URL schemes database.url accepts, in the order error
@@ -59,11 +60,12 @@ func ParseURL(raw string) (Location, error) {
 		// A libSQL server authenticates with database.auth_token; a
 		// password in the URL would be echoed by every message naming
 		// the URL (each retry of an unavailable server, in the journal).
-		if u.User != nil {
-			return Location{}, fmt.Errorf("URL %q carries credentials (user:password@); give the server's token in database.auth_token instead", shown)
-		}
-		if u.Host == "" {
-			return Location{}, fmt.Errorf("URL %q has no host", shown)
+		if _, err := outbound.CheckURL(raw, u.Scheme); err != nil {
+			var e *outbound.URLError
+			if errors.As(err, &e) && e.Credentials {
+				return Location{}, fmt.Errorf("%w; give the server's token in database.auth_token instead", err)
+			}
+			return Location{}, err // no host, or a port outside 1..65535
 		}
 		return Location{Server: u}, nil
 	}

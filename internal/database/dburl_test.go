@@ -68,6 +68,9 @@ func TestParseRefusesWhatCannotBeOpenedOrShared(t *testing.T) {
 		"postgres://db/appview":       "scheme must be one of",
 		"http://":                     "has no host",
 		"libsql:appview":              "has no host",
+		"http://:8080":                "has no host",
+		"http://127.0.0.1:99999":      "port 99999 is not in 1..65535",
+		"libsql://db.example:0":       "port 0 is not in 1..65535",
 		"http://a b":                  "unparsable URL",
 	} {
 		_, err := ParseURL(raw)
