@@ -145,11 +145,20 @@ func refusals() []refusal {
 			// A server that answers, and says the token is wrong: retrying
 			// would not change it (a server not up yet exits 1 instead:
 			// TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted).
-			name: "sqld url refusing the token", key: "database.url", reason: "status=401",
+			name: "sqld url refusing the token", key: "database.auth_token", reason: "the server refused database.auth_token: HTTP status=401",
 			setup: func(t *testing.T, dir string) []string {
 				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					http.Error(w, "unauthorized", http.StatusUnauthorized)
 				}))
+				t.Cleanup(srv.Close)
+				return []string{"--set", "database.url=" + srv.URL, "--set", "database.auth_token=expired"}
+			},
+		},
+		{
+			// Another HTTP server (an admin port, a wrong path).
+			name: "url of a server that is not sqld", key: "database.url", reason: "not a libSQL server (a wrong host, port or path?): HTTP status=404",
+			setup: func(t *testing.T, dir string) []string {
+				srv := httptest.NewServer(http.NotFoundHandler())
 				t.Cleanup(srv.Close)
 				return []string{"--set", "database.url=" + srv.URL}
 			},

@@ -37,7 +37,7 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 	if err != nil {
 		db.Close()
 		format := "cannot migrate (is it writable?) %s: %s"
-		if database.Transient(err) || errors.Is(err, database.ErrForeignDatabase) || errors.Is(err, database.ErrSchemaTooNew) {
+		if database.Unavailable(err) || errors.Is(err, database.ErrForeignDatabase) || errors.Is(err, database.ErrSchemaTooNew) {
 			format = "cannot migrate %s: %s" // not a matter of permissions
 		}
 		return nil, refuseDatabase(err, format, cfg.Database.URL, database.Plain(noAnswer(err, "migrating", within, cfg.Database.URL)))
@@ -47,8 +47,9 @@ func OpenWithin(ctx context.Context, cfg config.Config, within time.Duration) (*
 
 // refuseDatabase is the start error of a database that could not be
 // opened or migrated because of err: a *TransientError (exit 1) when err
-// may pass by itself (database.Transient: a server not up yet, a write
-// lock held past busy_timeout), else a refusal of database.url (exit 2).
+// may pass by itself (database.Unavailable: a server not up yet, a write
+// lock held past busy_timeout), else a refusal (exit 2) of database.url,
+// or of database.auth_token when the server refused it (HTTP 401, 403).
 // Its line is format and args (the cause in the project's words,
 // database.Plain); err's whole text, the driver's own words, is its
 // Detail.
@@ -57,13 +58,17 @@ func refuseDatabase(err error, format string, args ...any) error {
 	if d := database.DriverError(err); !strings.Contains(detail, d) {
 		detail += "; the driver's error: " + d // what err's text told in its own words
 	}
-	if database.Transient(err) {
+	if database.Unavailable(err) {
 		return &TransientError{Key: "database.url", Reason: fmt.Sprintf(format, args...), Detail: detail}
 	}
 	if database.TLSMismatch(err) {
 		format += " (the server does not speak TLS: libsql:// and https:// connect with TLS; use http:// for a server without it)"
 	}
-	return &StartError{Err: &config.Error{Key: "database.url", Reason: fmt.Sprintf(format, args...)}, Detail: detail}
+	key := "database.url"
+	if database.AuthRefused(err) {
+		key = "database.auth_token"
+	}
+	return &StartError{Err: &config.Error{Key: key, Reason: fmt.Sprintf(format, args...)}, Detail: detail}
 }
 
 // TransientError is a start that failed on a condition that can pass by

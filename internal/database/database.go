@@ -264,14 +264,20 @@ func (e *faultError) Unwrap() error { return e.err }
 // openFault names what a failure of the first statements on a new
 // connection (its PRAGMAs, then SELECT 1) says: no answer at all, or
 // SQLite answering that the file is not a database, cannot be written or
-// cannot be opened. A "not answering" for a text file or a read-only
+// cannot be opened, or a server refusing the token or not being a libSQL
+// server (an HTTP answer that retrying does not change). A "not answering" for a text file or a read-only
 // mount sent operators looking for a stopped server.
 func openFault(err error) string {
 	text := driverText(err)
 	if cantOpen(text) {
 		return "database file cannot be opened (SQLITE_CANTOPEN: a directory that cannot be written, or a path that cannot be created)"
 	}
-	if !answered(text) || Unavailable(err) {
+	switch {
+	case AuthRefused(err):
+		return "the server refused database.auth_token"
+	case strings.Contains(text, hrana) && !answered(text) && !TLSMismatch(err) && settled(err, text):
+		return "not a libSQL server (a wrong host, port or path?)"
+	case !answered(text) || Unavailable(err):
 		return "database not answering"
 	}
 	switch s := strings.ToLower(text); {

@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 )
 
@@ -223,13 +224,22 @@ func Refused(err error) bool {
 }
 
 // Unavailable reports whether err says the database could not be reached
-// or could not serve the statement in time: a libSQL server that did not
-// answer with SQL (connection refused, an HTTP 5xx, a Hrana stream or
-// transaction timeout), busy or locked past busy_timeout, a statement the
-// server interrupted (SQLITE_INTERRUPT, seen from sqld 0.24 under load),
-// or a deadline that ran out. A lease holder that sees only such errors
-// until its renew deadline is in a blackout; any other error is the
-// database (or this process) answering that something is wrong.
+// or could not serve the statement in time, a condition that can pass by
+// itself: a libSQL server that did not answer with SQL (connection
+// refused, a name that does not resolve yet, an HTTP 5xx, 408, 425 or
+// 429, a Hrana stream or transaction timeout), busy or locked past
+// busy_timeout, a statement the server interrupted (SQLITE_INTERRUPT,
+// seen from sqld 0.24 under load), or a deadline that ran out.
+//
+// It is false for an answer that retrying does not change (settled): an
+// HTTP 3xx (not followed) or 4xx (a wrong token, a wrong path), a 501 or
+// 505 (a web server, not a libSQL server), a 2xx whose body is not
+// Hrana's JSON, a TLS connection to a server without TLS (TLSMismatch).
+// A start that failed on an unavailable database exits 1, to be
+// restarted; on anything else it is refused (exit 2). A lease holder
+// that sees only unavailable errors until its renew deadline is in a
+// blackout; any other error is the database (or this process) answering
+// that something is wrong.
 func Unavailable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
@@ -238,8 +248,11 @@ func Unavailable(err error) bool {
 		return true
 	}
 	s := driverText(err)
-	if strings.Contains(s, hrana) && !answered(s) || hasCode(remoteCode(s), remoteUnavailableCodes) {
+	if hasCode(remoteCode(s), remoteUnavailableCodes) {
 		return true
+	}
+	if strings.Contains(s, hrana) && !answered(s) {
+		return !settled(err, s)
 	}
 	msg := strings.ToLower(s)
 	for _, m := range unavailableMessages {
@@ -248,6 +261,42 @@ func Unavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// settled reports whether err, a libSQL server's answer that is not SQL
+// (s is its driverText), is one retrying does not change (see
+// Unavailable).
+func settled(err error, s string) bool {
+	if TLSMismatch(err) || strings.Contains(s, hranaJSONError) {
+		return true
+	}
+	code := HTTPStatus(err)
+	return code >= 300 && code < 500 && code != 408 && code != 425 && code != 429 || code == 501 || code == 505
+}
+
+// AuthRefused reports whether err is a libSQL server refusing this
+// process's credentials (database.auth_token): HTTP 401 or 403.
+func AuthRefused(err error) bool {
+	code := HTTPStatus(err)
+	return code == 401 || code == 403
+}
+
+// HTTPStatus is the HTTP status of a libSQL server's answer that was not
+// SQL ("Hrana: `api error: `status=401 Unauthorized, ..."), or 0.
+func HTTPStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	s := driverText(err)
+	i := strings.Index(s, httpStatus)
+	if i < 0 || len(s) < i+len(httpStatus)+3 {
+		return 0
+	}
+	code, perr := strconv.Atoi(s[i+len(httpStatus) : i+len(httpStatus)+3])
+	if perr != nil {
+		return 0
+	}
+	return code
 }
 
 // tlsMismatchMessages are what the client's TLS stack says when the peer
@@ -276,45 +325,6 @@ func TLSMismatch(err error) bool {
 		}
 	}
 	return false
-}
-
-// Transient reports whether err is a condition that can pass by itself,
-// so that a process that met it while starting should be started again
-// later rather than refused: Unavailable (no answer, connection refused,
-// a name that does not resolve yet, a timeout, busy or locked past
-// busy_timeout, an HTTP 5xx from a proxy in front of a server still
-// starting), except an HTTP answer that retrying does not change: a 4xx
-// other than 408, 425 and 429 (a wrong auth token or path) and a 501 or
-// 505 (the URL names a web server, not a libSQL server), a redirect (3xx,
-// not followed), a 2xx whose body is not Hrana's JSON (a web server
-// answering 200), and a TLS connection to a server that does not speak
-// TLS (TLSMismatch).
-func Transient(err error) bool {
-	if !Unavailable(err) || TLSMismatch(err) {
-		return false
-	}
-	s := driverText(err)
-	if strings.Contains(s, hranaJSONError) {
-		// A 2xx whose body is not Hrana (a web page, another API's
-		// JSON): the URL names another server, which will not change.
-		return false
-	}
-	i := strings.Index(s, httpStatus)
-	if i < 0 {
-		return true
-	}
-	code := s[i+len(httpStatus):]
-	if len(code) < 3 {
-		return true
-	}
-	switch code = code[:3]; {
-	case code == "408", code == "425", code == "429":
-		return true
-	case code[0] == '3', code[0] == '4', code == "501", code == "505":
-		// A redirect is not followed: the URL is to be changed.
-		return false
-	}
-	return true
 }
 
 // hranaJSONError is how go-libsql's Hrana client reports an answer whose

@@ -78,10 +78,11 @@ func TestRefusedAndUnavailableClassifyGoLibsqlErrors(t *testing.T) {
 	}
 }
 
-// Transient is what a start may wait out (exit 1, restarted by the
-// service manager) rather than refuse (exit 2): Unavailable, less the
-// HTTP answers that say the URL or the token is wrong.
-func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
+// Unavailable is what a start may wait out (exit 1, restarted by the
+// service manager) rather than refuse (exit 2), and a lease holder counts
+// as a blackout: no answer, or one that may change, not the HTTP answers
+// that say the URL or the token is wrong.
+func TestUnavailableIsNoAnswerNotAWrongURLOrToken(t *testing.T) {
 	local := func(msg string) error {
 		return fmt.Errorf("migrate: %w", errors.New("failed to execute query BEGIN IMMEDIATE\nerror code = 2: Error executing statement: SQLite failure: `"+msg+"`"))
 	}
@@ -125,8 +126,8 @@ func TestTransientIsUnavailableLessWrongURLsAndTokens(t *testing.T) {
 		{"cancelled", context.Canceled, false},
 		{"nil", nil, false},
 	} {
-		if got := Transient(tc.err); got != tc.transient {
-			t.Errorf("%s: Transient = %v, want %v", tc.name, got, tc.transient)
+		if got := Unavailable(tc.err); got != tc.transient {
+			t.Errorf("%s: Unavailable = %v, want %v", tc.name, got, tc.transient)
 		}
 	}
 }
@@ -141,6 +142,9 @@ func TestOpenFaultWordsTheDriversAnswer(t *testing.T) {
 	connect := func(detail string) error {
 		return errors.New("failed to connect to database\nerror code = 1: Unable to connect: Failed to connect to database: `" + detail + "`")
 	}
+	status := func(line string) error {
+		return errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `api error: `status=" + line + ", body=x``")
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -153,6 +157,11 @@ func TestOpenFaultWordsTheDriversAnswer(t *testing.T) {
 		{"text file", local("file is not a database"), "not an SQLite database"},
 		{"read-only file", local("attempt to write a readonly database"), "database is read-only here"},
 		{"connection refused", errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `http error: `error trying to connect: tcp connect error: Connection refused (os error 111)``"), "database not answering"},
+		{"wrong token", status("401 Unauthorized"), "the server refused database.auth_token"},
+		{"read-only token", status("403 Forbidden"), "the server refused database.auth_token"},
+		{"an admin port", status("404 Not Found"), "not a libSQL server (a wrong host, port or path?)"},
+		{"a web page", errors.New("failed to execute query SELECT 1\nerror code = 1: Error executing statement: Hrana: `json error: `expected value at line 1 column 1``"), "not a libSQL server (a wrong host, port or path?)"},
+		{"server error", status("503 Service Unavailable"), "database not answering"},
 	} {
 		if got := openFault(tc.err); got != tc.want {
 			t.Errorf("%s: openFault = %q, want %q", tc.name, got, tc.want)
@@ -179,8 +188,8 @@ func TestAFaultErrorQuotesSQLiteAndWrapsTheDriversError(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "PRAGMA") {
 			t.Errorf("%v: Error() = %q, want it to contain %q and no statement", tc.err, err.Error(), tc.want)
 		}
-		if !errors.Is(err, tc.err) || Transient(err) != Transient(tc.err) {
-			t.Errorf("%v: the driver's error is not kept (Is %v, Transient %v against %v)", tc.err, errors.Is(err, tc.err), Transient(err), Transient(tc.err))
+		if !errors.Is(err, tc.err) || Unavailable(err) != Unavailable(tc.err) {
+			t.Errorf("%v: the driver's error is not kept (Is %v, Unavailable %v against %v)", tc.err, errors.Is(err, tc.err), Unavailable(err), Unavailable(tc.err))
 		}
 	}
 }
