@@ -246,7 +246,7 @@ func (db *DB) Ping(ctx context.Context) error {
 // words ("not an SQLite database (SQLite: file is not a database)"),
 // without the statement and the driver's codes around them, which an
 // operator cannot act on. The driver's error stays wrapped, for errors.Is
-// and the classifications (Transient, Unavailable).
+// and the classifications (Unavailable, AuthRefused).
 type faultError struct {
 	fault string
 	err   error
