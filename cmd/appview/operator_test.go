@@ -331,7 +331,7 @@ func TestOpenTimeoutNamesWhatTimedOutInOneLine(t *testing.T) {
 	}
 	msg := err.Error()
 	// No answer may pass (a paused server): transient, exit 1, restarted.
-	want := "database.url: unavailable at start, transient (exit 1: the service manager retries): cannot open " + url +
+	want := "database.url: unavailable for now, transient (exit 1: try again; a service manager restarts serve): cannot open " + url +
 		": the database gave no answer within 300ms while opening it"
 	if !strings.HasPrefix(msg, want) || strings.ContainsAny(msg, "\r\n") {
 		t.Fatalf("err = %q, want one line starting %q", msg, want)

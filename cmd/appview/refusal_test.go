@@ -229,7 +229,7 @@ func TestAStartOnADatabaseUnavailableForNowExitsOneToBeRestarted(t *testing.T) {
 				t.Errorf("exit code %d, want %d (restartable, not a refusal)", r.code, cli.ExitFailure)
 			}
 			line, ok := strings.CutSuffix(r.stderr, "\n")
-			const prefix = "appview: database.url: unavailable at start, transient (exit 1: the service manager retries): "
+			const prefix = "appview: database.url: unavailable for now, transient (exit 1: try again; a service manager restarts serve): "
 			if !ok || strings.Contains(line, "\n") || !strings.HasPrefix(line, prefix) || !strings.Contains(line, tc.reason) {
 				t.Fatalf("stderr = %q, want one line %q... containing %q", r.stderr, prefix, tc.reason)
 			}

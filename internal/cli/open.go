@@ -87,7 +87,7 @@ type TransientError struct {
 }
 
 func (e *TransientError) Error() string {
-	return e.Key + ": unavailable at start, transient (exit 1: the service manager retries): " + e.Reason
+	return e.Key + ": unavailable for now, transient (exit 1: try again; a service manager restarts serve): " + e.Reason
 }
 
 // noAnswer replaces the bare "context deadline exceeded" of an open or
