@@ -263,6 +263,9 @@ func (db *DB) Ready(ctx context.Context) error {
 			if db.migrated.Load() && SchemaLost(err) {
 				return fmt.Errorf("%w: %v", ErrSchemaLost, err)
 			}
+			if AuthRefused(err) { // an expired token, one revoked
+				return fmt.Errorf("the server refused database.auth_token: %w", err)
+			}
 			return fmt.Errorf("database not answering: %w", err)
 		}
 		if !have.Valid || have.Int64 < int64(want) {

@@ -1,7 +1,13 @@
 package database_test
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +126,77 @@ func TestARefusalIsRefusedInEveryStatementShapeOverSqld(t *testing.T) {
 	t.Parallel()
 	srv := testsupport.StartSQLD(t)
 	database.AssertRefusalsRefused(t, database.OpenRemote(t, srv.URL))
+}
+
+// A token the server stops taking while the process runs (expired,
+// revoked) is what /readyz names, not a server that does not answer.
+func TestReadyNamesATokenTheServerRefusesOverSqld(t *testing.T) {
+	t.Parallel()
+	srv := testsupport.StartSQLD(t)
+	// A TCP forwarder to sqld that, once refusing, cuts the connections it
+	// forwards and answers every new one 401, as sqld does an expired JWT.
+	// (net/http/httputil's ReverseProxy cut Hrana's streamed answers.)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var (
+		mu      sync.Mutex
+		refuse  bool
+		forward []net.Conn
+	)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if refuse {
+				mu.Unlock()
+				go func() {
+					defer c.Close()
+					_, _ = http.ReadRequest(bufio.NewReader(c))
+					_, _ = io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 19\r\nConnection: close\r\n\r\nThe JWT has expired")
+				}()
+				continue
+			}
+			up, err := net.Dial("tcp", srv.Addr)
+			if err != nil {
+				mu.Unlock()
+				c.Close()
+				continue
+			}
+			forward = append(forward, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	db := database.OpenRemote(t, "http://"+ln.Addr().String())
+	ctx := context.Background()
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("ready before the refusal: %v", err)
+	}
+	mu.Lock()
+	refuse = true
+	for _, c := range forward {
+		c.Close()
+	}
+	mu.Unlock()
+	// A pooled connection that was cut fails once ("not answering") and
+	// is retired; a new one meets the refusal.
+	for try := 1; ; try++ {
+		err = db.Ready(ctx)
+		if err != nil && strings.Contains(err.Error(), "the server refused database.auth_token") && !database.Unavailable(err) {
+			return
+		}
+		if try == 5 {
+			t.Fatalf("ready with the token refused: %v; want it named, and not unavailable", err)
+		}
+	}
 }
