@@ -31,8 +31,12 @@ func TestServeStartsInAKubernetesPodWithDeployScriptVariables(t *testing.T) {
 		"APPVIEW_BIN=/usr/local/bin/appview",
 		"APPVIEW_VERSION=1.2.3",
 		"APPVIEW_LEASES_TLL=20s",
+		"APPVIEW_DATABASE_AUTH_TOKEN=meant-for-sqld", // beside the default file URL
 	))
 	p.started()
+	if m := p.waitLog(runTimeout, map[string]string{"key": "database.auth_token"}); m["level"] != "warn" {
+		t.Errorf("the unused token: %v, want a warning", m)
+	}
 	for name, closest := range map[string]string{
 		"APPVIEW_BIN":        "",
 		"APPVIEW_VERSION":    "",

@@ -264,6 +264,10 @@ func serve(ctx context.Context, cfg config.Config, sigs <-chan os.Signal, config
 				"one stalled instance holding the write lock (SIGSTOP, VM pause) can make every instance's renewals " +
 				"outlast the deadline and lose every lease")
 	}
+	if !db.Remote && cfg.Database.AuthToken != "" {
+		log.Warn().Str("key", "database.auth_token").Str("database", cfg.Database.URL).
+			Msg("database.auth_token is set but database.url names a file: the token is not used (was a libSQL server's URL meant to reach this process?)")
+	}
 	if v := db.AppliedMigrations(); len(v) > 0 {
 		log.Info().Ints("versions", v).Msg("database migrated")
 	}

@@ -14,7 +14,7 @@ func TestShowGivesEachValuesSourceAndNoSecret(t *testing.T) {
 	file := writeFile(t, "log_level: debug\nadmin:\n  token: "+token+"\nbilling:\n  enabled: true\n  stripe_secret_key: "+stripe+"\n")
 	origins := map[string]string{}
 	cfg, err := Load(Sources{File: file, Origins: origins, Workers: []WorkerKeys{digestKeys},
-		Environ: []string{"APPVIEW_DATABASE_URL=http://127.0.0.1:8080", "APPVIEW_DATABASE_AUTH_TOKEN=" + auth, "APPVIEW_LEASES_TTL=20s"}, Sets: []string{"digest.interval=2h"}})
+		Environ: []string{"APPVIEW_DATABASE_AUTH_TOKEN=" + auth, "APPVIEW_LEASES_TTL=20s"}, Sets: []string{"digest.interval=2h"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestShowGivesEachValuesSourceAndNoSecret(t *testing.T) {
 		"  auth_token: " + Masked + "        # APPVIEW_DATABASE_AUTH_TOKEN\n",
 		"  ttl: 20s                      # APPVIEW_LEASES_TTL\n",
 		"  renew_interval: 5s            # default\n",
-		"  url: \"http://127.0.0.1:8080\"  # APPVIEW_DATABASE_URL\n",
+		"  url: \"file:./data/appview.db\" # default\n",
 		"  retry_schedule: [0s, 30s, 2m, 8m] # default\n",
 		"\ndigest:\n  enabled: true                 # default\n  interval: 2h                  # --set\n",
 	} {
